@@ -1,0 +1,33 @@
+# Gleaner developer entry points. `make help` lists them.
+.PHONY: help simulate test lint bootstrap crds shim bench clean
+
+help:  ## List targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+simulate:  ## The embedded default: simulate a harvested cluster, write out/report.html
+	@scripts/bootstrap.sh --no-apt
+	.venv/bin/gleaner simulate --out out
+
+test:  ## Install what is missing, then ruff, mypy, import-linter and every test
+	scripts/test.sh
+
+lint:  ## ruff, mypy and import-linter only
+	@scripts/bootstrap.sh --no-apt
+	.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/lint-imports
+
+bootstrap:  ## Create .venv and install Gleaner with its dev dependencies
+	scripts/bootstrap.sh
+
+crds:  ## Regenerate crds/*.yaml from the pydantic models
+	@scripts/bootstrap.sh --no-apt
+	.venv/bin/python -m gleaner.api.crdgen --write
+
+shim:  ## Build the C LD_PRELOAD shim
+	$(MAKE) -C runtime-agent/shim
+
+bench:  ## Run the benchmarks in bench/ (see docs/benchmarks.md)
+	@scripts/bootstrap.sh --no-apt
+	.venv/bin/python -m bench
+
+clean:  ## Remove build outputs (keeps .venv)
+	rm -rf out build dist .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Benchmarks for the performance targets in the issues; see docs/benchmarks.md."""

@@ -1,0 +1,141 @@
+"""NodeTrace (cluster-scoped, one per GPU node, named after the node): what the node's agent saw.
+
+Contract (../shared/DESIGN.md, "API"): the status summarizes one window of the node's
+online load in *seconds and counts* rather than ratios, so that two windows merge by
+addition and the scheduler never rescans raw samples:
+
+- per GPU: offline-enabled (timeslice) seconds, online-busy seconds, preemptions,
+  reclamations, online requests;
+- per GPU pair: busy-overlap and busy-union seconds (P_multi = overlap / union);
+- ``memory``: a sparse *joint* histogram of harvestable memory. Each state is the
+  vector of free GiB of every GPU (inventory order), floored to ``stepGiB``, with the
+  seconds the node spent in it. Marginals give per-GPU distributions; the minimum
+  over any GPU subset gives the tightest-GPU memory M(t) a multi-GPU job sees, so
+  E[f(M)] is exact up to the quantization step (floor: never optimistic).
+
+Only the node's agent writes it (or the simulator); the operator and scheduler read it.
+``status.lastReportTime`` lets readers tell a stale trace from a live one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import ClassVar, Self
+
+from pydantic import Field, model_validator
+
+from gleaner.api.common import Condition, CustomResource, KubeModel
+
+MAX_GPUS_PER_NODE = 16
+MAX_MEMORY_STATES = 4096
+
+
+class TraceSource(StrEnum):
+    AGENT = "agent"
+    SIMULATED = "simulated"
+    FILE = "file"
+    PROMETHEUS = "prometheus"
+
+
+class GpuInfo(KubeModel):
+    index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE, description="GPU index on the node.")
+    uuid: str = Field(min_length=1, description="GPU UUID (GPU-xxxxxxxx-...).")
+    product: str = Field(default="", description="GPU product name.")
+    memory_gi_b: float = Field(alias="memoryGiB", gt=0, description="Total GPU memory, GiB.")
+
+
+class TraceWindow(KubeModel):
+    start: datetime = Field(description="Start of the summarized window.")
+    end: datetime = Field(description="End of the summarized window.")
+    seconds: float = Field(gt=0, description="Seconds of samples in the window.")
+
+
+class GpuTrace(KubeModel):
+    index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
+    offline_enabled_seconds: float = Field(
+        ge=0, description="Seconds offline channels were enabled (timeslices for offline work)."
+    )
+    online_busy_seconds: float = Field(ge=0, description="Seconds the online workload was busy.")
+    preemptions: int = Field(default=0, ge=0, description="Offline preemptions (gate closes).")
+    online_requests: int = Field(default=0, ge=0, description="Online requests seen.")
+    max_preemptions_per_request: int = Field(
+        default=0, ge=0, description="Most preemptions any one online request caused."
+    )
+    reclamations: int = Field(default=0, ge=0, description="Memory reclamation events.")
+    reclaimed_bytes: int = Field(default=0, ge=0, description="Bytes reclaimed from offline.")
+    offline_job: str | None = Field(
+        default=None, description="namespace/name of the offline job on this GPU, if any."
+    )
+
+
+class GpuPair(KubeModel):
+    gpu_a: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
+    gpu_b: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
+    overlap_seconds: float = Field(ge=0, description="Seconds both GPUs were busy online.")
+    union_seconds: float = Field(ge=0, description="Seconds at least one was busy online.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.gpu_a >= self.gpu_b:
+            raise ValueError(f"gpuA ({self.gpu_a}) must be less than gpuB ({self.gpu_b})")
+        if self.overlap_seconds > self.union_seconds + 1e-6:
+            raise ValueError("overlapSeconds cannot exceed unionSeconds")
+        return self
+
+
+class MemoryState(KubeModel):
+    free_gi_b: list[float] = Field(
+        alias="freeGiB",
+        max_length=MAX_GPUS_PER_NODE,
+        description="Harvestable GiB per GPU (inventory order), floored to stepGiB.",
+    )
+    seconds: float = Field(gt=0, description="Seconds spent in this state.")
+
+
+class MemorySketch(KubeModel):
+    step_gi_b: float = Field(
+        alias="stepGiB", gt=0, description="Quantization step; the error bound of E[f(M)]."
+    )
+    states: list[MemoryState] = Field(default_factory=list, max_length=MAX_MEMORY_STATES)
+
+
+class NodeTraceSpec(KubeModel):
+    node_name: str = Field(default="", description="The node this trace describes.")
+
+
+class NodeTraceStatus(KubeModel):
+    model_config = KubeModel.model_config | {"extra": "ignore"}
+
+    source: TraceSource = Field(default=TraceSource.AGENT, description="Who produced the trace.")
+    agent_version: str = Field(default="", description="Version of the reporting agent.")
+    last_report_time: datetime | None = Field(
+        default=None, description="When the agent last reported; old means stale."
+    )
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
+    window: TraceWindow | None = None
+    per_gpu: list[GpuTrace] = Field(
+        default_factory=list, alias="perGPU", max_length=MAX_GPUS_PER_NODE
+    )
+    pairs: list[GpuPair] = Field(default_factory=list, max_length=120)
+    memory: MemorySketch | None = None
+    idle_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="Mean offline-usable fraction over the node's GPUs."
+    )
+    harvestable_memory_p10_gi_b: float | None = Field(
+        default=None,
+        alias="harvestableMemoryP10GiB",
+        ge=0,
+        description="10th percentile of the node's per-GPU harvestable memory, GiB.",
+    )
+    offline_jobs: int = Field(default=0, ge=0, description="Offline jobs running on the node.")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class NodeTrace(CustomResource):
+    KIND: ClassVar[str] = "NodeTrace"
+    PLURAL: ClassVar[str] = "nodetraces"
+
+    kind: str = "NodeTrace"
+    spec: NodeTraceSpec = Field(default_factory=NodeTraceSpec)
+    status: NodeTraceStatus = Field(default_factory=NodeTraceStatus)

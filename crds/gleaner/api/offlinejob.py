@@ -1,0 +1,310 @@
+"""OfflineJob (namespaced, short name ``oj``): an offline LLM inference job to harvest GPUs for.
+
+Contract (see ../shared/DESIGN.md, "API"): ``spec`` says what to run (a Pod template),
+how many GPUs in lockstep, the throughput SLA as a fraction of standalone throughput,
+and the one-time profile measured on a monopolized GPU (inline, or in a ConfigMap
+named by ``profileFrom``). ``status`` is written by the operator only.
+
+Validation lives here once: pydantic validators for Python callers, and the same
+rules as OpenAPI bounds plus CEL ``x-kubernetes-validations`` in the generated CRD,
+so ``kubectl apply`` and ``OfflineJob.model_validate`` refuse the same objects with
+messages that name the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from gleaner.api.common import Condition, CustomResource, KubeModel
+
+MAX_GPUS_PER_JOB = 8
+MAX_EVICTION_RECORDS = 20
+
+
+class MemoryPoint(KubeModel):
+    """One point of the memory–throughput curve of one GPU shard."""
+
+    memory_gi_b: float = Field(
+        alias="memoryGiB", gt=0, description="GPU memory available to the job, GiB (per GPU)."
+    )
+    tokens_per_second: float = Field(
+        ge=0, description="Throughput with that much memory, tokens/s (whole job)."
+    )
+
+
+class Profile(KubeModel):
+    """The one-time profile of the job on a monopolized GPU set."""
+
+    model_config = KubeModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.memoryCurve.all(p, p.tokensPerSecond <= "
+                    "self.standaloneTokensPerSecond * 1.05)",
+                    "message": "memoryCurve: tokensPerSecond must not exceed "
+                    "standaloneTokensPerSecond (5% measurement tolerance)",
+                    "fieldPath": ".memoryCurve",
+                },
+                {
+                    "rule": "size(self.memoryCurve) < 2 || self.memoryCurve.all(p, "
+                    "self.memoryCurve.exists_one(q, q.memoryGiB == p.memoryGiB))",
+                    "message": "memoryCurve: memoryGiB values must be distinct",
+                    "fieldPath": ".memoryCurve",
+                },
+                {
+                    "rule": "size(self.memoryCurve) < 2 || self.memoryCurve.all(p, "
+                    "self.memoryCurve.all(q, !(q.memoryGiB > p.memoryGiB) || "
+                    "q.tokensPerSecond >= p.tokensPerSecond))",
+                    "message": "memoryCurve: tokensPerSecond must not decrease as "
+                    "memoryGiB increases",
+                    "fieldPath": ".memoryCurve",
+                },
+            ]
+        }
+    }
+
+    standalone_tokens_per_second: float = Field(
+        gt=0, description="Throughput on monopolized GPUs (Thrput_w,max), tokens/s."
+    )
+    required_memory_gi_b: float = Field(
+        alias="requiredMemoryGiB",
+        gt=0,
+        description="Memory per GPU the job needs to run at full speed (M_req), GiB.",
+    )
+    memory_curve: list[MemoryPoint] = Field(
+        min_length=2,
+        max_length=64,
+        description="Throughput against memory per GPU: memoryGiB strictly increasing, "
+        "tokensPerSecond non-decreasing; at least two points.",
+    )
+    memory_deficit_coefficient: float = Field(
+        default=0.0,
+        ge=0,
+        description="MAC_w: tokens/s lost per GiB of expected memory deficit "
+        "(recomputation after KV-cache reclamation).",
+    )
+
+    @field_validator("memory_curve")
+    @classmethod
+    def _curve_is_monotone(cls, curve: list[MemoryPoint]) -> list[MemoryPoint]:
+        for i, (a, b) in enumerate(itertools.pairwise(curve), start=1):
+            if not b.memory_gi_b > a.memory_gi_b:
+                raise ValueError(
+                    f"memoryCurve[{i}].memoryGiB must be greater than memoryCurve[{i - 1}]"
+                    f".memoryGiB ({b.memory_gi_b} <= {a.memory_gi_b}): memory must be "
+                    "strictly increasing"
+                )
+            if b.tokens_per_second < a.tokens_per_second:
+                raise ValueError(
+                    f"memoryCurve[{i}].tokensPerSecond decreases ({b.tokens_per_second} < "
+                    f"{a.tokens_per_second}): throughput must not decrease with more memory"
+                )
+        return curve
+
+    @model_validator(mode="after")
+    def _curve_within_standalone(self) -> Self:
+        limit = self.standalone_tokens_per_second * 1.05
+        for i, p in enumerate(self.memory_curve):
+            if p.tokens_per_second > limit:
+                raise ValueError(
+                    f"memoryCurve[{i}].tokensPerSecond ({p.tokens_per_second}) exceeds "
+                    f"standaloneTokensPerSecond ({self.standalone_tokens_per_second})"
+                )
+        return self
+
+
+class ConfigMapProfileRef(KubeModel):
+    """A profile kept in a ConfigMap of the job's namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="ConfigMap name.")
+    key: str = Field(
+        default="profile.yaml",
+        min_length=1,
+        max_length=253,
+        description="Key whose value is the profile as YAML or JSON (the fields of spec.profile).",
+    )
+
+
+class GpuSelector(KubeModel):
+    """Where the job may run, beyond what the performance model decides."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels that must all match."
+    )
+    products: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Allowed GPU product names (e.g. 'NVIDIA H100 80GB HBM3'); empty: any.",
+    )
+
+
+class OfflineJobSpec(KubeModel):
+    model_config = KubeModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.profile) != has(self.profileFrom)",
+                    "message": "exactly one of spec.profile and spec.profileFrom must be set",
+                }
+            ]
+        }
+    }
+
+    template: dict[str, Any] = Field(
+        description="Pod template (PodTemplateSpec) of the offline inference worker.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    gpus: int = Field(
+        default=1, ge=1, le=MAX_GPUS_PER_JOB, description="GPUs per job, run in lockstep (1-8)."
+    )
+    throughput_sla: float = Field(
+        alias="throughputSLA",
+        gt=0,
+        le=1,
+        description="Required fraction (0, 1] of the job's standalone throughput.",
+    )
+    profile: Profile | None = Field(default=None, description="The one-time profile, inline.")
+    profile_from: ConfigMapProfileRef | None = Field(
+        default=None, description="The one-time profile, from a ConfigMap (instead of profile)."
+    )
+    gpu_selector: GpuSelector | None = Field(
+        default=None, description="Node labels and GPU products the job may use."
+    )
+    priority: int = Field(
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Higher is placed first among jobs of the same size.",
+    )
+    max_evictions: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="SLA evictions before the job gives up as Failed.",
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _template_has_containers(cls, template: dict[str, Any]) -> dict[str, Any]:
+        spec = template.get("spec")
+        if not isinstance(spec, dict):
+            raise ValueError("template.spec is required (a PodSpec)")
+        containers = spec.get("containers")
+        if not isinstance(containers, list) or not containers:
+            raise ValueError("template.spec.containers must list at least one container")
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict) or not c.get("name") or not c.get("image"):
+                raise ValueError(f"template.spec.containers[{i}] needs a name and an image")
+        return template
+
+    @model_validator(mode="after")
+    def _one_profile_source(self) -> Self:
+        if (self.profile is None) == (self.profile_from is None):
+            raise ValueError("exactly one of spec.profile and spec.profileFrom must be set")
+        return self
+
+
+class Phase(StrEnum):
+    """The OfflineJob phase machine (docs/api.md draws it)."""
+
+    PENDING = "Pending"
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    EVICTED = "Evicted"
+    UNSCHEDULABLE = "Unschedulable"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class ConditionType(StrEnum):
+    """Condition types an OfflineJob carries."""
+
+    VALID = "Valid"
+    SCHEDULED = "Scheduled"
+    READY = "Ready"
+    SLA_MET = "SLAMet"
+
+
+class Placement(KubeModel):
+    """Where the job runs and what the model predicted for that place."""
+
+    node: str = Field(description="Node name.")
+    gpu_indices: list[int] = Field(description="GPU indices on the node.")
+    gpu_uuids: list[str] = Field(
+        default_factory=list, alias="gpuUUIDs", description="GPU UUIDs (NVIDIA_VISIBLE_DEVICES)."
+    )
+    compute: float = Field(ge=0, le=1, description="Predicted P_compute.")
+    memory: float = Field(ge=0, le=1, description="Predicted P_memory.")
+    multi_gpu: float = Field(alias="multiGPU", ge=0, le=1, description="Predicted P_multi.")
+    throughput_fraction: float = Field(
+        ge=0, le=1, description="Predicted product (fraction of standalone throughput)."
+    )
+    predicted_tokens_per_second: float | None = Field(default=None, ge=0)
+    decided_at: datetime = Field(description="When the scheduler decided this placement.")
+
+
+class Observed(KubeModel):
+    """Throughput seen by the SLA monitor."""
+
+    throughput_fraction: float = Field(ge=0, description="Observed fraction over the window.")
+    window_seconds: float = Field(gt=0, description="Length of the window.")
+    tokens_per_second: float | None = Field(default=None, ge=0)
+    updated_at: datetime | None = None
+
+
+class EvictionRecord(KubeModel):
+    """One SLA eviction, as kept in status (the full report is a separate object)."""
+
+    time: datetime
+    node: str
+    gpu_indices: list[int] = Field(default_factory=list)
+    reason: str = Field(description="Why it was evicted, human-readable.")
+    sla: float = Field(gt=0, le=1)
+    predicted_throughput_fraction: float = Field(ge=0, le=1)
+    observed_throughput_fraction: float = Field(ge=0)
+    report: str | None = Field(
+        default=None, description="Name of the ConfigMap that holds the full eviction report."
+    )
+
+
+class OfflineJobStatus(KubeModel):
+    model_config = KubeModel.model_config | {"extra": "ignore"}
+
+    phase: Phase = Field(default=Phase.PENDING, description="Where the job is in its lifecycle.")
+    message: str = Field(default="", description="Human-readable summary of the phase.")
+    observed_generation: int | None = None
+    placement: Placement | None = None
+    observed: Observed | None = None
+    evictions: list[EvictionRecord] = Field(
+        default_factory=list,
+        max_length=MAX_EVICTION_RECORDS,
+        description=f"The last {MAX_EVICTION_RECORDS} SLA evictions, oldest first.",
+    )
+    eviction_count: int = Field(default=0, ge=0, description="Total SLA evictions so far.")
+    excluded_nodes: list[str] = Field(
+        default_factory=list, description="Nodes the job missed its SLA on; not retried there."
+    )
+    next_attempt_after: datetime | None = Field(
+        default=None, description="Backoff: no placement attempt before this time."
+    )
+    pods: list[str] = Field(default_factory=list, description="Names of the job's Pods.")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class OfflineJob(CustomResource):
+    KIND: ClassVar[str] = "OfflineJob"
+    PLURAL: ClassVar[str] = "offlinejobs"
+
+    kind: str = "OfflineJob"
+    spec: OfflineJobSpec
+    status: OfflineJobStatus = Field(default_factory=OfflineJobStatus)

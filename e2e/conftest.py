@@ -1,0 +1,1 @@
+"""End-to-end scenarios: real processes (kmock API, agents, Prometheus, operator) on loopback."""

@@ -1,0 +1,1 @@
+"""The ``gleaner`` command line: one entry point, one module per subcommand (lazy-loaded)."""

@@ -1,0 +1,82 @@
+"""Conventions every ``gleaner`` subcommand shares: output formats and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(click.ClickException):
+    """Bad input from the user: one line on stderr, exit 2."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Abort the command with a one-line error and exit code 2."""
+    raise BadInput(message.splitlines()[0] if message else "bad input")
+
+
+def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
+    """The ``--format`` option with the given choices (table and json at least)."""
+    return click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(list(choices or ("table", "json"))),
+        default=default,
+        show_default=True,
+        help="Output format.",
+    )
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def echo_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None
+) -> None:
+    """Print a table with rich (plain text when stdout is not a terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for h in headers:
+        table.add_column(h)
+    for row in rows:
+        table.add_row(*(_cell(v) for v in row))
+    Console(file=sys.stdout, width=max(100, len(headers) * 14)).print(table)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def not_built(name: str, issue: str) -> click.Command:
+    """A placeholder for a subcommand that is not built yet: it says so and exits 2."""
+
+    @click.command(
+        name=name,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        help=f"(not built yet: {issue})",
+    )
+    @click.pass_context
+    def _cmd(ctx: click.Context) -> None:
+        fail(f"'gleaner {name}' is not built yet ({issue})")
+
+    return _cmd

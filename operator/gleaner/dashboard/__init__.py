@@ -1,0 +1,1 @@
+"""Dashboard: the FastAPI app with the cluster pages and the JSON API."""

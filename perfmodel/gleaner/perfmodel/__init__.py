@@ -1,0 +1,1 @@
+"""Performance model: predicted throughput of an offline job on harvested GPUs (pure)."""

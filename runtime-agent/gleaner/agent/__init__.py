@@ -1,0 +1,1 @@
+"""Runtime agent: per-node compute gate, memory reservation and accounting."""

@@ -1,0 +1,1 @@
+"""Agent policies: pure, typed state machines (no I/O)."""

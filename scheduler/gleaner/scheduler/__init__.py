@@ -1,0 +1,1 @@
+"""Scheduler: SLA-guaranteed placement and SLA-monitor decisions (pure)."""

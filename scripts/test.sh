@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The project's one test command (the README's Quickstart and CI both call it):
+# install what is missing, then lint, type-check, check layering, and run every test.
+# Extra arguments go to pytest, e.g. scripts/test.sh -k perfmodel
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== ruff"
+ruff check .
+echo "== mypy --strict"
+mypy
+echo "== import-linter"
+lint-imports
+echo "== pytest"
+set +e
+python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
+rc=$?
+set -e
+# pytest's 5 means "no tests collected": that is a failure for us.
+exit $rc

@@ -1,0 +1,1 @@
+"""Simulator: trace-driven node and cluster simulation running the real policy code."""
