@@ -1,0 +1,162 @@
+"""The agent ⇄ shim codec: round trips, incremental framing, malformed frames, SCM_RIGHTS."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gleaner.agent import protocol as p
+
+SAMPLES: list[p.Message] = [
+    p.Hello(
+        pid=1234,
+        role=p.Role.OFFLINE,
+        gpu_uuids=("GPU-aaaa", "GPU-bbbb"),
+        gpu_indices=(0, 3),
+        job="ns/job",
+        caps=p.CAP_GATE_THREAD | p.CAP_FD_PASS,
+    ),
+    p.HelloAck(accepted=True, gate_open=True, gate_mode=p.GateMode.AGENT, heartbeat_ms=250),
+    p.ChannelAdd(
+        h_client=0xC1D00001,
+        h_parent=0x5C000002,
+        h_object=0x5C000010,
+        h_class=0xA06C,
+        kind=p.Kind.TSG,
+        gpu=0,
+        engine_type=1,
+    ),
+    p.ChannelFree(h_client=1, h_parent=2, h_object=3, h_class=0xC86F, kind=p.Kind.CHANNEL),
+    p.OnlineBusy(gpu=1, mono_ns=123456789, request_id=7),
+    p.OnlineIdle(gpu=1, mono_ns=123999999),
+    p.DecodeGap(gpu=0, mono_ns=5, gap_ns=2_000_000),
+    p.Gate(gate_seq=42, enable=False),
+    p.GateAck(gate_seq=42, enabled=False, ok=True, latency_ns=150_000, n_objects=3),
+    p.GateAck(gate_seq=43, enabled=True, ok=False, err=-22, rm_status=0x1F, n_failed=1),
+    p.FdRequest(),
+    p.FdPass(h_client=0xC1D00001, sender_fd=9),
+    p.Status(
+        code=p.StatusCode.NO_AGENT,
+        reason="agent socket unreachable",
+        blocked_ns=10,
+        blocked_threads=2,
+    ),
+    p.MemHandles(
+        entries=(
+            p.MemHandle(1, 2, 3, 0x40, 0, p.MEM_ADDED, 2 << 20),
+            p.MemHandle(1, 2, 4, 0x40, 0, p.MEM_FREED, 0),
+        )
+    ),
+    p.InvalidateBlocks(request_id="cmpl-abc-0", block_ids=(3, 17, 99)),
+    p.Heartbeat(mono_ns=99, pid=1234, state=1),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip(msg: p.Message) -> None:
+    frame = msg.encode(seq=5)
+    assert len(frame) == p.HEADER_SIZE + len(msg.payload())
+    assert frame[:4] == b"GLNR"
+    decoded, used = p.decode(frame + b"tail")
+    assert used == len(frame)
+    assert decoded == msg
+    assert type(decoded) is type(msg)
+    assert p.decode_with_seq(frame)[2] == 5
+
+
+def test_fixed_payload_sizes_match_struct_table() -> None:
+    for msg in SAMPLES:
+        if msg.TYPE not in (p.MsgType.MEM_HANDLES, p.MsgType.INVALIDATE_BLOCKS):
+            assert len(msg.payload()) == msg.SIZE
+
+
+def test_incremental_decoder_byte_by_byte() -> None:
+    stream = b"".join(m.encode(seq=i) for i, m in enumerate(SAMPLES))
+    dec = p.FrameDecoder()
+    got: list[p.Message] = []
+    for i in range(len(stream)):
+        got += dec.feed(stream[i : i + 1])
+    assert got == SAMPLES
+
+
+def test_partial_frame_needs_more() -> None:
+    frame = p.Gate(gate_seq=1, enable=True).encode()
+    assert p.decode(frame[:10]) == (None, 0)
+    assert p.decode(frame[:-1]) == (None, 0)
+
+
+@pytest.mark.parametrize(
+    ("patch", "match"),
+    [
+        (lambda f: b"XXXX" + f[4:], "bad magic"),
+        (lambda f: f[:4] + b"\x09" + f[5:], "version"),
+        (lambda f: f[:5] + b"\xee" + f[6:], "MsgType"),
+        (lambda f: f[:8] + struct.pack("<I", 15) + f[12:], "expected 16"),
+        (lambda f: f[:8] + struct.pack("<I", p.MAX_PAYLOAD + 1) + f[12:], "exceeds"),
+    ],
+)
+def test_malformed_frames_raise(patch: object, match: str) -> None:
+    frame = p.Gate(gate_seq=1, enable=True).encode()
+    assert callable(patch)
+    with pytest.raises(p.ProtocolError, match=match):
+        p.decode(patch(frame))
+
+
+def test_unknown_enum_value_in_payload_raises() -> None:
+    frame = bytearray(p.Status(code=p.StatusCode.OK).encode())
+    frame[p.HEADER_SIZE] = 77
+    with pytest.raises(p.ProtocolError, match="StatusCode"):
+        p.decode(bytes(frame))
+
+
+def test_variable_length_mismatch_raises() -> None:
+    frame = bytearray(p.InvalidateBlocks(request_id="r", block_ids=(1, 2)).encode())
+    struct.pack_into("<I", frame, p.HEADER_SIZE + p.REQUEST_ID_LEN, 3)
+    with pytest.raises(p.ProtocolError, match="do not fill"):
+        p.decode(bytes(frame))
+
+
+def test_oversized_strings_are_rejected() -> None:
+    with pytest.raises(p.ProtocolError, match="does not fit"):
+        p.Hello(pid=1, role=p.Role.ONLINE, job="x" * p.JOB_LEN).encode()
+    with pytest.raises(p.ProtocolError, match="at most"):
+        p.Hello(pid=1, role=p.Role.ONLINE, gpu_indices=tuple(range(9))).encode()
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), max_size=200), st.text(max_size=20))
+def test_invalidate_blocks_property(ids: list[int], rid: str) -> None:
+    msg = p.InvalidateBlocks(request_id=rid.replace("\0", ""), block_ids=tuple(ids))
+    if len(msg.request_id.encode()) >= p.REQUEST_ID_LEN:
+        return
+    assert p.decode(msg.encode())[0] == msg
+
+
+def test_fd_pass_over_socketpair_carries_a_working_descriptor(tmp_path: object) -> None:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    r, w = os.pipe()
+    try:
+        p.send_message(a, p.Heartbeat(mono_ns=1))
+        p.send_message(a, p.FdPass(h_client=7, sender_fd=w, fd=w))
+        dec = p.FrameDecoder()
+        got: list[p.Message] = []
+        while len(got) < 2:
+            batch = p.recv_messages(b, dec)
+            assert batch is not None
+            got += batch
+        fdmsg = got[1]
+        assert isinstance(fdmsg, p.FdPass)
+        assert fdmsg.h_client == 7 and fdmsg.fd is not None and fdmsg.fd != w
+        os.write(fdmsg.fd, b"hi")  # the passed descriptor is the pipe's write end
+        assert os.read(r, 2) == b"hi"
+        os.close(fdmsg.fd)
+        a.close()
+        assert p.recv_messages(b, dec) is None
+    finally:
+        for fd in (r, w):
+            os.close(fd)
+        b.close()
