@@ -1,0 +1,170 @@
+"""Selective reclamation of offline memory handles (DESIGN.md, Algorithm 1) and its plan.
+
+Contract. Offline work holds memory handles; each handle may hold KV-cache blocks of
+several offline requests (:class:`KvSpan`: the request, its block ids in the handle, and the
+tokens that request must recompute if this span is lost — e.g. the tokens from the span's
+first block to the end of the request). Losing several spans of one request costs the largest
+of them (recomputation restarts at the earliest lost block), so the cost of reclaiming a set
+S of handles is
+
+    cost(S) = Σ_request max_{h ∈ S} tokens(request, h).
+
+- :func:`select_handles_greedy` (Algorithm 1) picks k handles one at a time, each with the
+  lowest *marginal* cost (extra tokens to recompute for newly affected requests, given the
+  handles already picked); ties go to the earlier handle in the given order. The myopic choice
+  can lose when one request spans several handles, so the answer is compared with the FIFO
+  baseline and the cheaper set is returned: the result never costs more than FIFO.
+- :func:`select_handles_fifo` is the baseline: the first k handles in the given order
+  (allocation order, oldest first).
+- :func:`plan_reclamation` turns a selection into a :class:`ReclaimPlan` whose steps follow
+  the order of DESIGN.md: disable offline compute, remap the pages to the quarantine page,
+  release the handles to online, report the invalidated block ids per request.
+
+Pure functions of their arguments; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class KvSpan:
+    """The KV blocks of one offline request that live in one handle."""
+
+    request: str
+    blocks: tuple[int, ...]
+    tokens: int
+    """Tokens the request must recompute if this span is lost."""
+
+
+HandleMap = Mapping[int, Sequence[KvSpan]]
+"""handle id → the spans it holds (an empty sequence: a free handle, costless)."""
+
+Selector = Callable[[HandleMap, int], list[int]]
+
+
+def reclaim_cost(handles: HandleMap, chosen: Sequence[int]) -> int:
+    """Tokens to recompute if ``chosen`` handles are reclaimed."""
+    worst: dict[str, int] = {}
+    for h in chosen:
+        for span in handles.get(h, ()):
+            if span.tokens > worst.get(span.request, 0):
+                worst[span.request] = span.tokens
+    return sum(worst.values())
+
+
+def select_handles_fifo(handles: HandleMap, k: int) -> list[int]:
+    """The baseline: the first ``k`` handles in the map's order."""
+    _check_k(handles, k)
+    return list(handles)[:k]
+
+
+def select_handles_greedy(handles: HandleMap, k: int) -> list[int]:
+    """Algorithm 1: ``k`` handles by lowest marginal recompute cost (never worse than FIFO)."""
+    _check_k(handles, k)
+    order = list(handles)
+    position = {h: i for i, h in enumerate(order)}
+    worst: dict[str, int] = {}
+    remaining = set(order)
+    chosen: list[int] = []
+    for _ in range(k):
+        best_h = -1
+        best_cost = -1
+        for h in remaining:
+            marginal = 0
+            for span in handles[h]:
+                extra = span.tokens - worst.get(span.request, 0)
+                if extra > 0:
+                    marginal += extra
+            if (
+                best_cost < 0
+                or marginal < best_cost
+                or (marginal == best_cost and position[h] < position[best_h])
+            ):
+                best_h, best_cost = h, marginal
+        chosen.append(best_h)
+        remaining.discard(best_h)
+        for span in handles[best_h]:
+            if span.tokens > worst.get(span.request, 0):
+                worst[span.request] = span.tokens
+    fifo = order[:k]
+    if reclaim_cost(handles, fifo) < sum(worst.values()):
+        return fifo
+    return chosen
+
+
+def _check_k(handles: HandleMap, k: int) -> None:
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    if k > len(handles):
+        raise ValueError(f"cannot reclaim {k} handles: offline work holds {len(handles)}")
+
+
+class StepKind(StrEnum):
+    DISABLE_COMPUTE = "disable-compute"
+    QUARANTINE_REMAP = "quarantine-remap"
+    RELEASE_HANDLES = "release-handles"
+    REPORT_INVALIDATED = "report-invalidated"
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimStep:
+    kind: StepKind
+    handles: tuple[int, ...] = ()
+    invalidated: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimPlan:
+    """What to do, in order, to hand ``handles`` from offline work to online."""
+
+    gpu: int
+    handles: tuple[int, ...]
+    handle_bytes: int
+    invalidated: Mapping[str, tuple[int, ...]]
+    """Offline request → block ids it lost (sorted), to report to the framework."""
+    tokens_to_recompute: int
+    steps: tuple[ReclaimStep, ...]
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        return len(self.handles) * self.handle_bytes
+
+    @property
+    def blocks_invalidated(self) -> int:
+        return sum(len(b) for b in self.invalidated.values())
+
+
+def plan_reclamation(
+    gpu: int,
+    handles: HandleMap,
+    k: int,
+    *,
+    handle_bytes: int,
+    selector: Selector = select_handles_greedy,
+) -> ReclaimPlan:
+    """Select ``k`` handles with ``selector`` and lay out the reclamation steps in order."""
+    chosen = selector(handles, k)
+    lost: dict[str, set[int]] = {}
+    for h in chosen:
+        for span in handles[h]:
+            lost.setdefault(span.request, set()).update(span.blocks)
+    invalidated = {r: tuple(sorted(b)) for r, b in sorted(lost.items())}
+    chosen_t = tuple(chosen)
+    steps = (
+        ReclaimStep(StepKind.DISABLE_COMPUTE),
+        ReclaimStep(StepKind.QUARANTINE_REMAP, handles=chosen_t),
+        ReclaimStep(StepKind.RELEASE_HANDLES, handles=chosen_t),
+        ReclaimStep(StepKind.REPORT_INVALIDATED, invalidated=tuple(invalidated.items())),
+    )
+    return ReclaimPlan(
+        gpu=gpu,
+        handles=chosen_t,
+        handle_bytes=handle_bytes,
+        invalidated=invalidated,
+        tokens_to_recompute=reclaim_cost(handles, chosen),
+        steps=steps,
+    )
