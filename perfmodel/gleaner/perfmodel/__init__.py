@@ -1,1 +1,82 @@
-"""Performance model: predicted throughput of an offline job on harvested GPUs (pure)."""
+"""Performance model: predicted throughput of an offline job on harvested GPUs (pure).
+
+The public facade; the modules behind it are:
+
+- ``profile``: ``JobProfile``, the memory–throughput curve (interpolation, P_memory of
+  weighted memory values);
+- ``sketch``: ``MemoryHistogram``, the joint harvestable-memory sketch with its error bound;
+- ``summary``: ``NodeSummary`` (a node's window in seconds and counts; merges by
+  addition), ``summarize_samples`` for the DESIGN.md trace format;
+- ``model``: ``ModelConfig``, ``Prediction``, ``predict`` and the factor functions
+  (scalar per GPU set, vectorized per node and per subset);
+- ``fleet``: ``GpuFleet``, single-GPU scoring over thousands of GPUs at once;
+- ``sources``: the ``TraceSource`` protocol, file and NodeTrace sources.
+
+Nothing here does network I/O or imports a Kubernetes/Prometheus client (import-linter
+holds that); the Prometheus source lives in ``gleaner.operator.sources.prometheus``.
+"""
+
+from gleaner.perfmodel.fleet import GpuFleet, memory_factors_single
+from gleaner.perfmodel.model import (
+    BASELINE_MODEL,
+    ModelConfig,
+    Prediction,
+    compute_factor,
+    compute_factors,
+    memory_factor,
+    multi_gpu_factor,
+    pair_scores,
+    predict,
+    subset_factors,
+)
+from gleaner.perfmodel.profile import JobProfile
+from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, DEFAULT_STEP_GIB, MemoryHistogram
+from gleaner.perfmodel.sources import (
+    FileTraceSource,
+    NodeTraceListSource,
+    TraceSource,
+    parse_duration,
+    read_trace_frame,
+)
+from gleaner.perfmodel.summary import (
+    OPTIONAL_COLUMNS,
+    TRACE_COLUMNS,
+    GpuEvents,
+    GpuSpec,
+    NodeSummary,
+    TraceFormatError,
+    summarize_samples,
+    validate_trace_frame,
+)
+
+__all__ = [
+    "BASELINE_MODEL",
+    "DEFAULT_MAX_STATES",
+    "DEFAULT_STEP_GIB",
+    "OPTIONAL_COLUMNS",
+    "TRACE_COLUMNS",
+    "FileTraceSource",
+    "GpuEvents",
+    "GpuFleet",
+    "GpuSpec",
+    "JobProfile",
+    "MemoryHistogram",
+    "ModelConfig",
+    "NodeSummary",
+    "NodeTraceListSource",
+    "Prediction",
+    "TraceFormatError",
+    "TraceSource",
+    "compute_factor",
+    "compute_factors",
+    "memory_factor",
+    "memory_factors_single",
+    "multi_gpu_factor",
+    "pair_scores",
+    "parse_duration",
+    "predict",
+    "read_trace_frame",
+    "subset_factors",
+    "summarize_samples",
+    "validate_trace_frame",
+]

@@ -1,0 +1,149 @@
+"""Trace sources: where node summaries come from, behind one ``TraceSource`` protocol.
+
+Contract. A source's ``load()`` returns ``{node name: NodeSummary}`` and raises
+``TraceFormatError`` (a ValueError) with a one-line message for malformed input.
+
+- ``FileTraceSource``: a CSV or Parquet file in the DESIGN.md trace format (the format
+  is told by the suffix, else by Parquet's ``PAR1`` magic);
+- ``NodeTraceListSource``: NodeTrace objects (models or the API server's dicts), the
+  embedded default in a cluster;
+- the Prometheus source does I/O through prometheus-api-client, so it lives in the
+  operator layer (``gleaner.operator.sources.prometheus``) and feeds
+  ``NodeSummary.from_totals`` / ``from_samples`` here.
+
+``parse_duration`` reads the ``--window`` style durations (``90s``, ``15m``, ``1h``, ``1d``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, DEFAULT_STEP_GIB
+from gleaner.perfmodel.summary import NodeSummary, TraceFormatError, summarize_samples
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gleaner.api import NodeTrace
+
+
+@runtime_checkable
+class TraceSource(Protocol):
+    """Anything that yields the node summaries of one window."""
+
+    def load(self) -> dict[str, NodeSummary]:
+        """Summaries by node name; TraceFormatError on malformed input."""
+        ...
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a number with an optional unit ms, s, m, h, d or w (``1h``)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 1h, 1d)")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+    if not seconds > 0:
+        raise ValueError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def read_trace_frame(path: str | Path) -> pd.DataFrame:
+    """Read a CSV or Parquet trace file into a DataFrame (not yet validated)."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise TraceFormatError(f"{p}: no such trace file")
+    suffixes = [s.lower() for s in p.suffixes]
+    if suffixes and suffixes[-1] in (".parquet", ".pq"):
+        parquet = True
+    elif suffixes and (suffixes[-1] == ".csv" or suffixes[-2:] == [".csv", ".gz"]):
+        parquet = False
+    else:
+        with p.open("rb") as fh:
+            parquet = fh.read(4) == b"PAR1"
+    try:
+        if parquet:
+            return pd.read_parquet(p)
+        return pd.read_csv(p)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        kind = "Parquet" if parquet else "CSV"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TraceFormatError(f"{p}: not a readable {kind} trace: {detail}") from exc
+    except Exception as exc:  # pyarrow raises its own error types
+        kind = "Parquet" if parquet else "CSV"
+        raise TraceFormatError(f"{p}: not a readable {kind} trace: {type(exc).__name__}") from exc
+
+
+class FileTraceSource:
+    """Node summaries from a CSV or Parquet trace file (DESIGN.md "Trace file format")."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        window_seconds: float | None = None,
+        step_gib: float = DEFAULT_STEP_GIB,
+        max_states: int = DEFAULT_MAX_STATES,
+    ) -> None:
+        self.path = Path(path)
+        self.window_seconds = window_seconds
+        self.step_gib = step_gib
+        self.max_states = max_states
+
+    def load(self) -> dict[str, NodeSummary]:
+        frame = read_trace_frame(self.path)
+        try:
+            return summarize_samples(
+                frame,
+                self.step_gib,
+                max_states=self.max_states,
+                window_seconds=self.window_seconds,
+            )
+        except TraceFormatError as exc:
+            raise TraceFormatError(f"{self.path}: {exc}") from exc
+
+
+class NodeTraceListSource:
+    """Node summaries from NodeTrace objects (pydantic models or API-server dicts)."""
+
+    def __init__(
+        self,
+        objects: Iterable[NodeTrace | Mapping[str, Any]],
+        labels: Mapping[str, Mapping[str, str]] | None = None,
+        max_states: int = DEFAULT_MAX_STATES,
+    ) -> None:
+        self.objects = list(objects)
+        self.labels = labels or {}
+        self.max_states = max_states
+
+    def load(self) -> dict[str, NodeSummary]:
+        from pydantic import ValidationError
+
+        from gleaner.api import NodeTrace as NodeTraceModel
+
+        out: dict[str, NodeSummary] = {}
+        for i, obj in enumerate(self.objects):
+            try:
+                nt = obj if isinstance(obj, NodeTraceModel) else NodeTraceModel.model_validate(obj)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                raise TraceFormatError(
+                    f"NodeTrace #{i}: invalid at {where}: {first['msg']}"
+                ) from exc
+            name = nt.spec.node_name or nt.metadata.name
+            if not name:
+                raise TraceFormatError(f"NodeTrace #{i}: no node name (metadata.name)")
+            summary = NodeSummary.from_nodetrace(
+                nt, labels=self.labels.get(name), max_states=self.max_states
+            )
+            out[name] = out[name].merge(summary, self.max_states) if name in out else summary
+        return out
