@@ -23,7 +23,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, computed_field, model_validator
 
 from gleaner.api.common import Condition, CustomResource, KubeModel
 
@@ -39,6 +39,8 @@ class TraceSource(StrEnum):
 
 
 class GpuInfo(KubeModel):
+    """One GPU of the node's inventory."""
+
     index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE, description="GPU index on the node.")
     uuid: str = Field(min_length=1, description="GPU UUID (GPU-xxxxxxxx-...).")
     product: str = Field(default="", description="GPU product name.")
@@ -46,13 +48,17 @@ class GpuInfo(KubeModel):
 
 
 class TraceWindow(KubeModel):
+    """The time window a NodeTrace summarizes."""
+
     start: datetime = Field(description="Start of the summarized window.")
     end: datetime = Field(description="End of the summarized window.")
     seconds: float = Field(gt=0, description="Seconds of samples in the window.")
 
 
 class GpuTrace(KubeModel):
-    index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
+    """What one GPU did over the window, in seconds and counts (windows merge by addition)."""
+
+    index: int = Field(ge=0, lt=MAX_GPUS_PER_NODE, description="GPU index on the node.")
     offline_enabled_seconds: float = Field(
         ge=0, description="Seconds offline channels were enabled (timeslices for offline work)."
     )
@@ -70,8 +76,27 @@ class GpuTrace(KubeModel):
 
 
 class GpuPair(KubeModel):
-    gpu_a: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
-    gpu_b: int = Field(ge=0, lt=MAX_GPUS_PER_NODE)
+    """Online busy-time overlap of two GPUs of the node (P_multi = overlap / union)."""
+
+    model_config = KubeModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.gpuA < self.gpuB",
+                    "message": "gpuA must be less than gpuB",
+                    "fieldPath": ".gpuA",
+                },
+                {
+                    "rule": "self.overlapSeconds <= self.unionSeconds + 0.000001",
+                    "message": "overlapSeconds cannot exceed unionSeconds",
+                    "fieldPath": ".overlapSeconds",
+                },
+            ]
+        }
+    }
+
+    gpu_a: int = Field(ge=0, lt=MAX_GPUS_PER_NODE, description="The lower GPU index.")
+    gpu_b: int = Field(ge=0, lt=MAX_GPUS_PER_NODE, description="The higher GPU index.")
     overlap_seconds: float = Field(ge=0, description="Seconds both GPUs were busy online.")
     union_seconds: float = Field(ge=0, description="Seconds at least one was busy online.")
 
@@ -85,6 +110,8 @@ class GpuPair(KubeModel):
 
 
 class MemoryState(KubeModel):
+    """One state of the joint harvestable-memory histogram."""
+
     free_gi_b: list[float] = Field(
         alias="freeGiB",
         max_length=MAX_GPUS_PER_NODE,
@@ -94,17 +121,27 @@ class MemoryState(KubeModel):
 
 
 class MemorySketch(KubeModel):
+    """Sparse joint histogram of harvestable memory over the node's GPUs."""
+
     step_gi_b: float = Field(
         alias="stepGiB", gt=0, description="Quantization step; the error bound of E[f(M)]."
     )
-    states: list[MemoryState] = Field(default_factory=list, max_length=MAX_MEMORY_STATES)
+    states: list[MemoryState] = Field(
+        default_factory=list,
+        max_length=MAX_MEMORY_STATES,
+        description="The states seen and the seconds spent in each.",
+    )
 
 
 class NodeTraceSpec(KubeModel):
+    """Which node the trace describes (the object is named after it, too)."""
+
     node_name: str = Field(default="", description="The node this trace describes.")
 
 
 class NodeTraceStatus(KubeModel):
+    """The node's GPUs and what they did over the last window; written by its agent."""
+
     model_config = KubeModel.model_config | {"extra": "ignore"}
 
     source: TraceSource = Field(default=TraceSource.AGENT, description="Who produced the trace.")
@@ -112,13 +149,24 @@ class NodeTraceStatus(KubeModel):
     last_report_time: datetime | None = Field(
         default=None, description="When the agent last reported; old means stale."
     )
-    gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
-    window: TraceWindow | None = None
-    per_gpu: list[GpuTrace] = Field(
-        default_factory=list, alias="perGPU", max_length=MAX_GPUS_PER_NODE
+    gpus: list[GpuInfo] = Field(
+        default_factory=list, max_length=MAX_GPUS_PER_NODE, description="GPU inventory."
     )
-    pairs: list[GpuPair] = Field(default_factory=list, max_length=120)
-    memory: MemorySketch | None = None
+    window: TraceWindow | None = Field(default=None, description="The summarized window.")
+    per_gpu: list[GpuTrace] = Field(
+        default_factory=list,
+        alias="perGPU",
+        max_length=MAX_GPUS_PER_NODE,
+        description="Per-GPU seconds and counts over the window.",
+    )
+    pairs: list[GpuPair] = Field(
+        default_factory=list,
+        max_length=120,
+        description="Per GPU pair (gpuA < gpuB): online busy overlap and union seconds.",
+    )
+    memory: MemorySketch | None = Field(
+        default=None, description="Harvestable-memory distribution (joint histogram)."
+    )
     idle_fraction: float | None = Field(
         default=None, ge=0, le=1, description="Mean offline-usable fraction over the node's GPUs."
     )
@@ -129,10 +177,20 @@ class NodeTraceStatus(KubeModel):
         description="10th percentile of the node's per-GPU harvestable memory, GiB.",
     )
     offline_jobs: int = Field(default=0, ge=0, description="Offline jobs running on the node.")
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, description="Agent conditions.")
+
+    @computed_field(  # type: ignore[prop-decorator]
+        alias="gpuCount", description="Number of GPUs in the inventory (derived from gpus)."
+    )
+    @property
+    def gpu_count(self) -> int:
+        """Derived, written with the status so ``kubectl get nt`` can show it."""
+        return len(self.gpus)
 
 
 class NodeTrace(CustomResource):
+    """What one GPU node's agent saw: GPU inventory and a window of online load."""
+
     KIND: ClassVar[str] = "NodeTrace"
     PLURAL: ClassVar[str] = "nodetraces"
 

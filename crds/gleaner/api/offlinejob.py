@@ -51,6 +51,12 @@ class Profile(KubeModel):
                     "fieldPath": ".memoryCurve",
                 },
                 {
+                    "rule": "self.memoryCurve.map(p, p.memoryGiB).isSorted()",
+                    "message": "memoryCurve: points must be sorted by memoryGiB "
+                    "(memory strictly increasing)",
+                    "fieldPath": ".memoryCurve",
+                },
+                {
                     "rule": "size(self.memoryCurve) < 2 || self.memoryCurve.all(p, "
                     "self.memoryCurve.exists_one(q, q.memoryGiB == p.memoryGiB))",
                     "message": "memoryCurve: memoryGiB values must be distinct",
@@ -144,6 +150,8 @@ class GpuSelector(KubeModel):
 
 
 class OfflineJobSpec(KubeModel):
+    """What to run, on how many GPUs, at which throughput SLA, with which profile."""
+
     model_config = KubeModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
@@ -156,8 +164,36 @@ class OfflineJobSpec(KubeModel):
     }
 
     template: dict[str, Any] = Field(
-        description="Pod template (PodTemplateSpec) of the offline inference worker.",
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="Pod template (PodTemplateSpec) of the offline inference worker. "
+        "The operator creates the job's Pods from it (one per attempt) and injects the "
+        "binding: nodeName, NVIDIA_VISIBLE_DEVICES, the shim and its sockets.",
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            "required": ["spec"],
+            "properties": {
+                "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "spec": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "required": ["containers"],
+                    "properties": {
+                        "containers": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                                "required": ["name", "image"],
+                                "properties": {
+                                    "name": {"type": "string", "minLength": 1},
+                                    "image": {"type": "string", "minLength": 1},
+                                },
+                            },
+                        }
+                    },
+                },
+            },
+        },
     )
     gpus: int = Field(
         default=1, ge=1, le=MAX_GPUS_PER_JOB, description="GPUs per job, run in lockstep (1-8)."
@@ -249,7 +285,9 @@ class Placement(KubeModel):
     throughput_fraction: float = Field(
         ge=0, le=1, description="Predicted product (fraction of standalone throughput)."
     )
-    predicted_tokens_per_second: float | None = Field(default=None, ge=0)
+    predicted_tokens_per_second: float | None = Field(
+        default=None, ge=0, description="throughputFraction x standaloneTokensPerSecond."
+    )
     decided_at: datetime = Field(description="When the scheduler decided this placement.")
 
 
@@ -258,33 +296,47 @@ class Observed(KubeModel):
 
     throughput_fraction: float = Field(ge=0, description="Observed fraction over the window.")
     window_seconds: float = Field(gt=0, description="Length of the window.")
-    tokens_per_second: float | None = Field(default=None, ge=0)
-    updated_at: datetime | None = None
+    tokens_per_second: float | None = Field(
+        default=None, ge=0, description="Observed throughput, tokens/s."
+    )
+    updated_at: datetime | None = Field(default=None, description="When it was last measured.")
 
 
 class EvictionRecord(KubeModel):
     """One SLA eviction, as kept in status (the full report is a separate object)."""
 
-    time: datetime
-    node: str
-    gpu_indices: list[int] = Field(default_factory=list)
+    time: datetime = Field(description="When the job was evicted.")
+    node: str = Field(description="The node it was evicted from.")
+    gpu_indices: list[int] = Field(default_factory=list, description="The GPUs it held there.")
     reason: str = Field(description="Why it was evicted, human-readable.")
-    sla: float = Field(gt=0, le=1)
-    predicted_throughput_fraction: float = Field(ge=0, le=1)
-    observed_throughput_fraction: float = Field(ge=0)
+    sla: float = Field(gt=0, le=1, description="The job's throughputSLA at the time.")
+    predicted_throughput_fraction: float = Field(
+        ge=0, le=1, description="What the model predicted for that placement."
+    )
+    observed_throughput_fraction: float = Field(
+        ge=0, description="What the SLA monitor observed before evicting."
+    )
     report: str | None = Field(
         default=None, description="Name of the ConfigMap that holds the full eviction report."
     )
 
 
 class OfflineJobStatus(KubeModel):
+    """What the operator decided and observed; written by the operator only."""
+
     model_config = KubeModel.model_config | {"extra": "ignore"}
 
     phase: Phase = Field(default=Phase.PENDING, description="Where the job is in its lifecycle.")
     message: str = Field(default="", description="Human-readable summary of the phase.")
-    observed_generation: int | None = None
-    placement: Placement | None = None
-    observed: Observed | None = None
+    observed_generation: int | None = Field(
+        default=None, description="The .metadata.generation the status was computed for."
+    )
+    placement: Placement | None = Field(
+        default=None, description="The current placement; absent while not placed."
+    )
+    observed: Observed | None = Field(
+        default=None, description="Throughput the SLA monitor observed for the current placement."
+    )
     evictions: list[EvictionRecord] = Field(
         default_factory=list,
         max_length=MAX_EVICTION_RECORDS,
@@ -298,10 +350,14 @@ class OfflineJobStatus(KubeModel):
         default=None, description="Backoff: no placement attempt before this time."
     )
     pods: list[str] = Field(default_factory=list, description="Names of the job's Pods.")
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Valid, Scheduled, Ready and SLAMet (docs/api.md)."
+    )
 
 
 class OfflineJob(CustomResource):
+    """An offline LLM inference job that runs on the idle capacity of online GPUs."""
+
     KIND: ClassVar[str] = "OfflineJob"
     PLURAL: ClassVar[str] = "offlinejobs"
 
