@@ -1,0 +1,219 @@
+"""MIAD memory reservation and selective reclamation (Algorithm 1)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gleaner.agent.policy import (
+    Grow,
+    KvSpan,
+    MemoryConfig,
+    MemoryReservation,
+    Release,
+    StepKind,
+    plan_reclamation,
+    reclaim_cost,
+    select_handles_fifo,
+    select_handles_greedy,
+)
+
+CFG = MemoryConfig(
+    initial_handles=10,
+    min_handles=2,
+    initial_interval_s=1.0,
+    min_interval_s=0.5,
+    max_interval_s=8.0,
+    interval_increase=2.0,
+    interval_decrease_s=0.25,
+    target_pressure_rate_per_s=0.1,
+    rate_window_s=10.0,
+)
+
+
+def test_pressure_grows_headroom_by_alpha() -> None:
+    m = MemoryReservation(0, CFG)
+    assert m.observe(0.5, 8) == []  # 80 % < 90 %
+    assert m.observe(1.0, 9) == [Grow(0, 1.0, 10)]
+    assert m.headroom == 20 and m.pressure_events == 1
+    # An overshoot beyond the headroom grows to what it needs at once.
+    assert m.observe(1.1, 50) == [Grow(0, 1.1, 36)]  # ceil(50 / 0.9) = 56
+    assert m.headroom_bytes == 56 * 2 * 1024 * 1024
+
+
+def test_release_one_handle_per_interval_and_interval_decreases_additively() -> None:
+    m = MemoryReservation(0, CFG)
+    assert m.tick(0.99) == []
+    assert m.tick(1.0) == [Release(0, 1.0)]
+    assert m.interval_s == 0.75
+    assert m.next_deadline() == 1.75
+    assert m.tick(1.7) == []
+    assert m.tick(1.75) == [Release(0, 1.75)]
+    assert m.interval_s == 0.5  # floor
+    assert m.headroom == 8
+
+
+def test_interval_grows_when_pressure_rate_is_above_target() -> None:
+    m = MemoryReservation(0, CFG)
+    m.observe(1.0, 9)  # rate 0.1/s = target: not above, T unchanged
+    assert m.interval_s == 1.0
+    m.observe(2.0, 19)  # 2 events in 10 s: above target
+    assert m.interval_s == 2.0
+    assert m.pressure_rate() == pytest.approx(0.2)
+
+
+def test_never_below_min_and_never_a_self_inflicted_pressure() -> None:
+    m = MemoryReservation(0, CFG)
+    m.observe(0.0, 7)
+    releases = [a for t in range(1, 40) for a in m.tick(float(t))]
+    # 10 -> 9 -> 8 (7 of 8 is 87.5 %); one more would make 7 of 7 a pressure event.
+    assert m.headroom == 8 and len(releases) == 2
+    m.observe(41.0, 0)
+    for t in range(42, 200):
+        m.tick(float(t))
+    assert m.headroom == CFG.min_handles
+
+
+def test_capacity_caps_growth() -> None:
+    m = MemoryReservation(0, CFG, capacity=15)
+    assert m.observe(0.0, 10) == [Grow(0, 0.0, 5)]
+    assert m.observe(0.1, 15) == []
+    assert m.headroom == 15
+
+
+def test_bad_config() -> None:
+    with pytest.raises(ValueError):
+        MemoryConfig(alpha=1.0)
+    with pytest.raises(ValueError):
+        MemoryConfig(min_interval_s=2.0, initial_interval_s=1.0)
+    with pytest.raises(ValueError):
+        MemoryReservation(0, CFG).observe(0.0, -1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.floats(0.0, 3.0), st.one_of(st.none(), st.integers(0, 400))),
+        min_size=1,
+        max_size=60,
+    ),
+    capacity=st.one_of(st.none(), st.integers(2, 500)),
+)
+def test_property_miad_invariants(
+    steps: list[tuple[float, int | None]], capacity: int | None
+) -> None:
+    m = MemoryReservation(0, CFG, capacity=capacity)
+    t = 0.0
+    last_release: float | None = None
+    for dt, used in steps:
+        t += dt
+        before_h, before_t = m.headroom, m.interval_s
+        actions = m.tick(t) if used is None else m.observe(t, used)
+        for a in actions:
+            if isinstance(a, Grow):
+                # Multiplicative increase: at least alpha-fold unless the capacity binds.
+                assert used is not None and used >= CFG.pressure_threshold * before_h
+                cap = capacity if capacity is not None else math.inf
+                assert m.headroom >= min(cap, math.ceil(CFG.alpha * before_h))
+                assert m.interval_s >= before_t
+            else:
+                # Additive decrease, one handle at a time, never into pressure.
+                assert m.headroom == before_h - 1
+                assert m.used < CFG.pressure_threshold * before_h
+                if last_release is not None:
+                    assert t - last_release >= CFG.min_interval_s - 1e-9
+                last_release = t
+        if used is not None and used < CFG.pressure_threshold * before_h:
+            assert not any(isinstance(a, Grow) for a in actions)
+        assert CFG.min_handles <= m.headroom
+        if capacity is not None:
+            assert m.headroom <= capacity
+        assert CFG.min_interval_s <= m.interval_s <= CFG.max_interval_s
+
+
+# -- reclamation --------------------------------------------------------------------------
+
+
+def test_greedy_prefers_free_and_shared_handles() -> None:
+    handles = {
+        10: [KvSpan("a", (0, 1), 100)],
+        11: [KvSpan("b", (0,), 40), KvSpan("c", (0,), 40)],
+        12: [],
+        13: [KvSpan("a", (2,), 60)],
+    }
+    # The free handle first, then 13 (60 tokens); then 10 adds only 100 - 60 = 40 while
+    # 11 would add 80.
+    assert select_handles_greedy(handles, 3) == [12, 13, 10]
+    assert reclaim_cost(handles, [12, 13, 10]) == 100
+    assert select_handles_fifo(handles, 3) == [10, 11, 12]
+    assert reclaim_cost(handles, [10, 11, 12]) == 180
+
+
+def test_greedy_falls_back_to_fifo_when_myopia_loses() -> None:
+    handles = {
+        0: [KvSpan("r1", (0,), 10)],
+        1: [KvSpan("r1", (1,), 10)],
+        2: [KvSpan("r2", (0,), 6)],
+    }
+    assert select_handles_greedy(handles, 2) == [0, 1]
+    assert reclaim_cost(handles, [0, 1]) == 10
+
+
+def test_plan_steps_follow_the_design_order() -> None:
+    handles = {1: [KvSpan("x", (4, 5), 30), KvSpan("y", (9,), 7)], 2: [KvSpan("x", (6,), 20)]}
+    plan = plan_reclamation(0, handles, 2, handle_bytes=2 << 20)
+    assert [s.kind for s in plan.steps] == [
+        StepKind.DISABLE_COMPUTE,
+        StepKind.QUARANTINE_REMAP,
+        StepKind.RELEASE_HANDLES,
+        StepKind.REPORT_INVALIDATED,
+    ]
+    assert plan.invalidated == {"x": (4, 5, 6), "y": (9,)}
+    assert plan.blocks_invalidated == 4
+    assert plan.reclaimed_bytes == 4 << 20
+    assert plan.tokens_to_recompute == 37
+    assert plan.steps[1].handles == plan.steps[2].handles == plan.handles
+    with pytest.raises(ValueError):
+        plan_reclamation(0, handles, 3, handle_bytes=1)
+
+
+spans = st.lists(
+    st.builds(
+        KvSpan,
+        request=st.sampled_from(["a", "b", "c", "d", "e"]),
+        blocks=st.lists(st.integers(0, 50), min_size=1, max_size=3).map(tuple),
+        tokens=st.integers(1, 500),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(table=st.lists(spans, min_size=1, max_size=8), data=st.data())
+def test_property_greedy_never_worse_than_fifo(
+    table: list[list[KvSpan]], data: st.DataObject
+) -> None:
+    handles = dict(enumerate(table))
+    k = data.draw(st.integers(0, len(handles)))
+    chosen = select_handles_greedy(handles, k)
+    assert len(chosen) == k == len(set(chosen))
+    assert reclaim_cost(handles, chosen) <= reclaim_cost(handles, select_handles_fifo(handles, k))
+
+
+@settings(max_examples=150, deadline=None)
+@given(table=st.lists(st.lists(st.integers(1, 300), max_size=3), min_size=1, max_size=7))
+def test_property_greedy_is_optimal_when_requests_do_not_share_handles(
+    table: list[list[int]],
+) -> None:
+    # Each request lives in one handle only: marginal costs are independent, greedy is exact.
+    handles = {
+        h: [KvSpan(f"r{h}-{i}", (i,), tok) for i, tok in enumerate(toks)]
+        for h, toks in enumerate(table)
+    }
+    for k in range(len(handles) + 1):
+        best = min(reclaim_cost(handles, c) for c in itertools.combinations(handles, k))
+        assert reclaim_cost(handles, select_handles_greedy(handles, k)) == best
