@@ -1,5 +1,128 @@
-"""``gleaner crds`` (placeholder until the CRD generator lands, issue 2)."""
+"""``gleaner crds``: print the CRD manifests, or validate objects through them like kubectl.
 
-from gleaner.cli.common import not_built
+Without arguments it prints both CustomResourceDefinitions as YAML (``--format json``:
+a JSON list; ``--format table``: one row per CRD), ready for ``kubectl apply -f -``.
+``gleaner crds --validate FILE...`` reads OfflineJob/NodeTrace manifests (multi-document
+YAML; ``-`` is stdin) and validates each through the generated CRD schema, the way the
+API server would (``gleaner.api.schema_validation``): one line per valid object, a
+kubectl-style error block per invalid one, and exit 2 (with a one-line error) when any is
+invalid. A ConfigMap named by an OfflineJob's ``profileFrom`` in the same files has its
+profile validated, too.
+"""
 
-command = not_built("crds", "issue 2 (CRD generator)")
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from gleaner.cli.common import echo_json, echo_table, fail
+
+
+def _load(paths: tuple[str, ...]) -> list[tuple[str, Any]]:
+    docs: list[tuple[str, Any]] = []
+    for name in paths:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot read {name}: {exc.strerror or exc}")
+        try:
+            loaded = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            fail(f"{name}: not valid YAML: {' '.join(str(exc).split())}")
+        docs.extend((name, doc) for doc in loaded)
+    return docs
+
+
+def _print_manifests(output_format: str) -> None:
+    from gleaner.api.crdgen import CRDS, build_crds, rendered_files
+
+    if output_format == "json":
+        echo_json(build_crds())
+    elif output_format == "table":
+        rows = [
+            (
+                spec.name,
+                spec.kind,
+                spec.scope,
+                ",".join(spec.short_names),
+                " ".join(c.name for c in spec.columns),
+            )
+            for spec in CRDS
+        ]
+        echo_table(("CRD", "Kind", "Scope", "Short names", "Columns"), rows)
+    else:
+        click.echo("---\n".join(rendered_files().values()), nl=False)
+
+
+def _validate(paths: tuple[str, ...], output_format: str) -> None:
+    from gleaner.api.schema_validation import validate_documents
+
+    results = validate_documents(_load(paths))
+    checked = [r for r in results if not r.skipped]
+    if not checked:
+        fail("no OfflineJob or NodeTrace objects in " + ", ".join(paths))
+    invalid = [r for r in checked if not r.valid]
+    if output_format == "json":
+        echo_json(
+            [
+                {
+                    "file": r.source,
+                    "kind": r.kind,
+                    "name": r.name,
+                    "namespace": r.namespace,
+                    "valid": r.valid,
+                    "errors": [{"field": e.field, "message": str(e)} for e in r.errors],
+                }
+                for r in checked
+            ]
+        )
+    else:
+        for r in checked:
+            if r.valid:
+                click.echo(f"{r.resource} valid ({r.source})")
+            else:
+                click.echo(f'{r.source}: The {r.kind} "{r.name}" is invalid:')
+                for err in r.errors:
+                    click.echo(f"* {err}")
+        click.echo(f"{len(checked) - len(invalid)} valid, {len(invalid)} invalid")
+    if invalid:
+        fail(f"{len(invalid)} of {len(checked)} objects are invalid")
+
+
+@click.command(name="crds")
+@click.option(
+    "--validate",
+    "validate",
+    is_flag=True,
+    help="Validate the OfflineJob/NodeTrace objects in FILES through the CRD schemas.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["yaml", "json", "table"]),
+    default=None,
+    help="Output format [manifests: yaml (default), json, table; --validate: table "
+    "(default), json].",
+)
+@click.argument("files", nargs=-1, type=str)
+def command(validate: bool, output_format: str | None, files: tuple[str, ...]) -> None:
+    """Print the CRD manifests generated from the API models, or validate objects.
+
+    \b
+    gleaner crds | kubectl apply -f -
+    gleaner crds --validate examples/*.yaml
+    """
+    if not validate:
+        if files:
+            fail("FILES are only read with --validate")
+        _print_manifests(output_format or "yaml")
+        return
+    if not files:
+        fail("--validate needs at least one FILE (or - for stdin)")
+    if output_format == "yaml":
+        fail("--validate prints a table or json, not yaml")
+    _validate(files, output_format or "table")
