@@ -110,7 +110,7 @@ def test_nodetrace_status_round_trips_through_the_api_model() -> None:
 
 
 def test_cap_states_doubles_the_step() -> None:
-    states = {(i,): 1.0 for i in range(10)}
+    states: dict[tuple[int, ...], float] = {(i,): 1.0 for i in range(10)}
     capped, step = cap_states(states, 0.5, max_states=3)
     assert step == 2.0 and len(capped) == 3
     assert sum(capped.values()) == pytest.approx(10.0)

@@ -13,13 +13,18 @@ from gleaner.agent.policy import ComputeGate, Disable, Enable, GateAction, GateC
 CFG = GateConfig(cool_floor_s=0.01, cool_ceiling_s=1.0, request_timeout_s=None)
 
 
+def _is_enabled(g: ComputeGate) -> bool:
+    # A call, so that type checkers do not narrow the attribute across state changes.
+    return g.enabled
+
+
 def test_starts_closed_and_opens_after_one_floor_cooldown() -> None:
     g = ComputeGate(3, CFG, start=10.0)
     assert not g.enabled
     assert g.next_deadline() == pytest.approx(10.01)
     assert g.tick(10.009) == []
     assert g.tick(10.01) == [Enable(3, 10.01)]
-    assert g.enabled and g.next_deadline() is None
+    assert _is_enabled(g) and g.next_deadline() is None
 
 
 def test_busy_disables_at_once_and_counts_one_preemption() -> None:
