@@ -1,0 +1,306 @@
+"""Node summaries from Prometheus (prometheus-api-client): agent metrics, else DCGM.
+
+Contract. ``PrometheusTraceSource(url, window_seconds, step_seconds, end).load()`` returns
+``{node: NodeSummary}`` for the window (end - window, end]:
+
+- Nodes with Gleaner agent metrics (DESIGN.md "Agent metrics"): per-GPU
+  ``gleaner_gpu_online_busy_seconds_total`` and ``gleaner_gpu_offline_enabled_seconds_total``,
+  per-pair ``gleaner_gpu_pair_busy_{overlap,union}_seconds_total{gpu_a,gpu_b}`` are read as
+  raw samples of the window (an instant query of a range selector) and reduced to their
+  increase with counter resets handled and without extrapolation; the window of a node is
+  the time its busy counters cover. ``gleaner_gpu_harvestable_memory_bytes`` is read with a
+  range query at ``step_seconds`` into the joint memory sketch. Event counters
+  (``gleaner_preemptions_total``, ``gleaner_online_requests_total``,
+  ``gleaner_memory_reclaim_events_total``, ``gleaner_memory_reclaimed_bytes_total``) fill
+  the per-GPU counts where they carry ``node`` and ``gpu`` labels.
+- Nodes without agent metrics, when ``dcgm_fallback``: NVIDIA DCGM exporter gauges
+  ``DCGM_FI_DEV_GPU_UTIL`` (percent; online busy = util / 100), ``DCGM_FI_DEV_FB_FREE`` and
+  ``DCGM_FI_DEV_FB_USED`` (MiB; harvestable = free) by range query, for what-if analysis:
+  no offline-enabled time, so P_compute = 1 - busy fraction. The node is the ``Hostname``
+  label (dcgm-exporter's default), else ``node``, ``kubernetes_node`` or ``instance``;
+  ``UUID`` and ``modelName`` fill the GPU inventory.
+
+Failures to reach Prometheus or a window without any usable series raise
+``PrometheusSourceError`` with a one-line message. The arithmetic is pure and lives in
+``gleaner.perfmodel`` (``series``, ``NodeSummary.from_totals``/``from_samples``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from gleaner.perfmodel import (
+    DEFAULT_MAX_STATES,
+    DEFAULT_STEP_GIB,
+    GpuEvents,
+    GpuSpec,
+    NodeSummary,
+)
+from gleaner.perfmodel.series import align_on_grid, counter_increase
+
+BUSY = "gleaner_gpu_online_busy_seconds_total"
+ENABLED = "gleaner_gpu_offline_enabled_seconds_total"
+PAIR_OVERLAP = "gleaner_gpu_pair_busy_overlap_seconds_total"
+PAIR_UNION = "gleaner_gpu_pair_busy_union_seconds_total"
+HARVESTABLE = "gleaner_gpu_harvestable_memory_bytes"
+EVENT_COUNTERS = {
+    "preemptions": "gleaner_preemptions_total",
+    "online_requests": "gleaner_online_requests_total",
+    "reclamations": "gleaner_memory_reclaim_events_total",
+    "reclaimed_bytes": "gleaner_memory_reclaimed_bytes_total",
+}
+DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+DCGM_FREE = "DCGM_FI_DEV_FB_FREE"
+DCGM_USED = "DCGM_FI_DEV_FB_USED"
+DCGM_NODE_LABELS = ("Hostname", "node", "kubernetes_node", "instance")
+GIB = float(2**30)
+
+Samples = tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]
+
+
+class PrometheusSourceError(RuntimeError):
+    """Prometheus could not be queried, or it holds no usable series for the window."""
+
+
+def _samples(result: Mapping[str, Any]) -> Samples:
+    rows = result.get("values") or ([result["value"]] if "value" in result else [])
+    arr = np.array([[float(t), float(v)] for t, v in rows], dtype=np.float64).reshape(-1, 2)
+    return arr[:, 0], arr[:, 1]
+
+
+def _gpu(labels: Mapping[str, str]) -> int | None:
+    try:
+        return int(labels["gpu"])
+    except (KeyError, ValueError):
+        return None
+
+
+@dataclass
+class PrometheusTraceSource:
+    """Summaries of the last ``window_seconds`` before ``end`` (default: now)."""
+
+    url: str
+    window_seconds: float = 3600.0
+    step_seconds: float = 15.0
+    end: datetime | None = None
+    step_gib: float = DEFAULT_STEP_GIB
+    max_states: int = DEFAULT_MAX_STATES
+    dcgm_fallback: bool = True
+    timeout_seconds: float = 30.0
+    disable_ssl: bool = True
+
+    def _client(self) -> Any:
+        from prometheus_api_client import PrometheusConnect
+
+        return PrometheusConnect(url=self.url, disable_ssl=self.disable_ssl)
+
+    def _end(self) -> datetime:
+        return self.end or datetime.now(UTC)
+
+    def _query(self, client: Any, promql: str) -> list[dict[str, Any]]:
+        try:
+            out = client.custom_query(
+                promql,
+                params={"time": self._end().timestamp(), "timeout": f"{self.timeout_seconds}s"},
+            )
+        except Exception as exc:  # the client raises requests' and its own errors
+            raise PrometheusSourceError(f"{self.url}: query {promql!r} failed: {exc}") from exc
+        return list(out)
+
+    def _query_range(self, client: Any, promql: str) -> list[dict[str, Any]]:
+        end = self._end()
+        start = end - timedelta(seconds=self.window_seconds)
+        try:
+            out = client.custom_query_range(
+                promql,
+                start_time=start,
+                end_time=end,
+                step=f"{self.step_seconds:g}s",
+                params={"timeout": f"{self.timeout_seconds}s"},
+            )
+        except Exception as exc:
+            raise PrometheusSourceError(f"{self.url}: query {promql!r} failed: {exc}") from exc
+        return list(out)
+
+    def _raw_window(self, client: Any, metric: str) -> list[dict[str, Any]]:
+        return self._query(client, f"{metric}[{round(self.window_seconds)}s]")
+
+    # -- the source ----------------------------------------------------------------------
+
+    def load(self) -> dict[str, NodeSummary]:
+        client = self._client()
+        out = self._load_agent(client)
+        if self.dcgm_fallback:
+            for name, summary in self._load_dcgm(client, skip=set(out)).items():
+                out[name] = summary
+        if not out:
+            raise PrometheusSourceError(
+                f"{self.url}: no agent ({BUSY}) or DCGM ({DCGM_UTIL}) series in the "
+                f"{self.window_seconds:g}s window before {self._end().isoformat()}"
+            )
+        return dict(sorted(out.items()))
+
+    def _per_gpu_counter(
+        self, client: Any, metric: str
+    ) -> dict[str, dict[int, tuple[float, float]]]:
+        """node -> gpu -> (increase, covered seconds); the longest series wins duplicates."""
+        found: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+        for result in self._raw_window(client, metric):
+            labels = result.get("metric", {})
+            node, gpu = labels.get("node"), _gpu(labels)
+            if not node or gpu is None:
+                continue
+            inc = counter_increase(*_samples(result))
+            if gpu not in found[node] or inc[1] > found[node][gpu][1]:
+                found[node][gpu] = inc
+        return found
+
+    def _pair_counter(self, client: Any, metric: str) -> dict[str, dict[tuple[int, int], float]]:
+        found: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
+        for result in self._raw_window(client, metric):
+            labels = result.get("metric", {})
+            node = labels.get("node")
+            try:
+                a, b = int(labels["gpu_a"]), int(labels["gpu_b"])
+            except (KeyError, ValueError):
+                continue
+            if not node or a == b:
+                continue
+            found[node][(min(a, b), max(a, b))] = counter_increase(*_samples(result))[0]
+        return found
+
+    def _load_agent(self, client: Any) -> dict[str, NodeSummary]:
+        busy = self._per_gpu_counter(client, BUSY)
+        if not busy:
+            return {}
+        enabled = self._per_gpu_counter(client, ENABLED)
+        overlap = self._pair_counter(client, PAIR_OVERLAP)
+        union = self._pair_counter(client, PAIR_UNION)
+        events = {k: self._per_gpu_counter(client, m) for k, m in EVENT_COUNTERS.items()}
+        memory: dict[str, dict[int, Samples]] = defaultdict(dict)
+        for result in self._query_range(client, HARVESTABLE):
+            labels = result.get("metric", {})
+            node, gpu = labels.get("node"), _gpu(labels)
+            if node and gpu is not None:
+                memory[node][gpu] = _samples(result)
+        out: dict[str, NodeSummary] = {}
+        for node, per_gpu in busy.items():
+            gpus = sorted(per_gpu)
+            window = max(per_gpu[g][1] for g in gpus)
+            if window <= 0:
+                continue
+            node_enabled = enabled.get(node, {})
+            has_enabled = all(g in node_enabled for g in gpus)
+            n = len(gpus)
+            ov = np.full((n, n), np.nan)
+            un = np.full((n, n), np.nan)
+            for i, a in enumerate(gpus):
+                for j, b in enumerate(gpus):
+                    if (a, b) in overlap.get(node, {}) and (a, b) in union.get(node, {}):
+                        ov[i, j] = ov[j, i] = overlap[node][(a, b)]
+                        un[i, j] = un[j, i] = union[node][(a, b)]
+            node_mem = memory.get(node, {})
+            if all(g in node_mem for g in gpus):
+                _, mem = align_on_grid([node_mem[g] for g in gpus])
+                mem = mem / GIB
+            else:
+                mem = np.zeros((0, n))
+            summary = NodeSummary.from_totals(
+                node,
+                gpus,
+                window,
+                [per_gpu[g][0] for g in gpus],
+                [node_enabled[g][0] for g in gpus] if has_enabled else None,
+                ov,
+                un,
+                mem,
+                self.step_seconds,
+                step_gib=self.step_gib,
+                max_states=self.max_states,
+                window_end=self._end(),
+            )
+            counts = {
+                k: np.array(
+                    [round(v.get(node, {}).get(g, (0.0, 0.0))[0]) for g in gpus], dtype=np.int64
+                )
+                for k, v in events.items()
+            }
+            out[node] = replace(
+                summary,
+                events=GpuEvents(
+                    preemptions=counts["preemptions"],
+                    online_requests=counts["online_requests"],
+                    max_preemptions_per_request=np.zeros(n, dtype=np.int64),
+                    reclamations=counts["reclamations"],
+                    reclaimed_bytes=counts["reclaimed_bytes"],
+                ),
+            )
+        return out
+
+    def _load_dcgm(self, client: Any, skip: Iterable[str]) -> dict[str, NodeSummary]:
+        skipped = set(skip)
+        util: dict[str, dict[int, Samples]] = defaultdict(dict)
+        free: dict[str, dict[int, Samples]] = defaultdict(dict)
+        total: dict[str, dict[int, float]] = defaultdict(dict)
+        info: dict[str, dict[int, tuple[str, str]]] = defaultdict(dict)
+        for metric, into in ((DCGM_UTIL, util), (DCGM_FREE, free)):
+            for result in self._query_range(client, metric):
+                labels = result.get("metric", {})
+                node = next((labels[k] for k in DCGM_NODE_LABELS if labels.get(k)), None)
+                gpu = _gpu(labels)
+                if node is None or gpu is None or node in skipped:
+                    continue
+                into[node][gpu] = _samples(result)
+                info[node][gpu] = (labels.get("UUID", ""), labels.get("modelName", ""))
+        used: dict[str, dict[int, Samples]] = defaultdict(dict)
+        for result in self._query_range(client, DCGM_USED):
+            labels = result.get("metric", {})
+            node = next((labels[k] for k in DCGM_NODE_LABELS if labels.get(k)), None)
+            gpu = _gpu(labels)
+            if node is not None and gpu is not None:
+                used[node][gpu] = _samples(result)
+        out: dict[str, NodeSummary] = {}
+        for node in sorted(util):
+            gpus = sorted(g for g in util[node] if g in free[node])
+            if not gpus:
+                continue
+            times, matrix = align_on_grid(
+                [util[node][g] for g in gpus] + [free[node][g] for g in gpus]
+            )
+            if times.size == 0:
+                continue
+            n = len(gpus)
+            busy = np.clip(matrix[:, :n] / 100.0, 0.0, 1.0)
+            free_gib = np.maximum(matrix[:, n:], 0.0) / 1024.0
+            for g in gpus:
+                f = free[node][g][1]
+                u = used[node].get(g, (np.zeros(0), np.zeros(0)))[1]
+                if f.size and u.size == f.size:
+                    total[node][g] = float(np.nanmax(f + u)) / 1024.0
+            specs = [
+                GpuSpec(
+                    index=g,
+                    uuid=info[node][g][0],
+                    product=info[node][g][1],
+                    memory_gib=total[node].get(g, 0.0),
+                )
+                for g in gpus
+            ]
+            out[node] = NodeSummary.from_samples(
+                node,
+                specs,
+                times,
+                busy,
+                free_gib,
+                None,
+                sample_seconds=self.step_seconds,
+                step_gib=self.step_gib,
+                max_states=self.max_states,
+            )
+        return out
