@@ -442,12 +442,13 @@ class NodeSummary:
             overlap[a, b] = overlap[b, a] = pair.overlap_seconds
             union[a, b] = union[b, a] = pair.union_seconds
         if st.memory is not None and st.memory.states:
-            if any(len(s.free_gi_b) != len(inventory) for s in st.memory.states):
+            # States list free GiB in the *inventory* order of status.gpus, not by index.
+            if any(len(s.free_gi_b) != len(st.gpus) for s in st.memory.states):
                 raise TraceFormatError(
-                    f"NodeTrace {name}: memory states must list {len(inventory)} GPUs "
+                    f"NodeTrace {name}: memory states must list {len(st.gpus)} GPUs "
                     "(inventory order)"
                 )
-            inv_cols = [pos[gi.index] for gi in inventory]
+            inv_cols = [pos[gi.index] for gi in st.gpus]
             states = np.zeros((len(st.memory.states), g))
             states[:, inv_cols] = np.array([s.free_gi_b for s in st.memory.states])
             memory = MemoryHistogram.from_states(
