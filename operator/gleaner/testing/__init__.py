@@ -1,0 +1,1 @@
+"""Reusable test harnesses: real services on loopback (Kubernetes emulator, Prometheus)."""
