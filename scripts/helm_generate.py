@@ -9,7 +9,8 @@ Contract:
 - ``helm/gleaner/README.md`` holds, between ``<!-- values-table:start -->`` and
   ``<!-- values-table:end -->``, one table row per documented key of ``values.yaml``: every
   key the schema lists. Keys whose schema has ``properties`` are sections (their children get
-  rows); any other key is a leaf with its default value. A key's description is the first
+  rows) unless their ``$comment`` starts with ``leaf:``; any other key is a leaf with its
+  default value. A key's description is the first
   paragraph of the ``#`` comment block right above it (up to a line holding only ``#``).
 
 Usage: ``python scripts/helm_generate.py [--check]``. Exit 0 when the files are (or now are)
@@ -150,7 +151,7 @@ def value_rows(
             if not doc:
                 missing.append(f"{dotted} (no comment above it in values.yaml)")
             child = properties[key]
-            if "properties" in child:
+            if "properties" in child and not str(child.get("$comment", "")).startswith("leaf:"):
                 walk(child, data[key], child_path)
             else:
                 rows.append(ValueRow(dotted, _schema_type(child), _default(data[key]), doc))
