@@ -1,0 +1,34 @@
+"""GPUSelector filter: the node's labels and GPU products must match the job's gpuSelector.
+
+Passes a node when every ``nodeSelector`` label matches and the node has at least k GPUs
+whose product is in ``products`` (any product when the list is empty). Reasons:
+``didn't match gpuSelector node labels`` or ``fewer than k GPUs of product <list>``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gleaner.scheduler.framework import BoolArray, IntArray, JobContext, NodeFilter
+
+
+class GPUSelector(NodeFilter):
+    name = "GPUSelector"
+
+    def mask(self, ctx: JobContext) -> BoolArray:
+        labels_ok = ctx.view.label_mask(ctx.job.node_selector)
+        enough = ctx.allowed.sum(axis=1) >= ctx.k
+        return np.asarray(labels_ok & enough, dtype=bool)
+
+    def reasons(self, ctx: JobContext, nodes: IntArray) -> list[str]:
+        labels_ok = ctx.view.label_mask(ctx.job.node_selector)
+        products = ", ".join(sorted(set(ctx.job.products))) or "any"
+        plural = "GPU" if ctx.k == 1 else "GPUs"
+        return [
+            (
+                "didn't match gpuSelector node labels"
+                if not labels_ok[i]
+                else f"fewer than {ctx.k} {plural} of product {products}"
+            )
+            for i in nodes
+        ]
