@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -27,9 +28,9 @@ PROFILE = JobProfile(100.0, 12.0, (4.0, 12.0), (20.0, 100.0), 2.0)
 
 
 def node_from(
-    busy: list[list[float]],
-    free: list[list[float]],
-    enabled: list[list[float]] | None = None,
+    busy: Sequence[Sequence[float]],
+    free: Sequence[Sequence[float]],
+    enabled: Sequence[Sequence[float]] | None = None,
     name: str = "n1",
 ) -> NodeSummary:
     t = np.arange(len(busy), dtype=float)

@@ -94,11 +94,25 @@ class PrometheusTraceSource:
     dcgm_fallback: bool = True
     timeout_seconds: float = 30.0
     disable_ssl: bool = True
+    retries: int = 2
+    """Retries of a failed request (connection errors, 502/503/504), with backoff."""
 
     def _client(self) -> Any:
         from prometheus_api_client import PrometheusConnect
+        from urllib3.util.retry import Retry
 
-        return PrometheusConnect(url=self.url, disable_ssl=self.disable_ssl)
+        retry = Retry(
+            total=self.retries,
+            backoff_factor=0.2,
+            status_forcelist=[502, 503, 504],
+            allowed_methods=["GET", "POST"],
+        )
+        return PrometheusConnect(
+            url=self.url,
+            disable_ssl=self.disable_ssl,
+            retry=retry,
+            timeout=max(1, round(self.timeout_seconds)),
+        )
 
     def _end(self) -> datetime:
         return self.end or datetime.now(UTC)
@@ -107,7 +121,7 @@ class PrometheusTraceSource:
         try:
             out = client.custom_query(
                 promql,
-                params={"time": self._end().timestamp(), "timeout": f"{self.timeout_seconds}s"},
+                params={"time": self._end().timestamp(), "timeout": f"{self.timeout_seconds:g}s"},
             )
         except Exception as exc:  # the client raises requests' and its own errors
             raise PrometheusSourceError(f"{self.url}: query {promql!r} failed: {exc}") from exc
@@ -122,7 +136,7 @@ class PrometheusTraceSource:
                 start_time=start,
                 end_time=end,
                 step=f"{self.step_seconds:g}s",
-                params={"timeout": f"{self.timeout_seconds}s"},
+                params={"timeout": f"{self.timeout_seconds:g}s"},
             )
         except Exception as exc:
             raise PrometheusSourceError(f"{self.url}: query {promql!r} failed: {exc}") from exc
