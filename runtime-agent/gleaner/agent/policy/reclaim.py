@@ -25,6 +25,7 @@ Pure functions of their arguments; no I/O.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -63,33 +64,51 @@ def select_handles_fifo(handles: HandleMap, k: int) -> list[int]:
 
 
 def select_handles_greedy(handles: HandleMap, k: int) -> list[int]:
-    """Algorithm 1: ``k`` handles by lowest marginal recompute cost (never worse than FIFO)."""
+    """Algorithm 1: ``k`` handles by lowest marginal recompute cost (never worse than FIFO).
+
+    Marginal costs are kept exact as handles are picked (a pick lowers the marginal cost of
+    every other handle sharing a request with it) in a heap with lazy deletion, so the
+    selection costs O((n + spans) log n) rather than O(k · n).
+    """
     _check_k(handles, k)
     order = list(handles)
+    # tokens[h][request]: the most a request loses if handle h goes.
+    tokens: dict[int, dict[str, int]] = {}
+    holders: dict[str, list[int]] = {}
+    for h in order:
+        per: dict[str, int] = {}
+        for span in handles[h]:
+            if span.tokens > per.get(span.request, 0):
+                per[span.request] = span.tokens
+        tokens[h] = per
+        for r in per:
+            holders.setdefault(r, []).append(h)
+    marginal = {h: sum(per.values()) for h, per in tokens.items()}
+    heap = [(marginal[h], i, h) for i, h in enumerate(order)]
+    heapq.heapify(heap)
     position = {h: i for i, h in enumerate(order)}
     worst: dict[str, int] = {}
-    remaining = set(order)
+    picked: set[int] = set()
     chosen: list[int] = []
-    for _ in range(k):
-        best_h = -1
-        best_cost = -1
-        for h in remaining:
-            marginal = 0
-            for span in handles[h]:
-                extra = span.tokens - worst.get(span.request, 0)
-                if extra > 0:
-                    marginal += extra
-            if (
-                best_cost < 0
-                or marginal < best_cost
-                or (marginal == best_cost and position[h] < position[best_h])
-            ):
-                best_h, best_cost = h, marginal
-        chosen.append(best_h)
-        remaining.discard(best_h)
-        for span in handles[best_h]:
-            if span.tokens > worst.get(span.request, 0):
-                worst[span.request] = span.tokens
+    while len(chosen) < k:
+        cost, _, h = heapq.heappop(heap)
+        if h in picked or cost != marginal[h]:
+            continue  # a stale entry
+        picked.add(h)
+        chosen.append(h)
+        for r, tok in tokens[h].items():
+            old = worst.get(r, 0)
+            if tok <= old:
+                continue
+            worst[r] = tok
+            for other in holders[r]:
+                if other in picked:
+                    continue
+                t_other = tokens[other][r]
+                drop = max(0, t_other - old) - max(0, t_other - tok)
+                if drop:
+                    marginal[other] -= drop
+                    heapq.heappush(heap, (marginal[other], position[other], other))
     fifo = order[:k]
     if reclaim_cost(handles, fifo) < sum(worst.values()):
         return fifo
