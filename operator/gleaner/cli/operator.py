@@ -1,5 +1,194 @@
-"""``gleaner operator`` (placeholder until issue 5 (operator) lands)."""
+"""``gleaner operator``: run the Kubernetes operator (kopf) against the current cluster.
 
-from gleaner.cli.common import not_built
+Uses the in-cluster service account, else ``KUBECONFIG``. Flags map one-to-one onto
+``gleaner.operator.config.OperatorConfig`` (docs/operator.md, "Flags"); durations accept
+``30``, ``30s``, ``5m``, ``1h``. Bad flags: one-line error, exit 2.
+"""
 
-command = not_built("operator", "issue 5 (operator)")
+from __future__ import annotations
+
+import click
+
+from gleaner.cli.common import fail
+
+
+def _seconds(text: str, flag: str) -> float:
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    raw = text.strip()
+    for unit in ("ms", "s", "m", "h"):
+        if raw.endswith(unit):
+            number, factor = raw[: -len(unit)], units[unit]
+            break
+    else:
+        number, factor = raw, 1.0
+    try:
+        value = float(number) * factor
+    except ValueError:
+        fail(f"{flag}: not a duration: {text!r} (use e.g. 30s, 5m, 1h)")
+    if value < 0:
+        fail(f"{flag}: must not be negative")
+    return value
+
+
+@click.command(name="operator")
+@click.option(
+    "--namespace", "namespaces", multiple=True, help="Serve only this namespace (repeatable)."
+)
+@click.option("--all-namespaces", "-A", is_flag=True, help="Serve every namespace (the default).")
+@click.option(
+    "--http-port",
+    type=int,
+    default=8080,
+    show_default=True,
+    help="/healthz, /readyz, /metrics and the dashboard; 0 disables.",
+)
+@click.option(
+    "--http-host", default="0.0.0.0", show_default=True, help="Address the HTTP server binds."
+)
+@click.option(
+    "--prometheus-url",
+    default=None,
+    help="Read traces and observed throughput from Prometheus instead of NodeTraces.",
+)
+@click.option(
+    "--peering",
+    default="gleaner",
+    show_default=True,
+    help="kopf peering name (one active operator at a time).",
+)
+@click.option("--standalone", is_flag=True, help="Run without peering.")
+@click.option(
+    "--sla-window", default="60s", show_default=True, help="SLA monitor window (timer interval)."
+)
+@click.option(
+    "--sla-grace",
+    default="300s",
+    show_default=True,
+    help="Windows this soon after a placement are ignored.",
+)
+@click.option(
+    "--sla-violations",
+    default="3/5",
+    show_default=True,
+    help="Evict after K of the last N windows missed: K/N.",
+)
+@click.option(
+    "--eviction-backoff",
+    default="30s",
+    show_default=True,
+    help="Backoff after the first eviction (doubles each time).",
+)
+@click.option(
+    "--eviction-backoff-max",
+    default="30m",
+    show_default=True,
+    help="Upper bound of the eviction backoff.",
+)
+@click.option(
+    "--unschedulable-backoff",
+    default="30s",
+    show_default=True,
+    help="Least time between two attempts of an Unschedulable job.",
+)
+@click.option(
+    "--requeue-interval",
+    default="15s",
+    show_default=True,
+    help="Timer that re-examines waiting jobs.",
+)
+@click.option(
+    "--min-pass-interval",
+    default="1s",
+    show_default=True,
+    help="Least time between two scheduling passes.",
+)
+@click.option(
+    "--trace-stale-after",
+    default="10m",
+    show_default=True,
+    help="NodeTraces older than this are not used.",
+)
+@click.option(
+    "--watch-timeout",
+    default="300s",
+    show_default=True,
+    help="Server-side timeout of watch requests.",
+)
+@click.option(
+    "--bind-delay",
+    default="0s",
+    envvar="GLEANER_OPERATOR_BIND_DELAY",
+    show_default=True,
+    hidden=True,
+    help="Fault injection for tests.",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def command(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    http_port: int,
+    http_host: str,
+    prometheus_url: str | None,
+    peering: str,
+    standalone: bool,
+    sla_window: str,
+    sla_grace: str,
+    sla_violations: str,
+    eviction_backoff: str,
+    eviction_backoff_max: str,
+    unschedulable_backoff: str,
+    requeue_interval: str,
+    min_pass_interval: str,
+    trace_stale_after: str,
+    watch_timeout: str,
+    bind_delay: str,
+    verbose: bool,
+) -> None:
+    """Run the Gleaner operator: bind OfflineJobs, watch SLAs, evict, reschedule."""
+    from gleaner.operator.config import OperatorConfig
+    from gleaner.scheduler.monitor import SLAMonitorConfig
+
+    if namespaces and all_namespaces:
+        fail("--namespace and --all-namespaces are mutually exclusive")
+    if not 0 <= http_port <= 65535:
+        fail(f"--http-port: {http_port} is not a port")
+    try:
+        k_text, n_text = sla_violations.split("/", 1)
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        fail(f"--sla-violations: expected K/N, got {sla_violations!r}")
+    window = _seconds(sla_window, "--sla-window")
+    if window <= 0:
+        fail("--sla-window must be positive")
+    try:
+        sla = SLAMonitorConfig(
+            window_seconds=window,
+            history_windows=n,
+            violation_windows=k,
+            grace_seconds=_seconds(sla_grace, "--sla-grace"),
+            backoff_base_seconds=_seconds(eviction_backoff, "--eviction-backoff"),
+            backoff_max_seconds=_seconds(eviction_backoff_max, "--eviction-backoff-max"),
+        )
+    except ValueError as exc:
+        fail(f"SLA monitor: {exc}")
+    requeue = _seconds(requeue_interval, "--requeue-interval")
+    if requeue <= 0:
+        fail("--requeue-interval must be positive")
+    config = OperatorConfig(
+        namespaces=tuple(namespaces),
+        http_port=http_port,
+        http_host=http_host,
+        prometheus_url=prometheus_url,
+        peering=None if standalone else peering,
+        verbose=verbose,
+        requeue_interval=requeue,
+        min_pass_interval=_seconds(min_pass_interval, "--min-pass-interval"),
+        sla=sla,
+        unschedulable_backoff=_seconds(unschedulable_backoff, "--unschedulable-backoff"),
+        trace_stale_after=_seconds(trace_stale_after, "--trace-stale-after"),
+        watch_timeout=_seconds(watch_timeout, "--watch-timeout"),
+        bind_delay=_seconds(bind_delay, "--bind-delay"),
+    )
+    from gleaner.operator.main import run
+
+    run(config)

@@ -15,8 +15,9 @@ server does a little more, and the operator relies on some of it, so ``ApiServer
 
 - ``metadata.uid``, ``creationTimestamp``, ``generation`` and ``namespace`` on create, and a
   name from ``generateName`` (kopf posts Events with ``generateName``);
-- a cluster-wide, increasing ``metadata.resourceVersion`` on every create and patch (kopf
-  waits for the patched version to come back through its watch: its consistency check);
+- a cluster-wide, increasing ``metadata.resourceVersion`` on every create and patch, merge
+  or JSON patch (kopf waits for the patched version to come back through its watch, and
+  guards finalizer patches with a JSON-patch ``test`` of the version);
 - the ``status`` subresource rule: a patch to ``.../status`` changes only ``status``, a patch
   to the object itself never changes ``status``;
 - equality-based ``labelSelector`` filtering of lists and watches (``k=v``, ``k==v``,
@@ -175,6 +176,15 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 self._stamp_create(request, data)
             elif request.action == kmock.action.UPDATE:
                 self._stamp_patch(request, data)
+        elif request.action == kmock.action.UPDATE and isinstance(data, list):
+            # A JSON patch (kopf adds finalizers with one, guarded by a 'test' of the version).
+            data.append(
+                {
+                    "op": "add",
+                    "path": "/metadata/resourceVersion",
+                    "value": self._next_resource_version(),
+                }
+            )
         return await super()._handle(request)
 
     def _stamp_create(self, request: Any, data: dict[str, Any]) -> None:
@@ -573,3 +583,208 @@ def running_operator(
         yield proc
     finally:
         proc.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# Manifests the tests apply (what agents and users would write)
+# ---------------------------------------------------------------------------------------
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A deterministic fake GPU UUID for ``node``'s GPU ``index``."""
+    digest = uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/{index}")
+    return f"GPU-{digest}"
+
+
+def nodetrace_manifest(
+    node: str,
+    *,
+    gpus: int = 2,
+    offline_enabled: float | Sequence[float] = 0.9,
+    online_busy: float | Sequence[float] | None = None,
+    free_gib: float = 60.0,
+    memory_gib: float = 80.0,
+    window_seconds: float = 60.0,
+    end: datetime | None = None,
+    overlap: float = 1.0,
+) -> dict[str, Any]:
+    """A NodeTrace as an agent would publish it: per-GPU offline-enabled fractions (one
+    value or one per GPU), online busy = 1 - enabled unless given, constant harvestable
+    memory, and pair overlap/union with the given ratio."""
+    from datetime import timedelta
+
+    from gleaner.api import (
+        GpuInfo,
+        GpuPair,
+        GpuTrace,
+        MemorySketch,
+        MemoryState,
+        NodeTrace,
+        NodeTraceSpec,
+        NodeTraceStatus,
+        ObjectMeta,
+        TraceWindow,
+    )
+
+    def per(value: float | Sequence[float]) -> list[float]:
+        return [float(value)] * gpus if isinstance(value, int | float) else list(value)
+
+    enabled = per(offline_enabled)
+    busy = per(online_busy) if online_busy is not None else [1.0 - e for e in enabled]
+    end = end or datetime.now(UTC)
+    start = end - timedelta(seconds=window_seconds)
+    pairs = []
+    for a in range(gpus):
+        for b in range(a + 1, gpus):
+            union = max(busy[a], busy[b]) * window_seconds
+            pairs.append(
+                GpuPair(gpu_a=a, gpu_b=b, overlap_seconds=union * overlap, union_seconds=union)
+            )
+    trace = NodeTrace(
+        metadata=ObjectMeta(name=node),
+        spec=NodeTraceSpec(node_name=node),
+        status=NodeTraceStatus(
+            last_report_time=end,
+            gpus=[
+                GpuInfo(
+                    index=i, uuid=gpu_uuid(node, i), product="NVIDIA H100", memory_gi_b=memory_gib
+                )
+                for i in range(gpus)
+            ],
+            window=TraceWindow(start=start, end=end, seconds=window_seconds),
+            per_gpu=[
+                GpuTrace(
+                    index=i,
+                    offline_enabled_seconds=enabled[i] * window_seconds,
+                    online_busy_seconds=busy[i] * window_seconds,
+                )
+                for i in range(gpus)
+            ],
+            pairs=pairs,
+            memory=MemorySketch(
+                step_gi_b=1.0,
+                states=[MemoryState(free_gi_b=[free_gib] * gpus, seconds=window_seconds)],
+            ),
+            idle_fraction=sum(enabled) / gpus,
+        ),
+    )
+    return trace.to_k8s()
+
+
+def offlinejob_manifest(
+    name: str,
+    *,
+    namespace: str = "default",
+    gpus: int = 1,
+    sla: float = 0.5,
+    standalone: float = 1000.0,
+    required_gib: float = 40.0,
+    max_evictions: int = 3,
+    profile_from: str | None = None,
+    memory_curve: Sequence[tuple[float, float]] | None = None,
+    image: str = "vllm/vllm-openai:latest",
+) -> dict[str, Any]:
+    """An OfflineJob as a user would apply it (inline profile unless ``profile_from``)."""
+    curve = memory_curve or [(10.0, standalone * 0.5), (required_gib, standalone)]
+    spec: dict[str, Any] = {
+        "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "worker",
+                        "image": image,
+                        "env": [{"name": "MODEL", "value": "test"}],
+                        "resources": {"limits": {"nvidia.com/gpu": gpus, "memory": "16Gi"}},
+                    }
+                ]
+            },
+        },
+        "gpus": gpus,
+        "throughputSLA": sla,
+        "maxEvictions": max_evictions,
+    }
+    if profile_from:
+        spec["profileFrom"] = {"name": profile_from}
+    else:
+        spec["profile"] = {
+            "standaloneTokensPerSecond": standalone,
+            "requiredMemoryGiB": required_gib,
+            "memoryCurve": [{"memoryGiB": m, "tokensPerSecond": t} for m, t in curve],
+        }
+    return {
+        "apiVersion": "gleaner.dev/v1alpha1",
+        "kind": "OfflineJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+class KubeApi:
+    """Thin synchronous helpers over the ``kubernetes`` client for tests and benchmarks."""
+
+    def __init__(self, kube: KubeEmulator) -> None:
+        import kubernetes
+
+        self.client = kube.api_client()
+        self.core = kubernetes.client.CoreV1Api(self.client)
+        self.custom = kubernetes.client.CustomObjectsApi(self.client)
+
+    def apply_nodetrace(self, manifest: dict[str, Any]) -> None:
+        """Create or update a NodeTrace, status through the status subresource (as agents do)."""
+        import kubernetes
+
+        name = manifest["metadata"]["name"]
+        body = {k: v for k, v in manifest.items() if k != "status"}
+        try:
+            self.custom.create_cluster_custom_object("gleaner.dev", "v1alpha1", "nodetraces", body)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        self.custom.patch_cluster_custom_object_status(
+            "gleaner.dev", "v1alpha1", "nodetraces", name, {"status": manifest["status"]}
+        )
+
+    def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        ns = manifest["metadata"].get("namespace", "default")
+        result = self.custom.create_namespaced_custom_object(
+            "gleaner.dev", "v1alpha1", ns, "offlinejobs", manifest
+        )
+        return cast(dict[str, Any], result)
+
+    def get_job(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        import kubernetes
+
+        try:
+            result = self.custom.get_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", namespace, "offlinejobs", name
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], result)
+
+    def delete_job(self, name: str, namespace: str = "default") -> None:
+        self.custom.delete_namespaced_custom_object(
+            "gleaner.dev", "v1alpha1", namespace, "offlinejobs", name
+        )
+
+    def list_jobs(self, namespace: str = "default") -> list[dict[str, Any]]:
+        result = self.custom.list_namespaced_custom_object(
+            "gleaner.dev", "v1alpha1", namespace, "offlinejobs"
+        )
+        return list(cast(dict[str, Any], result).get("items", []))
+
+    def pods(self, namespace: str = "default", selector: str | None = None) -> list[Any]:
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def set_pod_phase(self, name: str, phase: str, namespace: str = "default") -> None:
+        """What the kubelet would do: move a Pod to ``phase``."""
+        self.core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase}})
+
+    def events(self, namespace: str = "default") -> list[Any]:
+        return list(self.core.list_namespaced_event(namespace).items)
+
+    def configmaps(self, namespace: str = "default", selector: str | None = None) -> list[Any]:
+        return list(self.core.list_namespaced_config_map(namespace, label_selector=selector).items)

@@ -1,0 +1,206 @@
+"""Pure builders: the Kubernetes objects the operator creates, from typed inputs.
+
+Contract (DESIGN.md "Binding contract", and the lead's cross-component contract):
+
+``build_offline_pod(job, placement, attempt)`` returns the Pod manifest (a plain dict) for
+one attempt of an OfflineJob on the GPUs the scheduler chose:
+
+- name ``<job>-<attempt>`` (attempt = the job's eviction count), in the job's namespace,
+  ``spec.nodeName`` = the placement's node (the default scheduler is bypassed: the GPUs are
+  already held by online pods, so the offline Pod requests no ``nvidia.com/gpu``; any such
+  request or limit in the template is removed);
+- labels ``gleaner.dev/job``, ``gleaner.dev/role=offline``, ``gleaner.dev/attempt``;
+  annotation ``gleaner.dev/gpus`` = comma-separated GPU indices;
+- an ownerReference to the OfflineJob (controller);
+- in every container (and init container): ``NVIDIA_VISIBLE_DEVICES`` = the GPU UUIDs,
+  ``LD_PRELOAD`` = the shim (prepended to the template's own LD_PRELOAD, if any),
+  ``GLEANER_ROLE=offline``, ``GLEANER_SOCKET``, ``GLEANER_JOB=<ns>/<name>``, and read-only /
+  read-write mounts of the two host paths (shim library, agent sockets);
+- ``restartPolicy`` defaults to ``Never`` (the operator, not the kubelet, decides retries).
+
+``build_eviction_report_configmap`` returns the ConfigMap that stores one SLA eviction report
+(labels ``gleaner.dev/report=sla-eviction``, ``gleaner.dev/job``; key ``report.json``).
+Nothing here does I/O; the builders are unit-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from gleaner.api import API_VERSION, OfflineJob, Placement
+
+LABEL_JOB = "gleaner.dev/job"
+LABEL_ROLE = "gleaner.dev/role"
+LABEL_ATTEMPT = "gleaner.dev/attempt"
+LABEL_REPORT = "gleaner.dev/report"
+ANNOTATION_GPUS = "gleaner.dev/gpus"
+ROLE_OFFLINE = "offline"
+REPORT_SLA_EVICTION = "sla-eviction"
+REPORT_KEY = "report.json"
+
+SHIM_DIR = "/var/lib/gleaner/lib"
+SHIM_PATH = f"{SHIM_DIR}/libgleaner_shim.so"
+SOCKET_DIR = "/run/gleaner"
+SOCKET_PATH = f"{SOCKET_DIR}/agent.sock"
+SHIM_VOLUME = "gleaner-shim"
+SOCKET_VOLUME = "gleaner-run"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+OFFLINE_SELECTOR = f"{LABEL_ROLE}={ROLE_OFFLINE}"
+"""Label selector of every offline Pod the operator made."""
+
+MAX_LABEL_VALUE = 63
+
+
+def pod_name(job_name: str, attempt: int) -> str:
+    """Deterministic Pod name: the same attempt always gets the same name (no duplicates)."""
+    return f"{job_name}-{attempt}"
+
+
+def job_selector(job_name: str) -> str:
+    """Label selector of one job's offline Pods."""
+    return f"{LABEL_JOB}={job_name},{OFFLINE_SELECTOR}"
+
+
+def eviction_report_name(job_name: str, eviction_number: int) -> str:
+    """Name of the ConfigMap holding a job's ``eviction_number``-th eviction report."""
+    return f"{job_name}-sla-eviction-{eviction_number}"
+
+
+def owner_reference(job: OfflineJob) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": OfflineJob.KIND,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid or "",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _merge_env(env: list[dict[str, Any]], extra: dict[str, str]) -> list[dict[str, Any]]:
+    """The container's env with ``extra`` set (ours win, LD_PRELOAD keeps theirs after ours)."""
+    out: list[dict[str, Any]] = []
+    theirs_preload: str | None = None
+    for var in env:
+        name = var.get("name")
+        if name == "LD_PRELOAD" and isinstance(var.get("value"), str):
+            theirs_preload = var["value"]
+            continue
+        if name in extra:
+            continue
+        out.append(var)
+    for name, value in extra.items():
+        if name == "LD_PRELOAD" and theirs_preload and theirs_preload != value:
+            value = f"{value}:{theirs_preload}"
+        out.append({"name": name, "value": value})
+    return out
+
+
+def _strip_gpu_resources(container: dict[str, Any]) -> None:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return
+    for section in ("requests", "limits"):
+        values = resources.get(section)
+        if isinstance(values, dict):
+            values.pop(GPU_RESOURCE, None)
+            if not values:
+                resources.pop(section)
+
+
+def _inject(container: dict[str, Any], env: dict[str, str]) -> None:
+    container["env"] = _merge_env(list(container.get("env") or []), env)
+    mounts = [
+        m
+        for m in (container.get("volumeMounts") or [])
+        if m.get("name") not in (SHIM_VOLUME, SOCKET_VOLUME)
+    ]
+    mounts.append({"name": SHIM_VOLUME, "mountPath": SHIM_DIR, "readOnly": True})
+    mounts.append({"name": SOCKET_VOLUME, "mountPath": SOCKET_DIR})
+    container["volumeMounts"] = mounts
+    _strip_gpu_resources(container)
+
+
+def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> dict[str, Any]:
+    """The Pod for ``attempt`` of ``job`` on ``placement`` (see the module docstring)."""
+    name = job.metadata.name
+    namespace = job.metadata.namespace or "default"
+    template = copy.deepcopy(job.spec.template)
+    tmeta: dict[str, Any] = dict(template.get("metadata") or {})
+    spec: dict[str, Any] = dict(template["spec"])
+
+    labels = {str(k): str(v) for k, v in (tmeta.get("labels") or {}).items()}
+    labels.update({LABEL_JOB: name, LABEL_ROLE: ROLE_OFFLINE, LABEL_ATTEMPT: str(attempt)})
+    annotations = {str(k): str(v) for k, v in (tmeta.get("annotations") or {}).items()}
+    annotations[ANNOTATION_GPUS] = ",".join(str(i) for i in placement.gpu_indices)
+
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(placement.gpu_uuids),
+        "LD_PRELOAD": SHIM_PATH,
+        "GLEANER_ROLE": ROLE_OFFLINE,
+        "GLEANER_SOCKET": SOCKET_PATH,
+        "GLEANER_JOB": f"{namespace}/{name}",
+    }
+    for key in ("containers", "initContainers"):
+        containers = [copy.deepcopy(c) for c in (spec.get(key) or [])]
+        for container in containers:
+            _inject(container, env)
+        if containers:
+            spec[key] = containers
+
+    volumes = [
+        v for v in (spec.get("volumes") or []) if v.get("name") not in (SHIM_VOLUME, SOCKET_VOLUME)
+    ]
+    volumes.append({"name": SHIM_VOLUME, "hostPath": {"path": SHIM_DIR, "type": "Directory"}})
+    volumes.append(
+        {"name": SOCKET_VOLUME, "hostPath": {"path": SOCKET_DIR, "type": "DirectoryOrCreate"}}
+    )
+    spec["volumes"] = volumes
+    spec["nodeName"] = placement.node
+    spec.pop("nodeSelector", None)  # the placement already honoured gpuSelector
+    spec.pop("schedulerName", None)
+    spec.setdefault("restartPolicy", "Never")
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(name, attempt),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": spec,
+    }
+
+
+def build_eviction_report_configmap(
+    job_name: str, namespace: str, eviction_number: int, report: dict[str, Any]
+) -> dict[str, Any]:
+    """The ConfigMap storing one eviction report (kept after the job is deleted: no owner)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": eviction_report_name(job_name, eviction_number),
+            "namespace": namespace,
+            "labels": {LABEL_REPORT: REPORT_SLA_EVICTION, LABEL_JOB: job_name},
+        },
+        "data": {REPORT_KEY: json.dumps(report, sort_keys=True)},
+    }
+
+
+def gpus_of_pod(pod: dict[str, Any]) -> tuple[str, list[int]] | None:
+    """(node, GPU indices) an offline Pod holds, read back from its spec and annotation."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS, "")
+    if not node or not raw:
+        return None
+    try:
+        return str(node), [int(x) for x in str(raw).split(",") if x.strip()]
+    except ValueError:
+        return None

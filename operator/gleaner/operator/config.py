@@ -1,0 +1,66 @@
+"""The operator's configuration: one typed object, built once from the command line.
+
+Contract: ``OperatorConfig`` holds every knob of the operator with a doc per field. The CLI
+(``gleaner operator``) builds it from flags (and ``GLEANER_OPERATOR_*`` environment
+variables for the test-only knobs), ``main.register`` reads the intervals from it when it
+registers kopf handlers, and handlers get it through kopf's ``memo`` (``OperatorContext``).
+Nothing else reads flags or the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gleaner.scheduler.monitor import SLAMonitorConfig
+
+PEERING_NAME = "gleaner"
+"""The kopf peering object shared by all replicas (one active operator at a time)."""
+
+FINALIZER = "gleaner.dev/finalizer"
+"""Finalizer kopf puts on OfflineJobs so deleting one first deletes its Pods."""
+
+ANNOTATION_PREFIX = "gleaner.dev"
+"""Prefix of kopf's progress/diff-base annotations and Gleaner's own annotations."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Everything ``gleaner operator`` can be told (see docs/operator.md, "Flags")."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to serve; empty: all namespaces (cluster-wide)."""
+    http_port: int = 8080
+    """Port of the HTTP server (/healthz, /readyz, /metrics, dashboard); 0 disables it."""
+    http_host: str = "0.0.0.0"
+    """Address the HTTP server binds."""
+    prometheus_url: str | None = None
+    """Prometheus base URL: trace and observed-throughput source instead of NodeTraces."""
+    peering: str | None = PEERING_NAME
+    """kopf peering name; None runs standalone (no peering)."""
+    prometheus_window: float = 3600.0
+    """Window of Prometheus history summarized for placement, seconds."""
+    verbose: bool = False
+    """Debug logging."""
+
+    schedule_interval: float = 10.0
+    """Seconds between scheduling passes when nothing kicks the loop (a safety net)."""
+    min_pass_interval: float = 1.0
+    """Seconds at least between two scheduling passes (kicks in between coalesce)."""
+    requeue_interval: float = 15.0
+    """Seconds between timer ticks that re-examine Pending/Unschedulable/Evicted jobs."""
+    sla: SLAMonitorConfig = field(default_factory=SLAMonitorConfig)
+    """The SLA monitor's rule (window, k-of-n, grace, tolerance, backoff)."""
+    unschedulable_backoff: float = 30.0
+    """Seconds before an Unschedulable job is retried even if no NodeTrace changed."""
+    trace_stale_after: float = 600.0
+    """NodeTraces older than this (by lastReportTime) are not used for placement."""
+    watch_timeout: float = 300.0
+    """Server-side timeout of kopf's watch requests, seconds (the client adds 30)."""
+    bind_delay: float = 0.0
+    """Fault injection for tests: seconds between recording a placement and creating its Pod."""
+    max_batch: int = 1000
+    """Most jobs considered in one scheduling pass (the rest wait for the next pass)."""
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces

@@ -1,0 +1,67 @@
+"""What every handler shares at run time: config, API client, metrics, locks, the kick.
+
+Contract: one ``OperatorContext`` per operator process, handed to kopf as
+``memo=kopf.Memo(ctx=context)`` so every handler reads ``memo.ctx``. It holds no cluster
+state: the API server is the only store (jobs, Pods, NodeTraces are re-read on every pass),
+so a restarted operator converges from what it finds. What it does hold:
+
+- ``job_lock(ns, name)``: serializes this process's read-modify-write of one job's status
+  (the scheduling pass, the Pod follower and the SLA monitor may race on the same job);
+- ``scheduling_lock``: one scheduling pass at a time, so concurrent placements never pick
+  the same GPU;
+- ``kick()``: asks the scheduling loop for a pass. Only kopf handlers kick, and kopf pauses
+  them while a higher-priority peer is active, so a standby replica never schedules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from gleaner.operator.config import OperatorConfig
+from gleaner.operator.http import Health
+from gleaner.operator.kube import KubeClient
+from gleaner.operator.metrics import OperatorMetrics
+
+logger = logging.getLogger("gleaner.operator")
+
+
+@dataclass
+class OperatorContext:
+    config: OperatorConfig
+    client: KubeClient
+    metrics: OperatorMetrics
+    health: Health
+    _kick: asyncio.Event = field(default_factory=asyncio.Event)
+    _job_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    scheduling_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loop_task: asyncio.Task[None] | None = None
+    kick_reasons: set[str] = field(default_factory=set)
+
+    def job_lock(self, namespace: str, name: str) -> asyncio.Lock:
+        key = f"{namespace}/{name}"
+        lock = self._job_locks.get(key)
+        if lock is None:
+            lock = self._job_locks[key] = asyncio.Lock()
+        return lock
+
+    def forget_job(self, namespace: str, name: str) -> None:
+        lock = self._job_locks.get(f"{namespace}/{name}")
+        if lock is not None and not lock.locked():
+            del self._job_locks[f"{namespace}/{name}"]
+
+    def kick(self, reason: str) -> None:
+        """Request a scheduling pass (coalesced: many kicks, one pass)."""
+        self.kick_reasons.add(reason)
+        self._kick.set()
+
+    async def wait_for_kick(self, wait_seconds: float | None) -> set[str]:
+        """Reasons of the kicks since the last call; empty when ``wait_seconds`` passed first."""
+        try:
+            await asyncio.wait_for(self._kick.wait(), wait_seconds)
+        except TimeoutError:
+            return set()
+        self._kick.clear()
+        reasons, self.kick_reasons = self.kick_reasons, set()
+        return reasons

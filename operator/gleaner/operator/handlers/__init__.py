@@ -1,0 +1,1 @@
+"""Handler bodies, one per module; ``gleaner.operator.main`` registers them with kopf."""

@@ -1,0 +1,65 @@
+"""Following offline Pods: their phase drives the job's phase.
+
+Contract: for every event of a Pod labelled ``gleaner.dev/role=offline`` (including kopf's
+initial listing, so a restarted operator catches up), the owning job's status moves with
+the phase machine: Running -> Running (``Ready=True``), Succeeded -> Succeeded, Failed ->
+Failed (with the container's termination reason), and a deleted current Pod of a bound
+job -> Evicted (``PodDeleted``), requeued. Only the job's current Pod (``status.pods[-1]``)
+counts. A Pod that finished or vanished frees GPUs, so the scheduling loop is kicked.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gleaner.api import OfflineJobStatus
+from gleaner.operator import status as st
+from gleaner.operator.builders import LABEL_JOB
+from gleaner.operator.context import OperatorContext
+from gleaner.operator.events import post_event
+from gleaner.operator.jobs import update_status
+
+
+def failure_detail(pod: dict[str, Any]) -> str:
+    """Why a Pod failed, from its status (first terminated container), or its reason."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term:
+            reason = term.get("reason") or "Error"
+            return f"container {cs.get('name')} {reason} (exit code {term.get('exitCode', '?')})"
+    return str(status.get("reason") or status.get("message") or "")
+
+
+async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str, Any]) -> None:
+    meta = pod.get("metadata") or {}
+    job = (meta.get("labels") or {}).get(LABEL_JOB)
+    if not job:
+        return
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    now = datetime.now(UTC)
+    phase = str((pod.get("status") or {}).get("phase") or "")
+
+    if event_type == "DELETED":
+
+        def lost(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+            return st.pod_lost(cur, name, now)
+
+        await update_status(ctx, namespace, job, lost)
+        ctx.kick(f"pod {namespace}/{name} deleted")
+        return
+
+    detail = failure_detail(pod) if phase == "Failed" else ""
+
+    def follow(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+        return st.from_pod_phase(cur, name, phase, now, detail)
+
+    new = await update_status(ctx, namespace, job, follow)
+    if new is None:
+        return
+    if phase in ("Succeeded", "Failed"):
+        ctx.kick(f"pod {namespace}/{name} {phase.lower()}")
+        type_ = "Normal" if phase == "Succeeded" else "Warning"
+        reason = "Completed" if phase == "Succeeded" else "PodFailed"
+        await post_event(ctx.client, namespace, job, None, type_, reason, new.message)

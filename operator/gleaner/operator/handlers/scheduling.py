@@ -1,0 +1,399 @@
+"""The scheduling loop: one pass at a time reads the cluster, binds, places, explains.
+
+Contract. ``scheduling_loop`` waits for kicks (job created/validated, NodeTrace changed, a
+Pod finished, an eviction, a requeue timer) and runs ``scheduling_pass`` at most once per
+``min_pass_interval``; many kicks coalesce into one pass. A pass, under the global
+scheduling lock:
+
+1. lists OfflineJobs, offline Pods (label ``gleaner.dev/role=offline``) and NodeTraces
+   (or asks Prometheus) — the API server is the only state;
+2. **binds**: a Scheduled job whose Pod is missing gets it (check-before-create with the
+   deterministic name ``<job>-<attempt>``; a 409 means it is there) — this is also how a
+   restarted operator finishes a binding it was killed in the middle of;
+   a Running job whose Pod vanished is requeued (``Evicted``, ``PodDeleted``);
+3. **collects**: deletes offline Pods no bound job owns any more (leftovers of an
+   eviction or of a job deleted while the operator was down); finished Pods are kept;
+4. derives the occupied GPUs from the Pods that still exist plus the placements recorded
+   in bound jobs' status (recorded first, bound second: nothing is ever double-booked);
+5. **places** the queued jobs (Pending, Unschedulable and Evicted, valid, past their
+   ``nextAttemptAfter``) with one call to the scheduler; each placement is recorded in the
+   job's status first, then its Pod is created; jobs that fit nowhere become Unschedulable
+   with the scheduler's reasons, a ``FailedScheduling`` Event (only when the reasons
+   change), and a backoff before the next attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
+from gleaner.api.common import find_condition
+from gleaner.operator import status as st
+from gleaner.operator.builders import (
+    LABEL_JOB,
+    OFFLINE_SELECTOR,
+    build_offline_pod,
+    gpus_of_pod,
+    pod_name,
+)
+from gleaner.operator.context import OperatorContext
+from gleaner.operator.events import post_event
+from gleaner.operator.jobs import parse_status, update_status
+from gleaner.operator.kube import (
+    ConflictError,
+    KubeError,
+    configmaps_path,
+    nodetraces_path,
+    offlinejobs_path,
+    pods_path,
+)
+from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.traces import load_node_summaries
+from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
+
+logger = logging.getLogger(__name__)
+
+BIND_CONCURRENCY = 16
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class PassResult:
+    """What one pass did (for logs, metrics and tests)."""
+
+    jobs: int = 0
+    queued: int = 0
+    placed: int = 0
+    unschedulable: int = 0
+    bound_missing: int = 0
+    collected: int = 0
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = _meta(obj)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+async def _list_everywhere(
+    ctx: OperatorContext, path_of: Any, selector: str | None = None
+) -> list[dict[str, Any]]:
+    if ctx.config.clusterwide:
+        return await ctx.client.list(path_of(None), label_selector=selector)
+    out: list[dict[str, Any]] = []
+    for ns in ctx.config.namespaces:
+        out.extend(await ctx.client.list(path_of(ns), label_selector=selector))
+    return out
+
+
+async def scheduling_loop(ctx: OperatorContext) -> None:
+    """Run passes on kicks, forever (cancelled at cleanup)."""
+    last = 0.0
+    ctx.health.first_pass_done = True
+    while True:
+        reasons = await ctx.wait_for_kick(5.0)
+        ctx.health.beat()
+        if not reasons:
+            continue
+        wait = ctx.config.min_pass_interval - (time.monotonic() - last)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        last = time.monotonic()
+        try:
+            result = await scheduling_pass(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed pass must not kill the loop
+            logger.exception("scheduling pass failed: %s", exc)
+            ctx.kick("retry after a failed pass")
+            await asyncio.sleep(1.0)
+            continue
+        if result.placed or result.unschedulable or result.bound_missing or result.collected:
+            logger.info(
+                "pass: %d jobs, %d queued, %d placed, %d unschedulable, %d re-bound, "
+                "%d collected in %.3fs (kicked by %s)",
+                result.jobs,
+                result.queued,
+                result.placed,
+                result.unschedulable,
+                result.bound_missing,
+                result.collected,
+                result.seconds,
+                ", ".join(sorted(reasons))[:200],
+            )
+
+
+def _is_valid(status: OfflineJobStatus) -> bool:
+    cond = find_condition(status.conditions, ConditionType.VALID.value)
+    return cond is not None and cond.status.value == "True"
+
+
+def _due(status: OfflineJobStatus, now: datetime) -> bool:
+    return status.next_attempt_after is None or status.next_attempt_after <= now
+
+
+async def scheduling_pass(ctx: OperatorContext) -> PassResult:
+    async with ctx.scheduling_lock:
+        started = time.monotonic()
+        result = await _pass(ctx)
+        result.seconds = time.monotonic() - started
+        ctx.metrics.scheduling_latency.observe(result.seconds)
+        return result
+
+
+async def _pass(ctx: OperatorContext) -> PassResult:
+    result = PassResult()
+    jobs, pods, traces = await asyncio.gather(
+        _list_everywhere(ctx, offlinejobs_path),
+        _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR),
+        ctx.client.list(nodetraces_path()),
+    )
+    now = datetime.now(UTC)
+    result.jobs = len(jobs)
+    live = [j for j in jobs if not _meta(j).get("deletionTimestamp")]
+    statuses = {_ns_name(j): parse_status(j) for j in live}
+    bodies = {_ns_name(j): j for j in live}
+    ctx.metrics.set_phases(s.phase for s in statuses.values())
+    pods_by_key = {_ns_name(p): p for p in pods}
+
+    # 2. bind what was recorded but not created; requeue what lost its Pod.
+    for key, status in statuses.items():
+        if status.phase not in st.BOUND_PHASES or not status.pods or status.placement is None:
+            continue
+        current = (key[0], status.pods[-1])
+        if current in pods_by_key:
+            continue
+        if status.phase is Phase.SCHEDULED:
+            pod = await _ensure_pod(ctx, bodies[key], status.placement, status.eviction_count)
+            if pod is not None:
+                pods_by_key[current] = pod
+                result.bound_missing += 1
+        else:
+            new = await update_status(ctx, key[0], key[1], _lost(current[1], now))
+            if new is not None:
+                statuses[key] = new
+
+    # 3. collect Pods no bound job owns.
+    for pkey, pod in list(pods_by_key.items()):
+        if _should_collect(pod, pkey, statuses):
+            try:
+                await ctx.client.delete(pods_path(*pkey))
+                result.collected += 1
+            except KubeError as exc:
+                result.errors.append(str(exc))
+            del pods_by_key[pkey]
+
+    # 4. occupied GPUs.
+    occupied = _occupied(pods_by_key.values(), statuses)
+
+    # 5. place the queue.
+    queue = await _build_queue(ctx, bodies, statuses, now)
+    result.queued = len(queue)
+    if not queue:
+        return result
+    nodes = await load_node_summaries(ctx.config, traces, now)
+    plan = plan_placements(
+        queue[: ctx.config.max_batch],
+        nodes,
+        occupied,
+        now,
+        stale_after_seconds=ctx.config.trace_stale_after,
+    )
+    sem = asyncio.Semaphore(BIND_CONCURRENCY)
+
+    async def bind_one(q: QueuedJob, placement: Placement) -> bool:
+        async with sem:
+            return await _bind(ctx, q, placement, statuses, now)
+
+    async def explain_one(q: QueuedJob, reason: str) -> bool:
+        async with sem:
+            return await _mark_unschedulable(ctx, q, reason, now)
+
+    bound = await asyncio.gather(*(bind_one(q, p) for q, p in plan.placements))
+    result.placed = sum(bound)
+    explained = await asyncio.gather(*(explain_one(q, r) for q, r in plan.unschedulable))
+    result.unschedulable = len(explained)
+    return result
+
+
+def _lost(
+    pod: str, now: datetime
+) -> Callable[[dict[str, Any], OfflineJobStatus], OfflineJobStatus | None]:
+    def change(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+        return st.pod_lost(cur, pod, now)
+
+    return change
+
+
+def _should_collect(
+    pod: dict[str, Any],
+    pkey: tuple[str, str],
+    statuses: dict[tuple[str, str], OfflineJobStatus],
+) -> bool:
+    if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
+        return False
+    if _meta(pod).get("deletionTimestamp"):
+        return False
+    job = (_meta(pod).get("labels") or {}).get(LABEL_JOB)
+    if not job:
+        return False
+    status = statuses.get((pkey[0], job))
+    if status is None:
+        return True  # its job is gone (deleted while the operator was down)
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return True
+    if status.phase in st.BOUND_PHASES:
+        return not status.pods or status.pods[-1] != pkey[1]
+    return status.phase is Phase.EVICTED or status.phase is Phase.UNSCHEDULABLE
+
+
+def _occupied(
+    pods: Iterable[dict[str, Any]], statuses: dict[tuple[str, str], OfflineJobStatus]
+) -> dict[str, dict[int, str]]:
+    occupied: dict[str, dict[int, str]] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
+            continue
+        held = gpus_of_pod(pod)
+        if held is None:
+            continue
+        ns, _ = _ns_name(pod)
+        job = (_meta(pod).get("labels") or {}).get(LABEL_JOB, "?")
+        for gpu in held[1]:
+            occupied.setdefault(held[0], {})[gpu] = f"{ns}/{job}"
+    for (ns, name), status in statuses.items():
+        if status.phase in st.BOUND_PHASES and status.placement is not None:
+            for gpu in status.placement.gpu_indices:
+                occupied.setdefault(status.placement.node, {})[gpu] = f"{ns}/{name}"
+    return occupied
+
+
+async def _build_queue(
+    ctx: OperatorContext,
+    bodies: dict[tuple[str, str], dict[str, Any]],
+    statuses: dict[tuple[str, str], OfflineJobStatus],
+    now: datetime,
+) -> list[QueuedJob]:
+    queue: list[QueuedJob] = []
+    configmaps: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for key, status in statuses.items():
+        if status.phase not in st.QUEUED_PHASES or not _is_valid(status) or not _due(status, now):
+            continue
+        body = bodies[key]
+        cm_name = profile_configmap_name(body)
+        cm = None
+        if cm_name:
+            if (key[0], cm_name) not in configmaps:
+                configmaps[(key[0], cm_name)] = await ctx.client.get(
+                    configmaps_path(key[0], cm_name)
+                )
+            cm = configmaps[(key[0], cm_name)]
+        verdict = validate_job(body, cm)
+        if isinstance(verdict, ValidJob):
+            queue.append(QueuedJob(verdict.job, verdict.profile))
+        else:
+            ctx.kick(f"revalidate {key[0]}/{key[1]}")
+    return queue
+
+
+def _job_from_body(body: dict[str, Any]) -> OfflineJob | None:
+    raw = {k: v for k, v in body.items() if k in ("apiVersion", "kind", "metadata", "spec")}
+    try:
+        return OfflineJob.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+async def _ensure_pod(
+    ctx: OperatorContext, body: dict[str, Any], placement: Placement, attempt: int
+) -> dict[str, Any] | None:
+    """Create the job's Pod unless it exists (deterministic name; 409 means it exists)."""
+    job = _job_from_body(body)
+    if job is None:
+        return None
+    manifest = build_offline_pod(job, placement, attempt)
+    ns = manifest["metadata"]["namespace"]
+    existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
+    if existing is not None:
+        return existing
+    try:
+        return await ctx.client.create(pods_path(ns), manifest)
+    except ConflictError:
+        return await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
+
+
+async def _bind(
+    ctx: OperatorContext,
+    q: QueuedJob,
+    placement: Placement,
+    statuses: dict[tuple[str, str], OfflineJobStatus],
+    now: datetime,
+) -> bool:
+    ns = q.job.metadata.namespace or "default"
+    name = q.job.metadata.name
+    uid = q.job.metadata.uid
+    recorded: dict[str, Any] = {}
+
+    def record(body: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+        if _meta(body).get("uid") != uid or cur.phase not in st.QUEUED_PHASES:
+            return None  # replaced or moved on since the pass read it
+        recorded["body"] = body
+        return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now)
+
+    new = await update_status(ctx, ns, name, record)
+    if new is None:
+        return False
+    statuses[(ns, name)] = new
+    if ctx.config.bind_delay > 0:
+        await asyncio.sleep(ctx.config.bind_delay)
+    pod = await _ensure_pod(ctx, recorded["body"], placement, new.eviction_count)
+    if pod is None:
+        return False
+    ctx.metrics.placements.inc()
+    created = q.job.metadata.creation_timestamp
+    if created is not None:
+        ctx.metrics.queue_latency.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
+    await post_event(ctx.client, ns, name, uid, "Normal", "Scheduled", new.message)
+    return True
+
+
+async def _mark_unschedulable(
+    ctx: OperatorContext, q: QueuedJob, reason: str, now: datetime
+) -> bool:
+    ns = q.job.metadata.namespace or "default"
+    name = q.job.metadata.name
+    retry_at = now + timedelta(seconds=ctx.config.unschedulable_backoff)
+    changed_reasons: dict[str, bool] = {}
+
+    def mark(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+        if cur.phase not in st.QUEUED_PHASES:
+            return None
+        new = st.unschedulable(cur, [reason], now, retry_at)
+        changed_reasons["changed"] = (
+            cur.phase is not Phase.UNSCHEDULABLE or cur.message != new.message
+        )
+        return new
+
+    new = await update_status(ctx, ns, name, mark)
+    if new is None:
+        return False
+    ctx.metrics.unschedulable.inc()
+    if changed_reasons.get("changed"):
+        await post_event(
+            ctx.client, ns, name, q.job.metadata.uid, "Warning", "FailedScheduling", new.message
+        )
+    return True

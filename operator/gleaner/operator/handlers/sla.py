@@ -1,0 +1,216 @@
+"""The SLA monitor: one tick per Running job per window; keep, or evict and requeue.
+
+Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``):
+
+1. observes the job's throughput fraction for the latest window (``gleaner.operator.observe``:
+   the NodeTrace of its node, or Prometheus), skipping windows from before the placement;
+2. appends the window to the placement's history (annotation ``gleaner.dev/sla-windows``)
+   and writes ``status.observed`` and the ``SLAMet`` condition;
+3. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
+
+On evict, in an order that a crash at any point can resume without loss or duplicates:
+the eviction-report ConfigMap (named by the eviction number, so a retry finds it); the
+status (``evictions`` record, ``evictionCount``, ``excludedNodes``, phase Evicted with
+``nextAttemptAfter`` from the backoff, or Failed after ``maxEvictions``); then the Pods
+are deleted, the history cleared, a Warning Event ``SLAViolation`` posted, and the
+scheduling loop kicked so the job is placed elsewhere once its backoff passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from gleaner.api import EvictionRecord, Observed, OfflineJobStatus, Phase, Placement
+from gleaner.operator import status as st
+from gleaner.operator.builders import build_eviction_report_configmap, job_selector
+from gleaner.operator.context import OperatorContext
+from gleaner.operator.events import post_event
+from gleaner.operator.jobs import parse_status, patch_annotations, update_status
+from gleaner.operator.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
+from gleaner.operator.observe import (
+    ObservedWindow,
+    observe_from_nodetrace,
+    observe_from_prometheus,
+)
+from gleaner.operator.slahistory import (
+    ANNOTATION_SLA_WINDOWS,
+    dump_history,
+    has_window,
+    history_for,
+)
+from gleaner.scheduler.monitor import (
+    SLADecision,
+    SLAHistory,
+    decide_sla,
+    plan_after_eviction,
+    window_missed,
+)
+from gleaner.scheduler.report import PredictedFactors, build_eviction_report
+
+logger = logging.getLogger(__name__)
+
+
+async def _observe(
+    ctx: OperatorContext, namespace: str, name: str, placement: Placement, now: datetime
+) -> ObservedWindow | None:
+    if ctx.config.prometheus_url:
+        obs = await observe_from_prometheus(
+            ctx.config.prometheus_url,
+            namespace,
+            name,
+            ctx.config.sla.window_seconds,
+            placement.memory,
+            now,
+        )
+        if obs is not None and obs.end <= placement.decided_at:
+            return None
+        return obs
+    trace = await ctx.client.get(nodetraces_path(placement.node))
+    if trace is None:
+        return None
+    try:
+        return observe_from_nodetrace(
+            trace, list(placement.gpu_indices), placement.memory, placement.decided_at
+        )
+    except ValueError as exc:
+        logger.warning("NodeTrace %s unusable for %s/%s: %s", placement.node, namespace, name, exc)
+        return None
+
+
+async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
+    """One SLA tick for one job; returns a short outcome for kopf's log."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    status = parse_status(body)
+    placement = status.placement
+    if status.phase is not Phase.RUNNING or placement is None:
+        return "not running"
+    sla = float((body.get("spec") or {}).get("throughputSLA") or 0)
+    if not 0 < sla <= 1:
+        return "no SLA"
+    now = datetime.now(UTC)
+    obs = await _observe(ctx, namespace, name, placement, now)
+    history = history_for(
+        f"{namespace}/{name}",
+        sla,
+        placement,
+        (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
+    )
+    if obs is not None and not has_window(history, obs.end.timestamp()):
+        history = history.observe(obs.end.timestamp(), obs.throughput_fraction)
+        await patch_annotations(
+            ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: dump_history(history)}
+        )
+        met = not window_missed(obs.throughput_fraction, sla, ctx.config.sla)
+        observed = Observed(
+            throughput_fraction=obs.throughput_fraction,
+            window_seconds=obs.seconds,
+            tokens_per_second=(placement.predicted_tokens_per_second or 0.0)
+            / max(placement.throughput_fraction, 1e-9)
+            * obs.throughput_fraction
+            if placement.predicted_tokens_per_second is not None
+            else None,
+            updated_at=now,
+        )
+
+        def record(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+            if cur.phase is not Phase.RUNNING or cur.placement != placement:
+                return None
+            return st.observed(cur, observed, sla, met, now)
+
+        await update_status(ctx, namespace, name, record)
+
+    decision = decide_sla(history, now.timestamp(), ctx.config.sla)
+    if not decision.evict:
+        return decision.reason
+    await evict(ctx, body, status, placement, history, decision, now)
+    return f"evicted: {decision.reason}"
+
+
+async def evict(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    status: OfflineJobStatus,
+    placement: Placement,
+    history: SLAHistory,
+    decision: SLADecision,
+    now: datetime,
+) -> None:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    cfg = ctx.config.sla
+    plan = plan_after_eviction(
+        placement.node,
+        status.eviction_count,
+        int(spec.get("maxEvictions", 3)),
+        status.excluded_nodes,
+        now.timestamp(),
+        cfg,
+    )
+    predicted = PredictedFactors(
+        compute=placement.compute,
+        memory=placement.memory,
+        multi_gpu=placement.multi_gpu,
+        throughput_fraction=placement.throughput_fraction,
+    )
+    report = build_eviction_report(
+        history, decision, plan, predicted, now.timestamp(), cfg, tuple(placement.gpu_uuids)
+    )
+    configmap = build_eviction_report_configmap(
+        name, namespace, plan.eviction_count, report.to_json()
+    )
+    with contextlib.suppress(ConflictError):  # written by an earlier try of this eviction
+        await ctx.client.create(configmaps_path(namespace), configmap)
+    last = history.windows[-1].throughput_fraction if history.windows else 0.0
+    record = EvictionRecord(
+        time=now,
+        node=placement.node,
+        gpu_indices=list(placement.gpu_indices),
+        reason=decision.reason,
+        sla=history.sla,
+        predicted_throughput_fraction=placement.throughput_fraction,
+        observed_throughput_fraction=last,
+        report=configmap["metadata"]["name"],
+    )
+    next_at = (
+        None
+        if plan.next_attempt_after is None
+        else datetime.fromtimestamp(plan.next_attempt_after, UTC)
+    )
+
+    def mark(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+        if cur.phase not in st.BOUND_PHASES or cur.placement != placement:
+            return None
+        return st.evicted(
+            cur,
+            record,
+            eviction_count=plan.eviction_count,
+            excluded_nodes=plan.excluded_nodes,
+            failed=plan.failed,
+            next_attempt_after=next_at,
+            message=plan.message,
+            now=now,
+        )
+
+    new = await update_status(ctx, namespace, name, mark)
+    if new is None:
+        return
+    pods = await ctx.client.list(pods_path(namespace), label_selector=job_selector(name))
+    for pod in pods:
+        await ctx.client.delete(pods_path(namespace, str((pod.get("metadata") or {}).get("name"))))
+    await patch_annotations(ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: None})
+    ctx.metrics.evictions.inc()
+    await post_event(
+        ctx.client,
+        namespace,
+        name,
+        meta.get("uid"),
+        "Warning",
+        "SLAViolation",
+        f"evicted from {placement.node}: {decision.reason}; {plan.message}",
+    )
+    ctx.kick(f"eviction {namespace}/{name}")

@@ -1,0 +1,190 @@
+"""All kopf registrations and settings of the Gleaner operator, in one place.
+
+Contract: ``register(config)`` returns a fresh ``kopf.OperatorRegistry`` with every handler
+of the operator (intervals come from ``config``); each handler is a few lines that unpack
+kopf's kwargs and call one body in ``gleaner.operator.handlers``. ``run(config)`` runs kopf
+with that registry (peering ``gleaner`` or standalone; cluster-wide or the given
+namespaces) next to the HTTP server (``gleaner.operator.http``) and blocks until SIGINT /
+SIGTERM. What is registered:
+
+==========================================  ==============================================
+``@on.startup``                             settings (below), scheduling loop, readiness
+``@on.login``                               in-cluster service account, else KUBECONFIG
+``@on.cleanup``                             stop the loop, close the API client
+``@on.create/resume/update(spec)`` jobs     ``handlers.validate``: validate, queue / Invalid
+``@on.delete`` jobs (finalizer)             ``handlers.delete``: delete the job's Pods
+``@timer`` Running jobs, every SLA window   ``handlers.sla``: observe, keep / evict
+``@timer`` waiting jobs                     ``handlers.requeue``: kick when backoff passed
+``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
+``@on.event`` NodeTraces                    ``handlers.requeue``: kick (load changed)
+==========================================  ==============================================
+
+Settings: finalizer ``gleaner.dev/finalizer``; kopf's progress and diff-base kept in
+annotations prefixed ``gleaner.dev``; kopf's own Events only for warnings and errors (the
+operator posts its own: Scheduled, FailedScheduling, InvalidSpec, SLAViolation...); watch
+requests time out server-side after ``--watch-timeout`` seconds (client 30 s later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import kopf
+
+from gleaner.api import GROUP, VERSION, Phase
+from gleaner.operator.builders import LABEL_ROLE, ROLE_OFFLINE
+from gleaner.operator.config import ANNOTATION_PREFIX, FINALIZER, OperatorConfig
+from gleaner.operator.context import OperatorContext
+from gleaner.operator.handlers.delete import delete_job_pods
+from gleaner.operator.handlers.pods import follow_pod
+from gleaner.operator.handlers.requeue import nodetrace_changed, requeue_due
+from gleaner.operator.handlers.scheduling import scheduling_loop
+from gleaner.operator.handlers.sla import monitor_sla
+from gleaner.operator.handlers.validate import validate_and_queue
+from gleaner.operator.http import Health, build_app, serve_in_thread
+from gleaner.operator.kube import Credentials, KubeClient
+from gleaner.operator.metrics import OperatorMetrics
+
+logger = logging.getLogger("gleaner.operator")
+
+JOBS = (GROUP, VERSION, "offlinejobs")
+NODETRACES = (GROUP, VERSION, "nodetraces")
+KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
+WAITING = {Phase.PENDING.value, Phase.UNSCHEDULABLE.value, Phase.EVICTED.value, "Scheduled"}
+
+
+def _phase(status: Any) -> str:
+    return str((status or {}).get("phase") or "")
+
+
+def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.enabled = True
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "gleaner-operator"
+    settings.watching.server_timeout = config.watch_timeout
+    settings.watching.client_timeout = config.watch_timeout + 30
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    if config.peering:
+        settings.peering.name = config.peering
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = config.clusterwide
+    else:
+        settings.peering.standalone = True
+
+
+def register(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """A registry holding every handler of the operator (see the module docstring)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        configure_settings(settings, config)
+        ctx: OperatorContext = memo.ctx
+        ctx.loop_task = asyncio.create_task(scheduling_loop(ctx), name="gleaner-scheduling")
+        ctx.health.started = True
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # The same credentials our own KubeClient uses: in-cluster, else KUBECONFIG.
+        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+        return info
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        ctx: OperatorContext = memo.ctx
+        if ctx.loop_task is not None:
+            ctx.loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ctx.loop_task
+        await ctx.client.close()
+
+    # Handlers return None: kopf would store a returned value in the status, which the
+    # CRD's schema does not allow. Outcomes go to the log instead.
+    @kopf.on.create(*JOBS, id="validate", registry=registry)
+    @kopf.on.resume(*JOBS, id="validate", registry=registry)
+    @kopf.on.update(*JOBS, id="validate", field="spec", registry=registry)
+    async def job_changed(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
+        logger.info("validated: %s", await validate_and_queue(memo.ctx, dict(body)))
+
+    @kopf.on.delete(*JOBS, id="cleanup", registry=registry)
+    async def job_deleted(
+        name: str, namespace: str | None, memo: kopf.Memo, logger: KopfLogger, **_: Any
+    ) -> None:
+        deleted = await delete_job_pods(memo.ctx, namespace or "default", name)
+        logger.info("deleted %d pod(s)", deleted)
+
+    @kopf.timer(
+        *JOBS,
+        id="sla",
+        interval=config.sla.window_seconds,
+        initial_delay=config.sla.window_seconds,
+        when=lambda status, **_: _phase(status) == Phase.RUNNING.value,
+        registry=registry,
+    )
+    async def sla_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
+        logger.debug("SLA: %s", await monitor_sla(memo.ctx, dict(body)))
+
+    @kopf.timer(
+        *JOBS,
+        id="requeue",
+        interval=config.requeue_interval,
+        when=lambda status, **_: _phase(status) in WAITING,
+        registry=registry,
+    )
+    def requeue_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        requeue_due(memo.ctx, dict(body))
+
+    @kopf.on.event("v1", "pods", id="follow", labels={LABEL_ROLE: ROLE_OFFLINE}, registry=registry)
+    async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        await follow_pod(memo.ctx, event.get("type"), dict(body))
+
+    @kopf.on.event(*NODETRACES, id="nodetrace", registry=registry)
+    def nodetrace_event(name: str, memo: kopf.Memo, **_: Any) -> None:
+        nodetrace_changed(memo.ctx, name)
+
+    return registry
+
+
+async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -> None:
+    """Run the operator until ``stop`` is set or kopf exits (signals stop kopf)."""
+    metrics = OperatorMetrics()
+    health = Health()
+    credentials = await asyncio.to_thread(Credentials.load)
+    ctx = OperatorContext(
+        config=config, client=KubeClient(credentials), metrics=metrics, health=health
+    )
+    server = None
+    if config.http_port:
+        from gleaner.operator.http import extra_routers
+
+        app = build_app(health, metrics.registry, extra_routers())
+        server = serve_in_thread(app, config.http_host, config.http_port)
+    try:
+        await kopf.operator(
+            registry=register(config),
+            clusterwide=config.clusterwide,
+            namespaces=list(config.namespaces),
+            standalone=config.peering is None,
+            peering_name=config.peering,
+            memo=kopf.Memo(ctx=ctx),
+            stop_flag=stop,
+        )
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def run(config: OperatorConfig) -> None:
+    kopf.configure(verbose=config.verbose, debug=config.verbose)
+    asyncio.run(run_async(config))

@@ -1,0 +1,115 @@
+"""Observed throughput of a running job, for the SLA monitor.
+
+Contract. The SLA monitor needs, per window, the fraction of its standalone throughput a
+placed job achieved. Two sources:
+
+- **NodeTrace** (default; pure ``observe_from_nodetrace``). The agent's NodeTrace of the
+  job's node reports, per GPU, the seconds offline channels were enabled over its window,
+  and per GPU pair the online busy overlap and union. The observed fraction is the
+  performance model re-evaluated on that window with the memory factor as predicted::
+
+      observed = P_compute_obs(G) * P_multi_obs(G) * P_memory_pred
+      P_compute_obs(G) = min_{g in G} offlineEnabledSeconds_g / window.seconds
+      P_multi_obs(G)   = min_{a<b in G} overlapSeconds_ab / unionSeconds_ab   (1 if |G| = 1)
+
+  (the factors are computed by ``gleaner.perfmodel``; the memory factor is the placement's
+  prediction because the NodeTrace tells what memory was harvestable, not what the job
+  got). A window that ended before the placement was decided says nothing about the job
+  and is ignored (None), as is a trace that lacks one of the job's GPUs.
+- **Prometheus** (``--prometheus-url``; ``observe_from_prometheus``): the agent's per-job
+  counter ``gleaner_offline_job_timeslice_seconds_total{namespace,job}`` gives the seconds
+  the job's work actually ran on each of its GPUs; over the window::
+
+      observed = min over the job's GPU series of rate(...[window]) * P_memory_pred
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gleaner.api import NodeTrace
+from gleaner.perfmodel import NodeSummary, compute_factor, multi_gpu_factor
+
+
+@dataclass(frozen=True)
+class ObservedWindow:
+    """One observation: the fraction achieved over a window ending at ``end``."""
+
+    end: datetime
+    seconds: float
+    throughput_fraction: float
+    compute: float
+    multi_gpu: float
+
+
+def observe_from_nodetrace(
+    trace: NodeTrace | dict[str, Any],
+    gpus: list[int],
+    predicted_memory: float,
+    placed_at: datetime,
+) -> ObservedWindow | None:
+    """The observed fraction on ``gpus`` over the trace's window (see the module docstring)."""
+    nt = trace if isinstance(trace, NodeTrace) else NodeTrace.model_validate(trace)
+    window = nt.status.window
+    if window is None or window.seconds <= 0 or window.end <= placed_at:
+        return None
+    if not {g.index for g in nt.status.per_gpu} >= set(gpus):
+        return None
+    summary = NodeSummary.from_nodetrace(nt)
+    if summary.offline_enabled_seconds is None:
+        return None
+    compute = compute_factor(summary, gpus)
+    multi = multi_gpu_factor(summary, gpus)
+    fraction = max(0.0, compute * multi * predicted_memory)
+    return ObservedWindow(window.end, window.seconds, fraction, compute, multi)
+
+
+def timeslice_query(namespace: str, job: str, window_seconds: float) -> str:
+    """PromQL for the per-GPU fraction of time the job's work ran over the window."""
+    seconds = max(1, round(window_seconds))
+    return (
+        f'rate(gleaner_offline_job_timeslice_seconds_total{{namespace="{namespace}",'
+        f'job="{job}"}}[{seconds}s])'
+    )
+
+
+def fraction_from_vector(result: list[dict[str, Any]], predicted_memory: float) -> float | None:
+    """Reduce an instant-vector result of ``timeslice_query`` (None: no series)."""
+    values = []
+    for sample in result:
+        try:
+            values.append(float(sample["value"][1]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    if not values:
+        return None
+    return max(0.0, min(1.0, min(values))) * predicted_memory
+
+
+async def observe_from_prometheus(
+    base_url: str,
+    namespace: str,
+    job: str,
+    window_seconds: float,
+    predicted_memory: float,
+    now: datetime,
+) -> ObservedWindow | None:
+    """Query Prometheus for the job's timeslice rate (the shell part; one HTTP call)."""
+    import httpx
+
+    query = timeslice_query(namespace, job, window_seconds)
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        resp = await client.get(
+            base_url.rstrip("/") + "/api/v1/query",
+            params={"query": query, "time": f"{now.timestamp():.3f}"},
+        )
+        resp.raise_for_status()
+        payload = resp.json()
+    result = (payload.get("data") or {}).get("result") or []
+    fraction = fraction_from_vector(result, predicted_memory)
+    if fraction is None:
+        return None
+    compute = fraction / predicted_memory if predicted_memory > 0 else 0.0
+    return ObservedWindow(now, window_seconds, fraction, compute, 1.0)

@@ -1,0 +1,73 @@
+"""The operator's thin adapter to ``gleaner.scheduler`` (pure).
+
+Contract: ``plan_placements`` turns what a scheduling pass read from the API server (the
+queued jobs with their resolved profiles, node summaries from NodeTraces or Prometheus,
+the GPUs offline Pods already hold) into the scheduler's inputs (``JobRequest``,
+``ClusterState``), calls ``gleaner.scheduler.schedule`` once for the whole queue, and turns
+the answer back into API ``Placement`` objects and per-job reasons. It decides nothing
+itself: filters, scores, explanations and the model are the scheduler's and perfmodel's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gleaner.api import OfflineJob, Placement, Profile
+from gleaner.perfmodel import JobProfile, NodeSummary
+from gleaner.scheduler import (
+    ClusterState,
+    JobRequest,
+    SchedulerConfig,
+    schedule,
+    stale_nodes,
+)
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A validated job waiting for a placement, with its resolved profile."""
+
+    job: OfflineJob
+    profile: Profile
+
+    @property
+    def key(self) -> str:
+        return f"{self.job.metadata.namespace or 'default'}/{self.job.metadata.name}"
+
+
+@dataclass
+class PlacementPlan:
+    placements: list[tuple[QueuedJob, Placement]] = field(default_factory=list)
+    unschedulable: list[tuple[QueuedJob, str]] = field(default_factory=list)
+
+
+def plan_placements(
+    queue: Sequence[QueuedJob],
+    nodes: Mapping[str, NodeSummary],
+    occupied: Mapping[str, Mapping[int, str]],
+    now: datetime,
+    *,
+    config: SchedulerConfig | None = None,
+    stale_after_seconds: float = 600.0,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> PlacementPlan:
+    """One scheduling decision for the whole queue (see the module docstring)."""
+    plan = PlacementPlan()
+    if not queue:
+        return plan
+    by_key = {q.key: q for q in queue}
+    requests = [JobRequest.from_offlinejob(q.job, JobProfile.from_api(q.profile)) for q in queue]
+    cluster = ClusterState(
+        nodes=nodes,
+        node_labels=node_labels or {},
+        occupied=occupied,
+        unavailable=stale_nodes(nodes, now, stale_after_seconds),
+    )
+    result = schedule(requests, cluster, config or SchedulerConfig(), now=now.timestamp())
+    for decision in result.placements:
+        plan.placements.append((by_key[decision.job], decision.to_placement(now)))
+    for miss in result.unschedulable:
+        plan.unschedulable.append((by_key[miss.job], miss.message))
+    return plan

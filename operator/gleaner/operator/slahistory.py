@@ -1,0 +1,78 @@
+"""The SLA monitor's per-placement history, kept in an annotation of the OfflineJob (pure).
+
+Contract: the scheduler's ``decide_sla`` needs the last n observed windows of the current
+placement (``SLAHistory``). The operator keeps no state of its own, so the windows live in
+the API server, in the annotation ``gleaner.dev/sla-windows`` of the job: JSON
+``{"node": ..., "gpus": [...], "placedAt": <epoch>, "windows": [[<end epoch>, <fraction>], ...]}``
+bounded to ``MAX_WINDOWS``. A history recorded for another placement (different node,
+GPUs or decision time) is discarded, so a rescheduled job starts clean. A restarted
+operator reads it back and decides exactly as the old one would have.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gleaner.api import Placement
+from gleaner.scheduler.monitor import SLAHistory, WindowObservation
+
+ANNOTATION_SLA_WINDOWS = "gleaner.dev/sla-windows"
+MAX_WINDOWS = 16
+
+
+def history_for(
+    job_key: str, sla: float, placement: Placement, annotation: str | None
+) -> SLAHistory:
+    """The stored history of this placement (empty if none, unreadable or for another one)."""
+    placed_at = placement.decided_at.timestamp()
+    base = SLAHistory(
+        job=job_key,
+        sla=sla,
+        node=placement.node,
+        gpus=tuple(placement.gpu_indices),
+        placed_at=placed_at,
+        predicted=placement.throughput_fraction,
+        max_windows=MAX_WINDOWS,
+    )
+    if not annotation:
+        return base
+    try:
+        data: Any = json.loads(annotation)
+        same = (
+            data["node"] == placement.node
+            and list(data["gpus"]) == list(placement.gpu_indices)
+            and abs(float(data["placedAt"]) - placed_at) < 1e-3
+        )
+        if not same:
+            return base
+        windows = tuple(WindowObservation(float(end), float(frac)) for end, frac in data["windows"])
+    except (ValueError, KeyError, TypeError):
+        return base
+    return SLAHistory(
+        job=base.job,
+        sla=base.sla,
+        node=base.node,
+        gpus=base.gpus,
+        placed_at=base.placed_at,
+        predicted=base.predicted,
+        windows=windows[-MAX_WINDOWS:],
+        max_windows=MAX_WINDOWS,
+    )
+
+
+def dump_history(history: SLAHistory) -> str:
+    return json.dumps(
+        {
+            "node": history.node,
+            "gpus": list(history.gpus),
+            "placedAt": history.placed_at,
+            "windows": [[w.end, round(w.throughput_fraction, 6)] for w in history.windows],
+        },
+        separators=(",", ":"),
+    )
+
+
+def has_window(history: SLAHistory, end: float) -> bool:
+    """Whether a window ending at ``end`` is already recorded (the same trace seen twice)."""
+    return any(abs(w.end - end) < 1e-3 for w in history.windows)

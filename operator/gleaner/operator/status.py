@@ -1,0 +1,267 @@
+"""The OfflineJob phase machine and the status it writes (pure).
+
+Contract: every status change the operator makes goes through one function here, which
+takes the current ``OfflineJobStatus`` and returns the new one; ``status_patch`` turns the
+pair into a JSON merge patch (keys that disappear are sent as ``null``). Phases move only
+along ``TRANSITIONS`` (``transition`` refuses anything else), so a stale writer cannot drag
+a Succeeded job back to Running. Conditions follow Kubernetes conventions (``set_condition``
+keeps the transition time when the status did not change, so reconciling is idempotent):
+
+- ``Valid``: the spec (and its profile ConfigMap) passed validation;
+- ``Scheduled``: a placement was found (False with the scheduler's reasons otherwise);
+- ``Ready``: the job's Pod is running;
+- ``SLAMet``: the last observed window met the SLA.
+
+::
+
+    (new) ─▶ Pending ─▶ Scheduled ─▶ Running ─▶ Succeeded
+      │        │  ▲         │  │        │  └──▶ Failed
+      ▼        ▼  │         │  ▼        ▼
+    Invalid  Unschedulable  │ Failed  Evicted ─▶ (Scheduled | Unschedulable | Failed)
+                            └──▶ Evicted
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from gleaner.api import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    EvictionRecord,
+    Observed,
+    OfflineJobStatus,
+    Phase,
+    Placement,
+    set_condition,
+)
+from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
+
+P = Phase
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    P.PENDING: frozenset({P.PENDING, P.INVALID, P.SCHEDULED, P.UNSCHEDULABLE}),
+    P.INVALID: frozenset({P.INVALID, P.PENDING}),
+    P.UNSCHEDULABLE: frozenset({P.UNSCHEDULABLE, P.INVALID, P.PENDING, P.SCHEDULED}),
+    P.SCHEDULED: frozenset({P.SCHEDULED, P.RUNNING, P.SUCCEEDED, P.FAILED, P.EVICTED}),
+    P.RUNNING: frozenset({P.RUNNING, P.SUCCEEDED, P.FAILED, P.EVICTED}),
+    P.EVICTED: frozenset({P.EVICTED, P.INVALID, P.PENDING, P.SCHEDULED, P.UNSCHEDULABLE, P.FAILED}),
+    P.SUCCEEDED: frozenset({P.SUCCEEDED}),
+    P.FAILED: frozenset({P.FAILED}),
+}
+"""Allowed moves: from-phase -> to-phases (self-loops allowed: idempotent reconciles)."""
+
+QUEUED_PHASES = frozenset({P.PENDING, P.UNSCHEDULABLE, P.EVICTED})
+"""Phases whose jobs wait for a placement."""
+BOUND_PHASES = frozenset({P.SCHEDULED, P.RUNNING})
+"""Phases whose jobs hold GPUs (their placement is occupied)."""
+
+
+class TransitionError(ValueError):
+    """A phase change the machine does not allow."""
+
+
+def can_transition(old: Phase, new: Phase) -> bool:
+    return new in TRANSITIONS[old]
+
+
+def transition(status: OfflineJobStatus, new: Phase, message: str) -> OfflineJobStatus:
+    """A copy of ``status`` in phase ``new``; raises ``TransitionError`` if not allowed."""
+    if not can_transition(status.phase, new):
+        raise TransitionError(f"phase {status.phase.value} cannot move to {new.value}")
+    return status.model_copy(update={"phase": new, "message": message})
+
+
+def _cond(
+    status: OfflineJobStatus,
+    type_: ConditionType,
+    ok: bool,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int | None = None,
+) -> list[Condition]:
+    return set_condition(
+        list(status.conditions),
+        Condition(
+            type=type_.value,
+            status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
+            reason=reason,
+            message=message,
+            last_transition_time=now,
+            observed_generation=generation,
+        ),
+    )
+
+
+def invalid(
+    status: OfflineJobStatus, message: str, now: datetime, generation: int | None
+) -> OfflineJobStatus:
+    """The spec is invalid: phase Invalid, ``Valid=False`` naming the field."""
+    new = transition(status, P.INVALID, message)
+    return new.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": _cond(
+                new, ConditionType.VALID, False, "InvalidSpec", message, now, generation
+            ),
+        }
+    )
+
+
+def valid(status: OfflineJobStatus, now: datetime, generation: int | None) -> OfflineJobStatus:
+    """The spec is valid; a new or previously invalid job becomes Pending (queued)."""
+    new = status
+    if status.phase in (P.INVALID, P.PENDING):
+        new = transition(status, P.PENDING, "waiting for a placement")
+    return new.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": _cond(
+                new, ConditionType.VALID, True, "SpecValid", "spec is valid", now, generation
+            ),
+        }
+    )
+
+
+def scheduled(
+    status: OfflineJobStatus, placement: Placement, pod: str, now: datetime
+) -> OfflineJobStatus:
+    """A placement was chosen and the job's Pod (name ``pod``) is being bound."""
+    gpus = ",".join(str(g) for g in placement.gpu_indices)
+    message = (
+        f"placed on {placement.node} GPUs {gpus}: predicted "
+        f"{placement.throughput_fraction:.2f} of standalone throughput"
+    )
+    new = transition(status, P.SCHEDULED, message)
+    pods = [p for p in new.pods if p != pod] + [pod]
+    return new.model_copy(
+        update={
+            "placement": placement,
+            "pods": pods,
+            "next_attempt_after": None,
+            "observed": None,
+            "conditions": _cond(new, ConditionType.SCHEDULED, True, "Placed", message, now),
+        }
+    )
+
+
+def unschedulable(
+    status: OfflineJobStatus,
+    reasons: Sequence[str],
+    now: datetime,
+    next_attempt_after: datetime | None,
+) -> OfflineJobStatus:
+    """No node can meet the SLA now: phase Unschedulable with the scheduler's reasons."""
+    message = "; ".join(reasons) if reasons else "no feasible placement"
+    new = transition(status, P.UNSCHEDULABLE, message)
+    return new.model_copy(
+        update={
+            "placement": None,
+            "next_attempt_after": next_attempt_after,
+            "conditions": _cond(new, ConditionType.SCHEDULED, False, "Unschedulable", message, now),
+        }
+    )
+
+
+def from_pod_phase(
+    status: OfflineJobStatus, pod_name: str, pod_phase: str, now: datetime, detail: str = ""
+) -> OfflineJobStatus | None:
+    """The job's status after its current Pod reports ``pod_phase``; None: nothing changes.
+
+    Only the Pod of the current placement counts (an old attempt's Pod never moves the job).
+    """
+    if status.phase not in BOUND_PHASES or not status.pods or status.pods[-1] != pod_name:
+        return None
+    match pod_phase:
+        case "Running":
+            if status.phase is P.RUNNING:
+                return None
+            new = transition(status, P.RUNNING, f"pod {pod_name} is running")
+            conds = _cond(new, ConditionType.READY, True, "PodRunning", new.message, now)
+        case "Succeeded":
+            new = transition(status, P.SUCCEEDED, f"pod {pod_name} succeeded")
+            conds = _cond(new, ConditionType.READY, False, "PodSucceeded", new.message, now)
+        case "Failed":
+            message = f"pod {pod_name} failed" + (f": {detail}" if detail else "")
+            new = transition(status, P.FAILED, message)
+            conds = _cond(new, ConditionType.READY, False, "PodFailed", message, now)
+        case _:
+            return None
+    return new.model_copy(update={"conditions": conds})
+
+
+def pod_lost(status: OfflineJobStatus, pod_name: str, now: datetime) -> OfflineJobStatus | None:
+    """The current Pod vanished while the job was bound (deleted by someone): requeue."""
+    if status.phase not in BOUND_PHASES or not status.pods or status.pods[-1] != pod_name:
+        return None
+    message = f"pod {pod_name} was deleted; waiting for a new placement"
+    new = transition(status, P.EVICTED, message)
+    return new.model_copy(
+        update={
+            "placement": None,
+            "conditions": _cond(new, ConditionType.READY, False, "PodDeleted", message, now),
+        }
+    )
+
+
+def observed(
+    status: OfflineJobStatus, obs: Observed, sla: float, met: bool, now: datetime
+) -> OfflineJobStatus:
+    """Record one observed window and the ``SLAMet`` condition."""
+    message = f"observed {obs.throughput_fraction:.2f} of standalone throughput (SLA {sla:.2f})"
+    return status.model_copy(
+        update={
+            "observed": obs,
+            "conditions": _cond(
+                status,
+                ConditionType.SLA_MET,
+                met,
+                "SLAMet" if met else "SLAMissed",
+                message,
+                now,
+            ),
+        }
+    )
+
+
+def evicted(
+    status: OfflineJobStatus,
+    record: EvictionRecord,
+    *,
+    eviction_count: int,
+    excluded_nodes: Sequence[str],
+    failed: bool,
+    next_attempt_after: datetime | None,
+    message: str,
+    now: datetime,
+) -> OfflineJobStatus:
+    """An SLA eviction: recorded (bounded list), then Evicted (requeued) or Failed."""
+    new = transition(status, P.FAILED if failed else P.EVICTED, message)
+    records = [*new.evictions, record][-MAX_EVICTION_RECORDS:]
+    conds = _cond(new, ConditionType.READY, False, "SLAEvicted", record.reason, now)
+    new = new.model_copy(update={"conditions": conds})
+    conds = _cond(new, ConditionType.SLA_MET, False, "SLAViolation", record.reason, now)
+    return new.model_copy(
+        update={
+            "evictions": records,
+            "eviction_count": eviction_count,
+            "excluded_nodes": list(excluded_nodes),
+            "next_attempt_after": next_attempt_after,
+            "placement": None,
+            "conditions": conds,
+        }
+    )
+
+
+def status_patch(old: OfflineJobStatus, new: OfflineJobStatus) -> dict[str, Any]:
+    """JSON merge patch ``{"status": ...}`` from ``old`` to ``new`` (removed keys -> null)."""
+    old_json = old.to_k8s()
+    new_json: dict[str, Any] = new.to_k8s()
+    body: dict[str, Any] = dict(new_json)
+    for key in old_json:
+        if key not in new_json:
+            body[key] = None
+    return {"status": body}

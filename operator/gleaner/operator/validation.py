@@ -1,0 +1,110 @@
+"""Validating an OfflineJob as the API server stores it (pure).
+
+Contract: ``validate_job(body, profile_configmap)`` returns a ``ValidJob`` (the parsed
+``OfflineJob`` and its resolved ``Profile``) or an ``InvalidJob`` whose ``message`` names
+the offending field the way ``kubectl`` users write it (``spec.profile.memoryCurve[1]...``).
+The caller fetches the ConfigMap named by ``spec.profileFrom`` (or passes None when it does
+not exist) and never retries an invalid job on its own: the user fixes the spec (an update
+re-validates) or the ConfigMap and touches the job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gleaner.api import OfflineJob, Profile
+from gleaner.operator.builders import MAX_LABEL_VALUE
+
+
+@dataclass(frozen=True)
+class ValidJob:
+    job: OfflineJob
+    profile: Profile
+
+
+@dataclass(frozen=True)
+class InvalidJob:
+    message: str
+
+
+def _loc(loc: tuple[int | str, ...], prefix: str) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part and not part.startswith("function-") and part not in ("model", "body"):
+            out += f".{part}" if out else part
+    return out
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line per problem, each starting with the field path."""
+    problems = []
+    for err in exc.errors():
+        where = _loc(tuple(err["loc"]), prefix) or prefix or "object"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {msg}")
+    return "; ".join(problems)
+
+
+def profile_configmap_name(body: Mapping[str, Any]) -> str | None:
+    """The ConfigMap the job's profile comes from, if it names one."""
+    ref = (body.get("spec") or {}).get("profileFrom")
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+        return str(ref["name"])
+    return None
+
+
+def validate_job(
+    body: Mapping[str, Any], profile_configmap: Mapping[str, Any] | None = None
+) -> ValidJob | InvalidJob:
+    """Validate the stored object; resolve ``spec.profileFrom`` against the given ConfigMap."""
+    raw = {k: v for k, v in body.items() if k in ("apiVersion", "kind", "metadata", "spec")}
+    try:
+        job = OfflineJob.model_validate(raw)
+    except ValidationError as exc:
+        return InvalidJob(format_validation_error(exc))
+    name = job.metadata.name
+    if len(name) > MAX_LABEL_VALUE:
+        return InvalidJob(
+            f"metadata.name: {len(name)} characters; at most {MAX_LABEL_VALUE} "
+            "(the name is the value of the gleaner.dev/job label of the job's Pods)"
+        )
+    if job.spec.profile is not None:
+        return ValidJob(job, job.spec.profile)
+    ref = job.spec.profile_from
+    assert ref is not None  # the model guarantees exactly one source
+    namespace = job.metadata.namespace or "default"
+    if profile_configmap is None:
+        return InvalidJob(
+            f"spec.profileFrom.name: ConfigMap {ref.name!r} not found in namespace {namespace!r}"
+        )
+    data = profile_configmap.get("data") or {}
+    if ref.key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        return InvalidJob(
+            f"spec.profileFrom.key: ConfigMap {ref.name!r} has no key {ref.key!r} (keys: {keys})"
+        )
+    text = data[ref.key]
+    try:
+        parsed = yaml.safe_load(text) if not text.lstrip().startswith("{") else json.loads(text)
+    except (yaml.YAMLError, ValueError) as exc:
+        first = str(exc).splitlines()[0]
+        return InvalidJob(f"spec.profileFrom: ConfigMap {ref.name!r} key {ref.key!r}: {first}")
+    if not isinstance(parsed, dict):
+        return InvalidJob(
+            f"spec.profileFrom: ConfigMap {ref.name!r} key {ref.key!r} must hold a mapping "
+            "with the fields of spec.profile"
+        )
+    try:
+        profile = Profile.model_validate(parsed)
+    except ValidationError as exc:
+        where = f"spec.profileFrom({ref.name}/{ref.key})"
+        return InvalidJob(format_validation_error(exc, prefix=where))
+    return ValidJob(job, profile)
