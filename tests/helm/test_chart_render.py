@@ -8,6 +8,8 @@ release ``kubernetes-validate`` ships. Custom resources of CRDs Kubernetes does 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 Manifest = dict[str, Any]
 Render = Callable[..., list[Manifest]]
@@ -82,12 +86,16 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "rbac": {"create": False},
         "agent": {"enabled": False},
         "operator": {
+            "replicaCount": 1,
             "peering": {"enabled": False},
             "serviceAccount": {"create": False, "name": "x"},
         },
         "prometheus": {"scrapeAnnotations": False},
     },
 }
+
+# Objects already validated (identical objects recur across scenarios; validation is slow).
+_VALIDATED: set[str] = set()
 
 # Kinds served by CRDs: kubernetes-validate knows none of them.
 CUSTOM_KINDS = {"ServiceMonitor", "PodMonitor", "ClusterKopfPeering", "KopfPeering"}
@@ -112,6 +120,12 @@ def test_lint_has_no_errors(chart_dir: Path, scenario: str) -> None:
     errors = [m for m in report["messages"] if m["severity"] >= 3] + report["errors"]
     assert errors == []
     assert report["total_charts_linted"] == 1
+
+
+def test_lint_reports_bad_values_as_errors(chart_dir: Path) -> None:
+    report = helm.lint(chart_dir, {"operator": {"replicaCount": "two"}})
+    errors = [m["error"] for m in report["messages"] if m["severity"] >= 3]
+    assert any("/operator/replicaCount" in error for error in errors)
 
 
 def test_chart_metadata(chart: helm.Chart) -> None:
@@ -140,10 +154,21 @@ def test_every_manifest_validates_against_kubernetes_schemas(render: Render, sce
             if manifest["kind"] in crd_schemas:
                 jsonschema.validate(manifest, crd_schemas[manifest["kind"]])
             continue
+        digest = json.dumps(manifest, sort_keys=True)
+        if digest in _VALIDATED:  # the same object rendered by another scenario
+            continue
         try:
             kubernetes_validate.validate(manifest, version, strict=True)
         except kubernetes_validate.ValidationError as exc:  # pragma: no cover - the failure
             pytest.fail(f"{scenario}: {where} is invalid for Kubernetes {version}: {exc.message}")
+        _VALIDATED.add(digest)
+
+
+def test_kubernetes_validation_refuses_a_misspelled_field(render: Render) -> None:
+    deploy = one(render(), "Deployment")
+    deploy["spec"]["template"]["spec"]["containers"][0]["securityContxt"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deploy, kubernetes_validate.latest_version(), strict=True)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -341,8 +366,12 @@ def test_kopf_peering_object_follows_the_watch_scope(render: Render) -> None:
         "name": "gleaner",
         "namespace": "ml-batch",
     }
-    off = render({"operator": {"peering": {"enabled": False}}})
+    off = render({"operator": {"peering": {"enabled": False}, "replicaCount": 1}})
     assert not [m for m in off if m["kind"] in {"ClusterKopfPeering", "KopfPeering"}]
+    args = one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--standalone" in args
+    with pytest.raises(helm.HelmRenderError, match=r"set operator\.replicaCount to 1"):
+        render({"operator": {"peering": {"enabled": False}}})
 
 
 def test_service_monitor_switch_renders_monitors_for_operator_and_agents(render: Render) -> None:
@@ -400,7 +429,9 @@ def test_long_release_names_keep_resource_names_valid(render: Render) -> None:
 
 def test_notes_explain_the_first_job_and_the_dashboard(notes: Callable[..., str]) -> None:
     text = notes()
-    assert "kubectl apply -f examples/" in text
+    examples = re.findall(r"kubectl apply -f (examples/\S+)", text)
+    assert examples
+    assert all((ROOT / example).is_file() for example in examples)
     assert "kubectl -n gleaner-system port-forward svc/gleaner-operator 8080:8080" in text
     assert "crds.enabled=false" not in text
     assert "kubectl apply -f crds/" in notes({"crds": {"enabled": False}})
