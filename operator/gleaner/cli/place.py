@@ -1,5 +1,314 @@
-"""``gleaner place`` (placeholder until issue 4 (scheduler) lands)."""
+"""``gleaner place``: placements for a queue of OfflineJobs on a cluster trace.
 
-from gleaner.cli.common import not_built
+A thin shell around ``gleaner.scheduler.schedule``: it reads OfflineJob manifests from
+files and directories (``*.yaml``, ``*.yml``, ``*.json``; other kinds of documents are
+skipped, ConfigMaps are kept to resolve ``spec.profileFrom``), loads node summaries from a
+trace file or Prometheus, runs one scheduling cycle and prints the placements and, for
+every job that fits nowhere, the reasons per node class. A job whose profile ConfigMap is
+not among the given files (or is not a valid profile) is reported unschedulable with
+that reason. JSON output is DESIGN.md's: ``{"placements": [{job, node, gpus, compute,
+memory, multi_gpu, throughput_fraction}], "unschedulable": [{job, reasons}]}``.
+Bad input (unreadable or invalid manifests, duplicate jobs, malformed trace,
+unreachable Prometheus) prints one ``error: ...`` line and exits 2.
+"""
 
-command = not_built("place", "issue 4 (scheduler)")
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from gleaner.cli.common import echo_json, echo_table, fail, format_option
+
+if TYPE_CHECKING:
+    from gleaner.api import OfflineJob, Profile
+    from gleaner.perfmodel import NodeSummary
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass
+class Manifests:
+    """OfflineJobs (in file order) and ConfigMaps by (namespace, name)."""
+
+    jobs: list[tuple[str, OfflineJob]] = field(default_factory=list)
+    configmaps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in MANIFEST_SUFFIXES)
+            out.extend(p for p in found if p.is_file())
+        elif path.is_file():
+            out.append(path)
+        else:
+            fail(f"--jobs {path}: no such file or directory")
+    return out
+
+
+def _validation_message(exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(root)"
+        return f"{where}: {err['msg']}"
+    return str(exc)
+
+
+def load_manifests(paths: list[Path]) -> Manifests:
+    """Read every document of ``paths``; fail (exit 2) on unreadable or invalid ones."""
+    import yaml
+    from pydantic import ValidationError
+
+    from gleaner.api import OfflineJob
+
+    out = Manifests()
+    seen: set[str] = set()
+    for path in _files(paths):
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        except OSError as exc:
+            fail(f"{path}: {exc.strerror or exc}")
+        except yaml.YAMLError as exc:
+            fail(f"{path}: not valid YAML: {str(exc).splitlines()[0]}")
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == "List":
+                items = doc.get("items") or []
+            else:
+                items = [doc]
+            for item in items:
+                if not isinstance(item, dict):
+                    continue
+                kind = item.get("kind")
+                meta = item.get("metadata") or {}
+                namespace = str(meta.get("namespace") or "default")
+                if kind == "ConfigMap":
+                    out.configmaps[(namespace, str(meta.get("name", "")))] = item
+                    continue
+                if kind != "OfflineJob":
+                    continue
+                try:
+                    job = OfflineJob.model_validate(item)
+                except ValidationError as exc:
+                    name = meta.get("name", "?")
+                    fail(f"{path}: invalid OfflineJob {name}: {_validation_message(exc)}")
+                key = f"{job.metadata.namespace or 'default'}/{job.metadata.name}"
+                if not job.metadata.name:
+                    fail(f"{path}: an OfflineJob has no metadata.name")
+                if key in seen:
+                    fail(f"{path}: OfflineJob {key} is given twice")
+                seen.add(key)
+                out.jobs.append((key, job))
+    return out
+
+
+def resolve_profile(job: OfflineJob, manifests: Manifests) -> Profile | str:
+    """The job's profile, or why it cannot be had (a reason for ``unschedulable``)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from gleaner.api import Profile
+
+    spec = job.spec
+    if spec.profile is not None:
+        return spec.profile
+    ref = spec.profile_from
+    assert ref is not None  # the model guarantees exactly one of profile and profileFrom
+    namespace = job.metadata.namespace or "default"
+    cm = manifests.configmaps.get((namespace, ref.name))
+    if cm is None:
+        return f"profile ConfigMap {namespace}/{ref.name} not found in the given files"
+    raw = (cm.get("data") or {}).get(ref.key)
+    if raw is None:
+        return f"profile ConfigMap {namespace}/{ref.name} has no key {ref.key!r}"
+    try:
+        return Profile.model_validate(yaml.safe_load(raw))
+    except (yaml.YAMLError, ValidationError) as exc:
+        return (
+            f"profile ConfigMap {namespace}/{ref.name} key {ref.key!r} is not a valid "
+            f"profile: {_validation_message(exc).splitlines()[0]}"
+        )
+
+
+@contextmanager
+def _status(message: str) -> Iterator[None]:
+    """A spinner on stderr while slow work runs (only on a terminal)."""
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        with Console(stderr=True).status(message):
+            yield
+    else:
+        yield
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(float(text), tz=UTC)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"--at must be an ISO time or epoch seconds, got {text!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _load_nodes(
+    trace_path: Path | None,
+    prometheus_url: str | None,
+    window: str | None,
+    at_text: str | None,
+    step_gib: float,
+) -> dict[str, NodeSummary]:
+    from gleaner.perfmodel import FileTraceSource, TraceSource, parse_duration
+
+    try:
+        window_seconds = parse_duration(window) if window else None
+    except ValueError as exc:
+        fail(f"--window: {exc}")
+    source: TraceSource
+    if trace_path is not None:
+        source = FileTraceSource(trace_path, window_seconds=window_seconds, step_gib=step_gib)
+    else:
+        try:
+            from gleaner.operator.sources.prometheus import PrometheusTraceSource
+        except ImportError as exc:
+            fail(f"--prometheus is not available in this installation ({exc})")
+        source = PrometheusTraceSource(
+            str(prometheus_url),
+            window_seconds=window_seconds or 3600.0,
+            end=_parse_time(at_text) if at_text else None,
+            step_gib=step_gib,
+        )
+    try:
+        with _status("loading node summaries"):
+            nodes = source.load()
+    except (ValueError, RuntimeError) as exc:
+        fail(str(exc))
+    if not nodes:
+        fail("the trace has no nodes")
+    return nodes
+
+
+@click.command(name="place")
+@click.option(
+    "--jobs",
+    "job_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="OfflineJob manifests: a file or a directory (repeatable; more may follow as arguments).",
+)
+@click.argument("more_paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(path_type=Path),
+    help="Trace file (CSV or Parquet, DESIGN.md format).",
+)
+@click.option("--prometheus", "prometheus_url", help="Prometheus base URL (instead of --trace).")
+@click.option(
+    "--window",
+    help="Use only the last WINDOW of the trace (90s, 15m, 1h, 1d). "
+    "Default: the whole file; 1h for Prometheus.",
+)
+@click.option(
+    "--at", "at_text", help="End of the Prometheus window (ISO time or epoch; default now)."
+)
+@click.option(
+    "--step-gib",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.5,
+    show_default=True,
+    help="Harvestable-memory quantization step, GiB.",
+)
+@click.option(
+    "--min-pair-overlap",
+    type=click.FloatRange(0, 1),
+    default=0.95,
+    show_default=True,
+    help="Admission: smallest busy overlap/union every GPU pair of a job must reach.",
+)
+@format_option("table", "json")
+def command(
+    job_paths: tuple[Path, ...],
+    more_paths: tuple[Path, ...],
+    trace_path: Path | None,
+    prometheus_url: str | None,
+    window: str | None,
+    at_text: str | None,
+    step_gib: float,
+    min_pair_overlap: float,
+    output_format: str,
+) -> None:
+    """Place a queue of OfflineJobs on the nodes of a trace (or of Prometheus)."""
+    from gleaner.perfmodel import JobProfile, ModelConfig
+    from gleaner.scheduler import (
+        ClusterState,
+        JobRequest,
+        SchedulerConfig,
+        Unschedulable,
+        schedule,
+    )
+
+    paths = [*job_paths, *more_paths]
+    if not paths:
+        fail("give the jobs with --jobs FILE_OR_DIR")
+    if (trace_path is None) == (prometheus_url is None):
+        fail("give exactly one of --trace FILE and --prometheus URL")
+    manifests = load_manifests(paths)
+    if not manifests.jobs:
+        fail(f"no OfflineJob found in {', '.join(str(p) for p in paths)}")
+    nodes = _load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
+
+    requests: list[JobRequest] = []
+    missing: list[Unschedulable] = []
+    for order, (key, job) in enumerate(manifests.jobs):
+        profile = resolve_profile(job, manifests)
+        if isinstance(profile, str):
+            missing.append(Unschedulable(key, (profile,)))
+            continue
+        requests.append(JobRequest.from_offlinejob(job, JobProfile.from_api(profile), order))
+    config = SchedulerConfig(model=ModelConfig(min_pair_overlap=min_pair_overlap))
+    with _status(f"placing {len(requests)} jobs on {len(nodes)} nodes"):
+        result = schedule(requests, ClusterState(nodes), config)
+    unschedulable = [*result.unschedulable, *missing]
+
+    if output_format == "json":
+        data = result.to_json()
+        data["unschedulable"] = [u.to_json() for u in unschedulable]
+        echo_json(data)
+        return
+    sla = {key: job.spec.throughput_sla for key, job in manifests.jobs}
+    echo_table(
+        ["job", "node", "gpus", "compute", "memory", "multi_gpu", "predicted", "sla"],
+        [
+            (
+                p.job,
+                p.node,
+                ",".join(map(str, p.gpus)),
+                p.prediction.compute,
+                p.prediction.memory,
+                p.prediction.multi_gpu,
+                p.throughput_fraction,
+                sla[p.job],
+            )
+            for p in result.placements
+        ],
+        title=f"{len(result.placements)} placed",
+    )
+    if unschedulable:
+        echo_table(
+            ["job", "why not"],
+            [(u.job, u.message) for u in unschedulable],
+            title=f"{len(unschedulable)} unschedulable",
+        )

@@ -35,7 +35,7 @@ class SchedulerConfig:
     """Score plugin name -> weight (>= 0); the total is the weighted mean, 0..100."""
     min_memory_factor: float = 0.0
     """MemoryFit: a GPU set needs a predicted P_memory strictly above this."""
-    exact_batch: int = 16
+    exact_batch: int = 4
     """Multi-GPU: candidates evaluated with the exact joint-memory model per round,
     best estimated score first; the best feasible one of the first round that has any wins."""
     max_sets_per_node: int = 512

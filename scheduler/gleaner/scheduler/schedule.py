@@ -152,7 +152,10 @@ class Scheduler:
     def _batch(self, ctx: JobContext, rows: IntArray) -> CandidateBatch:
         table = self.view.table(ctx.k)
         node, slots = table.node[rows], table.slots[rows]
-        memory = ctx.memory[node[:, None], slots].min(axis=1) if rows.size else np.zeros(0)
+        if ctx.k == 1:
+            memory = ctx.memory[node, slots[:, 0]]
+        else:
+            memory = ctx.memory[node[:, None], slots].min(axis=1) if rows.size else np.zeros(0)
         return CandidateBatch(
             row=rows,
             node=node,

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gleaner.perfmodel.fleet import GpuFleet
-from gleaner.perfmodel.model import compute_factors, pair_scores, subset_factors
+from gleaner.perfmodel.model import compute_factors, memory_factor, pair_scores, subset_factors
 from gleaner.perfmodel.profile import JobProfile
 from gleaner.perfmodel.summary import NodeSummary
 from gleaner.scheduler.cluster import ClusterState
@@ -37,6 +37,9 @@ from gleaner.scheduler.gpusets import MAX_POSITIONS, adjacency, aligned_sets
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+_BULK_ROWS = 4
+"""From this many sets of one node on, exact memory is computed in one vectorized call."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,15 +205,57 @@ class ClusterView:
         return cached
 
     def _fleet_index(self) -> tuple[GpuFleet, IntArray]:
+        """A ``GpuFleet`` over the usable nodes, and each of its rows' flat [N*W] index.
+
+        Each GPU's memory segment is its column of the node's joint sketch with the
+        states' time shares (duplicate values are fine: the fleet takes a weighted sum),
+        which is much cheaper to assemble than per-GPU distinct marginals.
+        """
         if self._fleet is None or self._fleet_flat is None:
             rows = [i for i in range(self.n_nodes) if self.usable[i]]
-            fleet = GpuFleet.from_summaries(self.summaries[i] for i in rows)
-            starts = np.zeros(len(rows) + 1, dtype=np.int64)
-            starts[1:] = np.cumsum(self.n_gpus[rows]) if rows else []
-            node_rows = np.asarray(rows, dtype=np.int64)[fleet.node_ids]
-            positions = np.arange(fleet.size, dtype=np.int64) - starts[fleet.node_ids]
-            self._fleet = fleet
-            self._fleet_flat = node_rows * self.width + positions
+            names: list[str] = []
+            node_ids: list[IntArray] = []
+            gpu_idx: list[IntArray] = []
+            flat: list[IntArray] = []
+            values: list[FloatArray] = []
+            weights: list[FloatArray] = []
+            lengths: list[IntArray] = []
+            for nid, r in enumerate(rows):
+                s = self.summaries[r]
+                g = s.n_gpus
+                names.append(s.node)
+                node_ids.append(np.full(g, nid, dtype=np.int64))
+                gpu_idx.append(np.asarray(s.gpu_indices, dtype=np.int64))
+                flat.append(r * self.width + np.arange(g, dtype=np.int64))
+                total = s.memory.total_seconds
+                if s.memory.n_states and total > 0:
+                    values.append(s.memory.states_gib().T.reshape(-1))
+                    weights.append(np.tile(s.memory.seconds / total, g))
+                    lengths.append(np.full(g, s.memory.n_states, dtype=np.int64))
+                else:
+                    values.append(np.zeros(g))
+                    weights.append(np.zeros(g))
+                    lengths.append(np.ones(g, dtype=np.int64))
+            sizes = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+            offsets = np.zeros(sizes.size, dtype=np.int64)
+            offsets[1:] = np.cumsum(sizes)[:-1]
+
+            def cat(parts: list[FloatArray]) -> FloatArray:
+                return np.concatenate(parts) if parts else np.zeros(0)
+
+            def icat(parts: list[IntArray]) -> IntArray:
+                return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+            self._fleet = GpuFleet(
+                node_names=tuple(names),
+                node_ids=icat(node_ids),
+                gpu_indices=icat(gpu_idx),
+                compute=self.compute.reshape(-1)[icat(flat)],
+                memory_values=cat(values),
+                memory_weights=cat(weights),
+                offsets=offsets,
+            )
+            self._fleet_flat = icat(flat)
         return self._fleet, self._fleet_flat
 
     def memory(self, profile: JobProfile) -> FloatArray:
@@ -300,6 +345,11 @@ class ClusterView:
             cuts = np.flatnonzero(np.diff(nodes)) + 1
             for group in np.split(todo, cuts):
                 summary = self.summaries[int(table.node[group[0]])]
-                _, memory, _ = subset_factors(profile, summary, table.slots[group])
-                cache[group] = memory
+                if group.size >= _BULK_ROWS:
+                    _, memory, _ = subset_factors(profile, summary, table.slots[group])
+                    cache[group] = memory
+                else:  # a few sets: the plain per-set call has less overhead
+                    for r in group.tolist():
+                        gpus = [summary.gpus[int(p)].index for p in table.slots[r]]
+                        cache[r] = memory_factor(profile, summary, gpus)
         return np.asarray(cache[rows], dtype=np.float64)
