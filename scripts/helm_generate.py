@@ -165,8 +165,13 @@ def value_rows(
     return rows
 
 
-def _cell(text: str) -> str:
+def _pipes(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def _cell(text: str) -> str:
+    """Table-cell text: pipes escaped, angle brackets kept from being read as HTML."""
+    return _pipes(text).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def values_table(rows: list[ValueRow]) -> str:
@@ -174,7 +179,7 @@ def values_table(rows: list[ValueRow]) -> str:
     lines = ["| Key | Type | Default | Description |", "| --- | --- | --- | --- |"]
     for row in rows:
         lines.append(
-            f"| `{row.key}` | {row.type} | `{_cell(row.default)}` | {_cell(row.description)} |"
+            f"| `{row.key}` | {row.type} | `{_pipes(row.default)}` | {_cell(row.description)} |"
         )
     return "\n".join(lines)
 
