@@ -1,0 +1,92 @@
+/*
+ * internal.h - state and functions shared by the shim's translation units.
+ *
+ * shim.c      configuration, logging, open/close/ioctl interposition
+ * registry.c  RM objects (clients, devices, channel groups, channels, memory)
+ * agent.c     agent connection, control thread, compute gate, fail-closed hold
+ * cuda_hook.c dlsym / cuGetProcAddress interposition, launch hooks, busy tracking
+ */
+#ifndef GLEANER_INTERNAL_H
+#define GLEANER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gleaner_proto.h"
+#include "rm.h"
+
+#define GL_HIDDEN __attribute__((visibility("hidden")))
+
+enum gl_role { GL_ROLE_NONE = 0, GL_ROLE_OFF = GL_ROLE_OFFLINE, GL_ROLE_ON = GL_ROLE_ONLINE };
+
+typedef struct gl_config {
+  int role;               /* enum gl_role */
+  char ctl_path[256];     /* GLEANER_NVIDIACTL_PATH, default /dev/nvidiactl */
+  char socket_path[108];  /* GLEANER_SOCKET, default /run/gleaner/agent.sock */
+  char job[GL_JOB_LEN];   /* GLEANER_JOB */
+  int ngpus;
+  char gpu_uuid[GL_MAX_GPUS][GL_UUID_LEN]; /* NVIDIA_VISIBLE_DEVICES */
+  int32_t gpu_index[GL_MAX_GPUS];          /* GLEANER_GPU_INDICES */
+  int log_level;          /* 0 quiet, 1 info (default), 2 debug */
+  int reconnect_ms;       /* GLEANER_SHIM_RECONNECT_MS, default 200 */
+  int hold_log_ms;        /* GLEANER_SHIM_HOLD_LOG_MS, default 5000 */
+  uint64_t max_gap_ns;    /* GLEANER_MAX_DECODE_GAP_MS, default 1000 */
+} gl_config;
+
+extern GL_HIDDEN gl_config gl_cfg;
+
+/* --- shim.c --- */
+GL_HIDDEN void gl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+GL_HIDDEN uint64_t gl_now_ns(void);
+GL_HIDDEN int gl_real_ioctl(int fd, unsigned long request, void *arg);
+GL_HIDDEN void gl_ensure_init(void);
+
+/* --- registry.c --- */
+typedef struct gl_obj {
+  uint32_t h_client, h_parent, h_object, h_class;
+  uint32_t gpu, engine_type;
+  uint64_t size;
+  int fd;             /* nvidiactl fd the object's client was created on */
+  uint8_t kind;       /* GL_KIND_TSG, GL_KIND_CHANNEL, or 0 */
+  uint8_t app_state;  /* GL_APP_* : what the application last asked for */
+  uint8_t gate_off;   /* the gate holds it off (we disabled it or deferred its enable) */
+  uint8_t used;
+} gl_obj;
+
+#define GL_APP_UNKNOWN 0
+#define GL_APP_ENABLED 1
+#define GL_APP_DISABLED 2
+
+GL_HIDDEN void gl_reg_lock(void);
+GL_HIDDEN void gl_reg_unlock(void);
+/* Record a successful allocation; returns the stored object or NULL if untracked. */
+GL_HIDDEN const gl_obj *gl_reg_alloc(int fd, const rm_alloc_view *v, const void *params);
+/* Forget a freed object and every descendant; calls `gone` for each removed one. */
+GL_HIDDEN void gl_reg_free(uint32_t h_client, uint32_t h_object, void (*gone)(const gl_obj *));
+/* Forget every object whose client was created on `fd` (the fd was closed). */
+GL_HIDDEN void gl_reg_close_fd(int fd, void (*gone)(const gl_obj *));
+GL_HIDDEN gl_obj *gl_reg_find(uint32_t h_client, uint32_t h_object);
+/* Iterate every object (registry lock held by the caller). */
+GL_HIDDEN void gl_reg_each(void (*fn)(gl_obj *, void *), void *ctx);
+GL_HIDDEN int gl_reg_is_ctl_fd(int fd);
+GL_HIDDEN void gl_reg_mark_ctl_fd(int fd, int is_ctl);
+GL_HIDDEN uint32_t gl_reg_first_client(int *fd_out);
+GL_HIDDEN void gl_reg_reset(void);
+
+/* --- agent.c --- */
+GL_HIDDEN void gl_agent_start(void);          /* idempotent: start the control thread */
+GL_HIDDEN void gl_agent_obj_added(const gl_obj *o);
+GL_HIDDEN void gl_agent_obj_gone(const gl_obj *o);
+GL_HIDDEN int gl_agent_gate_open(void);       /* offline: may GPU work run now? */
+GL_HIDDEN void gl_offline_hold(const char *where); /* offline: wait until the gate opens */
+GL_HIDDEN int gl_agent_send(uint8_t type, const void *payload, uint32_t len, int dontwait);
+GL_HIDDEN void gl_agent_after_fork(void);
+/* Offline: the application's own schedule control; returns 1 if swallowed. */
+GL_HIDDEN int gl_agent_filter_app_schedule(rm_nvos54 *p);
+
+/* --- cuda_hook.c --- */
+GL_HIDDEN void *gl_next_sym(const char *name); /* the next definition after the shim */
+GL_HIDDEN void gl_online_launched(void *stream, int is_graph);
+
+#endif /* GLEANER_INTERNAL_H */

@@ -1,0 +1,233 @@
+/*
+ * registry.c - the RM objects of this process that the gate needs.
+ *
+ * Tracks clients (with the nvidiactl fd they were created on), devices and
+ * subdevices (for the GPU they stand for), channel groups, GPFIFO channels and
+ * local video memory objects, keyed by (hClient, hObject). An open-addressing
+ * hash table with backward-shift deletion; fixed capacity, no malloc, so it is
+ * safe inside any hooked call. All functions expect gl_reg_lock() held except
+ * the ctl-fd bitmap helpers, which are lock-free.
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define REG_CAP 16384u /* power of two */
+#define FD_BITS 65536
+
+static gl_obj table[REG_CAP];
+static unsigned count;
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t ctl_fd_bits[FD_BITS / 64];
+
+void gl_reg_lock(void) { pthread_mutex_lock(&reg_mu); }
+void gl_reg_unlock(void) { pthread_mutex_unlock(&reg_mu); }
+
+int gl_reg_is_ctl_fd(int fd) {
+  if (fd < 0 || fd >= FD_BITS)
+    return 0;
+  return (int)((atomic_load_explicit(&ctl_fd_bits[fd / 64], memory_order_relaxed) >> (fd % 64)) & 1u);
+}
+
+void gl_reg_mark_ctl_fd(int fd, int is_ctl) {
+  if (fd < 0 || fd >= FD_BITS)
+    return;
+  uint64_t bit = (uint64_t)1 << (fd % 64);
+  if (is_ctl)
+    atomic_fetch_or(&ctl_fd_bits[fd / 64], bit);
+  else
+    atomic_fetch_and(&ctl_fd_bits[fd / 64], ~bit);
+}
+
+static unsigned slot_of(uint32_t c, uint32_t o) {
+  uint64_t h = ((uint64_t)c << 32 | o) * 0x9E3779B97F4A7C15ull;
+  return (unsigned)(h >> 40) & (REG_CAP - 1);
+}
+
+gl_obj *gl_reg_find(uint32_t c, uint32_t o) {
+  for (unsigned i = slot_of(c, o), n = 0; n < REG_CAP; i = (i + 1) & (REG_CAP - 1), n++) {
+    if (!table[i].used)
+      return NULL;
+    if (table[i].h_client == c && table[i].h_object == o)
+      return &table[i];
+  }
+  return NULL;
+}
+
+static gl_obj *insert(uint32_t c, uint32_t o) {
+  gl_obj *e = gl_reg_find(c, o);
+  if (e)
+    return e;
+  if (count >= REG_CAP - REG_CAP / 8)
+    return NULL; /* full: keep a load factor that ends probes */
+  unsigned i = slot_of(c, o);
+  while (table[i].used)
+    i = (i + 1) & (REG_CAP - 1);
+  memset(&table[i], 0, sizeof table[i]);
+  table[i].used = 1;
+  table[i].h_client = c;
+  table[i].h_object = o;
+  count++;
+  return &table[i];
+}
+
+static void remove_at(unsigned i) {
+  table[i].used = 0;
+  count--;
+  unsigned j = i;
+  for (;;) { /* backward-shift: keep every later probe chain reachable */
+    j = (j + 1) & (REG_CAP - 1);
+    if (!table[j].used)
+      return;
+    unsigned home = slot_of(table[j].h_client, table[j].h_object);
+    int between = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+    if (between)
+      continue;
+    table[i] = table[j];
+    table[j].used = 0;
+    i = j;
+  }
+}
+
+static int tracked_class(uint32_t cls) {
+  return rm_is_root_class(cls) || cls == RM_CLASS_DEVICE || cls == RM_CLASS_SUBDEVICE ||
+         cls == RM_CLASS_CHANNEL_GROUP || rm_is_gpfifo_class(cls) ||
+         cls == RM_CLASS_MEMORY_LOCAL_USER;
+}
+
+const gl_obj *gl_reg_alloc(int fd, const rm_alloc_view *v, const void *params) {
+  if (!tracked_class(v->h_class))
+    return NULL;
+  uint32_t client = rm_is_root_class(v->h_class) ? v->h_new : v->h_root;
+  gl_obj *e = insert(client, v->h_new);
+  if (!e) {
+    gl_log(1, "registry full: handle 0x%x of class 0x%x not tracked", v->h_new, v->h_class);
+    return NULL;
+  }
+  e->h_parent = v->h_parent;
+  e->h_class = v->h_class;
+  e->gpu = GL_GPU_UNKNOWN;
+  e->fd = fd;
+  const gl_obj *parent = rm_is_root_class(v->h_class) ? NULL : gl_reg_find(client, v->h_parent);
+  if (parent) {
+    e->gpu = parent->gpu;
+    e->fd = parent->fd;
+  } else if (!rm_is_root_class(v->h_class)) {
+    const gl_obj *cl = gl_reg_find(client, client);
+    if (cl)
+      e->fd = cl->fd;
+  }
+  if (v->h_class == RM_CLASS_DEVICE && params && v->params_size >= sizeof(rm_device_alloc))
+    e->gpu = ((const rm_device_alloc *)params)->device_id;
+  if (v->h_class == RM_CLASS_CHANNEL_GROUP) {
+    e->kind = GL_KIND_TSG;
+    if (params && v->params_size >= sizeof(rm_tsg_alloc))
+      e->engine_type = ((const rm_tsg_alloc *)params)->engine_type;
+  } else if (rm_is_gpfifo_class(v->h_class)) {
+    e->kind = GL_KIND_CHANNEL;
+    if (parent && parent->kind == GL_KIND_TSG)
+      e->engine_type = parent->engine_type;
+  } else if (v->h_class == RM_CLASS_MEMORY_LOCAL_USER && params &&
+             v->params_size >= RM_MEMORY_ALLOC_SIZE_OFFSET + sizeof(uint64_t)) {
+    memcpy(&e->size, (const char *)params + RM_MEMORY_ALLOC_SIZE_OFFSET, sizeof e->size);
+  }
+  return e;
+}
+
+static int descends_from(const gl_obj *o, uint32_t ancestor) {
+  /* Handles form a tree per client; bound the walk against corrupt cycles. */
+  for (int depth = 0; o && depth < 16; depth++) {
+    if (o->h_object == ancestor)
+      return 1;
+    if (o->h_parent == o->h_object || o->h_parent == 0)
+      return 0;
+    o = gl_reg_find(o->h_client, o->h_parent);
+  }
+  return 0;
+}
+
+void gl_reg_free(uint32_t c, uint32_t o, void (*gone)(const gl_obj *)) {
+  gl_obj *e = gl_reg_find(c, o);
+  if (!e)
+    return;
+  if (e->kind != GL_KIND_CHANNEL && e->h_class != RM_CLASS_MEMORY_LOCAL_USER) {
+    /* A client, device or group: the RM frees its subtree too. Two passes so the
+     * parent links stay intact while descendants are found. */
+    unsigned victims[256];
+    int more = 1;
+    while (more) {
+      unsigned n = 0;
+      more = 0;
+      for (unsigned i = 0; i < REG_CAP; i++) {
+        if (table[i].used && table[i].h_client == c && table[i].h_object != o &&
+            descends_from(&table[i], o)) {
+          if (n == 256) {
+            more = 1;
+            break;
+          }
+          victims[n++] = i;
+        }
+      }
+      for (unsigned k = 0; k < n; k++) {
+        if (gone)
+          gone(&table[victims[k]]);
+      }
+      /* Remove by handle: backward shifts move entries, so look each up again. */
+      uint32_t handles[256];
+      for (unsigned k = 0; k < n; k++)
+        handles[k] = table[victims[k]].h_object;
+      for (unsigned k = 0; k < n; k++) {
+        gl_obj *v = gl_reg_find(c, handles[k]);
+        if (v)
+          remove_at((unsigned)(v - table));
+      }
+    }
+    e = gl_reg_find(c, o);
+    if (!e)
+      return;
+  }
+  if (gone)
+    gone(e);
+  remove_at((unsigned)(e - table));
+}
+
+void gl_reg_close_fd(int fd, void (*gone)(const gl_obj *)) {
+  for (;;) {
+    uint32_t client = 0;
+    int found = 0;
+    for (unsigned i = 0; i < REG_CAP; i++) {
+      if (table[i].used && rm_is_root_class(table[i].h_class) && table[i].fd == fd) {
+        client = table[i].h_client;
+        found = 1;
+        break;
+      }
+    }
+    if (!found)
+      return;
+    gl_reg_free(client, client, gone);
+  }
+}
+
+void gl_reg_each(void (*fn)(gl_obj *, void *), void *ctx) {
+  for (unsigned i = 0; i < REG_CAP; i++)
+    if (table[i].used)
+      fn(&table[i], ctx);
+}
+
+uint32_t gl_reg_first_client(int *fd_out) {
+  for (unsigned i = 0; i < REG_CAP; i++) {
+    if (table[i].used && rm_is_root_class(table[i].h_class)) {
+      if (fd_out)
+        *fd_out = table[i].fd;
+      return table[i].h_client;
+    }
+  }
+  return 0;
+}
+
+void gl_reg_reset(void) {
+  /* After fork: the objects and fds are inherited, a lock held by another thread is not. */
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  reg_mu = fresh;
+}

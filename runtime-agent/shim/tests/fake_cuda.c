@@ -1,0 +1,128 @@
+/*
+ * fake_cuda.c - a stand-in libcuda for the shim's tests (no GPU needed).
+ *
+ * Exports cuGetProcAddress / cuGetProcAddress_v2 and the entry points the shim
+ * wraps or uses. A "kernel" occupies its stream for GLEANER_FAKE_KERNEL_US
+ * (default 2000) microseconds after the launch; events complete when the work
+ * queued before their record has; fake_cuda_launches counts real launches.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define API __attribute__((visibility("default")))
+typedef int CUresult;
+
+API _Atomic long fake_cuda_launches;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *stream;
+  uint64_t busy_until;
+} streams[64];
+static int nstreams;
+static int ctx_token;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t *busy_slot(void *stream) {
+  for (int i = 0; i < nstreams; i++)
+    if (streams[i].stream == stream)
+      return &streams[i].busy_until;
+  if (nstreams == 64)
+    return &streams[63].busy_until;
+  streams[nstreams].stream = stream;
+  streams[nstreams].busy_until = 0;
+  return &streams[nstreams++].busy_until;
+}
+
+static CUresult launch_on(void *stream) {
+  const char *us = getenv("GLEANER_FAKE_KERNEL_US");
+  uint64_t dur = (us ? strtoull(us, NULL, 10) : 2000ull) * 1000ull;
+  pthread_mutex_lock(&mu);
+  uint64_t *b = busy_slot(stream);
+  uint64_t start = *b > now_ns() ? *b : now_ns();
+  *b = start + dur;
+  pthread_mutex_unlock(&mu);
+  atomic_fetch_add(&fake_cuda_launches, 1);
+  return 0;
+}
+
+API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shm, void *stream, void **params, void **extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)params,
+      (void)extra;
+  return launch_on(stream);
+}
+typedef struct {
+  unsigned grid[3], block[3], shared_mem;
+  void *stream;
+  void *attrs;
+  unsigned num_attrs;
+} cfg_t;
+API CUresult cuLaunchKernelEx(const cfg_t *cfg, void *f, void **params, void **extra) {
+  (void)f, (void)params, (void)extra;
+  return launch_on(cfg ? cfg->stream : NULL);
+}
+API CUresult cuGraphLaunch(void *exec, void *stream) {
+  (void)exec;
+  return launch_on(stream);
+}
+
+typedef struct {
+  uint64_t done_at;
+} fake_event;
+API CUresult cuEventCreate(void **ev, unsigned flags) {
+  (void)flags;
+  *ev = calloc(1, sizeof(fake_event));
+  return *ev ? 0 : 2;
+}
+API CUresult cuEventRecord(void *ev, void *stream) {
+  pthread_mutex_lock(&mu);
+  ((fake_event *)ev)->done_at = *busy_slot(stream);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+API CUresult cuEventQuery(void *ev) { return now_ns() >= ((fake_event *)ev)->done_at ? 0 : 600; }
+API CUresult cuCtxGetCurrent(void **ctx) {
+  *ctx = &ctx_token;
+  return 0;
+}
+API CUresult cuCtxPushCurrent_v2(void *ctx) { return ctx == &ctx_token ? 0 : 201; }
+API CUresult cuCtxPopCurrent_v2(void **ctx) {
+  *ctx = &ctx_token;
+  return 0;
+}
+
+static void *lookup(const char *s, unsigned long long flags) {
+  (void)flags;
+  static const struct {
+    const char *name;
+    void *fn;
+  } t[] = {{"cuLaunchKernel", (void *)cuLaunchKernel}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx},
+           {"cuGraphLaunch", (void *)cuGraphLaunch},   {"cuEventCreate", (void *)cuEventCreate},
+           {"cuEventRecord", (void *)cuEventRecord},   {"cuEventQuery", (void *)cuEventQuery}};
+  for (unsigned i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (strcmp(s, t[i].name) == 0)
+      return t[i].fn;
+  return NULL;
+}
+API CUresult cuGetProcAddress_v2(const char *s, void **pfn, int ver, unsigned long long flags, int *st) {
+  (void)ver;
+  *pfn = lookup(s, flags);
+  if (st)
+    *st = *pfn ? 0 : 1;
+  return *pfn ? 0 : 500;
+}
+API CUresult cuGetProcAddress(const char *s, void **pfn, int ver, unsigned long long flags) {
+  (void)ver;
+  *pfn = lookup(s, flags);
+  return *pfn ? 0 : 500;
+}
