@@ -58,7 +58,8 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code (0 ok, 1 failure, 2 bad input / not built)."""
     try:
-        cli.main(args=argv, prog_name="gleaner", standalone_mode=False)
+        # Without standalone mode click *returns* the code of ctx.exit(n) instead of raising.
+        rc = cli.main(args=argv, prog_name="gleaner", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return 1
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
