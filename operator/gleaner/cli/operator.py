@@ -58,6 +58,12 @@ def _seconds(text: str, flag: str) -> float:
 )
 @click.option("--standalone", is_flag=True, help="Run without peering.")
 @click.option(
+    "--peering-lifetime",
+    default="60s",
+    show_default=True,
+    help="How long a replica's peering record stays valid without keep-alives.",
+)
+@click.option(
     "--sla-window", default="60s", show_default=True, help="SLA monitor window (timer interval)."
 )
 @click.option(
@@ -131,6 +137,7 @@ def command(
     prometheus_url: str | None,
     peering: str,
     standalone: bool,
+    peering_lifetime: str,
     sla_window: str,
     sla_grace: str,
     sla_violations: str,
@@ -180,6 +187,7 @@ def command(
         http_host=http_host,
         prometheus_url=prometheus_url,
         peering=None if standalone else peering,
+        peering_lifetime=max(1, round(_seconds(peering_lifetime, "--peering-lifetime"))),
         verbose=verbose,
         requeue_interval=requeue,
         min_pass_interval=_seconds(min_pass_interval, "--min-pass-interval"),

@@ -1,5 +1,177 @@
-"""``gleaner report`` (placeholder until issue 5 (operator reports) lands)."""
+"""``gleaner report evictions``: the SLA eviction reports stored in the cluster.
 
-from gleaner.cli.common import not_built
+The operator writes one ConfigMap per SLA eviction, labelled
+``gleaner.dev/report=sla-eviction`` and ``gleaner.dev/job=<name>``, with the scheduler's
+``EvictionReport`` as JSON under ``report.json``. This command lists them (kubernetes client;
+in-cluster or ``KUBECONFIG``), newest first, filtered by age, as a table, CSV, JSON or a
+Markdown table. Unreadable reports are skipped with a warning on stderr.
+"""
 
-command = not_built("report", "issue 5 (operator reports)")
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from gleaner.cli.common import echo_json, echo_table, fail, format_option
+
+HEADERS = (
+    "TIME",
+    "NAMESPACE",
+    "JOB",
+    "NODE",
+    "GPUS",
+    "SLA",
+    "PREDICTED",
+    "OBSERVED",
+    "EVICTION",
+    "OUTCOME",
+    "REASON",
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    namespace: str
+    configmap: str
+    report: Any  # gleaner.scheduler.EvictionReport
+
+    def cells(self) -> list[Any]:
+        r = self.report
+        return [
+            datetime.fromtimestamp(r.time, UTC).strftime("%Y-%m-%d %H:%M:%SZ"),
+            self.namespace,
+            r.job.split("/", 1)[-1],
+            r.node,
+            ",".join(str(g) for g in r.gpus),
+            f"{r.sla:.2f}",
+            f"{r.predicted.throughput_fraction:.2f}",
+            f"{r.observed.mean:.2f}",
+            r.eviction_count,
+            "failed" if r.failed else "requeued",
+            r.reason,
+        ]
+
+
+def parse_since(text: str) -> float:
+    """``24h``, ``30m``, ``7d``, ``90s`` or plain seconds -> seconds."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+    raw = text.strip().lower()
+    factor = units.get(raw[-1:])
+    number = raw[:-1] if factor is not None else raw
+    try:
+        value = float(number) * (factor or 1.0)
+    except ValueError:
+        fail(f"--since: not a duration: {text!r} (use e.g. 90s, 30m, 24h, 7d)")
+    if value <= 0:
+        fail("--since must be positive")
+    return value
+
+
+def read_reports(
+    core: Any, namespace: str | None, since_seconds: float, now: datetime
+) -> list[Row]:
+    from gleaner.operator.builders import LABEL_REPORT, REPORT_KEY, REPORT_SLA_EVICTION
+    from gleaner.scheduler import EvictionReport
+
+    selector = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
+    if namespace is None:
+        items = core.list_config_map_for_all_namespaces(label_selector=selector).items
+    else:
+        items = core.list_namespaced_config_map(namespace, label_selector=selector).items
+    rows: list[Row] = []
+    cutoff = now.timestamp() - since_seconds
+    for cm in items:
+        name = cm.metadata.name
+        labels = cm.metadata.labels or {}
+        if labels.get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+            continue  # a server that ignores label selectors must not fool us
+        raw = (cm.data or {}).get(REPORT_KEY)
+        try:
+            report = EvictionReport.from_json(raw or "")
+        except ValueError as exc:
+            click.echo(f"warning: {cm.metadata.namespace}/{name}: {exc}", err=True)
+            continue
+        if report.time >= cutoff:
+            rows.append(Row(cm.metadata.namespace or "", name, report))
+    rows.sort(key=lambda r: r.report.time, reverse=True)
+    return rows
+
+
+def _markdown(rows: list[Row]) -> str:
+    def esc(v: Any) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(esc(c) for c in row.cells()) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _csv(rows: list[Row]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([h.lower() for h in HEADERS])
+    for row in rows:
+        writer.writerow(row.cells())
+    return buf.getvalue()
+
+
+@click.group(name="report")
+def command() -> None:
+    """Reports from the cluster."""
+
+
+@command.command(name="evictions")
+@click.option("--namespace", "-n", default=None, help="Namespace (default: the context's).")
+@click.option("--all-namespaces", "-A", is_flag=True, help="Reports of every namespace.")
+@click.option("--since", default="24h", show_default=True, help="Only evictions this recent.")
+@format_option("table", "csv", "json", "markdown")
+def evictions(namespace: str | None, all_namespaces: bool, since: str, output_format: str) -> None:
+    """SLA eviction reports: where each job missed its SLA, and what happens next."""
+    import kubernetes
+
+    since_seconds = parse_since(since)
+    if namespace and all_namespaces:
+        fail("--namespace and --all-namespaces are mutually exclusive")
+    try:
+        try:
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+            context_ns = "default"
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+            _, active = kubernetes.config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
+            context_ns = (active or {}).get("context", {}).get("namespace") or "default"
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        fail(f"no cluster configuration: {exc}")
+    core = kubernetes.client.CoreV1Api()
+    target = None if all_namespaces else (namespace or context_ns)
+    try:
+        rows = read_reports(core, target, since_seconds, datetime.now(UTC))
+    except kubernetes.client.ApiException as exc:
+        fail(f"cannot list ConfigMaps: {exc.status} {exc.reason}")
+    except Exception as exc:  # connection errors from urllib3
+        fail(f"cannot reach the cluster: {str(exc).splitlines()[0]}")
+
+    if output_format == "json":
+        echo_json(
+            [
+                {"namespace": r.namespace, "configMap": r.configmap, **r.report.to_json()}
+                for r in rows
+            ]
+        )
+    elif output_format == "csv":
+        sys.stdout.write(_csv(rows))
+    elif output_format == "markdown":
+        click.echo(_markdown(rows))
+    else:
+        where = "all namespaces" if target is None else f"namespace {target}"
+        echo_table(
+            HEADERS,
+            [r.cells() for r in rows],
+            title=f"SLA evictions in {where}, last {since}: {len(rows)}",
+        )

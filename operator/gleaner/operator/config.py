@@ -39,6 +39,8 @@ class OperatorConfig:
     """kopf peering name; None runs standalone (no peering)."""
     prometheus_window: float = 3600.0
     """Window of Prometheus history summarized for placement, seconds."""
+    peering_lifetime: int = 60
+    """Seconds a replica's peering record stays valid without keep-alives (kopf)."""
     verbose: bool = False
     """Debug logging."""
 

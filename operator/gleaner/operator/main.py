@@ -78,6 +78,7 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     if config.peering:
         settings.peering.name = config.peering
         settings.peering.mandatory = True
+        settings.peering.lifetime = config.peering_lifetime
         settings.peering.clusterwide = config.clusterwide
     else:
         settings.peering.standalone = True

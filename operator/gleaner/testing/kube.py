@@ -726,9 +726,10 @@ class KubeApi:
     def __init__(self, kube: KubeEmulator) -> None:
         import kubernetes
 
-        self.client = kube.api_client()
-        self.core = kubernetes.client.CoreV1Api(self.client)
-        self.custom = kubernetes.client.CustomObjectsApi(self.client)
+        # Typed Any on purpose: tests pass plain dicts, which the client accepts at run time.
+        self.client: Any = kube.api_client()
+        self.core: Any = kubernetes.client.CoreV1Api(self.client)
+        self.custom: Any = kubernetes.client.CustomObjectsApi(self.client)
 
     def apply_nodetrace(self, manifest: dict[str, Any]) -> None:
         """Create or update a NodeTrace, status through the status subresource (as agents do)."""

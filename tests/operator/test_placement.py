@@ -1,0 +1,46 @@
+"""The adapter to gleaner.scheduler: queue + NodeTraces + occupancy -> Placements / reasons."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gleaner.api import OfflineJob
+from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.traces import summaries_from_nodetraces
+from gleaner.testing.kube import gpu_uuid, nodetrace_manifest, offlinejob_manifest
+
+NOW = datetime.now(UTC)
+
+
+def _queued(name: str, **kwargs: object) -> QueuedJob:
+    job = OfflineJob.model_validate(offlinejob_manifest(name, **kwargs))  # type: ignore[arg-type]
+    assert job.spec.profile is not None
+    return QueuedJob(job, job.spec.profile)
+
+
+def test_places_on_free_gpus_with_uuids_and_prediction() -> None:
+    nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=2, offline_enabled=0.8)])
+    plan = plan_placements([_queued("j1"), _queued("j2")], nodes, {"a": {0: "x/other"}}, NOW)
+    assert len(plan.placements) == 1
+    queued, placement = plan.placements[0]
+    assert placement.node == "a" and placement.gpu_indices == [1]
+    assert placement.gpu_uuids == [gpu_uuid("a", 1)]
+    assert placement.compute == 0.8 and placement.decided_at == NOW
+    assert [q.key for q, _ in plan.unschedulable] == [
+        "default/j1" if queued.key == "default/j2" else "default/j2"
+    ]
+
+
+def test_unschedulable_jobs_get_the_schedulers_explanation() -> None:
+    nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=2, offline_enabled=0.3)])
+    plan = plan_placements([_queued("j", sla=0.9)], nodes, {}, NOW)
+    assert plan.placements == []
+    ((queued, message),) = plan.unschedulable
+    assert queued.key == "default/j"
+    assert message.startswith("0/1 nodes are available")
+
+
+def test_broken_nodetraces_are_skipped() -> None:
+    good = nodetrace_manifest("a", gpus=1)
+    bad = {"metadata": {"name": "b"}, "status": {"perGPU": [{"index": "x"}]}}
+    assert set(summaries_from_nodetraces([good, bad])) == {"a"}
