@@ -1,0 +1,68 @@
+"""What each NodeTrace report covers: a sliding window of accounting snapshots (pure).
+
+Contract. :class:`ReportWindow` keeps the agent's cumulative :class:`Totals` snapshots, one
+per report interval, with the wall-clock time each was taken. :meth:`ReportWindow.status`
+summarizes ``[max(first snapshot, now - window_s), now]`` as a NodeTrace status. Because the
+window is cut from cumulative totals, a report that failed (API outage) loses nothing: the
+next one covers the gap, up to ``window_s`` back. :meth:`ReportWindow.reported` records a
+successful report (``last_report_time``) and trims snapshots older than the window.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gleaner.agent.policy import Totals, to_nodetrace_status, window_between
+from gleaner.api import GpuInfo, NodeTraceStatus, TraceSource
+
+
+@dataclass
+class ReportWindow:
+    window_s: float = 3600.0
+    source: TraceSource = TraceSource.AGENT
+    agent_version: str = ""
+    snapshots: deque[tuple[datetime, Totals]] = field(default_factory=deque)
+    last_success: datetime | None = None
+    failures: int = 0
+
+    def add(self, wall: datetime, totals: Totals) -> None:
+        """Record a snapshot taken at ``wall`` (call once per report interval)."""
+        if self.snapshots and wall < self.snapshots[-1][0]:
+            raise ValueError("snapshots must be added in time order")
+        self.snapshots.append((wall, totals))
+        horizon = wall - timedelta(seconds=self.window_s)
+        # Keep the newest snapshot at or before the horizon: it starts the window.
+        while len(self.snapshots) >= 2 and self.snapshots[1][0] <= horizon:
+            self.snapshots.popleft()
+
+    def status(
+        self,
+        inventory: Sequence[GpuInfo],
+        offline_jobs: Mapping[int, str],
+    ) -> NodeTraceStatus | None:
+        """The status for the window ending at the latest snapshot (None: nothing yet)."""
+        if len(self.snapshots) < 2:
+            return None
+        end_wall, end = self.snapshots[-1]
+        start_wall, start = self.snapshots[0]
+        if end.at <= start.at:
+            return None
+        window = window_between(start, end)
+        return to_nodetrace_status(
+            window,
+            inventory=inventory,
+            wall_start=start_wall,
+            wall_end=end_wall,
+            offline_jobs=offline_jobs,
+            source=self.source,
+            agent_version=self.agent_version,
+        )
+
+    def reported(self, wall: datetime) -> None:
+        self.last_success = wall
+
+    def failed(self) -> None:
+        self.failures += 1
