@@ -1,0 +1,231 @@
+"""The shim control server over a real Unix socket, with clients speaking the v1 protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from gleaner.agent import protocol as p
+from gleaner.agent.core import NodeAgent
+from gleaner.agent.policy import GateConfig, KvSpan, plan_reclamation
+from gleaner.agent.server import ShimServer
+from gleaner.agent.simulated import synthetic_inventory
+
+M = TypeVar("M", bound=p.Message)
+NODE = "node-s"
+INVENTORY = synthetic_inventory(NODE, 2, 80)
+
+
+class Harness:
+    """A ShimServer on an event loop in a background thread (clients are the test thread)."""
+
+    def __init__(self, socket_dir: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.agent = NodeAgent(
+            node=NODE,
+            inventory=INVENTORY,
+            start=self.loop.time(),
+            gate_config=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.2, request_timeout_s=None),
+        )
+        self.server = ShimServer(self.agent, socket_dir, clock=self.loop.time, on_event=self.rearm)
+        self.agent.sink = self.server
+        self._timer: asyncio.TimerHandle | None = None
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def rearm(self) -> None:
+        d = self.agent.next_deadline()
+        if d is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_at(d, self.fire)
+
+    def fire(self) -> None:
+        self._timer = None
+        self.agent.tick(self.loop.time())
+        self.rearm()
+
+    def call(self, fn: object) -> None:
+        assert callable(fn)
+        done = threading.Event()
+
+        def run() -> None:
+            fn()
+            done.set()
+
+        self.loop.call_soon_threadsafe(run)
+        assert done.wait(5)
+
+    def start(self) -> None:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(5)
+        self.call(self.rearm)
+
+    def stop(self) -> None:
+        self.call(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(tmp_path)
+    h.start()
+    yield h
+    h.stop()
+
+
+class Client:
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(5)
+        self.sock.connect(str(path))
+        self.decoder = p.FrameDecoder()
+        self.inbox: list[p.Message] = []
+
+    def send(self, msg: p.Message) -> None:
+        p.send_message(self.sock, msg)
+
+    def expect(self, kind: type[M], timeout: float = 3.0) -> M:
+        self.sock.settimeout(timeout)
+        while True:
+            for i, m in enumerate(self.inbox):
+                if isinstance(m, kind):
+                    del self.inbox[i]
+                    return m
+            got = p.recv_messages(self.sock, self.decoder)
+            if got is None:
+                raise ConnectionError("closed")
+            self.inbox.extend(got)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _offline(h: Harness, gpus: tuple[int, ...] = (0,)) -> Client:
+    c = Client(h.server.path)
+    c.send(
+        p.Hello(
+            pid=100,
+            role=p.Role.OFFLINE,
+            gpu_uuids=tuple(INVENTORY[g].uuid for g in gpus),
+            job="team/llm",
+        )
+    )
+    return c
+
+
+def _online(h: Harness) -> Client:
+    c = Client(h.server.path)
+    c.send(p.Hello(pid=200, role=p.Role.ONLINE, gpu_uuids=(INVENTORY[0].uuid,)))
+    c.expect(p.HelloAck)
+    return c
+
+
+def test_gate_cycle_over_the_socket(harness: Harness) -> None:
+    off = _offline(harness)
+    ack = off.expect(p.HelloAck)
+    assert isinstance(ack, p.HelloAck) and ack.accepted
+    # The gate opens once the floor cooldown has passed with the online side idle.
+    opened = off.expect(p.Gate)
+    assert isinstance(opened, p.Gate) and opened.enable
+    assert harness.agent.offline_jobs == {0: "team/llm"}
+    on = _online(harness)
+    on.send(p.OnlineBusy(gpu=0, mono_ns=1, request_id=7))
+    closed = off.expect(p.Gate)
+    assert isinstance(closed, p.Gate) and not closed.enable
+    assert closed.gate_seq > opened.gate_seq
+    on.send(p.DecodeGap(gpu=0, mono_ns=2, gap_ns=30_000_000))
+    on.send(p.OnlineIdle(gpu=0, mono_ns=3, request_id=7))  # request 7 finished
+    reopened = off.expect(p.Gate)
+    assert isinstance(reopened, p.Gate) and reopened.enable
+    tot = harness.agent.accounting.totals.gpus[0]
+    assert tot.preemptions == 1
+    assert tot.online_requests == 1 and tot.max_preemptions_per_request == 1
+    assert harness.agent.gates[0].g_max_s == pytest.approx(0.03)
+    off.send(p.GateAck(gate_seq=reopened.gate_seq, enabled=True, ok=True, latency_ns=1000))
+    on.send(p.Heartbeat(mono_ns=5, pid=200))
+    assert isinstance(on.expect(p.Heartbeat), p.Heartbeat)
+    assert harness.server.connections() == {"offline": 1, "online": 1, "framework": 0}
+    off.close()
+    on.close()
+
+
+def test_online_disconnect_while_busy_counts_as_idle(harness: Harness) -> None:
+    off = _offline(harness)
+    off.expect(p.HelloAck)
+    off.expect(p.Gate)
+    on = _online(harness)
+    on.send(p.OnlineBusy(gpu=p.GPU_ALL, mono_ns=1))
+    assert not off.expect(p.Gate).enable
+    on.close()
+    assert off.expect(p.Gate).enable
+    off.close()
+
+
+def test_multi_gpu_job_enabled_only_when_all_its_gpus_are(harness: Harness) -> None:
+    off = _offline(harness, (0, 1))
+    off.expect(p.HelloAck)
+    assert off.expect(p.Gate).enable
+    on = _online(harness)  # online on GPU 0 only
+    on.send(p.OnlineBusy(gpu=0, mono_ns=1))
+    assert not off.expect(p.Gate).enable
+    # GPU 1 is enabled all along, yet the job stays gated until GPU 0 reopens.
+    assert harness.agent.gates[1].enabled
+    on.send(p.OnlineIdle(gpu=0, mono_ns=2))
+    assert off.expect(p.Gate).enable
+    off.close()
+    on.close()
+
+
+def test_fd_passed_by_scm_rights_is_kept(harness: Harness) -> None:
+    off = _offline(harness)
+    off.expect(p.HelloAck)
+    r, w = os.pipe()
+    try:
+        off.send(p.FdPass(h_client=0xC1D00001, sender_fd=r, fd=r))
+        off.send(p.Heartbeat(mono_ns=1))
+        off.expect(p.Heartbeat)  # the server handled everything before it
+        procs = [q for q in harness.server.processes.values() if q.fds]
+        assert len(procs) == 1
+        kept = procs[0].fds[0]
+        assert os.fstat(kept).st_ino == os.fstat(r).st_ino
+        os.write(w, b"x")
+        assert os.read(kept, 1) == b"x"  # the very same pipe, through another descriptor
+    finally:
+        os.close(r)
+        os.close(w)
+    off.close()
+
+
+def test_framework_hook_receives_invalidated_blocks(harness: Harness) -> None:
+    hook = Client(harness.server.path)
+    hook.send(p.Hello(pid=300, role=p.Role.FRAMEWORK))
+    assert hook.expect(p.HelloAck).accepted
+    plan = plan_reclamation(
+        0, {5: [KvSpan("req-a", (3, 4), 64)], 6: [KvSpan("req-b", (9,), 16)]}, 2, handle_bytes=1
+    )
+    harness.call(lambda: harness.server.reclaim(plan, 0.0))
+    got = {}
+    for _ in range(2):
+        m = hook.expect(p.InvalidateBlocks)
+        assert isinstance(m, p.InvalidateBlocks)
+        got[m.request_id] = m.block_ids
+    assert got == {"req-a": (3, 4), "req-b": (9,)}
+    hook.close()
+
+
+def test_garbage_drops_the_connection(harness: Harness) -> None:
+    c = Client(harness.server.path)
+    c.sock.sendall(b"\0" * 32)
+    with pytest.raises(ConnectionError):
+        c.expect(p.HelloAck)
+    assert harness.server.protocol_errors == 1
+    c.close()
