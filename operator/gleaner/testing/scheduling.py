@@ -14,6 +14,7 @@ from a seed (the benchmark's shapes: TP-8, TP-4, TP-2 and TP-1 online services; 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,8 @@ from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 from gleaner.scheduler.job import JobRequest
 
 DEFAULT_PRODUCT = "NVIDIA H100 80GB HBM3"
+FIXED_END = datetime(2026, 1, 1, tzinfo=UTC)
+"""Default end of synthetic windows (tests compare against it)."""
 
 
 def synthetic_node(
@@ -35,6 +38,7 @@ def synthetic_node(
     product: str | Sequence[str] = DEFAULT_PRODUCT,
     memory_gib: float = 80.0,
     labels: dict[str, str] | None = None,
+    window_end: datetime = FIXED_END,
 ) -> NodeSummary:
     """One node: ``busy[i]`` online-busy fraction of GPU i; ``groups`` aligned GPU groups.
 
@@ -78,6 +82,7 @@ def synthetic_node(
         free,
         window_seconds / free.shape[0],
         labels=labels,
+        window_end=window_end,
     )
 
 
@@ -159,3 +164,16 @@ def synthetic_jobs(n_jobs: int, seed: int = 0) -> list[JobRequest]:
             )
         )
     return jobs
+
+
+def simple_profile(
+    standalone: float = 1000.0, required_gib: float = 40.0, min_gib: float = 10.0
+) -> JobProfile:
+    """A profile at full speed with >= ``required_gib`` free, 20% speed at ``min_gib``."""
+    return JobProfile(
+        standalone_tokens_per_second=standalone,
+        required_memory_gib=required_gib,
+        curve_memory_gib=(min_gib, required_gib),
+        curve_tokens_per_second=(standalone * 0.2, standalone),
+        memory_deficit_coefficient=0.0,
+    )

@@ -4,7 +4,7 @@ A set passes when P_compute * P_memory * P_multi * bias >= throughputSLA. Each G
 own compute * memory * bias bounds every set containing it, so GPUs below the SLA are
 pruned before the search. Reason, over the rejected nodes' best sets:
 ``predicted throughput below SLA (best 0.31 < 0.60, compute 0.35)`` naming the best
-set's limiting factor (the bias too when the correction is what pulls it down).
+set's limiting factor, and the learned bias when it corrects the model downwards.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ class ThroughputSLA(SetFilter):
             "memory": float(failed.memory[i]),
             "multi_gpu": float(failed.multi[i]),
         }
-        if failed.bias[i] < 1.0:
-            factors["bias"] = float(failed.bias[i])
         limiting = min(factors, key=lambda k: factors[k])
+        detail = f"{limiting} {factors[limiting]:.2f}"
+        if failed.bias[i] < 1.0:
+            detail += f", bias {float(failed.bias[i]):.2f}"
         return (
             f"predicted throughput below SLA (best {float(failed.product[i]):.2f} < "
-            f"{ctx.job.sla:.2f}, {limiting} {factors[limiting]:.2f})"
+            f"{ctx.job.sla:.2f}, {detail})"
         )
