@@ -1,0 +1,90 @@
+"""InvalidationFeed: the framework side of the agent protocol (INVALIDATE_BLOCKS in).
+
+Contract: connects to the agent socket, says HELLO with ``Role.FRAMEWORK``, and collects
+every INVALIDATE_BLOCKS frame from a background thread; :meth:`InvalidationFeed.drain`
+returns and clears the pending ``request id → block ids`` map. It never blocks the
+engine: if the agent is missing the feed stays empty and retries in the background.
+:func:`merge` is the pure part (how batches combine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+
+from gleaner.agent import protocol as p
+
+log = logging.getLogger(__name__)
+
+
+def merge(into: dict[str, set[int]], batches: Iterable[p.InvalidateBlocks]) -> dict[str, set[int]]:
+    """Fold INVALIDATE_BLOCKS messages into a request → block-id-set map (in place)."""
+    for msg in batches:
+        into.setdefault(msg.request_id, set()).update(msg.block_ids)
+    return into
+
+
+class InvalidationFeed:
+    """Background reader of INVALIDATE_BLOCKS frames for one engine process."""
+
+    def __init__(self, socket_path: str, job: str = "", retry_s: float = 1.0) -> None:
+        self.socket_path = socket_path
+        self.job = job
+        self.retry_s = retry_s
+        self._pending: dict[str, set[int]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self.connected = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gleaner-kv-feed", daemon=True)
+        self._thread.start()
+
+    def drain(self) -> dict[str, set[int]]:
+        with self._lock:
+            out, self._pending = self._pending, {}
+        return out
+
+    def put(self, batch: Mapping[str, Iterable[int]]) -> None:
+        """Queue invalidations directly (used when the agent is in-process)."""
+        with self._lock:
+            for rid, ids in batch.items():
+                self._pending.setdefault(rid, set()).update(ids)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._session()
+            except (OSError, p.ProtocolError) as exc:
+                log.debug("gleaner agent feed: %s", exc)
+            self.connected.clear()
+            self._stop.wait(self.retry_s)
+
+    def _session(self) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(self.socket_path)
+            self._sock = sock
+            p.send_message(sock, p.Hello(pid=os.getpid(), role=p.Role.FRAMEWORK, job=self.job))
+            self.connected.set()
+            decoder = p.FrameDecoder()
+            while not self._stop.is_set():
+                batch = p.recv_messages(sock, decoder)
+                if batch is None:
+                    return
+                inval = [m for m in batch if isinstance(m, p.InvalidateBlocks)]
+                if inval:
+                    with self._lock:
+                        merge(self._pending, inval)
+                if any(isinstance(m, p.Heartbeat) for m in batch):
+                    p.send_message(sock, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))
