@@ -2,7 +2,8 @@
 
 Passes a node when every ``nodeSelector`` label matches and the node has at least k GPUs
 whose product is in ``products`` (any product when the list is empty). Reasons:
-``didn't match gpuSelector node labels`` or ``fewer than k GPUs of product <list>``.
+``didn't match gpuSelector node labels``, ``fewer than k GPUs of product <list>`` or
+``fewer than k GPUs on the node``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,11 @@ class GPUSelector(NodeFilter):
 
     def reasons(self, ctx: JobContext, nodes: IntArray) -> list[str]:
         labels_ok = ctx.view.label_mask(ctx.job.node_selector)
-        products = ", ".join(sorted(set(ctx.job.products))) or "any"
         plural = "GPU" if ctx.k == 1 else "GPUs"
+        if ctx.job.products:
+            short = f"fewer than {ctx.k} {plural} of product {', '.join(sorted(ctx.job.products))}"
+        else:
+            short = f"fewer than {ctx.k} {plural} on the node"
         return [
-            (
-                "didn't match gpuSelector node labels"
-                if not labels_ok[i]
-                else f"fewer than {ctx.k} {plural} of product {products}"
-            )
-            for i in nodes
+            "didn't match gpuSelector node labels" if not labels_ok[i] else short for i in nodes
         ]

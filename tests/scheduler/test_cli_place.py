@@ -1,0 +1,159 @@
+"""``gleaner place`` end to end: manifests and a DESIGN.md trace file in, JSON/table out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gleaner.cli.main import main
+
+PROFILE = {
+    "standaloneTokensPerSecond": 1000,
+    "requiredMemoryGiB": 40,
+    "memoryCurve": [
+        {"memoryGiB": 10, "tokensPerSecond": 200},
+        {"memoryGiB": 40, "tokensPerSecond": 1000},
+    ],
+    "memoryDeficitCoefficient": 0,
+}
+
+
+def _job(name: str, gpus: int, sla: float, profile: str | None = None) -> str:
+    if profile is None:
+        prof = f"  profile: {json.dumps(PROFILE)}"
+    else:
+        prof = f"  profileFrom: {{name: {profile}}}"
+    return f"""apiVersion: gleaner.dev/v1alpha1
+kind: OfflineJob
+metadata: {{name: {name}}}
+spec:
+  template: {{spec: {{containers: [{{name: w, image: busybox}}]}}}}
+  gpus: {gpus}
+  throughputSLA: {sla}
+{prof}
+"""
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    """n1: GPUs 0-2 busy together 25% of the time, GPU 3 at other times; n2: two loners."""
+    rows = []
+    for t in range(40):
+        for gpu in range(4):
+            busy = (t % 4 == 0) if gpu < 3 else (t % 4 == 2)
+            rows.append((float(t), "n1", gpu, float(busy), 60.0))
+        for gpu in range(2):
+            rows.append((float(t), "n2", gpu, float(t % 2 == gpu), 60.0))
+    path = tmp_path / "trace.csv"
+    pd.DataFrame(
+        rows, columns=["timestamp", "node", "gpu", "online_busy", "free_memory_gib"]
+    ).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Path:
+    d = tmp_path / "jobs"
+    d.mkdir()
+    service = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n"
+    (d / "a.yaml").write_text(
+        "\n---\n".join([_job("one", 1, 0.5), service, _job("big", 2, 0.6), _job("huge", 8, 0.1)])
+    )
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "prof"},
+        "data": {"profile.yaml": json.dumps(PROFILE)},
+    }
+    (d / "b.yaml").write_text(json.dumps(cm) + "\n---\n" + _job("fromcm", 1, 0.4, "prof"))
+    (d / "c.yml").write_text(_job("nocm", 1, 0.4, "missing"))
+    (d / "notes.txt").write_text("not a manifest")
+    return d
+
+
+def test_json_output(trace: Path, jobs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["place", "--jobs", str(jobs), "--trace", str(trace), "--format", "json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    data = json.loads(out)
+    assert set(data) == {"placements", "unschedulable"}
+    placed = {p["job"]: p for p in data["placements"]}
+    assert set(placed) == {"default/one", "default/big", "default/fromcm"}
+    for p in placed.values():
+        assert list(p) == [
+            "job",
+            "node",
+            "gpus",
+            "compute",
+            "memory",
+            "multi_gpu",
+            "throughput_fraction",
+        ]
+    big = placed["default/big"]
+    assert big["node"] == "n1" and set(big["gpus"]) <= {0, 1, 2}
+    assert big["compute"] == pytest.approx(0.75) and big["multi_gpu"] == pytest.approx(1.0)
+    assert big["throughput_fraction"] == pytest.approx(0.75)
+    why = {u["job"]: u["reasons"] for u in data["unschedulable"]}
+    assert why == {
+        "default/huge": ["2 fewer than 8 GPUs on the node"],
+        "default/nocm": ["profile ConfigMap default/missing not found in the given files"],
+    }
+
+
+def test_table_output_and_extra_paths(
+    trace: Path, jobs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(
+        ["place", "--jobs", str(jobs / "a.yaml"), str(jobs / "b.yaml"), "--trace", str(trace)]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "3 placed" in out and "default/fromcm" in out
+    assert "0/2 nodes are available: 2 fewer than 8 GPUs on the node." in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trace", "{trace}"], "give the jobs with --jobs"),
+        (["--jobs", "{jobs}"], "give exactly one of --trace FILE and --prometheus URL"),
+        (
+            ["--jobs", "{jobs}", "--trace", "{trace}", "--prometheus", "http://x"],
+            "give exactly one of",
+        ),
+        (["--jobs", "{missing}", "--trace", "{trace}"], "no such file or directory"),
+        (["--jobs", "{bad}", "--trace", "{trace}"], "not valid YAML"),
+        (["--jobs", "{invalid}", "--trace", "{trace}"], "invalid OfflineJob x: spec.gpus"),
+        (["--jobs", "{jobs}", "--trace", "{missing}"], "no such trace file"),
+        (["--jobs", "{empty}", "--trace", "{trace}"], "no OfflineJob found"),
+        (["--jobs", "{jobs}", "--prometheus", "http://127.0.0.1:9"], "error:"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path,
+    trace: Path,
+    jobs: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    (tmp_path / "bad.yaml").write_text("a: [1, 2\n")
+    (tmp_path / "invalid.yaml").write_text(_job("x", 9, 0.5))
+    (tmp_path / "empty.yaml").write_text("kind: Service\nmetadata: {name: s}\n")
+    paths = {
+        "trace": trace,
+        "jobs": jobs,
+        "missing": tmp_path / "nope",
+        "bad": tmp_path / "bad.yaml",
+        "invalid": tmp_path / "invalid.yaml",
+        "empty": tmp_path / "empty.yaml",
+    }
+    argv = ["place", *(a.format(**paths) for a in args)]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
