@@ -101,7 +101,7 @@ def test_simulated_agent_end_to_end(agent: tuple[KubeEmulator, str, Any]) -> Non
     assert [g.uuid for g in status.gpus] == health["gpus"]
 
     # An offline Pod bound to this node is picked up from its labels and annotation.
-    core = kubernetes.client.CoreV1Api(kube.api_client())
+    core: Any = kubernetes.client.CoreV1Api(kube.api_client())
     core.create_namespaced_pod(
         "team",
         {

@@ -148,7 +148,7 @@ def test_pod_watcher_follows_the_nodes_offline_pods(kube: KubeEmulator) -> None:
     import kubernetes
 
     client = kube.api_client()
-    core = kubernetes.client.CoreV1Api(client)
+    core: Any = kubernetes.client.CoreV1Api(client)
     core.create_namespaced_pod("team", _pod("llm-0", "team", "llm", "0,1"))
     seen: list[dict[int, str]] = []
     changed = threading.Event()

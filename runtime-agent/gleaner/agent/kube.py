@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gleaner.api import GROUP, VERSION, NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
@@ -107,7 +107,7 @@ def _create(api: Any, node: str, timeout_s: float) -> None:
             raise
 
 
-def offline_jobs_from_pods(pods: list[Mapping[str, Any]], node: str) -> dict[int, str]:
+def offline_jobs_from_pods(pods: Sequence[Mapping[str, Any]], node: str) -> dict[int, str]:
     """``{gpu: "namespace/job"}`` of the node's running or pending offline Pods."""
     out: dict[int, str] = {}
     for pod in pods:
