@@ -299,6 +299,8 @@ static void gate_one(gl_obj *o, void *vctx) {
     return;
   if (r->enable && !o->gate_off)
     return; /* never held off by us: leave it as the application set it */
+  if (!r->enable && (o->gate_off || o->app_state == GL_APP_DISABLED))
+    return; /* already off: no second RPC to the GPU's firmware */
   r->n_objects++;
   uint32_t cmd = o->kind == GL_KIND_TSG ? RM_CTRL_TSG_GPFIFO_SCHEDULE : RM_CTRL_CHANNEL_GPFIFO_SCHEDULE;
   int ok = schedule(o, cmd, r->enable, r) == 0;

@@ -229,6 +229,7 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *sym
   dlsym_fn d = resolve_real_dlsym();
   if (!d)
     return NULL;
+  gl_ensure_init();
   const char *volatile name = symbol; /* declared nonnull, but callers do pass NULL */
   if (handle != RTLD_NEXT && name && name[0] == 'c' && name[1] == 'u' &&
       gl_cfg.role != GL_ROLE_NONE) {
