@@ -69,16 +69,16 @@ def test_busy_idle_transitions_and_decode_gaps(tmp_path: Path, sock_path: Path) 
 
 
 def test_a_burst_of_launches_is_one_busy_period(tmp_path: Path, sock_path: Path) -> None:
-    env = {"GLEANER_FAKE_KERNEL_US": "200"}
+    env = {"GLEANER_FAKE_KERNEL_US": "2000"}
     with (
         AgentStub(sock_path) as agent,
         ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
     ):
         sp.cmd("open")
         agent.wait_for(p.Hello)
-        r = sp.cmd("launch-ex 100")  # 100 kernels queue for ~20 ms of fake GPU time
+        r = sp.cmd("launch-ex 20")  # 20 kernels queue for 40 ms of fake GPU time
         idle = agent.wait_for(p.OnlineIdle)
-        assert idle.mono_ns - int(r["start_ns"]) >= 100 * 200_000
+        assert idle.mono_ns - int(r["start_ns"]) >= 20 * 2_000_000
         assert len(agent.all_of(p.OnlineBusy)) == 1
 
 
