@@ -1,1 +1,35 @@
-"""Dashboard: the FastAPI app with the cluster pages and the JSON API."""
+"""Dashboard: the cluster pages and the JSON API (FastAPI), over a snapshot or a live cluster.
+
+The public API:
+
+- ``routers()`` — what the operator mounts on its HTTP server (pages at ``/``, JSON at
+  ``/api``) over a :class:`~gleaner.dashboard.sources.KubeSource` (in-cluster credentials,
+  else ``KUBECONFIG``; read lazily on the first request);
+- :func:`gleaner.dashboard.app.create_router` / :func:`~gleaner.dashboard.app.create_app`
+  over any :class:`~gleaner.dashboard.sources.DashboardSource`;
+- :class:`~gleaner.dashboard.sources.SnapshotSource` (a JSON file such as
+  ``gleaner simulate``'s ``dashboard.json``), :class:`~gleaner.dashboard.sources.KubeSource`,
+  :class:`~gleaner.dashboard.sources.StaticSource`;
+- the data model in :mod:`gleaner.dashboard.model` (``ClusterRecord`` in,
+  ``ClusterSnapshot`` out) and the pure builder :func:`gleaner.dashboard.build.build_dashboard`.
+
+Modules: ``model`` (pydantic schema), ``build`` (record -> snapshot, runner-ups; pure),
+``charts`` (SVG; pure), ``views`` (which chart each page shows; pure), ``query`` (filter,
+sort, CSV; pure), ``sources`` (file and cluster shells), ``app`` (FastAPI router and app),
+``templates/`` (Jinja2) and ``static/`` (our own CSS and JS; no third-party files).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+
+def routers(namespace: str | None = None) -> list[APIRouter]:
+    """The dashboard's router over the live cluster, for the operator's HTTP server."""
+    from gleaner.dashboard.app import create_router
+    from gleaner.dashboard.sources import KubeSource
+
+    return [create_router(KubeSource(namespace=namespace))]

@@ -1,0 +1,621 @@
+"""From a :class:`ClusterRecord` to the :class:`ClusterSnapshot` the pages show (pure).
+
+Contract. :func:`build_dashboard` turns a record (API objects, eviction reports, series)
+into :class:`DashboardData`: the snapshot plus what it needs to answer the job page's
+"why here" question on demand. Nothing here does I/O or reads a clock; times come from
+the record. Objects that cannot be read (a malformed NodeTrace, an OfflineJob that does not
+validate, a broken report) are skipped with one line in ``snapshot.warnings``; they never
+make the whole dashboard fail.
+
+Definitions (docs/dashboard.md repeats them):
+
+- a GPU's *idle fraction* is the model's P_compute for it (offline-enabled seconds over
+  the window; without an agent 1 − online busy);
+- *harvested utilization* is the mean over all GPUs of the idle fraction of GPUs that hold
+  an offline job (0 for the others): the share of all GPU time given to offline work;
+- *offline throughput* is Σ over running jobs of throughput fraction × GPUs (observed when
+  measured, else predicted): standalone-GPU equivalents, i.e. GPUs saved;
+- *SLA attainment* is the share of running jobs whose observed (else predicted) fraction
+  is at least their SLA;
+- *runner-ups* of a job: for every other node, the best free GPU set of the job's size by
+  the model's product (at most ``MAX_SETS_PER_NODE`` sets tried), with
+  ``gleaner.perfmodel.predict``'s verdict, ranked by product; each says why it lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from gleaner.api import NodeTrace, OfflineJob, Phase, Profile
+from gleaner.dashboard.model import (
+    ClusterRecord,
+    ClusterSeries,
+    ClusterSnapshot,
+    ClusterSummary,
+    EvictionView,
+    Factors,
+    GpuView,
+    JobEviction,
+    JobView,
+    MemoryDistribution,
+    NodeView,
+    ObservedView,
+    Point,
+    RecordedReport,
+    RunnerUp,
+)
+from gleaner.perfmodel import JobProfile, ModelConfig, NodeSummary, predict, subset_factors
+from gleaner.perfmodel.model import compute_factors, pair_scores
+from gleaner.scheduler import EvictionReport
+
+ANNOTATION_SLA_WINDOWS = "gleaner.dev/sla-windows"
+"""The operator's SLA-window history of a job (gleaner.operator.slahistory)."""
+
+MAX_SETS_PER_NODE = 512
+"""GPU sets tried per node when looking for a job's runner-ups."""
+
+MAX_RUNNER_UPS = 5
+
+DEFAULT_MODEL = ModelConfig()
+
+PLACED_PHASES = frozenset({Phase.SCHEDULED.value, Phase.RUNNING.value})
+
+
+# ---------------------------------------------------------------------------------------
+# Small pure helpers
+# ---------------------------------------------------------------------------------------
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float | None:
+    """Lower ``q``-quantile: the smallest value whose cumulative weight share reaches ``q``."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    pairs = sorted((float(v), float(w)) for v, w in zip(values, weights, strict=True) if w > 0)
+    if not pairs:
+        return None
+    total = sum(w for _, w in pairs)
+    cum = 0.0
+    for value, weight in pairs:
+        cum += weight
+        if cum >= q * total - 1e-12 * total:
+            return value
+    return pairs[-1][0]
+
+
+def memory_distribution(values: Sequence[float], seconds: Sequence[float]) -> MemoryDistribution:
+    """Quantiles, mean, range and histogram of one GPU's harvestable memory."""
+    total = float(sum(seconds))
+    if total <= 0 or not values:
+        return MemoryDistribution()
+    q = {p: weighted_quantile(values, seconds, p / 100) for p in (10, 25, 50, 75, 90)}
+    mean = sum(v * s for v, s in zip(values, seconds, strict=True)) / total
+    hist = [
+        Point(t=float(v), v=float(s) / total)
+        for v, s in sorted(zip(values, seconds, strict=True))
+        if s > 0
+    ]
+    return MemoryDistribution(
+        p10=q[10],
+        p25=q[25],
+        p50=q[50],
+        p75=q[75],
+        p90=q[90],
+        mean=mean,
+        min=min(values),
+        max=max(values),
+        histogram=hist,
+    )
+
+
+def parse_sla_windows(annotation: str | None) -> list[Point]:
+    """The observed series kept by the operator in ``gleaner.dev/sla-windows`` (or [])."""
+    if not annotation:
+        return []
+    try:
+        data: Any = json.loads(annotation)
+        return [Point(t=float(end), v=float(frac)) for end, frac in data["windows"]]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def eviction_id(namespace: str, config_map: str) -> str:
+    """Stable id of a report: namespace names hold no dots, so the first dot splits it."""
+    return f"{namespace}.{config_map}"
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# Nodes
+# ---------------------------------------------------------------------------------------
+
+
+def node_view(summary: NodeSummary) -> NodeView:
+    """A node's GPUs, memory distributions and overlap matrix from its summary."""
+    has_window = summary.window_seconds > 0
+    idle = compute_factors(summary) if has_window else None
+    busy = summary.online_busy_seconds / summary.window_seconds if has_window else None
+    scores = pair_scores(summary)
+    ev = summary.events_or_zeros()
+    jobs = list(summary.offline_jobs) or [None] * summary.n_gpus
+    gpus: list[GpuView] = []
+    for pos, spec in enumerate(summary.gpus):
+        values, seconds = (
+            summary.memory.marginal(pos) if summary.memory.n_states else (np.zeros(0), np.zeros(0))
+        )
+        gpus.append(
+            GpuView(
+                index=spec.index,
+                uuid=spec.uuid,
+                product=spec.product,
+                memory_gi_b=spec.memory_gib,
+                idle_fraction=None if idle is None else float(idle[pos]),
+                online_busy_fraction=(
+                    None if busy is None else float(min(1.0, max(0.0, busy[pos])))
+                ),
+                memory=memory_distribution(values.tolist(), seconds.tolist()),
+                preemptions=int(ev.preemptions[pos]),
+                reclamations=int(ev.reclamations[pos]),
+                online_requests=int(ev.online_requests[pos]),
+                offline_job=jobs[pos] if pos < len(jobs) else None,
+            )
+        )
+    overlap: list[list[float | None]] = []
+    for a in range(summary.n_gpus):
+        row: list[float | None] = []
+        for b in range(summary.n_gpus):
+            measured = not np.isnan(summary.pair_union_seconds[a, b])
+            row.append(float(scores[a, b]) if measured or a == b else None)
+        overlap.append(row)
+    held = sorted({j for j in jobs if j})
+    return NodeView(
+        name=summary.node,
+        gpus=gpus,
+        window_seconds=summary.window_seconds,
+        window_end=summary.window_end,
+        last_report_time=summary.last_report_time,
+        idle_fraction=None if idle is None or idle.size == 0 else float(idle.mean()),
+        harvestable_memory_p10_gi_b=summary.memory.quantile(0.10),
+        overlap=overlap,
+        offline_jobs=held,
+        labels=dict(summary.labels),
+        preemptions=int(ev.preemptions.sum()),
+        reclamations=int(ev.reclamations.sum()),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Evictions
+# ---------------------------------------------------------------------------------------
+
+
+def eviction_view(recorded: RecordedReport) -> EvictionView:
+    """One report; raises ValueError when the report JSON is malformed."""
+    report = EvictionReport.from_json(recorded.report)
+    data = report.to_json()
+    job_name = report.job.split("/", 1)[-1]
+    config_map = recorded.config_map or f"{job_name}-sla-eviction-{report.eviction_count}"
+    p, o = report.predicted, report.observed
+    return EvictionView(
+        id=eviction_id(recorded.namespace, config_map),
+        namespace=recorded.namespace,
+        config_map=config_map,
+        job=report.job if "/" in report.job else f"{recorded.namespace}/{report.job}",
+        node=report.node,
+        gpus=list(report.gpus),
+        gpu_uuids=list(report.gpu_uuids),
+        sla=report.sla,
+        predicted=Factors(
+            compute=p.compute,
+            memory=p.memory,
+            multi_gpu=p.multi_gpu,
+            throughput_fraction=p.throughput_fraction,
+        ),
+        observed=ObservedView(
+            mean=o.mean,
+            min=o.min,
+            last=o.last,
+            windows=o.windows,
+            windows_missed=o.windows_missed,
+            window_seconds=o.window_seconds,
+        ),
+        reason=report.reason,
+        time=data["time"],
+        eviction_count=report.eviction_count,
+        outcome="failed" if report.failed else "requeued",
+        next_attempt_after=data["nextAttemptAfter"],
+        excluded_nodes=list(report.excluded_nodes),
+        next_placement=report.next_placement,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Jobs
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A validated OfflineJob with what the builder derived for it."""
+
+    obj: OfflineJob
+    key: str
+    profile: JobProfile | None
+
+
+def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[EvictionView]]) -> JobView:
+    meta, spec, status = job.obj.metadata, job.obj.spec, job.obj.status
+    namespace = meta.namespace or "default"
+    placement = status.placement
+    placed = placement is not None and status.phase.value in PLACED_PHASES
+    predicted = None
+    if placement is not None:
+        predicted = Factors(
+            compute=placement.compute,
+            memory=placement.memory,
+            multi_gpu=placement.multi_gpu,
+            throughput_fraction=placement.throughput_fraction,
+            tokens_per_second=placement.predicted_tokens_per_second,
+        )
+    observed = status.observed.throughput_fraction if status.observed is not None else None
+    if observed is None and series and placed:
+        observed = series[-1].v
+    meets: bool | None = None
+    if placed:
+        basis = observed
+        if basis is None and predicted is not None:
+            basis = predicted.throughput_fraction
+        meets = None if basis is None else basis >= spec.throughput_sla - 1e-9
+    job_reports = reports.get(job.key, [])
+    evictions: list[JobEviction] = []
+    for rec in status.evictions:
+        rid = None
+        if rec.report:
+            rid = eviction_id(namespace, rec.report)
+        else:
+            match = next(
+                (
+                    r
+                    for r in job_reports
+                    if r.node == rec.node and abs((r.time - rec.time).total_seconds()) < 1.0
+                ),
+                None,
+            )
+            rid = match.id if match is not None else None
+        evictions.append(
+            JobEviction(
+                time=rec.time,
+                node=rec.node,
+                gpus=list(rec.gpu_indices),
+                reason=rec.reason,
+                sla=rec.sla,
+                predicted_throughput_fraction=rec.predicted_throughput_fraction,
+                observed_throughput_fraction=rec.observed_throughput_fraction,
+                report_id=rid,
+            )
+        )
+    return JobView(
+        namespace=namespace,
+        name=meta.name,
+        key=job.key,
+        phase=status.phase.value,
+        message=status.message,
+        node=placement.node if placed and placement is not None else None,
+        gpus=list(placement.gpu_indices) if placed and placement is not None else [],
+        gpu_count=spec.gpus,
+        sla=spec.throughput_sla,
+        priority=spec.priority,
+        standalone_tokens_per_second=(
+            job.profile.standalone_tokens_per_second if job.profile is not None else None
+        ),
+        predicted=predicted,
+        observed=observed,
+        observed_series=series,
+        meets_sla=meets,
+        eviction_count=max(status.eviction_count, len(status.evictions)),
+        evictions=evictions,
+        excluded_nodes=list(status.excluded_nodes),
+        created_at=meta.creation_timestamp,
+        decided_at=placement.decided_at if placement is not None else None,
+    )
+
+
+def runner_ups(
+    profile: JobProfile,
+    sla: float,
+    gpu_count: int,
+    nodes: Mapping[str, NodeSummary],
+    occupied: Mapping[str, Iterable[int]],
+    chosen: tuple[str, float] | None = None,
+    excluded: Iterable[str] = (),
+    config: ModelConfig = DEFAULT_MODEL,
+    limit: int = MAX_RUNNER_UPS,
+) -> list[RunnerUp]:
+    """The best other nodes for a job and why each lost (see the module docstring).
+
+    ``chosen`` is (node, predicted fraction) of the job's placement, or None for a job that
+    is not placed; ``occupied`` lists, per node, GPUs other jobs hold.
+    """
+    excluded_set = set(excluded)
+    scored: list[tuple[float, RunnerUp]] = []
+    unscored: list[RunnerUp] = []
+    for name in sorted(nodes):
+        if chosen is not None and name == chosen[0]:
+            continue
+        summary = nodes[name]
+        if name in excluded_set:
+            unscored.append(RunnerUp(node=name, why="excluded: the job missed its SLA here"))
+            continue
+        if not summary.window_seconds > 0:
+            unscored.append(RunnerUp(node=name, why="no trace window (agent not reporting)"))
+            continue
+        taken = set(occupied.get(name, ()))
+        free = [p for p, s in enumerate(summary.gpus) if s.index not in taken]
+        if len(free) < gpu_count:
+            unscored.append(
+                RunnerUp(
+                    node=name,
+                    why=f"{len(free)} free GPU(s) of {summary.n_gpus}, the job needs {gpu_count}",
+                )
+            )
+            continue
+        sets = np.array(
+            list(itertools.islice(itertools.combinations(free, gpu_count), MAX_SETS_PER_NODE)),
+            dtype=np.int64,
+        )
+        compute, memory, multi = subset_factors(profile, summary, sets)
+        product = compute * memory * multi
+        admissible = multi >= config.min_pair_overlap if gpu_count > 1 else np.ones_like(multi) > 0
+        rank = np.where(admissible, product, product - 2.0)
+        best = int(np.argmax(rank))
+        gpus = [summary.gpus[int(p)].index for p in sets[best]]
+        pred = predict(profile, sla, summary, gpus, config)
+        factors = Factors(
+            compute=_finite(pred.compute),
+            memory=_finite(pred.memory),
+            multi_gpu=_finite(pred.multi_gpu),
+            throughput_fraction=_finite(pred.throughput_fraction),
+            tokens_per_second=_finite(pred.tokens_per_second),
+        )
+        if not pred.feasible:
+            why = "; ".join(pred.reasons)
+        elif chosen is None:
+            why = f"feasible ({pred.reasons[0]}); the job waits for the next scheduling pass"
+        elif pred.throughput_fraction < chosen[1]:
+            limiting = min(
+                (("compute", pred.compute), ("memory", pred.memory), ("multi-GPU", pred.multi_gpu)),
+                key=lambda kv: kv[1],
+            )
+            why = (
+                f"predicted {pred.throughput_fraction:.2f} < {chosen[1]:.2f} on {chosen[0]} "
+                f"(limiting factor: {limiting[0]} {limiting[1]:.2f})"
+            )
+        else:
+            why = (
+                f"predicted {pred.throughput_fraction:.2f} >= {chosen[1]:.2f}, but the "
+                f"scheduler's scores (packing, SLA headroom) preferred {chosen[0]}"
+            )
+        scored.append(
+            (
+                pred.throughput_fraction,
+                RunnerUp(node=name, gpus=gpus, factors=factors, feasible=pred.feasible, why=why),
+            )
+        )
+    scored.sort(key=lambda item: (not item[1].feasible, -item[0], item[1].node))
+    out = [r for _, r in scored] + unscored
+    return out[:limit]
+
+
+# ---------------------------------------------------------------------------------------
+# The whole snapshot
+# ---------------------------------------------------------------------------------------
+
+
+def current_point(nodes: Sequence[NodeView], jobs: Sequence[JobView]) -> ClusterSummary:
+    """The headline numbers of the current state (see the module docstring)."""
+    gpus = [g for n in nodes for g in n.gpus]
+    harvested = [(g.idle_fraction or 0.0) if g.offline_job else 0.0 for g in gpus]
+    idle = [g.idle_fraction for g in gpus if g.idle_fraction is not None]
+    running = [j for j in jobs if j.phase in PLACED_PHASES]
+    throughput = 0.0
+    for j in running:
+        frac = (
+            j.observed
+            if j.observed is not None
+            else (j.predicted.throughput_fraction if j.predicted is not None else 0.0)
+        )
+        throughput += frac * j.gpu_count
+    judged = [j for j in running if j.meets_sla is not None]
+    by_phase: dict[str, int] = {}
+    for j in jobs:
+        by_phase[j.phase] = by_phase.get(j.phase, 0) + 1
+    return ClusterSummary(
+        nodes=len(nodes),
+        gpus=len(gpus),
+        gpus_with_offline_job=sum(1 for g in gpus if g.offline_job),
+        mean_idle_fraction=sum(idle) / len(idle) if idle else None,
+        harvested_utilization=sum(harvested) / len(harvested) if harvested else None,
+        offline_throughput=throughput if running else 0.0,
+        sla_attainment=(sum(1 for j in judged if j.meets_sla) / len(judged) if judged else None),
+        jobs=len(jobs),
+        jobs_by_phase=dict(sorted(by_phase.items())),
+        evictions=sum(j.eviction_count for j in jobs),
+        preemptions=sum(n.preemptions for n in nodes),
+        reclamations=sum(n.reclamations for n in nodes),
+    )
+
+
+def series_with_point(series: ClusterSeries, t: float, summary: ClusterSummary) -> ClusterSeries:
+    """``series`` with one more point at ``t`` from ``summary`` (a point at ``t`` is replaced)."""
+
+    def add(points: list[Point], value: float | None) -> list[Point]:
+        kept = [p for p in points if p.t != t]
+        if value is None:
+            return kept
+        return sorted([*kept, Point(t=t, v=float(value))], key=lambda p: p.t)
+
+    return ClusterSeries(
+        harvested_utilization=add(series.harvested_utilization, summary.harvested_utilization),
+        offline_throughput=add(series.offline_throughput, summary.offline_throughput),
+        sla_attainment=add(series.sla_attainment, summary.sla_attainment),
+        preemptions=add(series.preemptions, float(summary.preemptions)),
+        reclamations=add(series.reclamations, float(summary.reclamations)),
+    )
+
+
+@dataclass
+class DashboardData:
+    """A snapshot plus what the job page needs to explain a placement on demand."""
+
+    snapshot: ClusterSnapshot
+    summaries: dict[str, NodeSummary] = field(default_factory=dict)
+    profiles: dict[str, JobProfile] = field(default_factory=dict)
+    occupied: dict[str, dict[int, str]] = field(default_factory=dict)
+    config: ModelConfig = field(default_factory=ModelConfig)
+    _details: dict[str, JobView] = field(default_factory=dict)
+
+    def job_detail(self, namespace: str, name: str) -> JobView | None:
+        """The job with its runner-up nodes (computed once, then kept)."""
+        key = f"{namespace}/{name}"
+        if key in self._details:
+            return self._details[key]
+        job = self.snapshot.job(namespace, name)
+        if job is None:
+            return None
+        profile = self.profiles.get(key)
+        if profile is not None and job.phase not in (Phase.SUCCEEDED.value, Phase.INVALID.value):
+            occupied = {
+                node: [g for g, holder in held.items() if holder != key]
+                for node, held in self.occupied.items()
+            }
+            chosen = (
+                (job.node, job.predicted.throughput_fraction)
+                if job.node is not None and job.predicted is not None
+                else None
+            )
+            job = job.model_copy(
+                update={
+                    "runner_ups": runner_ups(
+                        profile,
+                        job.sla,
+                        job.gpu_count,
+                        self.summaries,
+                        occupied,
+                        chosen=chosen,
+                        excluded=job.excluded_nodes,
+                        config=self.config,
+                    )
+                }
+            )
+        self._details[key] = job
+        return job
+
+
+def _summaries(record: ClusterRecord, warnings: list[str]) -> dict[str, NodeSummary]:
+    out: dict[str, NodeSummary] = {}
+    for raw in record.node_traces:
+        name = str((raw.get("metadata") or {}).get("name", "?"))
+        try:
+            trace = NodeTrace.model_validate(raw)
+            summary = NodeSummary.from_nodetrace(trace, labels=record.node_labels.get(name))
+        except (ValidationError, ValueError) as exc:
+            warnings.append(f"NodeTrace {name}: {str(exc).splitlines()[0]}")
+            continue
+        out[summary.node] = summary
+    return out
+
+
+def _jobs(record: ClusterRecord, warnings: list[str]) -> list[_Job]:
+    out: list[_Job] = []
+    for raw in record.offline_jobs:
+        meta = raw.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
+        try:
+            obj = OfflineJob.model_validate(raw)
+        except ValidationError as exc:
+            warnings.append(f"OfflineJob {key}: {str(exc).splitlines()[0]}")
+            continue
+        profile: JobProfile | None = None
+        api_profile = obj.spec.profile
+        try:
+            if api_profile is None and key in record.profiles:
+                api_profile = Profile.model_validate(record.profiles[key])
+            if api_profile is not None:
+                profile = JobProfile.from_api(api_profile)
+        except (ValidationError, ValueError) as exc:
+            warnings.append(f"OfflineJob {key}: profile: {str(exc).splitlines()[0]}")
+        out.append(_Job(obj=obj, key=key, profile=profile))
+    return out
+
+
+def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) -> DashboardData:
+    """The snapshot of ``record`` (see the module docstring)."""
+    warnings: list[str] = []
+    summaries = _summaries(record, warnings)
+    nodes = [node_view(summaries[n]) for n in sorted(summaries)]
+
+    evictions: list[EvictionView] = []
+    for rec in record.eviction_reports:
+        try:
+            evictions.append(eviction_view(rec))
+        except (ValueError, ValidationError) as exc:
+            where = f"{rec.namespace}/{rec.config_map or '?'}"
+            warnings.append(f"eviction report {where}: {str(exc).splitlines()[0]}")
+    evictions.sort(key=lambda e: e.time, reverse=True)
+    by_job: dict[str, list[EvictionView]] = {}
+    for ev in evictions:
+        by_job.setdefault(ev.job, []).append(ev)
+
+    jobs_in = _jobs(record, warnings)
+    jobs: list[JobView] = []
+    for job in jobs_in:
+        series = record.job_series.get(job.key) or parse_sla_windows(
+            job.obj.metadata.annotations.get(ANNOTATION_SLA_WINDOWS)
+        )
+        jobs.append(_job_view(job, sorted(series, key=lambda p: p.t), by_job))
+    jobs.sort(key=lambda j: j.key)
+
+    occupied: dict[str, dict[int, str]] = {}
+    for n in nodes:
+        for g in n.gpus:
+            if g.offline_job:
+                occupied.setdefault(n.name, {})[g.index] = g.offline_job
+    for j in jobs:
+        if j.node is not None:
+            for index in j.gpus:
+                occupied.setdefault(j.node, {})[index] = j.key
+
+    summary = current_point(nodes, jobs)
+    summary.evictions = max(summary.evictions, len(evictions))
+    history = record.series
+    if not history.harvested_utilization:
+        t = record.generated_at.timestamp() if record.source == "cluster" else 0.0
+        history = series_with_point(history, t, summary)
+    snapshot = ClusterSnapshot(
+        generated_at=record.generated_at,
+        source=record.source,
+        title=record.title,
+        summary=summary,
+        nodes=nodes,
+        jobs=jobs,
+        evictions=evictions,
+        series=history,
+        warnings=warnings,
+    )
+    return DashboardData(
+        snapshot=snapshot,
+        summaries=summaries,
+        profiles={j.key: j.profile for j in jobs_in if j.profile is not None},
+        occupied=occupied,
+        config=config or ModelConfig(),
+    )

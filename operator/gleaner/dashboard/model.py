@@ -1,0 +1,316 @@
+"""The dashboard's data model: what the pages show and what ``/api`` answers (pydantic).
+
+Contract. Two documents, both JSON with camelCase keys, both versioned by ``schemaVersion``:
+
+- :class:`ClusterRecord` (``kind: ClusterRecord``) is the *input*: the API objects as the
+  API server (or the simulator) holds them — NodeTraces, OfflineJobs, the profiles named by
+  ``profileFrom``, SLA eviction reports (the scheduler's ``EvictionReport.to_json()``) —
+  plus what no single object holds: each job's observed-throughput series and the
+  cluster's time series. ``gleaner simulate --out DIR`` writes one as ``DIR/dashboard.json``;
+  ``KubeSource`` assembles one from the cluster.
+- :class:`ClusterSnapshot` (``kind: ClusterSnapshot``) is the *view*, derived from a record
+  by the pure :func:`gleaner.dashboard.build.build_snapshot`: per node and GPU the idle
+  fraction, the harvestable-memory quantiles and histogram, the busy-overlap matrix and the
+  offline job per GPU; per job its phase, placement, predicted factors, observed series,
+  evictions and runner-up nodes with why they lost; the eviction reports with stable ids;
+  the cluster time series and a summary. A snapshot file may also be served as is.
+
+Times in series are seconds (epoch seconds for a cluster, seconds since the start for a
+simulation); every other time is an RFC 3339 datetime.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+SCHEMA_VERSION = 1
+
+SourceKind = Literal["cluster", "simulation"]
+
+
+class DashModel(BaseModel):
+    """Base: camelCase on the wire, snake_case in Python, unknown keys refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class Point(DashModel):
+    """One sample of a time series."""
+
+    t: float = Field(description="Seconds (epoch for a cluster, since start for a simulation).")
+    v: float = Field(description="The value.")
+
+
+class ClusterSeries(DashModel):
+    """The cluster's history, one point per reporting interval."""
+
+    harvested_utilization: list[Point] = Field(
+        default_factory=list,
+        description="Share of all GPU time given to offline work (0..1).",
+    )
+    offline_throughput: list[Point] = Field(
+        default_factory=list,
+        description="Offline work done, in standalone-GPU equivalents "
+        "(sum over running jobs of throughput fraction x GPUs).",
+    )
+    sla_attainment: list[Point] = Field(
+        default_factory=list,
+        description="Share of running jobs meeting their throughput SLA (0..1).",
+    )
+    preemptions: list[Point] = Field(
+        default_factory=list, description="Offline preemptions (gate closes) in the interval."
+    )
+    reclamations: list[Point] = Field(
+        default_factory=list, description="Memory reclamation events in the interval."
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Input: the record
+# ---------------------------------------------------------------------------------------
+
+
+class RecordedReport(DashModel):
+    """One SLA eviction report as stored: where, and the report JSON itself."""
+
+    namespace: str = Field(description="Namespace of the job (and of the report ConfigMap).")
+    config_map: str = Field(default="", description="Name of the report ConfigMap, if any.")
+    report: dict[str, Any] = Field(description="The scheduler's EvictionReport.to_json().")
+
+
+class ClusterRecord(DashModel):
+    """The dashboard's input (see the module docstring)."""
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Format version.")
+    kind: Literal["ClusterRecord"] = "ClusterRecord"
+    generated_at: datetime = Field(description="When the record was taken.")
+    source: SourceKind = Field(description="A live cluster or a simulation.")
+    title: str = Field(default="", description="Cluster or scenario name shown in the header.")
+    node_traces: list[dict[str, Any]] = Field(
+        default_factory=list, description="NodeTrace objects (as the API server returns them)."
+    )
+    node_labels: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Node labels by node name (gpuSelector), optional."
+    )
+    offline_jobs: list[dict[str, Any]] = Field(
+        default_factory=list, description="OfflineJob objects (as the API server returns them)."
+    )
+    profiles: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Profiles of jobs that use profileFrom, by 'namespace/name' of the job.",
+    )
+    eviction_reports: list[RecordedReport] = Field(
+        default_factory=list, description="SLA eviction reports."
+    )
+    job_series: dict[str, list[Point]] = Field(
+        default_factory=dict,
+        description="Observed throughput fraction over time, by 'namespace/name' of the job.",
+    )
+    series: ClusterSeries = Field(
+        default_factory=ClusterSeries, description="The cluster's time series."
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Output: the snapshot
+# ---------------------------------------------------------------------------------------
+
+
+class MemoryDistribution(DashModel):
+    """Harvestable memory of one GPU over the window (time-weighted)."""
+
+    p10: float | None = Field(default=None, description="10th percentile, GiB.")
+    p25: float | None = None
+    p50: float | None = None
+    p75: float | None = None
+    p90: float | None = None
+    mean: float | None = Field(default=None, description="Time-weighted mean, GiB.")
+    min: float | None = None
+    max: float | None = None
+    histogram: list[Point] = Field(
+        default_factory=list,
+        description="t = free GiB (floored to the sketch step), v = share of the window.",
+    )
+
+
+class GpuView(DashModel):
+    """One GPU of a node."""
+
+    index: int
+    uuid: str = ""
+    product: str = ""
+    memory_gi_b: float | None = Field(default=None, alias="memoryGiB")
+    idle_fraction: float | None = Field(
+        default=None, description="Offline-usable share of the window (P_compute of this GPU)."
+    )
+    online_busy_fraction: float | None = Field(
+        default=None, description="Share of the window the online workload was busy."
+    )
+    memory: MemoryDistribution = Field(default_factory=MemoryDistribution)
+    preemptions: int = 0
+    reclamations: int = 0
+    online_requests: int = 0
+    offline_job: str | None = Field(
+        default=None, description="namespace/name of the offline job on this GPU, if any."
+    )
+
+
+class NodeView(DashModel):
+    """One GPU node, from its NodeTrace."""
+
+    name: str
+    gpus: list[GpuView] = Field(default_factory=list)
+    window_seconds: float = 0.0
+    window_end: datetime | None = None
+    last_report_time: datetime | None = None
+    idle_fraction: float | None = Field(default=None, description="Mean over the node's GPUs.")
+    harvestable_memory_p10_gi_b: float | None = Field(default=None, alias="harvestableMemoryP10GiB")
+    overlap: list[list[float | None]] = Field(
+        default_factory=list,
+        description="Busy overlap / union per GPU pair, in GPU order (None: not measured).",
+    )
+    offline_jobs: list[str] = Field(default_factory=list, description="Jobs on this node.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    preemptions: int = 0
+    reclamations: int = 0
+
+
+class Factors(DashModel):
+    """The performance model's three factors and their product for one GPU set."""
+
+    compute: float
+    memory: float
+    multi_gpu: float = Field(alias="multiGPU")
+    throughput_fraction: float
+    tokens_per_second: float | None = None
+
+
+class RunnerUp(DashModel):
+    """Another node the job could have gone to, and why it did not."""
+
+    node: str
+    gpus: list[int] = Field(default_factory=list, description="Best free GPU set there.")
+    factors: Factors | None = Field(default=None, description="Predicted there (None: no set).")
+    feasible: bool = False
+    why: str = Field(description="Why it lost, human-readable.")
+
+
+class JobEviction(DashModel):
+    """One eviction of a job (from its status), linked to its full report."""
+
+    time: datetime
+    node: str
+    gpus: list[int] = Field(default_factory=list)
+    reason: str
+    sla: float
+    predicted_throughput_fraction: float
+    observed_throughput_fraction: float
+    report_id: str | None = Field(default=None, description="Id of the full report (/evictions).")
+
+
+class JobView(DashModel):
+    """One OfflineJob."""
+
+    namespace: str
+    name: str
+    key: str = Field(description="namespace/name")
+    phase: str
+    message: str = ""
+    node: str | None = None
+    gpus: list[int] = Field(default_factory=list, description="GPU indices held.")
+    gpu_count: int = Field(description="GPUs requested (spec.gpus).")
+    sla: float
+    priority: int = 0
+    standalone_tokens_per_second: float | None = None
+    predicted: Factors | None = None
+    observed: float | None = Field(default=None, description="Last observed fraction.")
+    observed_series: list[Point] = Field(default_factory=list)
+    meets_sla: bool | None = Field(default=None, description="Observed (or predicted) >= SLA.")
+    eviction_count: int = 0
+    evictions: list[JobEviction] = Field(default_factory=list)
+    excluded_nodes: list[str] = Field(default_factory=list)
+    runner_ups: list[RunnerUp] = Field(default_factory=list)
+    created_at: datetime | None = None
+    decided_at: datetime | None = None
+
+
+class ObservedView(DashModel):
+    mean: float
+    min: float
+    last: float
+    windows: int
+    windows_missed: int
+    window_seconds: float
+
+
+class EvictionView(DashModel):
+    """One SLA eviction report, with a stable id."""
+
+    id: str = Field(description="'<namespace>.<configMap>' (stable, URL-safe).")
+    namespace: str
+    config_map: str
+    job: str = Field(description="namespace/name of the job.")
+    node: str
+    gpus: list[int]
+    gpu_uuids: list[str] = Field(default_factory=list, alias="gpuUUIDs")
+    sla: float
+    predicted: Factors
+    observed: ObservedView
+    reason: str
+    time: datetime
+    eviction_count: int
+    outcome: Literal["requeued", "failed"]
+    next_attempt_after: datetime | None = None
+    excluded_nodes: list[str] = Field(default_factory=list)
+    next_placement: str = ""
+
+
+class ClusterSummary(DashModel):
+    """Headline numbers."""
+
+    nodes: int = 0
+    gpus: int = 0
+    gpus_with_offline_job: int = 0
+    mean_idle_fraction: float | None = None
+    harvested_utilization: float | None = None
+    offline_throughput: float | None = None
+    sla_attainment: float | None = None
+    jobs: int = 0
+    jobs_by_phase: dict[str, int] = Field(default_factory=dict)
+    evictions: int = 0
+    preemptions: int = 0
+    reclamations: int = 0
+
+
+class ClusterSnapshot(DashModel):
+    """The dashboard's view of a cluster (see the module docstring)."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["ClusterSnapshot"] = "ClusterSnapshot"
+    generated_at: datetime
+    source: SourceKind
+    title: str = ""
+    summary: ClusterSummary = Field(default_factory=ClusterSummary)
+    nodes: list[NodeView] = Field(default_factory=list)
+    jobs: list[JobView] = Field(default_factory=list)
+    evictions: list[EvictionView] = Field(default_factory=list)
+    series: ClusterSeries = Field(default_factory=ClusterSeries)
+    warnings: list[str] = Field(
+        default_factory=list, description="Objects that could not be read, one line each."
+    )
+
+    def node(self, name: str) -> NodeView | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def job(self, namespace: str, name: str) -> JobView | None:
+        return next((j for j in self.jobs if j.namespace == namespace and j.name == name), None)
+
+    def eviction(self, report_id: str) -> EvictionView | None:
+        return next((e for e in self.evictions if e.id == report_id), None)

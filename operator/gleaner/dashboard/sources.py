@@ -1,0 +1,285 @@
+"""Where the dashboard's data comes from: a snapshot file or a live cluster (thin shells).
+
+Contract. A :class:`DashboardSource` answers ``data()`` with the current
+:class:`~gleaner.dashboard.build.DashboardData`; both implementations hand the pure
+:func:`~gleaner.dashboard.build.build_dashboard` a :class:`ClusterRecord` and keep the
+result until it is stale.
+
+- :class:`SnapshotSource` reads a JSON file: a ``ClusterRecord`` (what ``gleaner simulate``
+  writes as ``dashboard.json``) or a ready ``ClusterSnapshot``. It re-reads the file when
+  its modification time changes. A missing or malformed file raises :class:`SourceError`
+  with one line that names the file.
+- :class:`KubeSource` lists NodeTraces, OfflineJobs (all namespaces, or one), the
+  ConfigMaps named by ``spec.profileFrom`` and the SLA eviction-report ConfigMaps
+  (``gleaner.dev/report=sla-eviction``, key ``report.json``) through the ``kubernetes``
+  client, at most once per ``ttl_seconds``. The cluster keeps no history of the dashboard's
+  series, so the source appends one point per refresh to a bounded in-memory history (the
+  plots of a freshly started operator are short). A failed refresh serves the last good
+  data with a warning; with none, it raises :class:`SourceError`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import yaml
+from pydantic import ValidationError
+
+from gleaner.dashboard.build import DashboardData, build_dashboard, series_with_point
+from gleaner.dashboard.model import (
+    ClusterRecord,
+    ClusterSeries,
+    ClusterSnapshot,
+    Point,
+    RecordedReport,
+)
+
+LABEL_REPORT = "gleaner.dev/report"
+REPORT_SLA_EVICTION = "sla-eviction"
+REPORT_KEY = "report.json"
+"""The eviction-report ConfigMap contract (gleaner.operator.builders holds the same)."""
+
+GROUP, VERSION = "gleaner.dev", "v1alpha1"
+
+
+class SourceError(Exception):
+    """The source cannot produce data; the message is one line for the user."""
+
+
+@runtime_checkable
+class DashboardSource(Protocol):
+    """Anything that yields the dashboard's current data."""
+
+    def data(self) -> DashboardData: ...
+
+
+class StaticSource:
+    """Fixed data (tests, and ``gleaner simulate --serve`` right after a run)."""
+
+    def __init__(self, data: DashboardData) -> None:
+        self._data = data
+
+    @classmethod
+    def from_record(cls, record: ClusterRecord) -> StaticSource:
+        return cls(build_dashboard(record))
+
+    def data(self) -> DashboardData:
+        return self._data
+
+
+def load_document(text: str, where: str = "snapshot") -> DashboardData:
+    """Parse a ``ClusterRecord`` or ``ClusterSnapshot`` JSON document."""
+    try:
+        raw: Any = json.loads(text)
+    except ValueError as exc:
+        raise SourceError(f"{where}: not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise SourceError(f"{where}: expected a JSON object")
+    kind = raw.get("kind")
+    try:
+        if kind == "ClusterRecord":
+            return build_dashboard(ClusterRecord.model_validate(raw))
+        if kind == "ClusterSnapshot":
+            return DashboardData(snapshot=ClusterSnapshot.model_validate(raw))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise SourceError(f"{where}: {loc}: {err['msg']}") from exc
+    raise SourceError(f"{where}: kind must be ClusterRecord or ClusterSnapshot, got {kind!r}")
+
+
+class SnapshotSource:
+    """A JSON file (see the module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._mtime: float | None = None
+        self._data: DashboardData | None = None
+        self.data()  # fail early, with the file's name
+
+    def data(self) -> DashboardData:
+        with self._lock:
+            try:
+                mtime = self.path.stat().st_mtime
+            except OSError as exc:
+                if self._data is not None:
+                    return self._data
+                raise SourceError(f"{self.path}: {exc.strerror or exc}") from exc
+            if self._data is None or mtime != self._mtime:
+                try:
+                    text = self.path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise SourceError(f"{self.path}: cannot read ({exc})") from exc
+                self._data = load_document(text, str(self.path))
+                self._mtime = mtime
+            return self._data
+
+
+def _load_client() -> Any:
+    """An ApiClient from the in-cluster service account, else KUBECONFIG."""
+    import kubernetes
+
+    try:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    return kubernetes.client.ApiClient()
+
+
+class KubeSource:
+    """A live cluster through the ``kubernetes`` client (see the module docstring)."""
+
+    def __init__(
+        self,
+        api_client: Any | Callable[[], Any] | None = None,
+        *,
+        namespace: str | None = None,
+        ttl_seconds: float = 15.0,
+        max_points: int = 2880,
+        title: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client_or_factory = api_client if api_client is not None else _load_client
+        self._client: Any = None
+        self.namespace = namespace
+        self.ttl_seconds = ttl_seconds
+        self.max_points = max_points
+        self.title = title
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._data: DashboardData | None = None
+        self._fetched_at = float("-inf")
+        self._series = ClusterSeries()
+
+    @classmethod
+    def from_kubeconfig(
+        cls, kubeconfig: str | None, context: str | None = None, **kwargs: Any
+    ) -> KubeSource:
+        """Bound to a kubeconfig file (and context); raises SourceError if it is unusable."""
+        import kubernetes
+
+        try:
+            client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context
+            )
+        except (kubernetes.config.ConfigException, OSError, TypeError) as exc:
+            raise SourceError(f"kubeconfig {kubeconfig or '(default)'}: {exc}") from exc
+        return cls(client, **kwargs)
+
+    def _api(self) -> Any:
+        if self._client is None:
+            target = self._client_or_factory
+            self._client = target() if callable(target) else target
+        return self._client
+
+    def record(self) -> ClusterRecord:
+        """One read of the cluster (no history attached)."""
+        import kubernetes
+
+        client = self._api()
+        custom = kubernetes.client.CustomObjectsApi(client)
+        core = kubernetes.client.CoreV1Api(client)
+        traces: Any = custom.list_cluster_custom_object(GROUP, VERSION, "nodetraces")
+        jobs: Any
+        cms: Any
+        if self.namespace is None:
+            jobs = custom.list_cluster_custom_object(GROUP, VERSION, "offlinejobs")
+            cms = core.list_config_map_for_all_namespaces(
+                label_selector=f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
+            )
+        else:
+            jobs = custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "offlinejobs"
+            )
+            cms = core.list_namespaced_config_map(
+                self.namespace, label_selector=f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
+            )
+        job_items: list[dict[str, Any]] = list(jobs.get("items", []))
+        reports: list[RecordedReport] = []
+        for item in cms.items:
+            cm: Any = item
+            labels = cm.metadata.labels or {}
+            if labels.get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+                continue
+            raw = (cm.data or {}).get(REPORT_KEY, "")
+            try:
+                report = json.loads(raw)
+            except ValueError:
+                report = {"unreadable": raw[:80]}
+            if not isinstance(report, dict):
+                report = {"unreadable": str(report)[:80]}
+            reports.append(
+                RecordedReport(
+                    namespace=cm.metadata.namespace or "default",
+                    config_map=cm.metadata.name,
+                    report=report,
+                )
+            )
+        profiles: dict[str, dict[str, Any]] = {}
+        for job in job_items:
+            meta, spec = job.get("metadata") or {}, job.get("spec") or {}
+            ref = spec.get("profileFrom")
+            if not isinstance(ref, dict) or spec.get("profile"):
+                continue
+            ns = meta.get("namespace") or "default"
+            try:
+                cm = core.read_namespaced_config_map(str(ref.get("name")), ns)
+                parsed = yaml.safe_load((cm.data or {}).get(ref.get("key") or "profile.yaml", ""))
+            except (kubernetes.client.ApiException, yaml.YAMLError):
+                continue
+            if isinstance(parsed, dict):
+                profiles[f"{ns}/{meta.get('name')}"] = parsed
+        return ClusterRecord(
+            generated_at=datetime.fromtimestamp(self.clock(), tz=UTC),
+            source="cluster",
+            title=self.title,
+            node_traces=list(traces.get("items", [])),
+            offline_jobs=job_items,
+            profiles=profiles,
+            eviction_reports=reports,
+        )
+
+    def data(self) -> DashboardData:
+        with self._lock:
+            now = self.clock()
+            if self._data is not None and now - self._fetched_at < self.ttl_seconds:
+                return self._data
+            try:
+                record = self.record()
+            except Exception as exc:  # API errors, connection errors: keep serving
+                line = f"cannot read the cluster: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+                if self._data is None:
+                    raise SourceError(line) from exc
+                snap = self._data.snapshot
+                if line not in snap.warnings:
+                    snap.warnings.append(line)
+                return self._data
+            record.series = self._series
+            data = build_dashboard(record)
+            self._series = _bounded(
+                series_with_point(self._series, now, data.snapshot.summary), self.max_points
+            )
+            data.snapshot.series = self._series
+            self._data = data
+            self._fetched_at = now
+            return data
+
+
+def _bounded(series: ClusterSeries, n: int) -> ClusterSeries:
+    def tail(points: list[Point]) -> list[Point]:
+        return points[-n:]
+
+    return ClusterSeries(
+        harvested_utilization=tail(series.harvested_utilization),
+        offline_throughput=tail(series.offline_throughput),
+        sla_attainment=tail(series.sla_attainment),
+        preemptions=tail(series.preemptions),
+        reclamations=tail(series.reclamations),
+    )

@@ -1,0 +1,158 @@
+"""What each page plots, and the template filters (pure).
+
+Contract. ``overview_charts``, ``node_charts``, ``job_charts`` and ``eviction_charts`` map a
+piece of the snapshot to named SVG charts (:mod:`gleaner.dashboard.charts`); the templates
+only place them. ``pct``, ``num`` and ``when`` format values for the templates ("–" for
+missing values).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from markupsafe import Markup
+
+from gleaner.dashboard.charts import (
+    PALETTE,
+    Line,
+    bar_chart,
+    hbar_chart,
+    heatmap,
+    line_chart,
+)
+from gleaner.dashboard.model import (
+    ClusterSnapshot,
+    EvictionView,
+    Factors,
+    JobView,
+    NodeView,
+    Point,
+)
+
+MISSING = "–"
+
+
+def pct(value: float | None, digits: int = 0) -> str:
+    return MISSING if value is None else f"{value * 100:.{digits}f}%"
+
+
+def num(value: float | None, digits: int = 2) -> str:
+    return MISSING if value is None else f"{value:,.{digits}f}"
+
+
+def when(value: datetime | None) -> str:
+    if value is None:
+        return MISSING
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def overview_charts(snap: ClusterSnapshot) -> dict[str, Markup]:
+    s = snap.series
+    return {
+        "harvested": line_chart(
+            [Line("harvested utilization", s.harvested_utilization, PALETTE[0])],
+            label="Harvested GPU utilization over time",
+            y_max=1.0,
+            percent=True,
+        ),
+        "throughput": line_chart(
+            [Line("offline throughput", s.offline_throughput, PALETTE[1])],
+            label="Offline throughput over time (standalone-GPU equivalents)",
+        ),
+        "sla": line_chart(
+            [Line("SLA attainment", s.sla_attainment, PALETTE[3])],
+            label="SLA attainment over time",
+            y_max=1.0,
+            percent=True,
+        ),
+        "events": line_chart(
+            [
+                Line("preemptions", s.preemptions, PALETTE[2]),
+                Line("reclamations", s.reclamations, PALETTE[4]),
+            ],
+            label="Preemptions and memory reclamations per interval",
+        ),
+        "idle": bar_chart(
+            [Point(t=i, v=n.idle_fraction or 0.0) for i, n in enumerate(snap.nodes)],
+            label="Idle fraction per node",
+            x_labels=[n.name for n in snap.nodes],
+            percent=True,
+            color=PALETTE[5],
+        ),
+    }
+
+
+def node_charts(node: NodeView) -> dict[str, Markup]:
+    labels = [f"GPU {g.index}" for g in node.gpus]
+    charts = {
+        "idle": bar_chart(
+            [Point(t=i, v=g.idle_fraction or 0.0) for i, g in enumerate(node.gpus)],
+            label=f"Idle fraction per GPU of {node.name}",
+            x_labels=labels,
+            percent=True,
+            color=PALETTE[5],
+        ),
+        "overlap": heatmap(
+            node.overlap, labels, label=f"Online busy overlap / union per GPU pair of {node.name}"
+        ),
+    }
+    for g in node.gpus:
+        charts[f"memory-{g.index}"] = bar_chart(
+            g.memory.histogram,
+            label=f"Harvestable memory distribution of GPU {g.index} (share of time per GiB)",
+            x_labels=[f"{p.t:g}" for p in g.memory.histogram],
+            percent=True,
+            width=360,
+            height=160,
+            value_unit=" of the window",
+            color=PALETTE[0],
+        )
+    return charts
+
+
+def factor_items(f: Factors) -> list[tuple[str, float]]:
+    return [
+        ("compute", f.compute),
+        ("memory", f.memory),
+        ("multi-GPU", f.multi_gpu),
+        ("product", f.throughput_fraction),
+    ]
+
+
+def job_charts(job: JobView) -> dict[str, Markup]:
+    charts: dict[str, Markup] = {}
+    if job.predicted is not None:
+        charts["factors"] = hbar_chart(
+            factor_items(job.predicted),
+            label=f"Predicted factors of {job.key}",
+            marker=(job.sla, f"SLA {job.sla:.2f}"),
+        )
+    lines = [Line("observed", job.observed_series, PALETTE[0])]
+    if job.predicted is not None and job.observed_series:
+        t0, t1 = job.observed_series[0].t, job.observed_series[-1].t
+        v = job.predicted.throughput_fraction
+        lines.append(Line("predicted", [Point(t=t0, v=v), Point(t=t1, v=v)], PALETTE[1]))
+    charts["timeline"] = line_chart(
+        lines,
+        label=f"Observed throughput fraction of {job.key} against its SLA",
+        y_max=1.0,
+        reference=(job.sla, f"SLA {job.sla:.2f}"),
+        percent=True,
+    )
+    return charts
+
+
+def eviction_charts(report: EvictionView) -> dict[str, Markup]:
+    items = [
+        *factor_items(report.predicted),
+        ("observed mean", report.observed.mean),
+        ("observed last", report.observed.last),
+    ]
+    return {
+        "factors": hbar_chart(
+            items,
+            label=f"Predicted factors and observed throughput of {report.job}",
+            marker=(report.sla, f"SLA {report.sla:.2f}"),
+            colors=(*PALETTE[:4], PALETTE[2], PALETTE[2]),
+        )
+    }
