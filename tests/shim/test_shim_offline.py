@@ -268,3 +268,29 @@ def test_garbage_from_the_agent_closes_the_gate(
         conn.sendall(b"NOPE" + bytes(12))
         assert wait_until(lambda: "protocol" in sp.stderr())
         assert sp.proc.poll() is None  # the host process lives on
+
+
+def test_large_subtrees_are_freed_completely(
+    tmp_path: Path, agent: AgentStub, sock_path: Path
+) -> None:
+    with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+        h = _setup(sp)
+        mems = {int(sp.cmd("mem 4096")["handle"], 16) for _ in range(300)}
+        agent.wait_for(p.ChannelAdd, lambda m: m.h_object == h["chan"])
+        sp.cmd("free-tsg")  # the group and its channel, not the device's memory
+        agent.wait_for(p.ChannelFree, lambda m: m.h_object == h["chan"])
+        agent.wait_for(p.ChannelFree, lambda m: m.h_object == h["tsg"])
+        mark = agent.mark()
+        sp.cmd("free-client")
+
+        def freed() -> set[int]:
+            return {
+                e.h_memory
+                for m in agent.all_of(p.MemHandles)
+                for e in m.entries
+                if e.flags == p.MEM_FREED
+            }
+
+        assert wait_until(lambda: freed() == mems)
+        assert agent.mark() >= mark + 300
+        assert not [m for m in agent.all_of(p.ChannelFree) if m.h_object == h["device"]]

@@ -51,6 +51,7 @@ typedef struct gl_obj {
   uint8_t kind;       /* GL_KIND_TSG, GL_KIND_CHANNEL, or 0 */
   uint8_t app_state;  /* GL_APP_* : what the application last asked for */
   uint8_t gate_off;   /* the gate holds it off (we disabled it or deferred its enable) */
+  uint8_t dying;      /* being freed (registry.c) */
   uint8_t used;
 } gl_obj;
 

@@ -135,61 +135,41 @@ const gl_obj *gl_reg_alloc(int fd, const rm_alloc_view *v, const void *params) {
   return e;
 }
 
-static int descends_from(const gl_obj *o, uint32_t ancestor) {
-  /* Handles form a tree per client; bound the walk against corrupt cycles. */
-  for (int depth = 0; o && depth < 16; depth++) {
-    if (o->h_object == ancestor)
-      return 1;
-    if (o->h_parent == o->h_object || o->h_parent == 0)
-      return 0;
-    o = gl_reg_find(o->h_client, o->h_parent);
-  }
-  return 0;
-}
-
 void gl_reg_free(uint32_t c, uint32_t o, void (*gone)(const gl_obj *)) {
   gl_obj *e = gl_reg_find(c, o);
   if (!e)
     return;
-  if (e->kind != GL_KIND_CHANNEL && e->h_class != RM_CLASS_MEMORY_LOCAL_USER) {
-    /* A client, device or group: the RM frees its subtree too. Two passes so the
-     * parent links stay intact while descendants are found. */
-    unsigned victims[256];
-    int more = 1;
-    while (more) {
-      unsigned n = 0;
-      more = 0;
+  /* The RM frees the subtree: mark it (parents before children, so at most one
+   * pass per level of the handle tree), report it, then remove it. */
+  e->dying = 1;
+  if (o == c) {
+    for (unsigned i = 0; i < REG_CAP; i++)
+      if (table[i].used && table[i].h_client == c)
+        table[i].dying = 1;
+  } else if (e->kind != GL_KIND_CHANNEL && e->h_class != RM_CLASS_MEMORY_LOCAL_USER) {
+    for (int changed = 1, pass = 0; changed && pass < 16; pass++) {
+      changed = 0;
       for (unsigned i = 0; i < REG_CAP; i++) {
-        if (table[i].used && table[i].h_client == c && table[i].h_object != o &&
-            descends_from(&table[i], o)) {
-          if (n == 256) {
-            more = 1;
-            break;
-          }
-          victims[n++] = i;
+        gl_obj *x = &table[i];
+        if (!x->used || x->dying || x->h_client != c || x->h_parent == x->h_object)
+          continue;
+        const gl_obj *parent = gl_reg_find(c, x->h_parent);
+        if (parent && parent->dying) {
+          x->dying = 1;
+          changed = 1;
         }
       }
-      for (unsigned k = 0; k < n; k++) {
-        if (gone)
-          gone(&table[victims[k]]);
-      }
-      /* Remove by handle: backward shifts move entries, so look each up again. */
-      uint32_t handles[256];
-      for (unsigned k = 0; k < n; k++)
-        handles[k] = table[victims[k]].h_object;
-      for (unsigned k = 0; k < n; k++) {
-        gl_obj *v = gl_reg_find(c, handles[k]);
-        if (v)
-          remove_at((unsigned)(v - table));
-      }
     }
-    e = gl_reg_find(c, o);
-    if (!e)
-      return;
   }
-  if (gone)
-    gone(e);
-  remove_at((unsigned)(e - table));
+  for (unsigned i = 0; i < REG_CAP; i++)
+    if (table[i].used && table[i].dying && gone)
+      gone(&table[i]);
+  for (unsigned i = 0; i < REG_CAP;) {
+    if (table[i].used && table[i].dying)
+      remove_at(i); /* a backward shift may move another entry here: look again */
+    else
+      i++;
+  }
 }
 
 void gl_reg_close_fd(int fd, void (*gone)(const gl_obj *)) {
