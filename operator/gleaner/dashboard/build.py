@@ -402,8 +402,9 @@ def runner_ups(
             )
         else:
             why = (
-                f"predicted {pred.throughput_fraction:.2f} >= {chosen[1]:.2f}, but the "
-                f"scheduler's scores (packing, SLA headroom) preferred {chosen[0]}"
+                f"predicted {pred.throughput_fraction:.2f} now, not below {chosen[1]:.2f} on "
+                f"{chosen[0]}: the trace changed since the placement, or the scheduler's "
+                f"scores (packing, SLA headroom) preferred {chosen[0]}"
             )
         scored.append(
             (

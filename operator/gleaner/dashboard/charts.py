@@ -40,7 +40,7 @@ class Line:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values covering [lo, hi] (steps of 1, 2 or 5 times a power of ten)."""
+    """Round tick values covering [lo, hi] (steps of 1, 2, 2.5 or 5 times a power of ten)."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError("tick range must be finite")
     if hi < lo:
@@ -49,7 +49,7 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
         hi = lo + 1.0
     raw = (hi - lo) / max(1, count)
     power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
     start = math.floor(lo / step) * step
     ticks: list[float] = []
     v = start
@@ -61,15 +61,48 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return ticks
 
 
+TIME_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    14400,
+    21600,
+    43200,
+)
+DAY = 86400
+
+
+def time_ticks(t0: float, t1: float, count: int = 6) -> list[float]:
+    """Tick times within [t0, t1] on round clock steps (1 s ... 12 h, then whole days)."""
+    if not (math.isfinite(t0) and math.isfinite(t1)) or t1 <= t0:
+        return [t0] if math.isfinite(t0) else []
+    raw = (t1 - t0) / max(1, count)
+    step = next((float(s) for s in TIME_STEPS if s >= raw), DAY * math.ceil(raw / DAY))
+    first = math.ceil(t0 / step) * step
+    return [first + i * step for i in range(int((t1 - first) // step) + 1)]
+
+
 def format_time(t: float, span: float) -> str:
     """An axis label: UTC clock time for epoch seconds, else elapsed time."""
     if t >= EPOCH_THRESHOLD:
         dt = datetime.fromtimestamp(t, tz=UTC)
         return dt.strftime("%H:%M") if span < 2 * 86400 else dt.strftime("%m-%d %H:%M")
     if span >= 2 * 3600:
-        return f"{t / 3600:g}h"
+        return f"{t / 3600:.4g}h"
     if span >= 120:
-        return f"{t / 60:g}m"
+        return f"{t / 60:.4g}m"
     return f"{t:g}s"
 
 
@@ -150,7 +183,7 @@ def line_chart(
             f"{fmt(tick)}</text>"
         )
     if span > 0:
-        for tick in nice_ticks(t0, t1, 5):
+        for tick in time_ticks(t0, t1, 6):
             if t0 <= tick <= t1:
                 body.append(
                     f'<text x="{x(tick):.1f}" y="{top + ph + 18}" text-anchor="middle" '

@@ -30,6 +30,8 @@ from gleaner.dashboard.model import (
 )
 
 MISSING = "–"
+FACTOR_COLORS = ("#2563eb", "#16a34a", "#0891b2", "#7c3aed")
+OBSERVED_COLOR = "#ea580c"
 
 
 def pct(value: float | None, digits: int = 0) -> str:
@@ -76,6 +78,8 @@ def overview_charts(snap: ClusterSnapshot) -> dict[str, Markup]:
             [Point(t=i, v=n.idle_fraction or 0.0) for i, n in enumerate(snap.nodes)],
             label="Idle fraction per node",
             x_labels=[n.name for n in snap.nodes],
+            width=1200,
+            height=180,
             percent=True,
             color=PALETTE[5],
         ),
@@ -126,6 +130,7 @@ def job_charts(job: JobView) -> dict[str, Markup]:
             factor_items(job.predicted),
             label=f"Predicted factors of {job.key}",
             marker=(job.sla, f"SLA {job.sla:.2f}"),
+            colors=FACTOR_COLORS,
         )
     lines = [Line("observed", job.observed_series, PALETTE[0])]
     if job.predicted is not None and job.observed_series:
@@ -135,6 +140,8 @@ def job_charts(job: JobView) -> dict[str, Markup]:
     charts["timeline"] = line_chart(
         lines,
         label=f"Observed throughput fraction of {job.key} against its SLA",
+        width=1200,
+        height=260,
         y_max=1.0,
         reference=(job.sla, f"SLA {job.sla:.2f}"),
         percent=True,
@@ -153,6 +160,6 @@ def eviction_charts(report: EvictionView) -> dict[str, Markup]:
             items,
             label=f"Predicted factors and observed throughput of {report.job}",
             marker=(report.sla, f"SLA {report.sla:.2f}"),
-            colors=(*PALETTE[:4], PALETTE[2], PALETTE[2]),
+            colors=(*FACTOR_COLORS, OBSERVED_COLOR, OBSERVED_COLOR),
         )
     }

@@ -11,8 +11,13 @@ and the scheduler's ``EvictionReport``, so the record is exactly what the source
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -366,3 +371,48 @@ def example_record(now: datetime = NOW, seed: int = 7) -> ClusterRecord:
         job_series=job_series,
         series=series,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Serving an app on loopback, and the browser
+# ---------------------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+)
+"""Debian's Chromium, driven by Playwright (never ``playwright install``)."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(app: Any, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on ``127.0.0.1:<free port>`` from a thread; yield its URL."""
+    import uvicorn
+
+    port = port or free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="dashboard-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the dashboard server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,204 @@
+"""The pure builder: record in, exact snapshot numbers out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from gleaner.dashboard.build import (
+    ANNOTATION_SLA_WINDOWS,
+    DashboardData,
+    build_dashboard,
+    current_point,
+    eviction_id,
+    memory_distribution,
+    node_view,
+    parse_sla_windows,
+    runner_ups,
+    weighted_quantile,
+)
+from gleaner.dashboard.model import ClusterRecord, Point, RecordedReport
+from gleaner.perfmodel import GpuSpec, JobProfile, MemoryHistogram, NodeSummary
+
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def summary(
+    name: str,
+    enabled: list[float],
+    free: list[list[float]],
+    overlap: float = 1.0,
+    window: float = 100.0,
+    jobs: tuple[str | None, ...] = (),
+) -> NodeSummary:
+    """A node whose GPUs were offline-enabled for ``enabled`` of the window, with memory
+    states ``free`` (one row per equally long state) and every pair overlapping ``overlap``."""
+    g = len(enabled)
+    busy = np.array([(1 - e) * window for e in enabled])
+    union = np.full((g, g), window * 0.5)
+    np.fill_diagonal(union, busy)
+    ov = union * overlap
+    np.fill_diagonal(ov, busy)
+    states = np.array(free, dtype=float)
+    return NodeSummary(
+        node=name,
+        gpus=tuple(GpuSpec(index=i, uuid=f"GPU-{name}-{i}") for i in range(g)),
+        window_seconds=window,
+        online_busy_seconds=busy,
+        offline_enabled_seconds=np.array(enabled) * window,
+        pair_overlap_seconds=ov,
+        pair_union_seconds=union,
+        memory=MemoryHistogram.from_states(states, [window / len(free)] * len(free), 1.0, g),
+        offline_jobs=jobs,
+    )
+
+
+PROFILE = JobProfile(
+    standalone_tokens_per_second=1000,
+    required_memory_gib=40,
+    curve_memory_gib=(10, 40),
+    curve_tokens_per_second=(500, 1000),
+)
+
+
+def test_weighted_quantile_is_the_lower_quantile() -> None:
+    assert weighted_quantile([10, 20, 30], [1, 1, 2], 0.25) == 10
+    assert weighted_quantile([10, 20, 30], [1, 1, 2], 0.5) == 20
+    assert weighted_quantile([10, 20, 30], [1, 1, 2], 0.51) == 30
+    assert weighted_quantile([], [], 0.5) is None
+    with pytest.raises(ValueError, match="quantile"):
+        weighted_quantile([1], [1], 1.5)
+
+
+def test_memory_distribution_quantiles_mean_histogram() -> None:
+    d = memory_distribution([20.0, 40.0], [30.0, 10.0])
+    assert d.p10 == 20 and d.p50 == 20 and d.p90 == 40
+    assert d.mean == pytest.approx(25.0)
+    assert [(p.t, p.v) for p in d.histogram] == [(20.0, 0.75), (40.0, 0.25)]
+    assert memory_distribution([], []).p50 is None
+
+
+def test_node_view_idle_overlap_and_jobs() -> None:
+    s = summary("n", [0.8, 0.5], [[30, 60], [50, 20]], overlap=0.9, jobs=("ns/a", None))
+    v = node_view(s)
+    assert [g.idle_fraction for g in v.gpus] == [pytest.approx(0.8), pytest.approx(0.5)]
+    assert v.idle_fraction == pytest.approx(0.65)
+    assert v.overlap[0][1] == pytest.approx(0.9) and v.overlap[1][0] == pytest.approx(0.9)
+    assert v.gpus[0].memory.min == 30 and v.gpus[0].memory.max == 50
+    assert v.gpus[1].memory.mean == pytest.approx(40.0)
+    assert v.offline_jobs == ["ns/a"] and v.gpus[0].offline_job == "ns/a"
+
+
+def test_runner_ups_rank_feasible_first_and_explain() -> None:
+    nodes = {
+        "chosen": summary("chosen", [0.9], [[40]]),
+        "good": summary("good", [0.8, 0.8], [[40, 40]]),
+        "slow": summary("slow", [0.3], [[40]]),
+        "full": summary("full", [0.9], [[40]]),
+        "barred": summary("barred", [0.95], [[40]]),
+    }
+    out = runner_ups(
+        PROFILE,
+        0.5,
+        1,
+        nodes,
+        occupied={"full": [0], "good": [0]},
+        chosen=("chosen", 0.9),
+        excluded=["barred"],
+    )
+    by_node = {r.node: r for r in out}
+    assert "chosen" not in by_node
+    assert [r.node for r in out][:2] == ["good", "slow"]
+    good = by_node["good"]
+    assert good.gpus == [1] and good.feasible
+    assert good.factors is not None and good.factors.throughput_fraction == pytest.approx(0.8)
+    assert "0.80 < 0.90 on chosen" in good.why and "compute 0.80" in good.why
+    assert not by_node["slow"].feasible and "< SLA 0.50" in by_node["slow"].why
+    assert "0 free GPU" in by_node["full"].why
+    assert "excluded" in by_node["barred"].why
+
+
+def test_runner_ups_multi_gpu_prefers_admissible_sets() -> None:
+    nodes = {"pair": summary("pair", [0.9, 0.9, 0.9], [[40, 40, 40]], overlap=0.5)}
+    out = runner_ups(PROFILE, 0.3, 2, nodes, occupied={})
+    assert len(out) == 1 and not out[0].feasible
+    assert "admission" in out[0].why
+
+
+def test_sla_windows_annotation_and_eviction_ids() -> None:
+    raw = '{"node": "n", "gpus": [0], "placedAt": 1, "windows": [[10, 0.5], [20, 0.7]]}'
+    assert parse_sla_windows(raw) == [Point(t=10, v=0.5), Point(t=20, v=0.7)]
+    assert parse_sla_windows("not json") == [] and parse_sla_windows(None) == []
+    assert eviction_id("batch", "job-sla-eviction-1") == "batch.job-sla-eviction-1"
+
+
+def test_annotation_matches_the_operator_contract() -> None:
+    from gleaner.dashboard import sources
+    from gleaner.operator.builders import LABEL_REPORT, REPORT_KEY, REPORT_SLA_EVICTION
+    from gleaner.operator.slahistory import ANNOTATION_SLA_WINDOWS as OPERATOR_ANNOTATION
+
+    assert ANNOTATION_SLA_WINDOWS == OPERATOR_ANNOTATION
+    assert (sources.LABEL_REPORT, sources.REPORT_SLA_EVICTION, sources.REPORT_KEY) == (
+        LABEL_REPORT,
+        REPORT_SLA_EVICTION,
+        REPORT_KEY,
+    )
+
+
+def test_example_snapshot_numbers(data: DashboardData) -> None:
+    s = data.snapshot
+    assert s.warnings == []
+    assert [n.name for n in s.nodes] == ["gpu-node-a", "gpu-node-b", "gpu-node-c"]
+    assert s.summary.gpus == 14 and s.summary.gpus_with_offline_job == 4
+    # harvested: idle of GPUs that hold a job (a0 .72, a2 .58, a3 .81, b0 .35) over 14 GPUs
+    assert s.summary.harvested_utilization == pytest.approx((0.72 + 0.58 + 0.81 + 0.35) / 14)
+    # throughput: observed fraction x GPUs of running jobs
+    assert s.summary.offline_throughput == pytest.approx(0.64 + 0.44 * 2 + 0.19)
+    assert s.summary.sla_attainment == pytest.approx(2 / 3)
+    assert s.summary.jobs_by_phase == {
+        "Evicted": 1,
+        "Failed": 1,
+        "Pending": 1,
+        "Running": 3,
+        "Unschedulable": 1,
+    }
+    assert [e.id for e in s.evictions] == [
+        "batch.translate-old-sla-eviction-1",
+        "research.long-context-sla-eviction-1",
+    ]
+    old = s.job("batch", "translate-old")
+    assert old is not None and old.evictions[0].report_id == "batch.translate-old-sla-eviction-1"
+    translate = s.job("batch", "translate")
+    assert translate is not None and translate.meets_sla is False and translate.observed == 0.19
+
+
+def test_job_detail_runner_ups_use_configmap_profiles(data: DashboardData) -> None:
+    pending = data.job_detail("research", "from-configmap")
+    assert pending is not None and pending.runner_ups
+    assert all(r.node for r in pending.runner_ups)
+    # GPUs held by other jobs are not offered
+    for r in pending.runner_ups:
+        if r.node == "gpu-node-a":
+            assert 0 not in r.gpus and 2 not in r.gpus and 3 not in r.gpus
+    assert data.job_detail("nope", "nope") is None
+
+
+def test_malformed_objects_become_warnings(record: ClusterRecord) -> None:
+    record.node_traces.append({"metadata": {"name": "broken"}, "status": {"perGPU": "x"}})
+    record.offline_jobs.append({"metadata": {"name": "bad", "namespace": "x"}, "spec": {}})
+    record.eviction_reports.append(RecordedReport(namespace="x", config_map="r", report={}))
+    s = build_dashboard(record).snapshot
+    assert len(s.warnings) == 3
+    assert any(w.startswith("NodeTrace broken") for w in s.warnings)
+    assert any(w.startswith("OfflineJob x/bad") for w in s.warnings)
+    assert any(w.startswith("eviction report x/r") for w in s.warnings)
+    assert len(s.nodes) == 3
+
+
+def test_empty_record_gives_one_series_point() -> None:
+    s = build_dashboard(ClusterRecord(generated_at=NOW, source="cluster")).snapshot
+    assert s.nodes == [] and s.jobs == []
+    assert [p.t for p in s.series.preemptions] == [NOW.timestamp()]
+    assert current_point([], []).sla_attainment is None
