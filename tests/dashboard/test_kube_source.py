@@ -1,0 +1,178 @@
+"""KubeSource against kmock's Kubernetes API emulator over real HTTP, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gleaner.dashboard.sources import KubeSource, SourceError
+from gleaner.scheduler import EvictionReport
+from gleaner.testing.dashboard import example_record, free_port
+from gleaner.testing.kube import KubeApi, KubeEmulator
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[KubeEmulator]:
+    with KubeEmulator(tmp_path, namespaces=("default", "batch", "research")) as emulator:
+        yield emulator
+
+
+def seed(kube: KubeEmulator) -> None:
+    """The example record's objects, written as the agents and the operator would."""
+    record = example_record()
+    api = KubeApi(kube)
+    for trace in record.node_traces:
+        api.apply_nodetrace(trace)
+    for job in record.offline_jobs:
+        body = {k: v for k, v in job.items() if k != "status"}
+        meta = body["metadata"]
+        if meta["name"] == "translate":
+            windows = [[p.t, p.v] for p in record.job_series["batch/translate"]]
+            meta["annotations"] = {
+                "gleaner.dev/sla-windows": json.dumps(
+                    {"node": "gpu-node-b", "gpus": [0], "placedAt": 0, "windows": windows}
+                )
+            }
+        api.create_job(body)
+        api.custom.patch_namespaced_custom_object_status(
+            "gleaner.dev",
+            "v1alpha1",
+            meta["namespace"],
+            "offlinejobs",
+            meta["name"],
+            {"status": job["status"]},
+        )
+    api.core.create_namespaced_config_map(
+        "research",
+        {
+            "metadata": {"name": "llama-profile"},
+            "data": {"profile.yaml": json.dumps(record.profiles["research/from-configmap"])},
+        },
+    )
+    for rec in record.eviction_reports:
+        report = EvictionReport.from_json(rec.report)
+        name = rec.config_map or f"{report.job.split('/')[-1]}-sla-eviction-1"
+        api.core.create_namespaced_config_map(
+            rec.namespace,
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "gleaner.dev/report": "sla-eviction",
+                        "gleaner.dev/job": report.job.split("/")[-1],
+                    },
+                },
+                "data": {"report.json": json.dumps(report.to_json())},
+            },
+        )
+    # a ConfigMap without the label is no report
+    api.core.create_namespaced_config_map(
+        "batch", {"metadata": {"name": "unrelated"}, "data": {"report.json": "{}"}}
+    )
+
+
+def test_kube_source_reads_the_cluster(kube: KubeEmulator) -> None:
+    seed(kube)
+    clock = [1_000_000.0]
+    source = KubeSource(kube.api_client(), ttl_seconds=10, clock=lambda: clock[0])
+    snap = source.data().snapshot
+    assert snap.source == "cluster" and snap.warnings == []
+    assert [n.name for n in snap.nodes] == ["gpu-node-a", "gpu-node-b", "gpu-node-c"]
+    assert len(snap.jobs) == 7
+    assert sorted(e.id for e in snap.evictions) == [
+        "batch.translate-old-sla-eviction-1",
+        "research.long-context-sla-eviction-1",
+    ]
+    translate = snap.job("batch", "translate")
+    assert translate is not None and len(translate.observed_series) == 24  # from the annotation
+    # profileFrom is resolved through the ConfigMap, so the pending job gets runner-ups
+    pending = source.data().job_detail("research", "from-configmap")
+    assert pending is not None and pending.runner_ups
+    # cached within the TTL, then one more history point per refresh
+    assert len(source.data().snapshot.series.harvested_utilization) == 1
+    clock[0] += 30
+    series = source.data().snapshot.series.harvested_utilization
+    assert [p.t for p in series] == [1_000_000.0, 1_000_030.0]
+
+
+def test_kube_source_namespace_filter(kube: KubeEmulator) -> None:
+    seed(kube)
+    snap = KubeSource(kube.api_client(), namespace="research").data().snapshot
+    assert {j.namespace for j in snap.jobs} == {"research"}
+    assert [e.namespace for e in snap.evictions] == ["research"]
+
+
+def test_kube_source_keeps_last_data_when_the_cluster_goes_away(tmp_path: Path) -> None:
+    clock = [0.0]
+    with KubeEmulator(tmp_path) as kube:
+        source = KubeSource(kube.api_client(), ttl_seconds=1, clock=lambda: clock[0])
+        assert source.data().snapshot.nodes == []
+    clock[0] = 100.0
+    snap = source.data().snapshot
+    assert any("cannot read the cluster" in w for w in snap.warnings)
+    fresh = KubeSource(kube.api_client())
+    with pytest.raises(SourceError, match="cannot read the cluster"):
+        fresh.data()
+
+
+def gleaner(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gleaner.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = gleaner("dashboard", "--snapshot", str(tmp_path / "missing.json"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing.json" in r.stderr
+    r = gleaner("dashboard", "--snapshot", "x.json", "--kubeconfig", "k")
+    assert r.returncode == 2 and "cannot be combined" in r.stderr
+    r = gleaner("dashboard", "--kubeconfig", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and r.stderr.startswith("error: kubeconfig")
+    r = gleaner("dashboard", "--port", "70000")
+    assert r.returncode == 2
+
+
+@pytest.mark.slow
+def test_cli_serves_a_cluster_and_a_snapshot(kube: KubeEmulator, tmp_path: Path) -> None:
+    seed(kube)
+    snapshot = tmp_path / "dashboard.json"
+    snapshot.write_text(json.dumps(example_record().to_json()))
+    for args in (
+        ["--kubeconfig", str(kube.kubeconfig)],
+        ["--snapshot", str(snapshot)],
+    ):
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gleaner.cli.main", "dashboard", *args, "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        try:
+            body = None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and body is None:
+                try:
+                    r = httpx.get(f"http://127.0.0.1:{port}/api/cluster", timeout=2)
+                    body = r.json()
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            assert body is not None, "the dashboard did not answer"
+            assert body["summary"]["nodes"] == 3
+            assert httpx.get(f"http://127.0.0.1:{port}/jobs", timeout=5).status_code == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
