@@ -17,12 +17,17 @@ server does a little more, and the operator relies on some of it, so ``ApiServer
   name from ``generateName`` (kopf posts Events with ``generateName``);
 - a cluster-wide, increasing ``metadata.resourceVersion`` on every create and patch, merge
   or JSON patch (kopf waits for the patched version to come back through its watch, and
-  guards finalizer patches with a JSON-patch ``test`` of the version);
+  guards finalizer patches with a JSON-patch ``test`` of the version, which fails with 422
+  as on a real API server);
 - the ``status`` subresource rule: a patch to ``.../status`` changes only ``status``, a patch
   to the object itself never changes ``status``;
 - equality-based ``labelSelector`` filtering of lists and watches (``k=v``, ``k==v``,
   ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``);
-- ``timeoutSeconds`` on watches (kmock streams forever otherwise).
+- watches that lose nothing: kmock's own watch snapshots the objects and subscribes to its
+  event bus only afterwards, so a change in between was lost; here both happen under one
+  lock. Plus ``timeoutSeconds`` (kmock streams forever otherwise) and ``resourceVersion``:
+  objects not changed since the given version are not replayed, as on a real watch
+  (kopf would otherwise act on a stale copy and fail its optimistic-concurrency test).
 
 What it still does not do (and the tests do not rely on): no kubelet (tests move Pods
 through their phases by patching ``status.phase``), no garbage collection through
@@ -44,7 +49,6 @@ import threading
 import time
 import uuid
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterator,
     Callable,
     Coroutine,
@@ -178,6 +182,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 self._stamp_patch(request, data)
         elif request.action == kmock.action.UPDATE and isinstance(data, list):
             # A JSON patch (kopf adds finalizers with one, guarded by a 'test' of the version).
+            self._check_json_patch_tests(request, data)
             data.append(
                 {
                     "op": "add",
@@ -186,6 +191,19 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 }
             )
         return await super()._handle(request)
+
+    def _check_json_patch_tests(self, request: Any, ops: list[Any]) -> None:
+        """A failed ``test`` op is a 422, as on a real API server (kopf then re-reads)."""
+        import jsonpatch
+
+        tests = [op for op in ops if isinstance(op, dict) and op.get("op") == "test"]
+        key = (request.resource, request.namespace, request.name)
+        if not tests or key not in self.objects or self.objects[key].deleted:
+            return
+        try:
+            jsonpatch.apply_patch(dict(self.objects[key].last.raw), tests)
+        except jsonpatch.JsonPatchException as exc:
+            raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from exc
 
     def _stamp_create(self, request: Any, data: dict[str, Any]) -> None:
         meta = data.setdefault("metadata", {})
@@ -224,27 +242,63 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return result
 
     async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
+        # Replaces kmock's watch: it snapshots the objects first and subscribes to its event
+        # bus only afterwards, so a change made in between was lost (kopf then waited forever
+        # for the version it had just patched). Here the bus mark is taken under the same
+        # lock as the snapshot: nothing is lost (a duplicate is harmless).
+        yield b""
         reqs = parse_label_selector(request.params.get("labelSelector"))
+        since = _int_or_none(request.params.get("resourceVersion"))
         timeout_param = request.params.get("timeoutSeconds")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + float(timeout_param) if timeout_param else None
-        stream = cast(AsyncGenerator[Any, None], super()._serve_watch(request))
+        bus = self._buses[request.resource]
+
+        def wanted(event: dict[str, Any], replay: bool) -> bool:
+            obj = event.get("object") or {}
+            meta = obj.get("metadata") or {}
+            if request.namespace is not None and meta.get("namespace") != request.namespace:
+                return False
+            if request.name is not None and meta.get("name") != request.name:
+                return False
+            if reqs and not selector_matches(reqs, obj):
+                return False
+            version = _int_or_none(meta.get("resourceVersion"))
+            stale = since is not None and version is not None and version <= since
+            # A watch from a version shows only what changed after it (deletions always).
+            return not (stale and (replay or event.get("type") != "DELETED"))
+
+        async with self._lock:
+            marker = await bus.mark()
+            snapshot = [
+                {"type": "ADDED", "object": obj.raw}
+                for (res, _ns, _name), obj in list(self.objects.items())
+                if res == request.resource and not obj.deleted
+            ]
         try:
+            for event in snapshot:
+                if wanted(event, replay=True):
+                    yield event
+            stream = bus.stream(since=marker)
             while True:
                 remaining = None if deadline is None else deadline - loop.time()
                 if remaining is not None and remaining <= 0:
                     return
                 try:
-                    item = await asyncio.wait_for(anext(stream), remaining)
+                    event = await asyncio.wait_for(anext(stream), remaining)
                 except (StopAsyncIteration, TimeoutError):
                     return
-                if isinstance(item, dict) and reqs:
-                    obj = item.get("object") or {}
-                    if not selector_matches(reqs, obj):
-                        continue
-                yield item
+                if isinstance(event, dict) and wanted(event, replay=False):
+                    yield event
         finally:
-            await stream.aclose()
+            await bus.unmark(marker)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -552,6 +606,29 @@ class OperatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (for the operator's HTTP server in tests)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+FAST_OPERATOR_FLAGS: tuple[str, ...] = (
+    "--requeue-interval=1s",
+    "--min-pass-interval=0.1s",
+    "--unschedulable-backoff=1s",
+    "--sla-window=1s",
+    "--sla-grace=0s",
+    "--sla-violations=1/1",
+    "--eviction-backoff=1s",
+    "--peering-lifetime=5s",
+    "--watch-timeout=60s",
+)
+"""Operator flags that make every loop of the operator turn in about a second (tests)."""
 
 
 def wait_for(

@@ -1,0 +1,321 @@
+"""The real ``gleaner operator`` process against kmock's Kubernetes emulator, over HTTP.
+
+Each test starts its own emulator (a real HTTP server on loopback) and operator subprocess
+(KUBECONFIG pointing at it, kopf peering on) and drives it the way users, agents and the
+kubelet would: by creating and patching objects through the ``kubernetes`` client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gleaner.testing.kube import (
+    FAST_OPERATOR_FLAGS,
+    KubeApi,
+    KubeEmulator,
+    OperatorProcess,
+    free_port,
+    gpu_uuid,
+    nodetrace_manifest,
+    offlinejob_manifest,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+class Cluster:
+    def __init__(self, kube: KubeEmulator) -> None:
+        self.kube = kube
+        self.api = KubeApi(kube)
+        self.operators: list[OperatorProcess] = []
+        self.port = free_port()
+
+    def start_operator(self, *extra: str, env: dict[str, str] | None = None) -> OperatorProcess:
+        op = OperatorProcess(
+            self.kube,
+            [*FAST_OPERATOR_FLAGS, f"--http-port={self.port}", "--http-host=127.0.0.1", *extra],
+            env=env,
+            log_name=f"operator-{len(self.operators)}.log",
+        ).start()
+        self.operators.append(op)
+        return op
+
+    def logs(self) -> str:
+        return "\n".join(op.log()[-4000:] for op in self.operators)
+
+    def job(self, name: str) -> dict[str, Any]:
+        job = self.api.get_job(name)
+        assert job is not None
+        return job
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.job(name).get("status") or {})
+
+    def wait_phase(self, name: str, *phases: str, timeout: float = 30) -> dict[str, Any]:
+        return wait_for(
+            lambda: self.status(name) if self.status(name).get("phase") in phases else None,
+            timeout=timeout,
+            message=lambda: f"{name} not in {phases}: {self.status(name)}\n{self.logs()}",
+        )
+
+    def pods_of(self, job: str) -> list[Any]:
+        return self.api.pods(selector=f"gleaner.dev/job={job}")
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        for cond in self.status(name).get("conditions", []):
+            if cond["type"] == type_:
+                return dict(cond)
+        raise AssertionError(f"{name} has no condition {type_}: {self.status(name)}")
+
+    def events_for(self, name: str, reason: str) -> list[Any]:
+        return [
+            e for e in self.api.events() if e.involved_object.name == name and e.reason == reason
+        ]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with KubeEmulator(tmp_path) as kube:
+        c = Cluster(kube)
+        try:
+            yield c
+        finally:
+            for op in c.operators:
+                op.stop()
+            print(c.logs())  # shown by pytest only when the test failed
+
+
+def _env(pod: Any) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env}
+
+
+def test_apply_binds_a_pod_that_follows_the_contract(cluster: Cluster) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2, offline_enabled=0.9))
+    cluster.start_operator()
+    cluster.api.create_job(offlinejob_manifest("llama", sla=0.5))
+
+    status = cluster.wait_phase("llama", "Scheduled")
+    pods = wait_for(lambda: cluster.pods_of("llama"), message=cluster.logs)
+    assert [p.metadata.name for p in pods] == ["llama-0"]
+    pod = pods[0]
+    gpu = int(pod.metadata.annotations["gleaner.dev/gpus"])
+    assert pod.spec.node_name == "node-a" == status["placement"]["node"]
+    assert status["placement"]["gpuIndices"] == [gpu]
+    assert pod.metadata.labels["gleaner.dev/role"] == "offline"
+    assert pod.metadata.labels["gleaner.dev/attempt"] == "0"
+    owner = pod.metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.uid) == (
+        "OfflineJob",
+        "llama",
+        cluster.job("llama")["metadata"]["uid"],
+    )
+    env = _env(pod)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid("node-a", gpu)
+    assert env["LD_PRELOAD"] == "/var/lib/gleaner/lib/libgleaner_shim.so"
+    assert env["GLEANER_JOB"] == "default/llama"
+    assert "nvidia.com/gpu" not in str(pod.spec.containers[0].resources)
+    assert status["placement"]["throughputFraction"] == pytest.approx(0.9)
+    assert cluster.condition("llama", "Scheduled")["status"] == "True"
+    assert cluster.events_for("llama", "Scheduled")
+
+    # The kubelet runs it, then it completes: the job follows.
+    cluster.api.set_pod_phase("llama-0", "Running")
+    cluster.wait_phase("llama", "Running")
+    assert cluster.condition("llama", "Ready")["status"] == "True"
+    cluster.api.set_pod_phase("llama-0", "Succeeded")
+    cluster.wait_phase("llama", "Succeeded")
+
+    # The operator's own HTTP server.
+    base = f"http://127.0.0.1:{cluster.port}"
+    with urllib.request.urlopen(f"{base}/healthz", timeout=5) as resp:
+        assert json.load(resp) == {"status": "ok"}
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+        metrics = resp.read().decode()
+    assert "gleaner_operator_placements_total 1.0" in metrics
+    assert "gleaner_operator_scheduling_latency_seconds_count" in metrics
+
+
+def test_two_jobs_never_share_a_gpu(cluster: Cluster) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2, offline_enabled=0.9))
+    cluster.start_operator()
+    for i in range(3):
+        cluster.api.create_job(offlinejob_manifest(f"j{i}", sla=0.5))
+    wait_for(lambda: len(cluster.api.pods()) == 2, message=cluster.logs)
+    held = sorted(p.metadata.annotations["gleaner.dev/gpus"] for p in cluster.api.pods())
+    assert held == ["0", "1"]
+    phases = sorted(cluster.status(f"j{i}").get("phase", "") for i in range(3))
+    assert phases == ["Scheduled", "Scheduled", "Unschedulable"]
+
+
+def test_invalid_spec_gets_invalid_with_a_message_and_no_retries(cluster: Cluster) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1))
+    cluster.start_operator()
+    cluster.api.create_job(offlinejob_manifest("bad", memory_curve=[(10, 900), (40, 400)]))
+    cluster.api.create_job(offlinejob_manifest("nocm", profile_from="missing-profile"))
+
+    status = cluster.wait_phase("bad", "Invalid")
+    assert "spec.profile.memoryCurve" in status["message"]
+    valid = cluster.condition("bad", "Valid")
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidSpec")
+    assert "tokensPerSecond decreases" in valid["message"]
+    assert cluster.events_for("bad", "InvalidSpec")
+
+    cluster.wait_phase("nocm", "Invalid")
+    assert cluster.condition("nocm", "Valid")["message"].startswith(
+        "spec.profileFrom.name: ConfigMap 'missing-profile' not found"
+    )
+    assert cluster.pods_of("bad") == [] and cluster.pods_of("nocm") == []
+
+    # Fixing the spec re-validates and the job gets placed.
+    cluster.api.custom.patch_namespaced_custom_object(
+        "gleaner.dev",
+        "v1alpha1",
+        "default",
+        "offlinejobs",
+        "bad",
+        {"spec": {"profile": offlinejob_manifest("x")["spec"]["profile"]}},
+    )
+    cluster.wait_phase("bad", "Scheduled")
+    # One InvalidSpec event: the invalid job was not retried in a loop.
+    assert len(cluster.events_for("nocm", "InvalidSpec")) == 1
+
+
+def test_unschedulable_says_why_and_is_retried_when_nodetraces_change(cluster: Cluster) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("busy", gpus=2, offline_enabled=0.3))
+    cluster.start_operator()
+    cluster.api.create_job(offlinejob_manifest("picky", sla=0.8))
+
+    status = cluster.wait_phase("picky", "Unschedulable")
+    cond = cluster.condition("picky", "Scheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+    assert cond["message"].startswith("0/1 nodes are available")
+    assert status["message"] == cond["message"]
+    assert "nextAttemptAfter" in status
+    events = wait_for(lambda: cluster.events_for("picky", "FailedScheduling"))
+    assert events[0].type == "Warning"
+
+    # The node's online load drops (its agent reports a new window): the job fits now.
+    cluster.api.apply_nodetrace(nodetrace_manifest("busy", gpus=2, offline_enabled=0.95))
+    cluster.wait_phase("picky", "Scheduled")
+    assert [p.spec.node_name for p in cluster.pods_of("picky")] == ["busy"]
+
+
+def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1, offline_enabled=0.95))
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-b", gpus=1, offline_enabled=0.7))
+    cluster.start_operator()
+    cluster.api.create_job(offlinejob_manifest("victim", sla=0.6, max_evictions=3))
+
+    first = cluster.wait_phase("victim", "Scheduled")["placement"]["node"]
+    other = {"node-a": "node-b", "node-b": "node-a"}[first]
+    cluster.api.set_pod_phase("victim-0", "Running")
+    cluster.wait_phase("victim", "Running")
+
+    # The agent of the job's node reports a window in which the job's GPU was starved.
+    cluster.api.apply_nodetrace(nodetrace_manifest(first, gpus=1, offline_enabled=0.05))
+    status = cluster.wait_phase("victim", "Evicted", "Scheduled")
+    assert status["evictionCount"] == 1
+    assert status["excludedNodes"] == [first]
+    record = status["evictions"][0]
+    assert record["node"] == first and record["observedThroughputFraction"] < 0.1
+    assert record["report"] == "victim-sla-eviction-1"
+    assert cluster.events_for("victim", "SLAViolation")
+
+    reports = cluster.api.configmaps(selector="gleaner.dev/report=sla-eviction")
+    assert [cm.metadata.name for cm in reports] == ["victim-sla-eviction-1"]
+    report = json.loads(reports[0].data["report.json"])
+    assert report["job"] == "default/victim" and report["node"] == first
+    assert report["outcome"] == "requeued"
+
+    # After the backoff it runs again, on the other node, as attempt 1.
+    status = cluster.wait_phase("victim", "Scheduled")
+    assert status["placement"]["node"] == other
+    pods = wait_for(lambda: cluster.pods_of("victim"), message=cluster.logs)
+    assert [(p.metadata.name, p.spec.node_name) for p in pods] == [("victim-1", other)]
+
+    # `gleaner report evictions` reads the report back from the cluster.
+    env = {**os.environ, "KUBECONFIG": str(cluster.kube.kubeconfig)}
+    for fmt in ("json", "csv", "markdown", "table"):
+        out = subprocess.run(
+            [sys.executable, "-m", "gleaner.cli.main", "report", "evictions", "--format", fmt],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "victim" in out and first in out, (fmt, out)
+    rows = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "gleaner.cli.main", "report", "evictions", "--format=json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    assert [(r["job"], r["node"], r["evictionCount"]) for r in rows] == [
+        ("default/victim", first, 1)
+    ]
+    bad = subprocess.run(
+        [sys.executable, "-m", "gleaner.cli.main", "report", "evictions", "--since", "soon"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --since")
+
+
+def test_deleting_a_job_deletes_its_pods(cluster: Cluster) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1))
+    cluster.start_operator()
+    cluster.api.create_job(offlinejob_manifest("doomed"))
+    wait_for(lambda: cluster.pods_of("doomed"), message=cluster.logs)
+    assert cluster.job("doomed")["metadata"]["finalizers"] == ["gleaner.dev/finalizer"]
+
+    cluster.api.delete_job("doomed")
+    wait_for(lambda: cluster.api.get_job("doomed") is None, message=cluster.logs)
+    assert cluster.pods_of("doomed") == []
+
+
+def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=4))
+    first = cluster.start_operator(env={"GLEANER_OPERATOR_BIND_DELAY": "30"})
+    names = [f"r{i}" for i in range(4)]
+    for name in names:
+        cluster.api.create_job(offlinejob_manifest(name))
+    # Every placement is recorded in the API server, and no Pod exists yet: kill it now.
+    for name in names:
+        cluster.wait_phase(name, "Scheduled")
+    assert cluster.api.pods() == []
+    first.kill()
+
+    cluster.start_operator()
+    wait_for(lambda: len(cluster.api.pods()) == 4, timeout=40, message=cluster.logs)
+    for name in names:
+        pods = cluster.pods_of(name)
+        assert [p.metadata.name for p in pods] == [f"{name}-0"]
+        assert cluster.status(name)["pods"] == [f"{name}-0"]
+    held = sorted(p.metadata.annotations["gleaner.dev/gpus"] for p in cluster.api.pods())
+    assert held == ["0", "1", "2", "3"]
+
+    # And restarting once more changes nothing.
+    cluster.operators[-1].stop()
+    cluster.start_operator()
+    wait_for(lambda: "pass:" in cluster.operators[-1].log() or True, timeout=5)
+    import time
+
+    time.sleep(3)
+    assert len(cluster.api.pods()) == 4
