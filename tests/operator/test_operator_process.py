@@ -63,7 +63,7 @@ class Cluster:
 
     def wait_phase(self, name: str, *phases: str, timeout: float = 30) -> dict[str, Any]:
         return wait_for(
-            lambda: self.status(name) if self.status(name).get("phase") in phases else None,
+            lambda: s if (s := self.status(name)).get("phase") in phases else {},
             timeout=timeout,
             message=lambda: f"{name} not in {phases}: {self.status(name)}\n{self.logs()}",
         )
