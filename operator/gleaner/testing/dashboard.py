@@ -416,3 +416,60 @@ def serving(app: Any, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def scaled_record(
+    nodes: int = 125, gpus_per_node: int = 8, jobs: int = 500, seed: int = 11
+) -> ClusterRecord:
+    """A large synthetic cluster (benchmarks): ``nodes`` x ``gpus_per_node`` GPUs, ``jobs``
+    jobs of 1, 2 or 4 GPUs, running where a GPU set is free, pending otherwise."""
+    rng = random.Random(seed)
+    now = NOW
+    traces: list[dict[str, Any]] = []
+    free_sets: list[tuple[str, list[int]]] = []
+    holders: dict[str, dict[int, str]] = {}
+    for n in range(nodes):
+        name = f"node-{n:04d}"
+        holders[name] = {}
+        idle = [rng.uniform(0.3, 0.95) for _ in range(gpus_per_node)]
+        free = [rng.uniform(15, 70) for _ in range(gpus_per_node)]
+        traces.append(_nodetrace(name, gpus_per_node, idle, free, {}, 0.96, rng, now))
+        free_sets.append((name, list(range(gpus_per_node))))
+    out_jobs: list[dict[str, Any]] = []
+    series: dict[str, list[Point]] = {}
+    cursor = 0
+    for j in range(jobs):
+        k = rng.choice((1, 1, 1, 2, 4))
+        name = f"job-{j:04d}"
+        status = OfflineJobStatus(phase=Phase.PENDING)
+        while cursor < len(free_sets) and len(free_sets[cursor][1]) < k:
+            cursor += 1
+        if cursor < len(free_sets):
+            node, left = free_sets[cursor]
+            gpus, free_sets[cursor] = left[:k], (node, left[k:])
+            c, m = rng.uniform(0.4, 0.95), rng.uniform(0.6, 1.0)
+            status = OfflineJobStatus(
+                phase=Phase.RUNNING,
+                placement=_placement(node, gpus, c, m, 1.0 if k == 1 else 0.97, now),
+                observed=Observed(
+                    throughput_fraction=c * m * rng.uniform(0.8, 1.1), window_seconds=300
+                ),
+            )
+            for g in gpus:
+                holders[node][g] = f"batch/{name}"
+            series[f"batch/{name}"] = _series(rng, now.timestamp() - 7200, 24, 300, c * m, 0.05)
+        out_jobs.append(
+            _job(name, gpus=k, sla=rng.choice((0.3, 0.4, 0.5)), created=now, status=status)
+        )
+    for trace in traces:
+        held = holders[trace["metadata"]["name"]]
+        for gpu in trace["status"]["perGPU"]:
+            gpu["offlineJob"] = held.get(gpu["index"])
+    return ClusterRecord(
+        generated_at=now,
+        source="simulation",
+        title=f"synthetic {nodes}x{gpus_per_node}",
+        node_traces=traces,
+        offline_jobs=out_jobs,
+        job_series=series,
+    )
