@@ -164,7 +164,9 @@ class OfflineKV:
 
     def handle_map(self) -> HandleMap:
         """The layout as the agent's HandleMap, handles in mapping order (oldest first)."""
-        spans: dict[int, list[KvSpan]] = {h: [] for h in sorted(self._order, key=lambda h: self._order[h])}
+        spans: dict[int, list[KvSpan]] = {
+            h: [] for h in sorted(self._order, key=lambda h: self._order[h])
+        }
         for rid, req in self._reqs.items():
             first: dict[int, list[int]] = {}
             for i, h in enumerate(req.blocks):
