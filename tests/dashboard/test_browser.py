@@ -86,6 +86,7 @@ def watched(browser: Any) -> Iterator[Watched]:
         w.context.close()
 
 
+@pytest.mark.slow
 def test_every_page_loads_without_errors_and_plots_render(url: str, watched: Watched) -> None:
     page = watched.page
     for path in PAGES:

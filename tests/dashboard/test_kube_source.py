@@ -133,6 +133,7 @@ def gleaner(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     r = gleaner("dashboard", "--snapshot", str(tmp_path / "missing.json"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing.json" in r.stderr
