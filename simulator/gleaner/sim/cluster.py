@@ -559,7 +559,9 @@ def run_policy(
     pending: list[SimJob] = []
     running: list[SimJob] = []
 
-    def end_stay(job: SimJob) -> None:
+    def end_stay(job: SimJob, t_end: float) -> None:
+        if job.placements:
+            job.placements[-1]["end"] = t_end
         if job.stay_observed and job.predicted is not None:
             observed = float(np.mean(job.stay_observed))
             preds.append(
@@ -637,7 +639,7 @@ def run_policy(
             if job.done_tokens >= job.work_tokens:
                 job.phase = "Succeeded"
                 job.finished_at = now + step
-                end_stay(job)
+                end_stay(job, now + step)
                 continue
             still.append(job)
         running = still
@@ -681,7 +683,7 @@ def run_policy(
                     job.evictions = plan.eviction_count
                     job.excluded = plan.excluded_nodes
                     job.not_before = plan.next_attempt_after
-                    end_stay(job)
+                    end_stay(job, t_end)
                     if plan.failed:
                         job.phase = "Failed"
                     else:
@@ -695,7 +697,7 @@ def run_policy(
         if progress is not None and k % 60 == 0:
             progress(min(60, n_steps - k))
     for job in running:
-        end_stay(job)
+        end_stay(job, n_steps * step)
     return _cluster_metrics(
         cfg, online, jobs, policy, offline_used, offline_equiv, sla_ok, reports, preds, evictions
     )
