@@ -304,7 +304,10 @@ async def _build_queue(
             cm = configmaps[(key[0], cm_name)]
         verdict = validate_job(body, cm)
         if isinstance(verdict, ValidJob):
-            queue.append(QueuedJob(verdict.job, verdict.profile))
+            # validate_job parses metadata and spec only; the scheduler also reads the
+            # status (excludedNodes after an eviction, evictionCount, nextAttemptAfter).
+            job = verdict.job.model_copy(update={"status": status})
+            queue.append(QueuedJob(job, verdict.profile))
         else:
             ctx.kick(f"revalidate {key[0]}/{key[1]}")
     return queue
