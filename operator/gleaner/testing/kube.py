@@ -29,6 +29,9 @@ server does a little more, and the operator relies on some of it, so ``ApiServer
   objects not changed since the given version are not replayed, as on a real watch
   (kopf would otherwise act on a stale copy and fail its optimistic-concurrency test).
 
+It also forgets requests once served (kmock keeps them all for assertions and scans them
+on every new request, which made long runs quadratic); tests assert on objects instead.
+
 What it still does not do (and the tests do not rely on): no kubelet (tests move Pods
 through their phases by patching ``status.phase``), no garbage collection through
 ownerReferences (the operator deletes its Pods itself), no admission or schema validation,
@@ -190,7 +193,18 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     "value": self._next_resource_version(),
                 }
             )
-        return await super()._handle(request)
+        try:
+            return await super()._handle(request)
+        finally:
+            self._forget(request)
+
+    def _forget(self, request: Any) -> None:
+        # kmock keeps every request for assertions and matches each new request by scanning
+        # that history (O(n) per request, O(n^2) per run): a few thousand requests made the
+        # emulator slower than the operator under test. Served requests are dropped.
+        for requests in [self._requests, *(p._requests for p in self._payloads)]:
+            with contextlib.suppress(ValueError):
+                requests.remove(request)
 
     def _check_json_patch_tests(self, request: Any, ops: list[Any]) -> None:
         """A failed ``test`` op is a 422, as on a real API server (kopf then re-reads)."""

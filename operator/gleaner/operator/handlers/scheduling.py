@@ -76,6 +76,8 @@ class PassResult:
     bound_missing: int = 0
     collected: int = 0
     seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage: read, reconcile, decide, bind."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -125,7 +127,7 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
         if result.placed or result.unschedulable or result.bound_missing or result.collected:
             logger.info(
                 "pass: %d jobs, %d queued, %d placed, %d unschedulable, %d re-bound, "
-                "%d collected in %.3fs (kicked by %s)",
+                "%d collected in %.3fs %s (kicked by %s)",
                 result.jobs,
                 result.queued,
                 result.placed,
@@ -133,6 +135,7 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
                 result.bound_missing,
                 result.collected,
                 result.seconds,
+                result.timings,
                 ", ".join(sorted(reasons))[:200],
             )
 
@@ -157,6 +160,14 @@ async def scheduling_pass(ctx: OperatorContext) -> PassResult:
 
 async def _pass(ctx: OperatorContext) -> PassResult:
     result = PassResult()
+    mark = time.monotonic()
+
+    def stage(name: str) -> None:
+        nonlocal mark
+        now_m = time.monotonic()
+        result.timings[name] = round(now_m - mark, 3)
+        mark = now_m
+
     jobs, pods, traces = await asyncio.gather(
         _list_everywhere(ctx, offlinejobs_path),
         _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR),
@@ -169,6 +180,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     bodies = {_ns_name(j): j for j in live}
     ctx.metrics.set_phases(s.phase for s in statuses.values())
     pods_by_key = {_ns_name(p): p for p in pods}
+    stage("read")
 
     # 2. bind what was recorded but not created; requeue what lost its Pod.
     for key, status in statuses.items():
@@ -200,6 +212,8 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     # 4. occupied GPUs.
     occupied = _occupied(pods_by_key.values(), statuses)
 
+    stage("reconcile")
+
     # 5. place the queue.
     queue = await _build_queue(ctx, bodies, statuses, now)
     result.queued = len(queue)
@@ -213,6 +227,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         now,
         stale_after_seconds=ctx.config.trace_stale_after,
     )
+    stage("decide")
     sem = asyncio.Semaphore(BIND_CONCURRENCY)
 
     async def bind_one(q: QueuedJob, placement: Placement) -> bool:
@@ -227,6 +242,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     result.placed = sum(bound)
     explained = await asyncio.gather(*(explain_one(q, r) for q, r in plan.unschedulable))
     result.unschedulable = len(explained)
+    stage("bind")
     return result
 
 
@@ -379,7 +395,8 @@ async def _mark_unschedulable(
 ) -> bool:
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
-    retry_at = now + timedelta(seconds=ctx.config.unschedulable_backoff)
+    # From the time of marking, not of the pass's read: a long pass must not eat the backoff.
+    retry_at = datetime.now(UTC) + timedelta(seconds=ctx.config.unschedulable_backoff)
     changed_reasons: dict[str, bool] = {}
 
     def mark(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
