@@ -319,3 +319,23 @@ def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) 
 
     time.sleep(3)
     assert len(cluster.api.pods()) == 4
+
+
+def test_namespaced_operator_serves_only_its_namespace(tmp_path: Path) -> None:
+    with KubeEmulator(tmp_path, namespaces=("default", "team-a")) as kube:
+        c = Cluster(kube)
+        try:
+            c.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2))
+            c.start_operator("--namespace=team-a")
+            c.api.create_job(offlinejob_manifest("mine", namespace="team-a"))
+            c.api.create_job(offlinejob_manifest("theirs", namespace="default"))
+            wait_for(lambda: c.api.pods("team-a"), message=c.logs)
+            assert [p.metadata.name for p in c.api.pods("team-a")] == ["mine-0"]
+            job = c.api.get_job("mine", "team-a")
+            assert job is not None and job["status"]["phase"] == "Scheduled"
+            assert c.api.pods("default") == []
+            assert "status" not in (c.api.get_job("theirs") or {})
+        finally:
+            for op in c.operators:
+                op.stop()
+            print(c.logs())

@@ -4,7 +4,7 @@ Contract: ``KubeEmulator`` starts kmock's ``KubernetesEmulator`` (the API mock s
 kopf's author) as a real HTTP server on ``127.0.0.1:<free port>`` in a background thread,
 registers the resources Gleaner's processes use (OfflineJob and NodeTrace from the generated
 CRDs in ``crds/``, or from the pydantic models when the manifests are not there; Pods,
-ConfigMaps, Events, Namespaces, Nodes, and kopf's peering resources with a peering object
+ConfigMaps, Events, Namespaces, Nodes, Leases, and kopf's peering resources with a peering object
 named ``gleaner``) and writes a kubeconfig that points at it. Processes under test (the real
 ``gleaner operator``) talk to it over HTTP exactly as they would to a cluster; nothing is
 monkey-patched.
@@ -29,8 +29,10 @@ server does a little more, and the operator relies on some of it, so ``ApiServer
   objects not changed since the given version are not replayed, as on a real watch
   (kopf would otherwise act on a stale copy and fail its optimistic-concurrency test).
 
-It also forgets requests once served (kmock keeps them all for assertions and scans them
-on every new request, which made long runs quadratic); tests assert on objects instead.
+It serves the Namespace list and watch itself (kmock's URL parser cannot route
+``/api/v1/namespaces``; namespaces are static in tests), and it forgets requests once
+served (kmock keeps them all for assertions and scans them on every new request, which
+made long runs quadratic); tests assert on objects instead.
 
 What it still does not do (and the tests do not rely on): no kubelet (tests move Pods
 through their phases by patching ``status.phase``), no garbage collection through
@@ -206,6 +208,47 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             with contextlib.suppress(ValueError):
                 requests.remove(request)
 
+    async def __call__(self, raw_request: Any) -> Any:
+        # kmock's URL parser reads ``/api/v1/namespaces`` as "a namespace segment without a
+        # name" and fails, so the Namespace list and watch (kopf reads them when it serves
+        # named namespaces) are served here, from the same stored objects.
+        if raw_request.method == "GET" and raw_request.path.rstrip("/") == "/api/v1/namespaces":
+            return await self._serve_namespaces(raw_request)
+        return await super().__call__(raw_request)
+
+    async def _serve_namespaces(self, raw_request: Any) -> Any:
+        import json as _json
+
+        from aiohttp import web
+
+        async with self._lock:
+            items = [
+                dict(obj.last.raw)
+                for (res, _ns, _name), obj in list(self.objects.items())
+                if res == kmock.resource("v1/namespaces") and not obj.deleted
+            ]
+        if raw_request.query.get("watch") != "true":
+            return web.json_response(
+                {
+                    "apiVersion": "v1",
+                    "kind": "NamespaceList",
+                    "metadata": {"resourceVersion": str(self._resource_version)},
+                    "items": items,
+                }
+            )
+        since = _int_or_none(raw_request.query.get("resourceVersion"))
+        response = web.StreamResponse()
+        await response.prepare(raw_request)
+        for item in items:
+            version = _int_or_none((item.get("metadata") or {}).get("resourceVersion"))
+            if since is None or version is None or version > since:
+                event = {"type": "ADDED", "object": item}
+                await response.write(_json.dumps(event).encode() + b"\n")
+        # Namespaces do not change in these tests: hold the watch open until it times out.
+        await asyncio.sleep(float(raw_request.query.get("timeoutSeconds") or 3600))
+        await response.write_eof()
+        return response
+
     def _check_json_patch_tests(self, request: Any, ops: list[Any]) -> None:
         """A failed ``test`` op is a 422, as on a real API server (kopf then re-reads)."""
         import jsonpatch
@@ -346,6 +389,7 @@ BUILTIN_RESOURCES: tuple[ResourceSpec, ...] = (
     ResourceSpec("", "v1", "namespaces", "Namespace", False, ("ns",), status_subresource=True),
     ResourceSpec("", "v1", "nodes", "Node", False, ("no",), status_subresource=True),
     ResourceSpec("events.k8s.io", "v1", "events", "Event", True, ("ev",)),
+    ResourceSpec("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceSpec("kopf.dev", "v1", "clusterkopfpeerings", "ClusterKopfPeering", False),
     ResourceSpec("kopf.dev", "v1", "kopfpeerings", "KopfPeering", True),
 )

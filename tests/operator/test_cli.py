@@ -1,0 +1,55 @@
+"""`gleaner operator` and `gleaner report evictions`: bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gleaner.cli.main import main
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--namespace", "a", "--all-namespaces"], "mutually exclusive"),
+        (["--sla-window", "soon"], "--sla-window: not a duration"),
+        (["--sla-violations", "3"], "--sla-violations: expected K/N"),
+        (["--sla-violations", "4/2"], "SLA monitor: violation_windows"),
+        (["--http-port", "70000"], "--http-port"),
+        (["--requeue-interval", "0"], "--requeue-interval must be positive"),
+    ],
+)
+def test_operator_bad_flags(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["operator", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_report_bad_since_and_missing_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", "evictions", "--since", "-5h"]) == 2
+    assert "--since" in capsys.readouterr().err
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope.yaml"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["report", "evictions"]) == 2
+    assert capsys.readouterr().err.startswith("error: no cluster configuration")
+
+
+def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--namespace",
+        "--all-namespaces",
+        "--http-port",
+        "--prometheus-url",
+        "--peering",
+        "--standalone",
+        "--verbose",
+    ):
+        assert flag in out
