@@ -160,6 +160,19 @@ def _print_tables(results: dict[str, Any]) -> None:
 )
 @click.option("--quick", is_flag=True, help="A reduced run (smoke tests, CI).")
 @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="After the run, serve the dashboard on the simulated cluster (Ctrl-C to stop); "
+    "implies --out out unless --out is given.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8080,
+    show_default=True,
+    help="Dashboard port for --serve (listens on 127.0.0.1).",
+)
 def command(
     scenario_name: str,
     seed: int | None,
@@ -168,6 +181,8 @@ def command(
     trace: Path | None,
     quick: bool,
     progress: bool,
+    serve: bool,
+    port: int,
 ) -> None:
     """Simulate a harvested GPU node and cluster; print a summary, write an HTML report."""
     from gleaner.sim.runner import run_scenario
@@ -185,6 +200,10 @@ def command(
             fail(f"--trace {trace}: no such file")
         if scenario.cluster is None:
             fail(f"--trace needs a scenario with a 'cluster' section ({scenario.name} has none)")
+    if serve and scenario.cluster is None:
+        fail(f"--serve needs a scenario with a 'cluster' section ({scenario.name} has none)")
+    if serve and out_dir is None:
+        out_dir = Path("out")
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         fail(f"--out {out_dir}: not a directory")
     try:
@@ -214,3 +233,8 @@ def command(
         _print_tables(results)
         if out_dir is not None:
             click.echo(f"wrote {out_dir / 'report.html'}, results.json, dashboard.json")
+    if serve and out_dir is not None:
+        from gleaner.cli.dashboard import serve_snapshot
+
+        click.echo(f"dashboard: http://127.0.0.1:{port}/ (Ctrl-C to stop)", err=True)
+        serve_snapshot(out_dir / "dashboard.json", port=port)
