@@ -4,19 +4,38 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gleaner.agent.policy import Accounting, to_nodetrace_status, window_between
-from gleaner.agent.policy.accounting import GIB, cap_states, harvestable_quantile
-from gleaner.api import GpuInfo, NodeTraceStatus
+from gleaner.agent.policy.accounting import GIB, Totals
+from gleaner.agent.reporting import ReportWindow
+from gleaner.api import GpuInfo, NodeTrace, NodeTraceStatus
+from gleaner.perfmodel import (
+    JobProfile,
+    NodeSummary,
+    compute_factor,
+    compute_factors,
+    memory_factor,
+    multi_gpu_factor,
+    summarize_samples,
+)
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _inventory(n: int) -> list[GpuInfo]:
     return [GpuInfo(index=i, uuid=f"GPU-{i}", memory_gi_b=80) for i in range(n)]
+
+
+def _states(totals: Totals) -> dict[tuple[int, ...], float]:
+    """The memory sketch as {levels: seconds}."""
+    m = totals.memory
+    rows = zip(m.levels, m.seconds, strict=True)
+    return {tuple(int(x) for x in row): float(s) for row, s in rows}
 
 
 def test_integrals_pairs_and_jobs() -> None:
@@ -40,7 +59,7 @@ def test_integrals_pairs_and_jobs() -> None:
     assert s.pairs[(0, 1)].union_s == pytest.approx(3.0)
     # The lockstep job ran only while both GPUs were enabled: [0,1) and [3,4).
     assert s.job_timeslice_s["ns/j"] == pytest.approx(2.0)
-    assert s.memory_states == {(10, 20): 3.0, (10, 5): 1.0}
+    assert _states(s) == {(10, 20): 3.0, (10, 5): 1.0}
     assert s.gpus[1].harvestable_byte_s == pytest.approx(3 * 20 * GIB + 5.5 * GIB)
 
 
@@ -109,11 +128,14 @@ def test_nodetrace_status_round_trips_through_the_api_model() -> None:
     assert back.window is not None and back.window.seconds == pytest.approx(10.0)
 
 
-def test_cap_states_doubles_the_step() -> None:
-    states: dict[tuple[int, ...], float] = {(i,): 1.0 for i in range(10)}
-    capped, step = cap_states(states, 0.5, max_states=3)
-    assert step == 2.0 and len(capped) == 3
-    assert sum(capped.values()) == pytest.approx(10.0)
+def test_memory_states_are_capped_by_doubling_the_step() -> None:
+    a = Accounting([0], memory_step_gib=0.5, max_memory_states=3)
+    for i in range(10):
+        a.set_harvestable(float(i), 0, i * GIB // 2)
+    s = a.snapshot(10.0)
+    # perfmodel's coarsening: levels 0..9 at 0.5 GiB become 0..2 at 2 GiB.
+    assert s.memory_step_gib == 2.0 and s.memory.n_states == 3
+    assert _states(s) == {(0,): 4.0, (1,): 4.0, (2,): 2.0}
 
 
 @settings(max_examples=100, deadline=None)
@@ -147,6 +169,9 @@ def test_property_windows_add_up_and_overlap_within_union(
         mid = a.snapshot(mid_t)
     full = a.snapshot(end)
     w1, w2 = window_between(None, mid), window_between(mid, full)
+    if mid.at > full.start + 1e-6:
+        with pytest.raises(ValueError):
+            window_between(None, full)  # the memory interval of ``mid`` would be missing
     for g in (0, 1, 2):
         assert w1.gpus[g].online_busy_s + w2.gpus[g].online_busy_s == pytest.approx(
             full.gpus[g].online_busy_s, abs=1e-6
@@ -154,6 +179,65 @@ def test_property_windows_add_up_and_overlap_within_union(
     for key, p in full.pairs.items():
         assert p.overlap_s <= p.union_s + 1e-9
         assert w1.pairs[key].union_s + w2.pairs[key].union_s == pytest.approx(p.union_s, abs=1e-6)
-    assert sum(full.memory_states.values()) == pytest.approx(end, abs=1e-6)
-    q = harvestable_quantile(full, 0.1)
+    # The memory sketch of the whole run is the merge of the two intervals.
+    whole = window_between(None, full, [mid])
+    assert whole.memory.total_seconds == pytest.approx(end, abs=1e-6)
+    assert w2.memory.total_seconds == pytest.approx(end - mid_t, abs=1e-6)
+    q = whole.memory.quantile(0.1)
     assert q is not None and q >= 0
+
+
+def test_agent_nodetrace_round_trips_to_the_factors_of_the_raw_samples() -> None:
+    """Agent-written NodeTrace → NodeSummary.from_nodetrace = summarize_samples of the same data."""
+    rng = np.random.default_rng(7)
+    n_t, n_gpus, period = 240, 3, 1.0
+    shared = rng.random(n_t) < 0.4
+    busy = np.where(rng.random((n_t, n_gpus)) < 0.85, shared[:, None], ~shared[:, None])
+    busy = busy.astype(float)
+    busy[::7, 1] = 0.5  # some fractional samples (the trace rule for overlap)
+    enabled = np.where(busy > 0, 0.0, rng.choice([0.0, 1.0], (n_t, n_gpus), p=[0.2, 0.8]))
+    # Free memory on a 1/64 GiB grid: exact in bytes, so both paths floor the same numbers.
+    free = np.round(rng.uniform(2.0, 30.0, (n_t, n_gpus)) * 64) / 64
+    free[n_t // 2 :, 2] = 9.5  # a level exactly on a step boundary
+    a = Accounting(range(n_gpus), start=0.0, memory_step_gib=0.5)
+    reports = ReportWindow(window_s=3600, node="n1")
+    reports.add(T0, a.snapshot(0.0))
+    for i in range(n_t):
+        t = i * period
+        for g in range(n_gpus):
+            a.set_online_busy(t, g, busy[i, g])
+            a.set_offline_enabled(t, g, enabled[i, g])
+            a.set_harvestable(t, g, int(free[i, g] * GIB))
+        if i and i % 60 == 0:  # a snapshot every minute, as the daemon takes them
+            reports.add(T0 + timedelta(seconds=t), a.snapshot(t))
+    end = n_t * period
+    reports.add(T0 + timedelta(seconds=end), a.snapshot(end))
+    status = reports.status(_inventory(n_gpus), {0: "ns/job"})
+    assert status is not None
+    wire = NodeTrace(metadata={"name": "n1"}, spec={"nodeName": "n1"}, status=status).to_k8s()
+    agent = NodeSummary.from_nodetrace(wire)
+
+    frame = pd.DataFrame(
+        {
+            "timestamp": np.repeat(np.arange(n_t) * period, n_gpus),
+            "node": "n1",
+            "gpu": np.tile(np.arange(n_gpus), n_t),
+            "online_busy": busy.ravel(),
+            "free_memory_gib": free.ravel(),
+            "offline_enabled": enabled.ravel(),
+        }
+    )
+    raw = summarize_samples(frame, step_gib=0.5)["n1"]
+    assert agent.equals(raw)
+    assert agent.memory.equals(raw.memory)
+    np.testing.assert_allclose(compute_factors(agent), compute_factors(raw))
+    profile = JobProfile(100.0, 12.0, (4.0, 12.0), (20.0, 100.0), 2.0)
+    for gpus in ([0], [1], [2], [0, 1], [1, 2], [0, 1, 2]):
+        assert compute_factor(agent, gpus) == pytest.approx(compute_factor(raw, gpus))
+        assert memory_factor(profile, agent, gpus) == pytest.approx(
+            memory_factor(profile, raw, gpus)
+        )
+        assert multi_gpu_factor(agent, gpus) == pytest.approx(multi_gpu_factor(raw, gpus))
+    assert status.idle_fraction == pytest.approx(float(compute_factors(raw).mean()))
+    assert status.harvestable_memory_p10_gi_b == raw.memory.quantile(0.10)
+    assert status.offline_jobs == 1 and status.per_gpu[0].offline_job == "ns/job"

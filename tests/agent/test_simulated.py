@@ -115,8 +115,8 @@ def test_trace_replay(tmp_path: Path) -> None:
     assert t.pairs[(0, 1)].overlap_s == pytest.approx(5.0, abs=0.01)
     assert t.pairs[(0, 1)].union_s == pytest.approx(15.0, abs=0.01)
     assert t.gpus[1].preemptions == 2  # one 5 s busy period per loop
-    free = {lvl for st in t.memory_states for lvl in st}
-    assert max(free) * t.memory_step_gib <= 40.0  # never more than the trace's free memory
+    free = t.memory.states_gib()
+    assert free.size and free.max() <= 40.0  # never more than the trace's free memory
     with pytest.raises(ValueError):
         TraceOnline.from_file(path, "missing")
 

@@ -156,7 +156,7 @@ class AgentDaemon:
             raise AgentError(f"unknown backend {o.backend!r} (nvidia or simulated)")
         self.inventory = inventory
         self.reports = ReportWindow(
-            window_s=o.window_s, source=source, agent_version=agent_version()
+            window_s=o.window_s, source=source, agent_version=agent_version(), node=o.node
         )
         self.reports_ok = 0
         self.last_report_error: str | None = None

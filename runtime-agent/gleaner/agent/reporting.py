@@ -2,10 +2,12 @@
 
 Contract. :class:`ReportWindow` keeps the agent's cumulative :class:`Totals` snapshots, one
 per report interval, with the wall-clock time each was taken. :meth:`ReportWindow.status`
-summarizes ``[max(first snapshot, now - window_s), now]`` as a NodeTrace status. Because the
-window is cut from cumulative totals, a report that failed (API outage) loses nothing: the
-next one covers the gap, up to ``window_s`` back. :meth:`ReportWindow.reported` records a
-successful report (``last_report_time``) and trims snapshots older than the window.
+summarizes ``[max(first snapshot, now - window_s), now]`` as a NodeTrace status (written by
+perfmodel's ``NodeSummary.to_nodetrace_status``). The window is cut from cumulative totals
+and the memory sketches of every snapshot in it are merged, so a report that failed (API
+outage) loses nothing: the next one covers the gap, up to ``window_s`` back.
+:meth:`ReportWindow.reported` records a successful report (``last_report_time``);
+:meth:`ReportWindow.add` trims snapshots older than the window.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gleaner.api import GpuInfo, NodeTraceStatus, TraceSource
 @dataclass
 class ReportWindow:
     window_s: float = 3600.0
+    node: str = ""
     source: TraceSource = TraceSource.AGENT
     agent_version: str = ""
     snapshots: deque[tuple[datetime, Totals]] = field(default_factory=deque)
@@ -50,7 +53,8 @@ class ReportWindow:
         start_wall, start = self.snapshots[0]
         if end.at <= start.at:
             return None
-        window = window_between(start, end)
+        between = [totals for _, totals in list(self.snapshots)[1:-1]]
+        window = window_between(start, end, between)
         return to_nodetrace_status(
             window,
             inventory=inventory,
@@ -59,6 +63,7 @@ class ReportWindow:
             offline_jobs=offline_jobs,
             source=self.source,
             agent_version=self.agent_version,
+            node=self.node,
         )
 
     def reported(self, wall: datetime) -> None:

@@ -9,8 +9,10 @@ The same classes run in the agent daemon, in the simulator and in tests
 - :func:`select_handles_greedy` (Algorithm 1) / :func:`select_handles_fifo` and
   :func:`plan_reclamation` → :class:`ReclaimPlan` (compute off, quarantine, release, report).
 - :class:`Accounting` (per node): offline-enabled and online-busy seconds, pairwise busy
-  overlap/union, joint harvestable-memory sketch, preemptions per request, reclamations;
-  :func:`window_between` and :func:`to_nodetrace_status` summarize a window for NodeTrace.
+  overlap/union, the joint harvestable-memory sketch (perfmodel's ``MemoryHistogram``),
+  preemptions per request, reclamations; :func:`window_between` cuts a window,
+  :func:`window_summary` makes it perfmodel's ``NodeSummary`` and :func:`to_nodetrace_status`
+  writes its NodeTrace status through perfmodel.
 """
 
 from gleaner.agent.policy.accounting import (
@@ -19,9 +21,9 @@ from gleaner.agent.policy.accounting import (
     GpuTotals,
     PairTotals,
     Totals,
-    harvestable_quantile,
     to_nodetrace_status,
     window_between,
+    window_summary,
 )
 from gleaner.agent.policy.gate import ComputeGate, Disable, Enable, GateAction, GateConfig
 from gleaner.agent.policy.memory import (
@@ -64,11 +66,11 @@ __all__ = [
     "Release",
     "StepKind",
     "Totals",
-    "harvestable_quantile",
     "plan_reclamation",
     "reclaim_cost",
     "select_handles_fifo",
     "select_handles_greedy",
     "to_nodetrace_status",
     "window_between",
+    "window_summary",
 ]

@@ -16,14 +16,22 @@ until the next change. Derived totals, all cumulative since ``start``:
   (exact for 0/1 levels; the trace-file rule for fractions);
 - per offline job: timeslice seconds ``∫ min over the job's GPUs of enabled dt`` (a
   multi-GPU job runs in lockstep, so it progresses only while all its GPUs are enabled);
-- the joint harvestable-memory sketch: seconds per state, a state being the vector of every
-  GPU's harvestable GiB floored to ``memory_step_gib`` (NodeTrace ``status.memory``);
-- per GPU: time-weighted harvestable-memory histogram over fixed byte buckets.
+- per GPU: time-weighted harvestable-memory histogram over fixed byte buckets (Prometheus).
 
-:meth:`Accounting.snapshot` copies the totals; :func:`window_between` subtracts two
-snapshots, so a reporter that missed reports (API outage) still covers the whole gap with
-its next one. :func:`to_nodetrace_status` turns a window into the NodeTrace status.
-No I/O, no clocks.
+The joint harvestable-memory sketch (NodeTrace ``status.memory``) is perfmodel's
+:class:`~gleaner.perfmodel.MemoryHistogram`: every interval of constant harvestable memory
+becomes one sample (the vector of the GPUs' harvestable GiB, lasting that interval), floored
+to ``memory_step_gib`` and capped at ``max_memory_states`` states by perfmodel's documented
+coarsening. Sketches merge but do not subtract, so unlike the other totals a snapshot's
+``memory`` covers only its own interval ``(memory_since, at]``: from the previous snapshot
+(or ``start``) to the snapshot.
+
+:meth:`Accounting.snapshot` copies the totals and starts the next memory interval;
+:func:`window_between` subtracts the cumulative totals of two snapshots and merges the memory
+sketches of the snapshots in between, so a reporter that missed reports (API outage) still
+covers the whole gap with its next one. :func:`window_summary` turns a window into perfmodel's
+:class:`~gleaner.perfmodel.NodeSummary`, whose ``to_nodetrace_status`` writes the NodeTrace
+status (:func:`to_nodetrace_status` does both). No I/O, no clocks.
 """
 
 from __future__ import annotations
@@ -34,17 +42,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gleaner.api import (
-    GpuInfo,
-    GpuPair,
-    GpuTrace,
-    MemorySketch,
-    MemoryState,
-    NodeTraceStatus,
-    TraceSource,
-    TraceWindow,
-)
+import numpy as np
+import numpy.typing as npt
+
+from gleaner.api import GpuInfo, NodeTraceStatus, TraceSource
 from gleaner.api.nodetrace import MAX_MEMORY_STATES
+from gleaner.perfmodel import DEFAULT_STEP_GIB, GpuEvents, GpuSpec, MemoryHistogram, NodeSummary
 
 GIB = 1 << 30
 
@@ -67,6 +70,9 @@ HARVESTABLE_BUCKETS_GIB: tuple[float, ...] = (
     192.0,
 )
 """Upper bounds (GiB) of the harvestable-memory histogram buckets (then +Inf)."""
+
+_MEMORY_FOLD = 1024
+"""Closed memory intervals buffered before they are folded into the sketch."""
 
 
 @dataclass(slots=True)
@@ -107,13 +113,19 @@ class Totals:
     pairs: dict[tuple[int, int], PairTotals]
     job_timeslice_s: dict[str, float]
     """``namespace/name`` → timeslice seconds."""
-    memory_states: dict[tuple[int, ...], float]
-    """Joint harvestable memory: levels (GiB = level · step) → seconds."""
-    memory_step_gib: float
+    memory: MemoryHistogram
+    """Joint harvestable-memory sketch of ``(memory_since, at]`` (columns in GPU order)."""
+    memory_since: float
+    """Start of the memory sketch's interval: the previous snapshot, or ``start``."""
 
     @property
     def seconds(self) -> float:
         return self.at - self.start
+
+    @property
+    def memory_step_gib(self) -> float:
+        """The memory sketch's effective step (GiB per level)."""
+        return self.memory.step_gib
 
 
 @dataclass(slots=True)
@@ -122,36 +134,52 @@ class Accounting:
 
     gpus: Sequence[int]
     start: float = 0.0
-    memory_step_gib: float = 0.5
+    memory_step_gib: float = DEFAULT_STEP_GIB
+    max_memory_states: int = MAX_MEMORY_STATES
     _now: float = 0.0
     _busy: dict[int, float] = field(default_factory=dict)
     _enabled: dict[int, float] = field(default_factory=dict)
     _harvestable: dict[int, int] = field(default_factory=dict)
     _jobs: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _totals: Totals | None = None
+    _mem_vectors: list[tuple[int, ...]] = field(default_factory=list)
+    """Harvestable bytes per GPU of each closed interval of the current memory interval."""
+    _mem_seconds: list[float] = field(default_factory=list)
+    _mem_open_s: float = 0.0
+    """Seconds the current harvestable vector has lasted so far."""
+    _mem_sketch: MemoryHistogram | None = None
+    """Closed intervals folded so far (since ``_mem_since``)."""
+    _mem_since: float = 0.0
 
     def __post_init__(self) -> None:
         if self.memory_step_gib <= 0:
             raise ValueError("memory_step_gib must be positive")
+        if self.max_memory_states < 1:
+            raise ValueError("max_memory_states must be >= 1")
         self.gpus = tuple(sorted(set(self.gpus)))
         self._now = self.start
         self._busy = dict.fromkeys(self.gpus, 0.0)
         self._enabled = dict.fromkeys(self.gpus, 0.0)
         self._harvestable = dict.fromkeys(self.gpus, 0)
+        self._mem_since = self.start
+        self._mem_sketch = self._empty_sketch()
         self._totals = Totals(
             start=self.start,
             at=self.start,
             gpus={g: GpuTotals() for g in self.gpus},
             pairs={pair: PairTotals() for pair in _pairs(self.gpus)},
             job_timeslice_s={},
-            memory_states={},
-            memory_step_gib=self.memory_step_gib,
+            memory=self._mem_sketch,
+            memory_since=self.start,
         )
 
     @property
     def totals(self) -> Totals:
-        assert self._totals is not None
-        return self._totals
+        """The live cumulative totals (``memory``: the current interval's sketch so far)."""
+        tot = self._tot()
+        tot.memory = self._memory_sketch()
+        tot.memory_since = self._mem_since
+        return tot
 
     @property
     def now(self) -> float:
@@ -169,7 +197,12 @@ class Accounting:
 
     def set_harvestable(self, t: float, gpu: int, free_bytes: int) -> None:
         self.advance(t)
-        self._harvestable[self._gpu(gpu)] = max(0, int(free_bytes))
+        g = self._gpu(gpu)
+        value = max(0, int(free_bytes))
+        if value == self._harvestable[g]:
+            return
+        self._close_memory_interval()
+        self._harvestable[g] = value
 
     def set_offline_jobs(self, t: float, jobs: Mapping[str, Iterable[int]]) -> None:
         """The offline jobs on this node now: ``namespace/name`` → GPU indices."""
@@ -178,7 +211,7 @@ class Accounting:
             job: tuple(sorted(g for g in gpus if g in self._busy)) for job, gpus in jobs.items()
         }
         for job in self._jobs:
-            self.totals.job_timeslice_s.setdefault(job, 0.0)
+            self._tot().job_timeslice_s.setdefault(job, 0.0)
 
     def offline_jobs(self) -> dict[str, tuple[int, ...]]:
         return dict(self._jobs)
@@ -195,17 +228,17 @@ class Accounting:
     # -- events ---------------------------------------------------------------------------
 
     def add_preemption(self, gpu: int, count: int = 1) -> None:
-        self.totals.gpus[self._gpu(gpu)].preemptions += count
+        self._tot().gpus[self._gpu(gpu)].preemptions += count
 
     def add_online_request(self, gpu: int, preemptions: int) -> None:
         """An online request on ``gpu`` finished having seen ``preemptions`` preemptions."""
-        g = self.totals.gpus[self._gpu(gpu)]
+        g = self._tot().gpus[self._gpu(gpu)]
         g.online_requests += 1
         g.request_preemptions[preemptions] = g.request_preemptions.get(preemptions, 0) + 1
         g.max_preemptions_per_request = max(g.max_preemptions_per_request, preemptions)
 
     def add_reclamation(self, gpu: int, reclaimed_bytes: int, blocks_invalidated: int) -> None:
-        g = self.totals.gpus[self._gpu(gpu)]
+        g = self._tot().gpus[self._gpu(gpu)]
         g.reclamations += 1
         g.reclaimed_bytes += reclaimed_bytes
         g.kv_blocks_invalidated += blocks_invalidated
@@ -219,7 +252,7 @@ class Accounting:
         dt = t - self._now
         if dt <= 0:
             return
-        tot = self.totals
+        tot = self._tot()
         for g in self.gpus:
             gt = tot.gpus[g]
             gt.offline_enabled_s += self._enabled[g] * dt
@@ -234,25 +267,75 @@ class Accounting:
         for job, gpus in self._jobs.items():
             level = min((self._enabled[g] for g in gpus), default=0.0)
             tot.job_timeslice_s[job] = tot.job_timeslice_s.get(job, 0.0) + level * dt
-        if self.gpus:
-            state = tuple(
-                math.floor(self._harvestable[g] / GIB / self.memory_step_gib + 1e-9)
-                for g in self.gpus
-            )
-            tot.memory_states[state] = tot.memory_states.get(state, 0.0) + dt
+        self._mem_open_s += dt
         self._now = t
         tot.at = t
 
     def snapshot(self, t: float | None = None) -> Totals:
-        """A copy of the totals, integrated up to ``t`` (default: the last event)."""
+        """A copy of the totals up to ``t`` (default: the last event); starts a new memory
+        interval, so keep every snapshot a window will span (see :func:`window_between`)."""
         if t is not None:
             self.advance(t)
-        return copy.deepcopy(self.totals)
+        tot = self._tot()
+        sketch = self._memory_sketch()
+        tot.memory = self._empty_sketch()  # immutable: shared with the copy, not deep-copied
+        out = copy.deepcopy(tot)
+        out.memory = sketch
+        out.memory_since = self._mem_since
+        self._mem_vectors.clear()
+        self._mem_seconds.clear()
+        self._mem_open_s = 0.0
+        self._mem_sketch = self._empty_sketch()
+        self._mem_since = self._now
+        tot.memory, tot.memory_since = self._mem_sketch, self._mem_since
+        return out
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _tot(self) -> Totals:
+        assert self._totals is not None
+        return self._totals
 
     def _gpu(self, gpu: int) -> int:
         if gpu not in self._busy:
             raise KeyError(f"GPU {gpu} is not in this node's inventory {list(self.gpus)}")
         return gpu
+
+    def _empty_sketch(self) -> MemoryHistogram:
+        return MemoryHistogram.empty(len(self.gpus), self.memory_step_gib)
+
+    def _close_memory_interval(self) -> None:
+        """The harvestable vector is about to change: its interval becomes one sample."""
+        if self._mem_open_s > 0 and self.gpus:
+            self._mem_vectors.append(tuple(self._harvestable[g] for g in self.gpus))
+            self._mem_seconds.append(self._mem_open_s)
+        self._mem_open_s = 0.0
+        if len(self._mem_vectors) >= _MEMORY_FOLD:
+            self._mem_sketch = self._fold(self._mem_vectors, self._mem_seconds)
+            self._mem_vectors.clear()
+            self._mem_seconds.clear()
+
+    def _fold(
+        self, vectors: Sequence[tuple[int, ...]], seconds: Sequence[float]
+    ) -> MemoryHistogram:
+        """The folded sketch merged with these samples (harvestable bytes, seconds each)."""
+        assert self._mem_sketch is not None
+        if not vectors:
+            return self._mem_sketch
+        free_gib = np.asarray(vectors, dtype=np.float64).reshape(len(vectors), -1) / GIB
+        secs = np.asarray(seconds, dtype=np.float64)
+        part = MemoryHistogram.from_samples(
+            free_gib, secs, self.memory_step_gib, self.max_memory_states
+        )
+        return self._mem_sketch.merge(part, self.max_memory_states)
+
+    def _memory_sketch(self) -> MemoryHistogram:
+        """The current memory interval's sketch, the still-open interval included."""
+        vectors, seconds = list(self._mem_vectors), list(self._mem_seconds)
+        if self._mem_open_s > 0 and self.gpus:
+            vectors.append(tuple(self._harvestable[g] for g in self.gpus))
+            seconds.append(self._mem_open_s)
+        return self._fold(vectors, seconds)
 
 
 def _pairs(gpus: Sequence[int]) -> list[tuple[int, int]]:
@@ -274,12 +357,37 @@ def _bucket(free_bytes: int) -> int:
     return len(HARVESTABLE_BUCKETS_GIB)
 
 
-def window_between(before: Totals | None, after: Totals) -> Totals:
-    """The totals of the window from ``before`` (None: from the start) to ``after``."""
+def window_between(
+    before: Totals | None,
+    after: Totals,
+    between: Sequence[Totals] = (),
+    *,
+    max_memory_states: int = MAX_MEMORY_STATES,
+) -> Totals:
+    """The totals of the window from ``before`` (None: from the start) to ``after``.
+
+    ``between`` are the snapshots taken after ``before`` and before ``after``, in order: the
+    window's memory sketch is the merge of their and ``after``'s interval sketches. Raises
+    ValueError when snapshots are out of order or one is missing (the intervals do not chain).
+    """
+    chain = [*between, after]
+    prev = after.start if before is None else before.at
+    for snap in chain:
+        if snap.at < prev:
+            raise ValueError("snapshots out of order")
+        if not math.isclose(snap.memory_since, prev, rel_tol=0.0, abs_tol=1e-9):
+            raise ValueError(
+                f"missing snapshot: a memory interval starts at {snap.memory_since}, "
+                f"the previous one ended at {prev}"
+            )
+        prev = snap.at
+    memory = chain[0].memory.capped(max_memory_states)
+    for snap in chain[1:]:
+        memory = memory.merge(snap.memory, max_memory_states)
     if before is None:
-        return copy.deepcopy(after)
-    if before.at > after.at:
-        raise ValueError("snapshots out of order")
+        out = copy.deepcopy(after)
+        out.memory, out.memory_since = memory, after.start
+        return out
     gpus: dict[int, GpuTotals] = {}
     for g, a in after.gpus.items():
         b = before.gpus.get(g, GpuTotals())
@@ -315,52 +423,80 @@ def window_between(before: Totals | None, after: Totals) -> Totals:
         j: max(0.0, s - before.job_timeslice_s.get(j, 0.0))
         for j, s in after.job_timeslice_s.items()
     }
-    states = {
-        st: s - before.memory_states.get(st, 0.0)
-        for st, s in after.memory_states.items()
-        if s - before.memory_states.get(st, 0.0) > 1e-9
-    }
     return Totals(
         start=before.at,
         at=after.at,
         gpus=gpus,
         pairs=pairs,
         job_timeslice_s=jobs,
-        memory_states=states,
-        memory_step_gib=after.memory_step_gib,
+        memory=memory,
+        memory_since=before.at,
     )
 
 
-def cap_states(
-    states: Mapping[tuple[int, ...], float], step_gib: float, max_states: int = MAX_MEMORY_STATES
-) -> tuple[dict[tuple[int, ...], float], float]:
-    """Double the step (halving levels with floor division) until at most ``max_states``."""
-    out = dict(states)
-    while len(out) > max_states:
-        merged: dict[tuple[int, ...], float] = {}
-        for st, s in out.items():
-            key = tuple(x // 2 for x in st)
-            merged[key] = merged.get(key, 0.0) + s
-        out = merged
-        step_gib *= 2
-    return out, step_gib
+def window_summary(
+    window: Totals,
+    *,
+    node: str,
+    inventory: Sequence[GpuInfo],
+    wall_start: datetime,
+    wall_end: datetime,
+    offline_jobs: Mapping[int, str] | None = None,
+) -> NodeSummary:
+    """A window as perfmodel's :class:`~gleaner.perfmodel.NodeSummary` (GPUs by index).
 
+    Seconds are clipped to the window (float sums may overshoot by an ulp); GPU specs come
+    from ``inventory`` (``offline_jobs``: GPU → ``namespace/name``).
+    """
+    jobs = dict(offline_jobs or {})
+    idx = sorted(window.gpus)
+    pos = {g: p for p, g in enumerate(idx)}
+    inv = {g.index: g for g in inventory}
+    specs = tuple(
+        GpuSpec(index=g, uuid=inv[g].uuid, product=inv[g].product, memory_gib=inv[g].memory_gi_b)
+        if g in inv
+        else GpuSpec(index=g)
+        for g in idx
+    )
+    seconds = max(window.seconds, 0.0)
+    per = [window.gpus[g] for g in idx]
+    busy = np.array([min(t.online_busy_s, seconds) for t in per], dtype=np.float64)
+    enabled = np.array([min(t.offline_enabled_s, seconds) for t in per], dtype=np.float64)
+    n = len(idx)
+    overlap = np.full((n, n), np.nan)
+    union = np.full((n, n), np.nan)
+    np.fill_diagonal(overlap, busy)
+    np.fill_diagonal(union, busy)
+    for (a, b), p in window.pairs.items():
+        i, j = pos[a], pos[b]
+        overlap[i, j] = overlap[j, i] = p.overlap_s
+        union[i, j] = union[j, i] = p.union_s
 
-def harvestable_quantile(window: Totals, q: float) -> float | None:
-    """Lower ``q``-quantile (GiB) of the pooled per-GPU harvestable memory of a window."""
-    pairs: list[tuple[int, float]] = []
-    for st, s in window.memory_states.items():
-        pairs.extend((lvl, s) for lvl in st)
-    if not pairs:
-        return None
-    pairs.sort()
-    total = sum(s for _, s in pairs)
-    acc = 0.0
-    for lvl, s in pairs:
-        acc += s
-        if acc >= q * total - 1e-12 * total:
-            return lvl * window.memory_step_gib
-    return pairs[-1][0] * window.memory_step_gib
+    def counts(values: Iterable[int]) -> npt.NDArray[np.int64]:
+        return np.fromiter(values, dtype=np.int64, count=n)
+
+    events = GpuEvents(
+        preemptions=counts(t.preemptions for t in per),
+        online_requests=counts(t.online_requests for t in per),
+        max_preemptions_per_request=counts(t.max_preemptions_per_request for t in per),
+        reclamations=counts(t.reclamations for t in per),
+        reclaimed_bytes=counts(t.reclaimed_bytes for t in per),
+    )
+    return NodeSummary(
+        node=node,
+        gpus=specs,
+        window_seconds=seconds,
+        online_busy_seconds=busy,
+        offline_enabled_seconds=enabled,
+        pair_overlap_seconds=overlap,
+        pair_union_seconds=union,
+        memory=window.memory,
+        last_report_time=wall_end,
+        window_start=wall_start,
+        window_end=wall_end,
+        events=events,
+        offline_jobs=tuple(jobs.get(g) for g in idx),
+    )
 
 
 def to_nodetrace_status(
@@ -372,57 +508,22 @@ def to_nodetrace_status(
     offline_jobs: Mapping[int, str] | None = None,
     source: TraceSource = TraceSource.AGENT,
     agent_version: str = "",
+    node: str = "",
 ) -> NodeTraceStatus:
-    """The NodeTrace status of one window (``offline_jobs``: GPU → ``namespace/name``)."""
-    jobs = dict(offline_jobs or {})
-    seconds = max(window.seconds, 1e-9)
-    per_gpu = [
-        GpuTrace(
-            index=g,
-            offline_enabled_seconds=min(t.offline_enabled_s, seconds),
-            online_busy_seconds=min(t.online_busy_s, seconds),
-            preemptions=t.preemptions,
-            online_requests=t.online_requests,
-            max_preemptions_per_request=t.max_preemptions_per_request,
-            reclamations=t.reclamations,
-            reclaimed_bytes=t.reclaimed_bytes,
-            offline_job=jobs.get(g),
-        )
-        for g, t in sorted(window.gpus.items())
-    ]
-    pairs = [
-        GpuPair(
-            gpu_a=a,
-            gpu_b=b,
-            overlap_seconds=min(p.overlap_s, p.union_s),
-            union_seconds=p.union_s,
-        )
-        for (a, b), p in sorted(window.pairs.items())
-    ]
-    states, step = cap_states(window.memory_states, window.memory_step_gib)
-    sketch = MemorySketch(
-        step_gi_b=step,
-        states=[
-            MemoryState(free_gi_b=[lvl * step for lvl in st], seconds=s)
-            for st, s in sorted(states.items())
-            if s > 0
-        ],
+    """The NodeTrace status of one window (``offline_jobs``: GPU → ``namespace/name``).
+
+    Written by perfmodel (:meth:`NodeSummary.to_nodetrace_status`), so what the agent
+    publishes is exactly what the scheduler's reader (``NodeSummary.from_nodetrace``) expects.
+    """
+    summary = window_summary(
+        window,
+        node=node,
+        inventory=inventory,
+        wall_start=wall_start,
+        wall_end=wall_end,
+        offline_jobs=offline_jobs,
     )
-    n = len(per_gpu)
-    idle = (
-        sum(t.offline_enabled_seconds for t in per_gpu) / (n * seconds) if n and seconds else None
-    )
-    p10 = harvestable_quantile(window, 0.10)
-    return NodeTraceStatus(
-        source=source,
-        agent_version=agent_version,
-        last_report_time=wall_end,
-        gpus=list(inventory),
-        window=TraceWindow(start=wall_start, end=wall_end, seconds=seconds),
-        per_gpu=per_gpu,
-        pairs=pairs,
-        memory=sketch,
-        idle_fraction=None if idle is None else min(1.0, max(0.0, idle)),
-        harvestable_memory_p10_gi_b=p10,
-        offline_jobs=len(set(jobs.values())),
+    jobs = len(set((offline_jobs or {}).values()))
+    return summary.to_nodetrace_status(
+        source=source, agent_version=agent_version, offline_jobs=jobs, now=wall_end
     )
