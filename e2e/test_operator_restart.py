@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 RUNNING = "mistral-7b-ticket-triage"
 IN_FLIGHT = "llama-8b-any-gpu"
-BIND_DELAY = "6"
+BIND_DELAY = "10"
 
 
 def _llama_any_gpu(examples: Path) -> dict[str, Any]:
