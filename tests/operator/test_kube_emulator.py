@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import kubernetes
@@ -71,3 +72,35 @@ def test_emulator_serves_over_http_like_an_api_server(tmp_path: Path) -> None:
         assert [o["metadata"]["name"] for o in kube.objects("v1/pods")] == ["a", "b"]
         api.core.delete_namespaced_pod("a", "default")
         assert [p.metadata.name for p in api.pods()] == ["b"]
+
+
+def test_emulator_serves_nodes_with_labels_cordons_and_a_watch(tmp_path: Path) -> None:
+    with KubeEmulator(tmp_path) as kube:
+        api = KubeApi(kube)
+        api.apply_node("gpu-1", {"pool": "a100", "zone": "z1"})
+        api.apply_node("gpu-2", {"pool": "h100"}, unschedulable=True, ready=False)
+        nodes = {n.metadata.name: n for n in api.core.list_node().items}
+        assert nodes["gpu-1"].metadata.labels == {"pool": "a100", "zone": "z1"}
+        assert nodes["gpu-1"].status.conditions[0].status == "True"
+        assert nodes["gpu-2"].spec.unschedulable is True
+        assert nodes["gpu-2"].status.conditions[0].status == "False"
+        # Relabelling replaces the labels (kubectl label --overwrite / label-): "zone" goes.
+        api.apply_node("gpu-1", {"pool": "h100"})
+        assert api.core.read_node("gpu-1").metadata.labels == {"pool": "h100"}
+        assert [n.metadata.name for n in api.core.list_node(label_selector="pool=h100").items] == [
+            "gpu-1",
+            "gpu-2",
+        ]
+        # A watch replays the Nodes, then streams the deletion.
+        stream = api.core.list_node(watch=True, timeout_seconds=2, _preload_content=False)
+        seen: list[tuple[str, str]] = []
+        for line in stream:
+            event = json.loads(line)
+            seen.append((event["type"], event["object"]["metadata"]["name"]))
+            if len(seen) == 2:
+                api.delete_node("gpu-2")
+            if len(seen) == 3:
+                break
+        stream.release_conn()
+        assert sorted(seen[:2]) == [("ADDED", "gpu-1"), ("ADDED", "gpu-2")]
+        assert seen[2] == ("DELETED", "gpu-2")

@@ -210,6 +210,34 @@ def test_unschedulable_says_why_and_is_retried_when_nodetraces_change(cluster: C
     assert [p.spec.node_name for p in cluster.pods_of("picky")] == ["busy"]
 
 
+def test_gpu_selector_matches_node_labels_and_follows_relabelling(cluster: Cluster) -> None:
+    for name in ("node-a", "node-b"):
+        cluster.api.apply_nodetrace(nodetrace_manifest(name, gpus=1, offline_enabled=0.9))
+    cluster.api.apply_node("node-a", {"pool": "a100"})
+    cluster.api.apply_node("node-b", {"pool": "h100"})
+    cluster.start_operator()
+
+    pinned = offlinejob_manifest("pinned")
+    pinned["spec"]["gpuSelector"] = {"nodeSelector": {"pool": "h100"}}
+    cluster.api.create_job(pinned)
+    status = cluster.wait_phase("pinned", "Scheduled")
+    assert status["placement"]["node"] == "node-b"
+
+    nowhere = offlinejob_manifest("nowhere")
+    nowhere["spec"]["gpuSelector"] = {"nodeSelector": {"pool": "l4"}}
+    cluster.api.create_job(nowhere)
+    status = cluster.wait_phase("nowhere", "Unschedulable")
+    assert status["message"] == "0/2 nodes are available: 2 didn't match gpuSelector node labels."
+    assert cluster.condition("nowhere", "Scheduled")["message"] == status["message"]
+
+    # An administrator relabels node-a (kubectl label --overwrite): the Node watch sees it
+    # and the job is placed there.
+    cluster.api.apply_node("node-a", {"pool": "l4"})
+    status = cluster.wait_phase("nowhere", "Scheduled")
+    assert status["placement"]["node"] == "node-a"
+    assert [p.spec.node_name for p in cluster.pods_of("nowhere")] == ["node-a"]
+
+
 def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> None:
     cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1, offline_enabled=0.95))
     cluster.api.apply_nodetrace(nodetrace_manifest("node-b", gpus=1, offline_enabled=0.7))

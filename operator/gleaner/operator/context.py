@@ -10,7 +10,9 @@ so a restarted operator converges from what it finds. What it does hold:
 - ``scheduling_lock``: one scheduling pass at a time, so concurrent placements never pick
   the same GPU;
 - ``kick()``: asks the scheduling loop for a pass. Only kopf handlers kick, and kopf pauses
-  them while a higher-priority peer is active, so a standby replica never schedules.
+  them while a higher-priority peer is active, so a standby replica never schedules;
+- ``nodes``: labels and availability of Kubernetes Nodes (``gleaner.operator.nodes``), a
+  cache of the API server's Nodes kept current by a kopf watch (rebuilt on restart).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gleaner.operator.config import OperatorConfig
 from gleaner.operator.http import Health
 from gleaner.operator.kube import KubeClient
 from gleaner.operator.metrics import OperatorMetrics
+from gleaner.operator.nodes import NodeCache
 
 logger = logging.getLogger("gleaner.operator")
 
@@ -38,6 +41,7 @@ class OperatorContext:
     scheduling_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     loop_task: asyncio.Task[None] | None = None
     kick_reasons: set[str] = field(default_factory=set)
+    nodes: NodeCache = field(default_factory=NodeCache)
 
     def job_lock(self, namespace: str, name: str) -> asyncio.Lock:
         key = f"{namespace}/{name}"

@@ -242,3 +242,8 @@ def pods_path(namespace: str | None = None, name: str | None = None) -> str:
 def configmaps_path(namespace: str | None = None, name: str | None = None) -> str:
     base = f"/api/v1/{_ns(namespace)}configmaps"
     return f"{base}/{quote(name)}" if name else base
+
+
+def nodes_path(name: str | None = None) -> str:
+    base = "/api/v1/nodes"
+    return f"{base}/{quote(name)}" if name else base

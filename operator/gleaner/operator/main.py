@@ -17,6 +17,7 @@ SIGTERM. What is registered:
 ``@timer`` waiting jobs                     ``handlers.requeue``: kick when backoff passed
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
 ``@on.event`` NodeTraces                    ``handlers.requeue``: kick (load changed)
+``@on.event`` Nodes                         ``handlers.nodes``: labels / cordon cache, kick
 ==========================================  ==============================================
 
 Settings: finalizer ``gleaner.dev/finalizer``; kopf's progress and diff-base kept in
@@ -39,6 +40,7 @@ from gleaner.operator.builders import LABEL_ROLE, ROLE_OFFLINE
 from gleaner.operator.config import ANNOTATION_PREFIX, FINALIZER, OperatorConfig
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.delete import delete_job_pods
+from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
 from gleaner.operator.handlers.requeue import nodetrace_changed, requeue_due
 from gleaner.operator.handlers.scheduling import scheduling_loop
@@ -153,6 +155,10 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.event(*NODETRACES, id="nodetrace", registry=registry)
     def nodetrace_event(name: str, memo: kopf.Memo, **_: Any) -> None:
         nodetrace_changed(memo.ctx, name)
+
+    @kopf.on.event("v1", "nodes", id="nodes", registry=registry)
+    def node_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        node_changed(memo.ctx, event.get("type"), dict(body))
 
     return registry
 

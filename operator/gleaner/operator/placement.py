@@ -2,10 +2,11 @@
 
 Contract: ``plan_placements`` turns what a scheduling pass read from the API server (the
 queued jobs with their resolved profiles, node summaries from NodeTraces or Prometheus,
-the GPUs offline Pods already hold) into the scheduler's inputs (``JobRequest``,
-``ClusterState``), calls ``gleaner.scheduler.schedule`` once for the whole queue, and turns
-the answer back into API ``Placement`` objects and per-job reasons. It decides nothing
-itself: filters, scores, explanations and the model are the scheduler's and perfmodel's.
+the GPUs offline Pods already hold, the Kubernetes Nodes' labels and availability) into
+the scheduler's inputs (``JobRequest``, ``ClusterState``), calls
+``gleaner.scheduler.schedule`` once for the whole queue, and turns the answer back into API
+``Placement`` objects and per-job reasons. It decides nothing itself: filters, scores,
+explanations and the model are the scheduler's and perfmodel's.
 """
 
 from __future__ import annotations
@@ -52,8 +53,14 @@ def plan_placements(
     config: SchedulerConfig | None = None,
     stale_after_seconds: float = 600.0,
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
+    unavailable: Mapping[str, str] | None = None,
 ) -> PlacementPlan:
-    """One scheduling decision for the whole queue (see the module docstring)."""
+    """One scheduling decision for the whole queue (see the module docstring).
+
+    ``node_labels`` are the Kubernetes Node labels (for ``gpuSelector.nodeSelector``);
+    ``unavailable`` names nodes that must not receive Pods (cordoned, not ready) with a
+    class-level reason, on top of the nodes whose trace is stale.
+    """
     plan = PlacementPlan()
     if not queue:
         return plan
@@ -63,7 +70,7 @@ def plan_placements(
         nodes=nodes,
         node_labels=node_labels or {},
         occupied=occupied,
-        unavailable=stale_nodes(nodes, now, stale_after_seconds),
+        unavailable={**stale_nodes(nodes, now, stale_after_seconds), **(unavailable or {})},
     )
     result = schedule(requests, cluster, config or SchedulerConfig(), now=now.timestamp())
     for decision in result.placements:

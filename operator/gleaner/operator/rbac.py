@@ -40,6 +40,13 @@ OPERATOR_RULES: Final[list[PolicyRule]] = [
         "resources": ["nodetraces"],
         "verbs": ["get", "list", "watch"],
     },
+    # Node labels (gpuSelector.nodeSelector) and cordons for placement: the scheduling pass
+    # lists Nodes once, then a kopf watch keeps the cache current (gleaner.operator.nodes).
+    {
+        "apiGroups": [""],
+        "resources": ["nodes"],
+        "verbs": ["get", "list", "watch"],
+    },
     # Operator creates offline Pods (<job>-<attempt>), watches them, deletes them on eviction.
     {
         "apiGroups": [""],

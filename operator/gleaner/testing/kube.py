@@ -4,8 +4,9 @@ Contract: ``KubeEmulator`` starts kmock's ``KubernetesEmulator`` (the API mock s
 kopf's author) as a real HTTP server on ``127.0.0.1:<free port>`` in a background thread,
 registers the resources Gleaner's processes use (OfflineJob and NodeTrace from the generated
 CRDs in ``crds/``, or from the pydantic models when the manifests are not there; Pods,
-ConfigMaps, Events, Namespaces, Nodes, Leases, and kopf's peering resources with a peering object
-named ``gleaner``) and writes a kubeconfig that points at it. Processes under test (the real
+ConfigMaps, Events, Namespaces, Nodes (with a status subresource, like the kubelet's),
+Leases, and kopf's peering resources with a peering object named ``gleaner``) and writes a
+kubeconfig that points at it. Processes under test (the real
 ``gleaner operator``) talk to it over HTTP exactly as they would to a cluster; nothing is
 monkey-patched.
 
@@ -921,6 +922,39 @@ class KubeApi:
 
     def events(self, namespace: str = "default") -> list[Any]:
         return list(self.core.list_namespaced_event(namespace).items)
+
+    def apply_node(
+        self,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        *,
+        unschedulable: bool = False,
+        ready: bool = True,
+    ) -> None:
+        """Create or update a Node (as the kubelet registers it and as kubectl labels and
+        cordons it): ``labels`` replace the Node's labels."""
+        import kubernetes
+
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {"unschedulable": unschedulable},
+        }
+        try:
+            self.core.create_node(body)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            current = self.core.read_node(name).metadata.labels or {}
+            gone = {k: None for k in current if k not in (labels or {})}
+            patch = {**body, "metadata": {"labels": {**gone, **dict(labels or {})}}}
+            self.core.patch_node(name, patch)
+        condition = {"type": "Ready", "status": "True" if ready else "False"}
+        self.core.patch_node_status(name, {"status": {"conditions": [condition]}})
+
+    def delete_node(self, name: str) -> None:
+        self.core.delete_node(name)
 
     def configmaps(self, namespace: str = "default", selector: str | None = None) -> list[Any]:
         return list(self.core.list_namespaced_config_map(namespace, label_selector=selector).items)

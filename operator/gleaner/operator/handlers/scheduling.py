@@ -16,10 +16,12 @@ scheduling lock:
 4. derives the occupied GPUs from the Pods that still exist plus the placements recorded
    in bound jobs' status (recorded first, bound second: nothing is ever double-booked);
 5. **places** the queued jobs (Pending, Unschedulable and Evicted, valid, past their
-   ``nextAttemptAfter``) with one call to the scheduler; each placement is recorded in the
-   job's status first, then its Pod is created; jobs that fit nowhere become Unschedulable
-   with the scheduler's reasons, a ``FailedScheduling`` Event (only when the reasons
-   change), and a backoff before the next attempt.
+   ``nextAttemptAfter``) with one call to the scheduler, which also reads the Kubernetes
+   Nodes' labels (``gpuSelector.nodeSelector``) and cordons from ``ctx.nodes`` (listed
+   once when the cache is not primed yet, then kept current by the Node watch); each
+   placement is recorded in the job's status first, then its Pod is created; jobs that fit
+   nowhere become Unschedulable with the scheduler's reasons, a ``FailedScheduling`` Event
+   (only when the reasons change), and a backoff before the next attempt.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from gleaner.operator.kube import (
     ConflictError,
     KubeError,
     configmaps_path,
+    nodes_path,
     nodetraces_path,
     offlinejobs_path,
     pods_path,
@@ -220,12 +223,15 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     if not queue:
         return result
     nodes = await load_node_summaries(ctx.config, traces, now)
+    await _prime_nodes(ctx)
     plan = plan_placements(
         queue[: ctx.config.max_batch],
         nodes,
         occupied,
         now,
         stale_after_seconds=ctx.config.trace_stale_after,
+        node_labels=ctx.nodes.labels(),
+        unavailable=ctx.nodes.unavailable(),
     )
     stage("decide")
     sem = asyncio.Semaphore(BIND_CONCURRENCY)
@@ -244,6 +250,18 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     result.unschedulable = len(explained)
     stage("bind")
     return result
+
+
+async def _prime_nodes(ctx: OperatorContext) -> None:
+    """List Nodes once, the first time a pass needs them (the watch keeps them current)."""
+    if ctx.nodes.primed:
+        return
+    try:
+        ctx.nodes.prime(await ctx.client.list(nodes_path()))
+    except KubeError as exc:
+        # Without Node labels a job with a nodeSelector is explained as not matching; the
+        # next pass lists again.
+        logger.warning("cannot list Nodes (labels and cordons unknown this pass): %s", exc)
 
 
 def _lost(
