@@ -224,6 +224,9 @@ class GleanerSystem:
     agent_window: str = "10s"
     operator_args: Sequence[str] = OPERATOR_FAST_ARGS
     operator_env: Mapping[str, str] = field(default_factory=dict)
+    operator_reads_prometheus: bool = False
+    """Start the operator with ``--prometheus-url`` (traces and SLA observations from the
+    agents' metrics in Prometheus instead of NodeTraces)."""
     startup_timeout: float = 90.0
     kube: KubeEmulator = field(init=False)
     api: KubeApi = field(init=False)
@@ -413,6 +416,8 @@ class GleanerSystem:
             "--http-host=127.0.0.1",
             *self.operator_args,
         ]
+        if self.operator_reads_prometheus:
+            argv.append(f"--prometheus-url={self.prom.url}")
         if self.operator is None:
             self.operator = self.processes.add(
                 ManagedProcess("operator", argv, self.workdir / "logs" / "operator.log")

@@ -1,0 +1,62 @@
+"""Scenario 7: the operator reads the agents' metrics from Prometheus (``--prometheus-url``).
+
+Instead of NodeTraces, the operator takes its node summaries and its SLA observations from
+the real Prometheus that scrapes the agents. ``gleaner place --prometheus`` asks the same
+Prometheus and must agree on where the Mistral example goes; the SLA monitor must observe
+the job's throughput from the agent's per-job timeslice counter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gleaner.testing.system import GleanerSystem
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+JOB = "mistral-7b-ticket-triage"
+SLA = 0.6
+
+
+def test_operator_on_prometheus(start_system: Callable[..., GleanerSystem], examples: Path) -> None:
+    system = start_system(operator_reads_prometheus=True)
+    manifest = examples / "mistral-7b-profile-configmap.yaml"
+    system.apply_file(manifest)
+    job = system.wait_phase(JOB, "Running")
+    placement = job["status"]["placement"]
+    assert placement["throughputFraction"] >= SLA
+
+    done = system.gleaner(
+        "place", "--prometheus", system.prom.url, "--format", "json", str(manifest)
+    )
+    assert done.returncode == 0, done.stderr
+    [expected] = json.loads(done.stdout)["placements"]
+    assert (placement["node"], placement["gpuIndices"]) == (expected["node"], expected["gpus"])
+    assert placement["compute"] == pytest.approx(expected["compute"], abs=0.06)
+
+    # The SLA monitor observes the job through Prometheus (the per-job timeslice rate).
+    observed = system.wait_job(
+        JOB,
+        lambda j: (
+            ((j.get("status") or {}).get("observed") or {}).get("throughputFraction", 0) >= SLA
+        ),
+        "an SLA window observed through Prometheus",
+    )["status"]["observed"]
+    assert observed["windowSeconds"] == pytest.approx(2.0)
+    assert observed["throughputFraction"] == pytest.approx(placement["throughputFraction"], abs=0.1)
+    [pod] = system.pods("batch", JOB)
+    assert pod["spec"]["nodeName"] == placement["node"]
+
+    uuids = system.agent_health(placement["node"])["gpus"]
+    if not placement["gpuUUIDs"]:
+        pytest.xfail(
+            "known gap: the Prometheus trace source has no GPU UUIDs (agent metrics carry "
+            "none), so Pods placed from Prometheus get an empty NVIDIA_VISIBLE_DEVICES"
+        )
+    assert placement["gpuUUIDs"] == [uuids[g] for g in placement["gpuIndices"]]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(placement["gpuUUIDs"])
