@@ -13,13 +13,23 @@ from gleaner.dashboard.build import (
     build_dashboard,
     current_point,
     eviction_id,
+    meets_sla,
     memory_distribution,
     node_view,
     parse_sla_windows,
+    predicted_steps,
     runner_ups,
     weighted_quantile,
+    with_placements,
 )
-from gleaner.dashboard.model import ClusterRecord, Point, RecordedReport
+from gleaner.dashboard.model import (
+    ClusterRecord,
+    Factors,
+    JobEviction,
+    JobView,
+    Point,
+    RecordedReport,
+)
 from gleaner.perfmodel import GpuSpec, JobProfile, MemoryHistogram, NodeSummary
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
@@ -202,3 +212,51 @@ def test_empty_record_gives_one_series_point() -> None:
     assert s.nodes == [] and s.jobs == []
     assert [p.t for p in s.series.preemptions] == [NOW.timestamp()]
     assert current_point([], []).sla_attainment is None
+
+
+def test_meets_sla_uses_the_monitors_tolerance() -> None:
+    """As the operator's SLAMet: 0.5497 of a 0.55 SLA is within the 2 % tolerance."""
+    assert meets_sla(0.5497, 0.55) and meets_sla(0.55 * 0.98, 0.55)
+    assert not meets_sla(0.55 * 0.98 - 1e-6, 0.55)
+
+
+def _eviction(t: float, predicted: float) -> JobEviction:
+    return JobEviction(
+        time=datetime.fromtimestamp(t, tz=UTC),
+        node="n",
+        reason="r",
+        sla=0.5,
+        predicted_throughput_fraction=predicted,
+        observed_throughput_fraction=0.1,
+    )
+
+
+def test_predicted_steps_follow_each_placement() -> None:
+    obs = [Point(t=t, v=0.5) for t in (100.0, 200.0, 300.0, 400.0, 500.0)]
+    now = Factors(compute=1, memory=1, multi_gpu=1, throughput_fraction=0.8)
+    steps = predicted_steps(obs, [_eviction(250.0, 0.6)], now, placed_at=280.0)
+    assert [(p.t, p.v) for p in steps] == [(100, 0.6), (250, 0.6), (280, 0.8), (500, 0.8)]
+    # Evicted and not placed again: the placement in the status is the evicted one.
+    steps = predicted_steps(obs[:2], [_eviction(250.0, 0.6)], now, placed_at=50.0)
+    assert [(p.t, p.v) for p in steps] == []
+    steps = predicted_steps(obs, [_eviction(250.0, 0.6)], now, placed_at=50.0)
+    assert [(p.t, p.v) for p in steps] == [(100, 0.6), (250, 0.6)]
+    assert predicted_steps([], [], now, None) == []
+
+
+def test_placed_jobs_hold_their_gpus_even_before_the_agent_reports() -> None:
+    node = node_view(summary("a", [0.5, 0.5, 0.5], [[10, 10, 10]], jobs=(None, None, "x/old")))
+    job = JobView(
+        namespace="x",
+        name="j",
+        key="x/j",
+        phase="Running",
+        node="a",
+        gpus=[1],
+        gpu_count=1,
+        sla=0.3,
+    )
+    merged = with_placements(node, [job])
+    assert [g.offline_job for g in merged.gpus] == [None, "x/j", "x/old"]
+    assert merged.offline_jobs == ["x/j", "x/old"]
+    assert with_placements(node, []) is node

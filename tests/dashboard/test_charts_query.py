@@ -94,3 +94,21 @@ def test_evictions_csv_round_trip(data: DashboardData) -> None:
     assert rows[0]["job"] == "translate-old" and rows[0]["outcome"] == "requeued"
     assert float(rows[0]["observed_mean"]) == pytest.approx(0.41)
     assert re.match(r"\d{4}-\d\d-\d\dT", rows[0]["time"])
+
+
+def test_line_chart_marks_events_inside_its_time_range() -> None:
+    pts = [Point(t=i * 60, v=0.5) for i in range(5)]
+    svg = parse(
+        line_chart(
+            [Line("x", pts)],
+            label="L",
+            markers=[(90.0, "evicted <a>"), (1e9, "outside"), (200.0, "late")],
+        )
+    )
+    marks = [e for e in svg.iter(f"{SVG}line") if e.get("class") == "marker"]
+    assert len(marks) == 2
+    xs = [float(m.get("x1", "0")) for m in marks]
+    assert xs[0] < xs[1]
+    labels = [e for e in svg.iter(f"{SVG}text") if e.get("class") == "marker-label"]
+    assert [e.text for e in labels] == ["evicted <a>", "late"]
+    assert labels[1].get("text-anchor") == "end"  # near the right edge: drawn to the left

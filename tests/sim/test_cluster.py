@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from gleaner.perfmodel import multi_gpu_factor
-from gleaner.sim.cluster import ClusterScenario, generate_online, node_summary, run_cluster
+from gleaner.perfmodel.model import compute_factors
+from gleaner.sim.cluster import (
+    EPOCH,
+    ClusterScenario,
+    generate_online,
+    node_summary,
+    run_cluster,
+    trailing_idle,
+)
 
 
 def _cfg(**kw: Any) -> ClusterScenario:
@@ -84,3 +92,24 @@ def test_baselines_and_metrics(run: dict[str, Any]) -> None:
         assert m["utilization_with_offline"] <= 1.0 + 1e-9
         for r in m["_reports"]:
             assert r.to_json()["job"].startswith("batch/")
+
+
+def test_trailing_idle_is_what_the_agent_reports() -> None:
+    cfg = _cfg()
+    online = generate_online(cfg, np.random.default_rng(4))
+    idle = trailing_idle(online, 120, 0.95)
+    for end in (1, 60, 120, 300):
+        start = max(0, end - 120)
+        for n in range(cfg.nodes):
+            p_compute = compute_factors(node_summary(online, n, start, end, 0.95))
+            assert idle[online.rows(n), end] == pytest.approx(p_compute, abs=1e-9)
+
+
+def test_eviction_reports_are_on_the_epoch_clock(run: dict[str, Any]) -> None:
+    reports = [r for m in run["policies"].values() for r in m.get("_reports", [])]
+    assert reports
+    for r in reports:
+        assert r.time >= EPOCH.timestamp()
+        if r.next_attempt_after is not None:
+            assert r.next_attempt_after >= r.time  # not seconds since the start
+        assert len(r.gpu_uuids) == len(r.gpus)

@@ -15,8 +15,12 @@ Definitions (docs/dashboard.md repeats them):
   an offline job (0 for the others): the share of all GPU time given to offline work;
 - *offline throughput* is Σ over running jobs of throughput fraction × GPUs (observed when
   measured, else predicted): standalone-GPU equivalents, i.e. GPUs saved;
+- a GPU holds an offline job when a placed job's placement names it (else when its
+  NodeTrace's ``perGPU[].offlineJob`` does);
+- a fraction *meets* an SLA when the SLA monitor would not count it as a miss:
+  fraction ≥ SLA × (1 − tolerance), the operator's ``SLAMet`` rule;
 - *SLA attainment* is the share of running jobs whose observed (else predicted) fraction
-  is at least their SLA;
+  meets their SLA; a running job's observed fraction is a window of its current placement;
 - *runner-ups* of a job: for every other node, the best free GPU set of the job's size by
   the model's product (at most ``MAX_SETS_PER_NODE`` sets tried), with
   ``gleaner.perfmodel.predict``'s verdict, ranked by product; each says why it lost.
@@ -54,7 +58,7 @@ from gleaner.dashboard.model import (
 )
 from gleaner.perfmodel import JobProfile, ModelConfig, NodeSummary, predict, subset_factors
 from gleaner.perfmodel.model import compute_factors, pair_scores
-from gleaner.scheduler import EvictionReport
+from gleaner.scheduler import EvictionReport, SLAMonitorConfig, window_missed
 
 ANNOTATION_SLA_WINDOWS = "gleaner.dev/sla-windows"
 """The operator's SLA-window history of a job (gleaner.operator.slahistory)."""
@@ -65,6 +69,9 @@ MAX_SETS_PER_NODE = 512
 MAX_RUNNER_UPS = 5
 
 DEFAULT_MODEL = ModelConfig()
+
+DEFAULT_MONITOR = SLAMonitorConfig()
+"""The SLA monitor's defaults: its tolerance decides whether a fraction meets the SLA."""
 
 PLACED_PHASES = frozenset({Phase.SCHEDULED.value, Phase.RUNNING.value})
 
@@ -194,6 +201,24 @@ def node_view(summary: NodeSummary) -> NodeView:
     )
 
 
+def with_placements(node: NodeView, jobs: Sequence[JobView]) -> NodeView:
+    """``node`` with each GPU's offline job as the jobs' placements say.
+
+    The agent reports ``perGPU[].offlineJob`` from the Pods it sees, once per report
+    interval; the OfflineJobs' placements are the operator's current word. A placed job's
+    GPUs are its own (so the cards agree with the jobs table); other GPUs keep what the
+    agent reported."""
+    placed = {g: j.key for j in jobs if j.node == node.name for g in j.gpus}
+    if not placed:
+        return node
+    gpus = [
+        g.model_copy(update={"offline_job": placed[g.index]}) if g.index in placed else g
+        for g in node.gpus
+    ]
+    held = sorted({g.offline_job for g in gpus if g.offline_job})
+    return node.model_copy(update={"gpus": gpus, "offline_jobs": held})
+
+
 # ---------------------------------------------------------------------------------------
 # Evictions
 # ---------------------------------------------------------------------------------------
@@ -268,14 +293,15 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
             tokens_per_second=placement.predicted_tokens_per_second,
         )
     observed = status.observed.throughput_fraction if status.observed is not None else None
-    if observed is None and series and placed:
-        observed = series[-1].v
+    since = placement.decided_at.timestamp() if placement and placement.decided_at else None
+    if observed is None and series and placed and (since is None or series[-1].t > since):
+        observed = series[-1].v  # a window of the current placement only
     meets: bool | None = None
     if placed:
         basis = observed
         if basis is None and predicted is not None:
             basis = predicted.throughput_fraction
-        meets = None if basis is None else basis >= spec.throughput_sla - 1e-9
+        meets = None if basis is None else meets_sla(basis, spec.throughput_sla)
     job_reports = reports.get(job.key, [])
     evictions: list[JobEviction] = []
     for rec in status.evictions:
@@ -321,6 +347,7 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
         predicted=predicted,
         observed=observed,
         observed_series=series,
+        predicted_series=predicted_steps(series, evictions, predicted, since),
         meets_sla=meets,
         eviction_count=max(status.eviction_count, len(status.evictions)),
         evictions=evictions,
@@ -328,6 +355,44 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
         created_at=meta.creation_timestamp,
         decided_at=placement.decided_at if placement is not None else None,
     )
+
+
+def meets_sla(fraction: float, sla: float, config: SLAMonitorConfig = DEFAULT_MONITOR) -> bool:
+    """The SLA monitor's rule (and the operator's ``SLAMet``): not below SLA × (1 − tolerance)."""
+    return not window_missed(fraction, sla, config)
+
+
+def predicted_steps(
+    observed: Sequence[Point],
+    evictions: Sequence[JobEviction],
+    predicted: Factors | None,
+    placed_at: float | None,
+) -> list[Point]:
+    """Each placement's prediction over its stay, as a step line on the observed series' time
+    axis: an evicted stay ends at its eviction (the record holds its prediction), the current
+    placement runs from ``placed_at`` to the last observation. Stays without observations
+    in range are left out (the line spans only what the chart shows)."""
+    if not observed:
+        return []
+    t_first, t_last = observed[0].t, observed[-1].t
+    out: list[Point] = []
+    start = t_first
+    last_eviction: float | None = None
+    for ev in sorted(evictions, key=lambda e: e.time):
+        end = last_eviction = ev.time.timestamp()
+        if t_first <= end <= t_last and start < end:
+            v = ev.predicted_throughput_fraction
+            out += [Point(t=start, v=v), Point(t=end, v=v)]
+        start = max(start, end)
+    evicted_since = (
+        last_eviction is not None and placed_at is not None and placed_at < last_eviction
+    )
+    if predicted is not None and not evicted_since:  # else the placement was the evicted one
+        begin = max(start, placed_at) if placed_at is not None else start
+        if begin <= t_last:
+            v = predicted.throughput_fraction
+            out += [Point(t=begin, v=v), Point(t=t_last, v=v)]
+    return out
 
 
 def runner_ups(
@@ -471,6 +536,7 @@ def series_with_point(series: ClusterSeries, t: float, summary: ClusterSummary) 
         sla_attainment=add(series.sla_attainment, summary.sla_attainment),
         preemptions=add(series.preemptions, float(summary.preemptions)),
         reclamations=add(series.reclamations, float(summary.reclamations)),
+        notes=dict(series.notes),
     )
 
 
@@ -586,22 +652,18 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
         jobs.append(_job_view(job, sorted(series, key=lambda p: p.t), by_job))
     jobs.sort(key=lambda j: j.key)
 
+    nodes = [with_placements(n, jobs) for n in nodes]
     occupied: dict[str, dict[int, str]] = {}
     for n in nodes:
         for g in n.gpus:
             if g.offline_job:
                 occupied.setdefault(n.name, {})[g.index] = g.offline_job
-    for j in jobs:
-        if j.node is not None:
-            for index in j.gpus:
-                occupied.setdefault(j.node, {})[index] = j.key
 
     summary = current_point(nodes, jobs)
     summary.evictions = max(summary.evictions, len(evictions))
     history = record.series
     if not history.harvested_utilization:
-        t = record.generated_at.timestamp() if record.source == "cluster" else 0.0
-        history = series_with_point(history, t, summary)
+        history = series_with_point(history, record.generated_at.timestamp(), summary)
     snapshot = ClusterSnapshot(
         generated_at=record.generated_at,
         source=record.source,

@@ -150,8 +150,10 @@ def line_chart(
     y_max: float | None = None,
     reference: tuple[float, str] | None = None,
     percent: bool = False,
+    markers: Sequence[tuple[float, str]] = (),
 ) -> Markup:
-    """Time series as polylines (a single point draws as a dot)."""
+    """Time series as polylines (a single point draws as a dot); ``markers`` are (time,
+    label) events drawn as vertical lines where they fall inside the plotted time range."""
     pts = [p for line in lines for p in line.points if math.isfinite(p.v)]
     if not pts:
         return _no_data(width, height, label, "line")
@@ -185,8 +187,11 @@ def line_chart(
     if span > 0:
         for tick in time_ticks(t0, t1, 6):
             if t0 <= tick <= t1:
+                tx = x(tick)
+                # A label at the plot's right edge would be cut off by the SVG's border.
+                anchor = "end" if tx > left + pw - 20 else "middle"
                 body.append(
-                    f'<text x="{x(tick):.1f}" y="{top + ph + 18}" text-anchor="middle" '
+                    f'<text x="{tx:.1f}" y="{top + ph + 18}" text-anchor="{anchor}" '
                     f'class="tick">{escape(format_time(tick, span))}</text>'
                 )
     if reference is not None:
@@ -197,6 +202,17 @@ def line_chart(
             f'<text x="{left + pw - 4}" y="{ry - 4:.1f}" text-anchor="end" class="reference-label">'
             f"{escape(reference[1])}</text>"
         )
+    for mt, mlabel in markers:
+        if math.isfinite(mt) and t0 <= mt <= t1:
+            mx = x(mt)
+            right_half = mx > left + pw / 2
+            body.append(
+                f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{top + ph}" class="marker">'
+                f"<title>{escape(mlabel)}</title></line>"
+                f'<text x="{mx - 3 if right_half else mx + 3:.1f}" y="{top + ph - 4}" '
+                f'text-anchor="{"end" if right_half else "start"}" class="marker-label">'
+                f"{escape(mlabel)}</text>"
+            )
     for i, line in enumerate(lines):
         good = sorted((p for p in line.points if math.isfinite(p.v)), key=lambda p: p.t)
         if not good:

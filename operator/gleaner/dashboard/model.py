@@ -15,8 +15,8 @@ Contract. Two documents, both JSON with camelCase keys, both versioned by ``sche
   evictions and runner-up nodes with why they lost; the eviction reports with stable ids;
   the cluster time series and a summary. A snapshot file may also be served as is.
 
-Times in series are seconds (epoch seconds for a cluster, seconds since the start for a
-simulation); every other time is an RFC 3339 datetime.
+Times in series are epoch seconds (for a simulation, of its simulated clock; older
+simulation records used seconds since the start); every other time is an RFC 3339 datetime.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class DashModel(BaseModel):
 class Point(DashModel):
     """One sample of a time series."""
 
-    t: float = Field(description="Seconds (epoch for a cluster, since start for a simulation).")
+    t: float = Field(description="Epoch seconds (a simulation's simulated clock).")
     v: float = Field(description="The value.")
 
 
@@ -69,6 +69,11 @@ class ClusterSeries(DashModel):
     )
     reclamations: list[Point] = Field(
         default_factory=list, description="Memory reclamation events in the interval."
+    )
+    notes: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per series name (e.g. 'preemptions'), why it is empty or what it stands "
+        "for; shown instead of 'no data' (a simulation that does not model an event).",
     )
 
 
@@ -232,7 +237,16 @@ class JobView(DashModel):
     predicted: Factors | None = None
     observed: float | None = Field(default=None, description="Last observed fraction.")
     observed_series: list[Point] = Field(default_factory=list)
-    meets_sla: bool | None = Field(default=None, description="Observed (or predicted) >= SLA.")
+    predicted_series: list[Point] = Field(
+        default_factory=list,
+        description="The prediction of each placement over its stay (a step line, same time "
+        "axis as observedSeries).",
+    )
+    meets_sla: bool | None = Field(
+        default=None,
+        description="Observed (else predicted) does not miss the SLA (the SLA monitor's rule, "
+        "with its tolerance).",
+    )
     eviction_count: int = 0
     evictions: list[JobEviction] = Field(default_factory=list)
     excluded_nodes: list[str] = Field(default_factory=list)

@@ -2,12 +2,15 @@
 
 Contract. ``overview_charts``, ``node_charts``, ``job_charts`` and ``eviction_charts`` map a
 piece of the snapshot to named SVG charts (:mod:`gleaner.dashboard.charts`); the templates
-only place them. ``pct``, ``num`` and ``when`` format values for the templates ("–" for
+only place them. A series the source says it does not produce (``series.notes``) shows its
+note instead of an empty chart. The job timeline draws each placement's prediction over its
+stay and marks the evictions. ``pct``, ``num`` and ``when`` format values for the templates ("–" for
 missing values).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from markupsafe import Markup
@@ -21,6 +24,7 @@ from gleaner.dashboard.charts import (
     line_chart,
 )
 from gleaner.dashboard.model import (
+    ClusterSeries,
     ClusterSnapshot,
     EvictionView,
     Factors,
@@ -48,6 +52,26 @@ def when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def series_note(series: ClusterSeries, names: Sequence[str]) -> Markup | None:
+    """The notes of ``names`` as a panel, when none of those series has a point (a source
+    that does not produce them says why instead of an empty "no data" chart)."""
+    if any(getattr(series, _SERIES_FIELDS[n]) for n in names):
+        return None
+    notes = list(dict.fromkeys(series.notes[n] for n in names if series.notes.get(n)))
+    if not notes:
+        return None
+    return Markup('<p class="series-note">{}</p>').format(" ".join(notes))
+
+
+_SERIES_FIELDS = {
+    "harvestedUtilization": "harvested_utilization",
+    "offlineThroughput": "offline_throughput",
+    "slaAttainment": "sla_attainment",
+    "preemptions": "preemptions",
+    "reclamations": "reclamations",
+}
+
+
 def overview_charts(snap: ClusterSnapshot) -> dict[str, Markup]:
     s = snap.series
     return {
@@ -67,7 +91,8 @@ def overview_charts(snap: ClusterSnapshot) -> dict[str, Markup]:
             y_max=1.0,
             percent=True,
         ),
-        "events": line_chart(
+        "events": series_note(s, ("preemptions", "reclamations"))
+        or line_chart(
             [
                 Line("preemptions", s.preemptions, PALETTE[2]),
                 Line("reclamations", s.reclamations, PALETTE[4]),
@@ -133,10 +158,8 @@ def job_charts(job: JobView) -> dict[str, Markup]:
             colors=FACTOR_COLORS,
         )
     lines = [Line("observed", job.observed_series, PALETTE[0])]
-    if job.predicted is not None and job.observed_series:
-        t0, t1 = job.observed_series[0].t, job.observed_series[-1].t
-        v = job.predicted.throughput_fraction
-        lines.append(Line("predicted", [Point(t=t0, v=v), Point(t=t1, v=v)], PALETTE[1]))
+    if job.predicted_series:
+        lines.append(Line("predicted (per placement)", job.predicted_series, PALETTE[1]))
     charts["timeline"] = line_chart(
         lines,
         label=f"Observed throughput fraction of {job.key} against its SLA",
@@ -145,6 +168,10 @@ def job_charts(job: JobView) -> dict[str, Markup]:
         y_max=1.0,
         reference=(job.sla, f"SLA {job.sla:.2f}"),
         percent=True,
+        markers=[
+            (e.time.timestamp(), f"evicted from {e.node}")
+            for e in sorted(job.evictions, key=lambda e: e.time)
+        ],
     )
     return charts
 

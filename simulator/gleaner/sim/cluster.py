@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -295,6 +295,11 @@ def _joint_idle(online: OnlineCluster, rows: list[int], t: slice) -> FloatArray:
     return out
 
 
+def gpu_uuid(node: int, index: int) -> str:
+    """The UUID a simulated GPU reports."""
+    return f"GPU-{node:04d}{index:02d}-sim"
+
+
 def node_summary(
     online: OnlineCluster, node: int, start: int, end: int, gate_efficiency: float
 ) -> NodeSummary:
@@ -316,7 +321,7 @@ def node_summary(
     specs = tuple(
         GpuSpec(
             index=i,
-            uuid=f"GPU-{node:04d}{i:02d}-sim",
+            uuid=gpu_uuid(node, i),
             product="NVIDIA H100 80GB HBM3",
             memory_gib=80.0,
         )
@@ -439,6 +444,55 @@ def tp_max(prof: JobProfile) -> float:
     return float(prof.curve_tokens_per_second[-1])
 
 
+# -- what the dashboard would show --------------------------------------------------------
+
+
+def trailing_idle(online: OnlineCluster, window_steps: int, eta: float) -> FloatArray:
+    """[GPUs, steps + 1]: column ``s`` is each GPU's P_compute over the agent's trailing window
+    of steps [max(0, s - window_steps), s), exactly what :func:`node_summary` reports
+    (offline-enabled seconds over the window, clipped to [0, 1]); column 0 is 0."""
+    g, steps = online.busy.shape
+    cum = np.zeros((g, steps + 1))
+    np.cumsum(1.0 - online.busy, axis=1, out=cum[:, 1:])
+    end = np.arange(steps + 1)
+    start = np.maximum(0, end - max(1, window_steps))
+    count = np.maximum(1, end - start)
+    out: FloatArray = np.clip((cum[:, end] - cum[:, start]) / count * eta, 0.0, 1.0)
+    return out
+
+
+def current_observed(job: SimJob) -> float | None:
+    """The observed fraction the operator shows for a placed job: its last SLA window on the
+    *current* placement (the operator clears ``status.observed`` when it places a job)."""
+    if job.series and job.series[-1][0] > job.placed_at:
+        return job.series[-1][1]
+    return None
+
+
+def dashboard_point(
+    running: list[SimJob], idle: FloatArray, n_gpus: int, tolerance: float
+) -> tuple[float, float, float | None]:
+    """(harvested utilization, offline throughput, SLA attainment) of the running jobs with the
+    dashboard's definitions (docs/dashboard.md), so a simulation's charts end where its cards
+    are: harvested = Σ over held GPUs of their trailing-window P_compute (``idle``, one value
+    per GPU row) / all GPUs; throughput = Σ (observed, else predicted) × GPUs; attainment =
+    share of running jobs whose observed (else predicted) fraction does not miss the SLA
+    (the SLA monitor's tolerance), None without running jobs."""
+    harvested = 0.0
+    throughput = 0.0
+    met = 0
+    for job in running:
+        harvested += float(idle[job.rows].sum())
+        basis = current_observed(job)
+        if basis is None:
+            basis = min(1.0, job.predicted.throughput_fraction) if job.predicted else 0.0
+        throughput += basis * job.gpus
+        if basis >= job.sla * (1.0 - tolerance):
+            met += 1
+    attainment = met / len(running) if running else None
+    return harvested / max(1, n_gpus), throughput, attainment
+
+
 # -- placement policies -------------------------------------------------------------------
 
 
@@ -554,6 +608,15 @@ def run_policy(
     reports: list[EvictionReport] = []
     preds: list[dict[str, float]] = []
     evictions = 0
+    idle_now = trailing_idle(online, win_steps, eta) if placer is not None else None
+    shown: list[tuple[float, float, float, float | None]] = []
+
+    def show(t: float, s_end: int) -> None:
+        assert idle_now is not None
+        shown.append(
+            (t, *dashboard_point(running, idle_now[:, s_end], online.n_gpus, mon.tolerance))
+        )
+
     queue = sorted(jobs, key=lambda j: j.arrival)
     nxt = 0
     pending: list[SimJob] = []
@@ -675,9 +738,26 @@ def run_policy(
                         name, job.evictions, job.max_evictions, job.excluded, t_end, mon
                     )
                     assert job.predicted is not None
+                    # The report's times are epoch seconds, like the operator's.
+                    epoch_plan = replace(
+                        plan,
+                        next_attempt_after=None
+                        if plan.next_attempt_after is None
+                        else _epoch_s(plan.next_attempt_after),
+                    )
+                    node_i = job.node or 0
+                    uuids = tuple(
+                        gpu_uuid(node_i, r - node_i * online.gpus_per_node) for r in job.rows
+                    )
                     reports.append(
                         build_eviction_report(
-                            job.history, decision, plan, job.predicted, _epoch_s(t_end), mon
+                            job.history,
+                            decision,
+                            epoch_plan,
+                            job.predicted,
+                            _epoch_s(t_end),
+                            mon,
+                            gpu_uuids=uuids,
                         )
                     )
                     job.evictions = plan.eviction_count
@@ -694,13 +774,18 @@ def run_policy(
             running = still
             if total:
                 sla_ok[k] = ok / total
+            show(t_end, s_abs + 1)
         if progress is not None and k % 60 == 0:
             progress(min(60, n_steps - k))
+    if placer is not None and n_steps % mon_every:
+        show(n_steps * step, t0 + n_steps)
     for job in running:
         end_stay(job, n_steps * step)
-    return _cluster_metrics(
+    out = _cluster_metrics(
         cfg, online, jobs, policy, offline_used, offline_equiv, sla_ok, reports, preds, evictions
     )
+    out["_dashboard"] = shown
+    return out
 
 
 def _epoch_s(t: float) -> float:
@@ -823,9 +908,13 @@ __all__ = [
     "ClusterScenario",
     "OnlineCluster",
     "SimJob",
+    "current_observed",
+    "dashboard_point",
     "generate_online",
+    "gpu_uuid",
     "make_jobs",
     "node_summary",
     "run_cluster",
     "run_policy",
+    "trailing_idle",
 ]

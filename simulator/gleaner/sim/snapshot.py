@@ -4,8 +4,10 @@ Contract. :func:`dashboard_record` returns a JSON-ready dict in the dashboard's
 ``ClusterRecord`` format (``gleaner.dashboard.model``; docs/dashboard.md describes it) from
 what a simulation has: NodeTraces (the simulated agents' reports, API models or dicts),
 OfflineJobs with their status, the scheduler's ``EvictionReport`` records, the observed
-throughput fraction of each job over time and the cluster's time series. Series times are
-seconds since the start of the simulation. :func:`write_dashboard_record` writes it.
+throughput fraction of each job over time, the cluster's time series and, per series, an
+optional note shown instead of an empty chart (why the simulation has no such data). Series
+times are epoch seconds of the simulated clock (``gleaner.sim.cluster.EPOCH`` is its start),
+as on a live cluster. :func:`write_dashboard_record` writes it.
 
 The simulator sits beside the dashboard in the layers (neither imports the other), so this
 module builds plain dicts; ``tests/dashboard`` validates them against the dashboard's model.
@@ -52,11 +54,12 @@ def dashboard_record(
     eviction_reports: Iterable[EvictionReport] = (),
     job_series: Mapping[str, Series] | None = None,
     series: Mapping[str, Series] | None = None,
+    series_notes: Mapping[str, str] | None = None,
     title: str = "",
     generated_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The ``ClusterRecord`` dict (see the module docstring); unknown series keys raise."""
-    unknown = set(series or {}) - set(SERIES_NAMES)
+    unknown = (set(series or {}) | set(series_notes or {})) - set(SERIES_NAMES)
     if unknown:
         raise ValueError(f"unknown series {sorted(unknown)}; known: {list(SERIES_NAMES)}")
     when = generated_at or datetime.now(UTC)
@@ -80,7 +83,10 @@ def dashboard_record(
         "offlineJobs": [_object(j) for j in offline_jobs],
         "evictionReports": reports,
         "jobSeries": {key: _points(s) for key, s in (job_series or {}).items()},
-        "series": {key: _points(s) for key, s in (series or {}).items()},
+        "series": {
+            **{key: _points(s) for key, s in (series or {}).items()},
+            **({"notes": dict(series_notes)} if series_notes else {}),
+        },
     }
 
 
