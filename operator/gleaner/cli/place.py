@@ -14,21 +14,23 @@ unreachable Prometheus) prints one ``error: ...`` line and exits 2.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.cli.inputs import (
+    load_nodes,
+    profile_from_configmap,
+    spinner,
+    trace_options,
+    validation_message,
+)
 
 if TYPE_CHECKING:
     from gleaner.api import OfflineJob, Profile
-    from gleaner.perfmodel import NodeSummary
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -52,16 +54,6 @@ def _files(paths: list[Path]) -> list[Path]:
         else:
             fail(f"--jobs {path}: no such file or directory")
     return out
-
-
-def _validation_message(exc: Exception) -> str:
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        return f"{where}: {err['msg']}"
-    return str(exc)
 
 
 def load_manifests(paths: list[Path]) -> Manifests:
@@ -100,7 +92,7 @@ def load_manifests(paths: list[Path]) -> Manifests:
                     job = OfflineJob.model_validate(item)
                 except ValidationError as exc:
                     name = meta.get("name", "?")
-                    fail(f"{path}: invalid OfflineJob {name}: {_validation_message(exc)}")
+                    fail(f"{path}: invalid OfflineJob {name}: {validation_message(exc)}")
                 key = f"{job.metadata.namespace or 'default'}/{job.metadata.name}"
                 if not job.metadata.name:
                     fail(f"{path}: an OfflineJob has no metadata.name")
@@ -113,11 +105,6 @@ def load_manifests(paths: list[Path]) -> Manifests:
 
 def resolve_profile(job: OfflineJob, manifests: Manifests) -> Profile | str:
     """The job's profile, or why it cannot be had (a reason for ``unschedulable``)."""
-    import yaml
-    from pydantic import ValidationError
-
-    from gleaner.api import Profile
-
     spec = job.spec
     if spec.profile is not None:
         return spec.profile
@@ -127,77 +114,7 @@ def resolve_profile(job: OfflineJob, manifests: Manifests) -> Profile | str:
     cm = manifests.configmaps.get((namespace, ref.name))
     if cm is None:
         return f"profile ConfigMap {namespace}/{ref.name} not found in the given files"
-    raw = (cm.get("data") or {}).get(ref.key)
-    if raw is None:
-        return f"profile ConfigMap {namespace}/{ref.name} has no key {ref.key!r}"
-    try:
-        return Profile.model_validate(yaml.safe_load(raw))
-    except (yaml.YAMLError, ValidationError) as exc:
-        return (
-            f"profile ConfigMap {namespace}/{ref.name} key {ref.key!r} is not a valid "
-            f"profile: {_validation_message(exc).splitlines()[0]}"
-        )
-
-
-@contextmanager
-def _status(message: str) -> Iterator[None]:
-    """A spinner on stderr while slow work runs (only on a terminal)."""
-    if sys.stderr.isatty():
-        from rich.console import Console
-
-        with Console(stderr=True).status(message):
-            yield
-    else:
-        yield
-
-
-def _parse_time(text: str) -> datetime:
-    try:
-        return datetime.fromtimestamp(float(text), tz=UTC)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        fail(f"--at must be an ISO time or epoch seconds, got {text!r}")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _load_nodes(
-    trace_path: Path | None,
-    prometheus_url: str | None,
-    window: str | None,
-    at_text: str | None,
-    step_gib: float,
-) -> dict[str, NodeSummary]:
-    from gleaner.perfmodel import FileTraceSource, TraceSource, parse_duration
-
-    try:
-        window_seconds = parse_duration(window) if window else None
-    except ValueError as exc:
-        fail(f"--window: {exc}")
-    source: TraceSource
-    if trace_path is not None:
-        source = FileTraceSource(trace_path, window_seconds=window_seconds, step_gib=step_gib)
-    else:
-        try:
-            from gleaner.operator.sources.prometheus import PrometheusTraceSource
-        except ImportError as exc:
-            fail(f"--prometheus is not available in this installation ({exc})")
-        source = PrometheusTraceSource(
-            str(prometheus_url),
-            window_seconds=window_seconds or 3600.0,
-            end=_parse_time(at_text) if at_text else None,
-            step_gib=step_gib,
-        )
-    try:
-        with _status("loading node summaries"):
-            nodes = source.load()
-    except (ValueError, RuntimeError) as exc:
-        fail(str(exc))
-    if not nodes:
-        fail("the trace has no nodes")
-    return nodes
+    return profile_from_configmap(job.to_k8s(), cm)
 
 
 @click.command(name="place")
@@ -209,35 +126,7 @@ def _load_nodes(
     help="OfflineJob manifests: a file or a directory (repeatable; more may follow as arguments).",
 )
 @click.argument("more_paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--trace",
-    "trace_path",
-    type=click.Path(path_type=Path),
-    help="Trace file (CSV or Parquet, DESIGN.md format).",
-)
-@click.option("--prometheus", "prometheus_url", help="Prometheus base URL (instead of --trace).")
-@click.option(
-    "--window",
-    help="Use only the last WINDOW of the trace (90s, 15m, 1h, 1d). "
-    "Default: the whole file; 1h for Prometheus.",
-)
-@click.option(
-    "--at", "at_text", help="End of the Prometheus window (ISO time or epoch; default now)."
-)
-@click.option(
-    "--step-gib",
-    type=click.FloatRange(min=0, min_open=True),
-    default=0.5,
-    show_default=True,
-    help="Harvestable-memory quantization step, GiB.",
-)
-@click.option(
-    "--min-pair-overlap",
-    type=click.FloatRange(0, 1),
-    default=0.95,
-    show_default=True,
-    help="Admission: smallest busy overlap/union every GPU pair of a job must reach.",
-)
+@trace_options
 @format_option("table", "json")
 def command(
     job_paths: tuple[Path, ...],
@@ -268,7 +157,7 @@ def command(
     manifests = load_manifests(paths)
     if not manifests.jobs:
         fail(f"no OfflineJob found in {', '.join(str(p) for p in paths)}")
-    nodes = _load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
+    nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
 
     requests: list[JobRequest] = []
     missing: list[Unschedulable] = []
@@ -279,7 +168,7 @@ def command(
             continue
         requests.append(JobRequest.from_offlinejob(job, JobProfile.from_api(profile), order))
     config = SchedulerConfig(model=ModelConfig(min_pair_overlap=min_pair_overlap))
-    with _status(f"placing {len(requests)} jobs on {len(nodes)} nodes"):
+    with spinner(f"placing {len(requests)} jobs on {len(nodes)} nodes"):
         result = schedule(requests, ClusterState(nodes), config)
     unschedulable = [*result.unschedulable, *missing]
 

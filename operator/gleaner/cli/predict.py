@@ -10,13 +10,13 @@ matching the job, empty window, malformed trace, unreachable Prometheus) prints 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.cli.inputs import load_nodes, profile_from_configmap, trace_options, validation_message
 
 
 def _load_yaml_documents(path: Path, what: str) -> list[Any]:
@@ -30,16 +30,6 @@ def _load_yaml_documents(path: Path, what: str) -> list[Any]:
         return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         fail(f"{what} {path}: not valid YAML: {str(exc).splitlines()[0]}")
-
-
-def _validation_message(exc: Exception) -> str:
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        return f"{where}: {err['msg']}"
-    return str(exc)
 
 
 def _load_job(path: Path) -> Any:
@@ -59,12 +49,11 @@ def _load_job(path: Path) -> Any:
     try:
         return OfflineJob.model_validate(docs[0])
     except ValidationError as exc:
-        fail(f"job {path}: invalid OfflineJob: {_validation_message(exc)}")
+        fail(f"job {path}: invalid OfflineJob: {validation_message(exc)}")
 
 
 def _load_profile(job: Any, profile_path: Path | None) -> Any:
     """The job's Profile: inline, or from ``--profile`` (a profile or a ConfigMap)."""
-    import yaml
     from pydantic import ValidationError
 
     from gleaner.api import Profile
@@ -82,18 +71,16 @@ def _load_profile(job: Any, profile_path: Path | None) -> Any:
         fail(f"profile {profile_path}: expected one YAML mapping")
     doc = docs[0]
     if doc.get("kind") == "ConfigMap":
-        key = spec.profile_from.key if spec.profile_from is not None else "profile.yaml"
-        raw = (doc.get("data") or {}).get(key)
-        if raw is None:
-            fail(f"profile {profile_path}: ConfigMap has no data key {key!r}")
-        try:
-            doc = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            fail(f"profile {profile_path}: key {key!r} is not YAML: {str(exc).splitlines()[0]}")
+        if spec.profile_from is None:
+            fail(f"profile {profile_path}: job {job.metadata.name} has an inline profile")
+        resolved = profile_from_configmap(job.to_k8s(), doc)
+        if isinstance(resolved, str):
+            fail(f"profile {profile_path}: {resolved}")
+        return resolved
     try:
         return Profile.model_validate(doc)
     except ValidationError as exc:
-        fail(f"profile {profile_path}: invalid profile: {_validation_message(exc)}")
+        fail(f"profile {profile_path}: invalid profile: {validation_message(exc)}")
 
 
 def _parse_gpus(text: str) -> list[int]:
@@ -108,18 +95,6 @@ def _parse_gpus(text: str) -> list[int]:
     return gpus
 
 
-def _parse_time(text: str) -> datetime:
-    try:
-        return datetime.fromtimestamp(float(text), tz=UTC)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        fail(f"--at must be an ISO time or epoch seconds, got {text!r}")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 @click.command(name="predict")
 @click.option(
     "--job",
@@ -128,44 +103,14 @@ def _parse_time(text: str) -> datetime:
     required=True,
     help="OfflineJob manifest (YAML).",
 )
-@click.option(
-    "--trace",
-    "trace_path",
-    type=click.Path(path_type=Path),
-    help="Trace file (CSV or Parquet, DESIGN.md format).",
-)
-@click.option("--prometheus", "prometheus_url", help="Prometheus base URL (instead of --trace).")
 @click.option("--node", required=True, help="Node to predict on.")
 @click.option("--gpus", "gpus_text", required=True, help="Comma-separated GPU indices, e.g. 0,1.")
-@click.option(
-    "--window",
-    help="Use only the last WINDOW of the trace (90s, 15m, 1h, 1d). "
-    "Default: the whole file; 1h for Prometheus.",
-)
-@click.option(
-    "--at",
-    "at_text",
-    help="End of the Prometheus window (ISO time or epoch seconds; default now).",
-)
+@trace_options
 @click.option(
     "--profile",
     "profile_path",
     type=click.Path(path_type=Path),
     help="Profile (YAML/JSON, or the ConfigMap manifest) for jobs that use profileFrom.",
-)
-@click.option(
-    "--step-gib",
-    type=click.FloatRange(min=0, min_open=True),
-    default=0.5,
-    show_default=True,
-    help="Harvestable-memory quantization step (the P_memory error bound's unit).",
-)
-@click.option(
-    "--min-pair-overlap",
-    type=click.FloatRange(0, 1),
-    default=0.95,
-    show_default=True,
-    help="Admission: smallest busy overlap/union every GPU pair must reach.",
 )
 @format_option("table", "json")
 def command(
@@ -183,11 +128,8 @@ def command(
 ) -> None:
     """Predict a job's throughput on GPUS of NODE from a trace or Prometheus."""
     from gleaner.perfmodel import (
-        FileTraceSource,
         JobProfile,
         ModelConfig,
-        TraceSource,
-        parse_duration,
         predict,
     )
 
@@ -201,27 +143,7 @@ def command(
             f"but --gpus lists {len(gpus)}"
         )
     profile = JobProfile.from_api(_load_profile(job, profile_path))
-    try:
-        window_seconds = parse_duration(window) if window else None
-    except ValueError as exc:
-        fail(f"--window: {exc}")
-
-    source: TraceSource
-    if trace_path is not None:
-        source = FileTraceSource(trace_path, window_seconds=window_seconds, step_gib=step_gib)
-    else:
-        from gleaner.operator.sources.prometheus import PrometheusTraceSource
-
-        source = PrometheusTraceSource(
-            str(prometheus_url),
-            window_seconds=window_seconds or 3600.0,
-            end=_parse_time(at_text) if at_text else None,
-            step_gib=step_gib,
-        )
-    try:
-        nodes = source.load()
-    except (ValueError, RuntimeError) as exc:
-        fail(str(exc))
+    nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
     summary = nodes.get(node)
     if summary is None:
         known = ", ".join(sorted(nodes)[:10]) + (" ..." if len(nodes) > 10 else "")
