@@ -11,12 +11,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
@@ -171,8 +173,8 @@ def test_invalid_spec_gets_invalid_with_a_message_and_no_retries(cluster: Cluste
     assert cluster.events_for("bad", "InvalidSpec")
 
     cluster.wait_phase("nocm", "Invalid")
-    assert cluster.condition("nocm", "Valid")["message"].startswith(
-        "spec.profileFrom.name: ConfigMap 'missing-profile' not found"
+    assert cluster.condition("nocm", "Valid")["message"] == (
+        "spec.profileFrom.name: ConfigMap default/missing-profile not found"
     )
     assert cluster.pods_of("bad") == [] and cluster.pods_of("nocm") == []
 
@@ -188,6 +190,74 @@ def test_invalid_spec_gets_invalid_with_a_message_and_no_retries(cluster: Cluste
     cluster.wait_phase("bad", "Scheduled")
     # One InvalidSpec event: the invalid job was not retried in a loop.
     assert len(cluster.events_for("nocm", "InvalidSpec")) == 1
+
+
+def test_jobs_waiting_for_their_profile_configmap_converge_without_edits(
+    cluster: Cluster,
+) -> None:
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1, offline_enabled=0.5))
+    cluster.start_operator()
+    profile = yaml.safe_dump(offlinejob_manifest("x")["spec"]["profile"])
+    core = cluster.api.core
+
+    def configmap(name: str, data: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "data": data}
+
+    def valid_message(name: str) -> str:
+        return str(cluster.condition(name, "Valid")["message"])
+
+    cluster.api.create_job(offlinejob_manifest("later", profile_from="prof"))
+    status = cluster.wait_phase("later", "Invalid")
+    assert status["message"] == "spec.profileFrom.name: ConfigMap default/prof not found"
+
+    # The ConfigMap appears, but its profile is not YAML: still Invalid, the message says why.
+    core.create_namespaced_config_map("default", configmap("prof", {"profile.yaml": "a: [1,"}))
+    wait_for(
+        lambda: "is not valid YAML" in valid_message("later"),
+        message=lambda: f"{cluster.status('later')}\n{cluster.logs()}",
+    )
+    assert valid_message("later").startswith(
+        "spec.profileFrom.key: ConfigMap default/prof key 'profile.yaml' is not valid YAML: "
+    )
+    # ... then under the wrong key.
+    # (kmock serves no PUT: a merge patch, as kubectl edit would send, null deletes a key)
+    core.patch_namespaced_config_map(
+        "prof", "default", {"data": {"profile.yaml": None, "p.yaml": profile}}
+    )
+    wait_for(
+        lambda: "has no key" in valid_message("later"),
+        message=lambda: f"{cluster.status('later')}\n{cluster.logs()}",
+    )
+    assert valid_message("later") == (
+        "spec.profileFrom.key: ConfigMap default/prof has no key 'profile.yaml' (keys: p.yaml)"
+    )
+    # Fixed: the job is placed, nobody touched it.
+    core.patch_namespaced_config_map("prof", "default", {"data": {"profile.yaml": profile}})
+    cluster.wait_phase("later", "Scheduled")
+    assert cluster.condition("later", "Valid")["status"] == "True"
+    assert cluster.job("later")["metadata"]["generation"] == 1
+
+    # A job waiting for a GPU loses its ConfigMap: Invalid at once, not a pass loop.
+    cluster.api.create_job(offlinejob_manifest("waiter", profile_from="prof2"))
+    core.create_namespaced_config_map("default", configmap("prof2", {"profile.yaml": profile}))
+    cluster.wait_phase("waiter", "Unschedulable")
+    core.delete_namespaced_config_map("prof2", "default")
+    status = cluster.wait_phase("waiter", "Invalid")
+    assert status["message"] == "spec.profileFrom.name: ConfigMap default/prof2 not found"
+
+    # Unrelated ConfigMaps re-validate nobody, and nothing was retried in a loop: one
+    # InvalidSpec Event per distinct problem.
+    for i in range(5):
+        core.create_namespaced_config_map("default", configmap(f"other-{i}", {"k": "v"}))
+    time.sleep(2)
+    assert "default/other-" not in cluster.logs()
+    assert [e.message.split(":")[0] for e in cluster.events_for("later", "InvalidSpec")] == [
+        "spec.profileFrom.name",
+        "spec.profileFrom.key",
+        "spec.profileFrom.key",
+    ]
+    assert len(cluster.events_for("waiter", "InvalidSpec")) == 1
+    assert cluster.status("waiter")["phase"] == "Invalid"
 
 
 def test_unschedulable_says_why_and_is_retried_when_nodetraces_change(cluster: Cluster) -> None:

@@ -41,15 +41,16 @@ def test_long_names_cannot_be_label_values() -> None:
 
 def test_missing_profile_configmap() -> None:
     body = offlinejob_manifest("a", namespace="team", profile_from="profiles")
-    assert _msg(body) == (
-        "spec.profileFrom.name: ConfigMap 'profiles' not found in namespace 'team'"
-    )
+    assert _msg(body) == "spec.profileFrom.name: ConfigMap team/profiles not found"
 
 
 def test_missing_key_in_configmap() -> None:
     body = offlinejob_manifest("a", profile_from="profiles")
     msg = _msg(body, {"data": {"other.yaml": "x: 1"}})
-    assert msg.startswith("spec.profileFrom.key: ConfigMap 'profiles' has no key 'profile.yaml'")
+    assert msg == (
+        "spec.profileFrom.key: ConfigMap default/profiles has no key 'profile.yaml' "
+        "(keys: other.yaml)"
+    )
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -67,10 +68,20 @@ def test_bad_profile_in_configmap_names_configmap_and_field() -> None:
     profile["requiredMemoryGiB"] = -1
     body = offlinejob_manifest("a", profile_from="profiles")
     msg = _msg(body, {"data": {"profile.yaml": yaml.safe_dump(profile)}})
-    assert msg.startswith("spec.profileFrom(profiles/profile.yaml).requiredMemoryGiB:")
+    assert msg.startswith(
+        "spec.profileFrom: ConfigMap default/profiles key 'profile.yaml': requiredMemoryGiB:"
+    )
 
 
 def test_unparsable_configmap_profile() -> None:
     body = offlinejob_manifest("a", profile_from="profiles")
-    assert "must hold a mapping" in _msg(body, {"data": {"profile.yaml": "- 1\n- 2\n"}})
-    assert "profile.yaml" in _msg(body, {"data": {"profile.yaml": "a: [1,"}})
+    assert _msg(body, {"data": {"profile.yaml": "- 1\n- 2\n"}}) == (
+        "spec.profileFrom.key: ConfigMap default/profiles key 'profile.yaml' must hold a "
+        "mapping with the fields of spec.profile"
+    )
+    assert _msg(body, {"data": {"profile.yaml": "a: [1,"}}).startswith(
+        "spec.profileFrom.key: ConfigMap default/profiles key 'profile.yaml' is not valid YAML: "
+    )
+    assert _msg(body, {"data": {"profile.yaml": '{"a": 1,'}}).startswith(
+        "spec.profileFrom.key: ConfigMap default/profiles key 'profile.yaml' is not valid JSON: "
+    )

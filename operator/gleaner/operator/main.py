@@ -18,6 +18,8 @@ SIGTERM. What is registered:
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
 ``@on.event`` NodeTraces                    ``handlers.requeue``: kick (load changed)
 ``@on.event`` Nodes                         ``handlers.nodes``: labels / cordon cache, kick
+``@index`` jobs ``profile_refs``            (namespace, ConfigMap) -> jobs naming it in profileFrom
+``@on.event`` ConfigMaps in the index       ``handlers.validate``: re-validate waiting users
 ==========================================  ==============================================
 
 Settings: finalizer ``gleaner.dev/finalizer``; kopf's progress and diff-base kept in
@@ -45,10 +47,11 @@ from gleaner.operator.handlers.pods import follow_pod
 from gleaner.operator.handlers.requeue import nodetrace_changed, requeue_due
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
-from gleaner.operator.handlers.validate import validate_and_queue
+from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
 from gleaner.operator.http import Health, build_app, serve_in_thread
 from gleaner.operator.kube import Credentials, KubeClient
 from gleaner.operator.metrics import OperatorMetrics
+from gleaner.operator.validation import profile_configmap_name
 
 logger = logging.getLogger("gleaner.operator")
 
@@ -155,6 +158,31 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.event(*NODETRACES, id="nodetrace", registry=registry)
     def nodetrace_event(name: str, memo: kopf.Memo, **_: Any) -> None:
         nodetrace_changed(memo.ctx, name)
+
+    @kopf.index(*JOBS, id="profile_refs", registry=registry)
+    def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:
+        # (namespace, ConfigMap name) -> the jobs whose spec.profileFrom names it.
+        cm_name = profile_configmap_name(dict(body))
+        if cm_name is None:
+            return None
+        return {(body.metadata.namespace or "default", cm_name): body.metadata.name or ""}
+
+    # kopf passes each index as a keyword argument named by its id.
+    def _is_profile(name: str, namespace: str | None, **kwargs: Any) -> bool:
+        # A dict lookup per ConfigMap event: only ConfigMaps some job names get a handler.
+        refs: kopf.Index[tuple[str, str], str] = kwargs["profile_refs"]
+        return (namespace or "default", name) in refs
+
+    @kopf.on.event("v1", "configmaps", id="profiles", when=_is_profile, registry=registry)
+    async def profile_event(
+        name: str, namespace: str | None, memo: kopf.Memo, logger: KopfLogger, **kwargs: Any
+    ) -> None:
+        ns = namespace or "default"
+        refs: kopf.Index[tuple[str, str], str] = kwargs["profile_refs"]
+        users = list(refs.get((ns, name), []))
+        outcomes = await revalidate_profile_users(memo.ctx, ns, name, users)
+        if outcomes:
+            logger.info("profile ConfigMap %s/%s changed: %s", ns, name, outcomes)
 
     @kopf.on.event("v1", "nodes", id="nodes", registry=registry)
     def node_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:

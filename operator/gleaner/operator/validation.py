@@ -4,8 +4,13 @@ Contract: ``validate_job(body, profile_configmap)`` returns a ``ValidJob`` (the 
 ``OfflineJob`` and its resolved ``Profile``) or an ``InvalidJob`` whose ``message`` names
 the offending field the way ``kubectl`` users write it (``spec.profile.memoryCurve[1]...``).
 The caller fetches the ConfigMap named by ``spec.profileFrom`` (or passes None when it does
-not exist) and never retries an invalid job on its own: the user fixes the spec (an update
-re-validates) or the ConfigMap and touches the job.
+not exist). Problems with that ConfigMap name it as ``ConfigMap <namespace>/<name>``:
+``spec.profileFrom.name: ConfigMap team/profiles not found``, ``spec.profileFrom.key:
+ConfigMap team/profiles has no key 'profile.yaml' (keys: ...)``, ``... key 'profile.yaml'
+is not valid YAML: ...``, or ``spec.profileFrom: ConfigMap team/profiles key
+'profile.yaml': requiredMemoryGiB: ...`` for a field of the profile. An invalid job is
+re-validated when the user updates its spec or when the ConfigMap it names appears or
+changes (``handlers.validate.revalidate_profile_users``); nothing retries it on a timer.
 """
 
 from __future__ import annotations
@@ -80,31 +85,32 @@ def validate_job(
         return ValidJob(job, job.spec.profile)
     ref = job.spec.profile_from
     assert ref is not None  # the model guarantees exactly one source
-    namespace = job.metadata.namespace or "default"
+    where = f"ConfigMap {job.metadata.namespace or 'default'}/{ref.name}"
     if profile_configmap is None:
-        return InvalidJob(
-            f"spec.profileFrom.name: ConfigMap {ref.name!r} not found in namespace {namespace!r}"
-        )
+        return InvalidJob(f"spec.profileFrom.name: {where} not found")
     data = profile_configmap.get("data") or {}
     if ref.key not in data:
         keys = ", ".join(sorted(data)) or "none"
-        return InvalidJob(
-            f"spec.profileFrom.key: ConfigMap {ref.name!r} has no key {ref.key!r} (keys: {keys})"
-        )
-    text = data[ref.key]
+        return InvalidJob(f"spec.profileFrom.key: {where} has no key {ref.key!r} (keys: {keys})")
+    text = str(data[ref.key])
+    as_json = text.lstrip().startswith("{")
     try:
-        parsed = yaml.safe_load(text) if not text.lstrip().startswith("{") else json.loads(text)
+        parsed = json.loads(text) if as_json else yaml.safe_load(text)
     except (yaml.YAMLError, ValueError) as exc:
         first = str(exc).splitlines()[0]
-        return InvalidJob(f"spec.profileFrom: ConfigMap {ref.name!r} key {ref.key!r}: {first}")
+        kind = "JSON" if as_json else "YAML"
+        return InvalidJob(
+            f"spec.profileFrom.key: {where} key {ref.key!r} is not valid {kind}: {first}"
+        )
     if not isinstance(parsed, dict):
         return InvalidJob(
-            f"spec.profileFrom: ConfigMap {ref.name!r} key {ref.key!r} must hold a mapping "
-            "with the fields of spec.profile"
+            f"spec.profileFrom.key: {where} key {ref.key!r} must hold a mapping with the "
+            "fields of spec.profile"
         )
     try:
         profile = Profile.model_validate(parsed)
     except ValidationError as exc:
-        where = f"spec.profileFrom({ref.name}/{ref.key})"
-        return InvalidJob(format_validation_error(exc, prefix=where))
+        return InvalidJob(
+            f"spec.profileFrom: {where} key {ref.key!r}: {format_validation_error(exc)}"
+        )
     return ValidJob(job, profile)

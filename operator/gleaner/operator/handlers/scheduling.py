@@ -48,6 +48,7 @@ from gleaner.operator.builders import (
 )
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
+from gleaner.operator.handlers.validate import apply_verdict
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.kube import (
     ConflictError,
@@ -343,7 +344,9 @@ async def _build_queue(
             job = verdict.job.model_copy(update={"status": status})
             queue.append(QueuedJob(job, verdict.profile))
         else:
-            ctx.kick(f"revalidate {key[0]}/{key[1]}")
+            # Its profile ConfigMap went away or turned invalid since it was validated: say
+            # so (Invalid); the ConfigMap watch re-validates it when the ConfigMap changes.
+            await apply_verdict(ctx, body, verdict)
     return queue
 
 

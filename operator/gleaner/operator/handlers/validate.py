@@ -1,15 +1,27 @@
-"""OfflineJob create / resume / spec update: validate, then queue (or mark Invalid).
+"""OfflineJob validation: on create / resume / spec update, and when a profile ConfigMap changes.
 
-Contract: reads the job (and the ConfigMap named by ``spec.profileFrom``), validates it
-with the pure ``validate_job``. Invalid: phase Invalid, ``Valid=False`` whose message names
-the field, a Warning Event ``InvalidSpec``; the handler returns normally so kopf does not
-retry (the user's next update re-validates). Valid: ``Valid=True``; a new or formerly
+Contract: ``validate_and_queue`` reads the job's profile ConfigMap (``spec.profileFrom``)
+and validates with the pure ``validate_job``; ``apply_verdict`` writes the outcome. Invalid:
+phase Invalid, ``Valid=False`` whose message names the field (and the ConfigMap as
+``<namespace>/<name>``), a Warning Event ``InvalidSpec`` only when the status changed; the
+handler returns normally so kopf does not retry. Valid: ``Valid=True``; a new or formerly
 invalid job becomes Pending; the scheduling loop is kicked. Running jobs keep running: a
 spec change applies to the job's next attempt.
+
+An invalid job converges without being edited: ``revalidate_profile_users`` runs when a
+ConfigMap that some job names in ``spec.profileFrom`` is added, changed or deleted (kopf
+filters ConfigMap events through an index of the names jobs reference, so other ConfigMaps
+cost nothing) and re-validates those of its jobs that wait for a placement (Invalid,
+Pending, Unschedulable, Evicted). It holds the scheduling lock so a pass that read the
+ConfigMap before the change cannot overwrite the newer verdict. Each re-validation is one
+GET per ConfigMap event and writes only when the verdict changed: no timers, no retry
+storm. The scheduling pass uses ``apply_verdict`` too when a queued job's ConfigMap turned
+invalid since it was validated.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,28 +29,43 @@ from gleaner.api import OfflineJobStatus, Phase
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
-from gleaner.operator.jobs import update_status
-from gleaner.operator.kube import configmaps_path
-from gleaner.operator.validation import InvalidJob, profile_configmap_name, validate_job
+from gleaner.operator.jobs import parse_status, update_status
+from gleaner.operator.kube import configmaps_path, offlinejobs_path
+from gleaner.operator.validation import (
+    InvalidJob,
+    ValidJob,
+    profile_configmap_name,
+    validate_job,
+)
+
+WAITING_PHASES = frozenset({Phase.PENDING, Phase.INVALID, Phase.UNSCHEDULABLE, Phase.EVICTED})
+"""Phases a (re-)validation may move: bound and finished jobs keep their state."""
 
 
 async def validate_and_queue(ctx: OperatorContext, body: dict[str, Any]) -> str:
     """Validate one job; returns a short outcome for kopf's log."""
-    meta = body.get("metadata") or {}
-    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
-    generation = meta.get("generation")
+    namespace = str((body.get("metadata") or {}).get("namespace") or "default")
     cm_name = profile_configmap_name(body)
     configmap = None
     if cm_name:
         configmap = await ctx.client.get(configmaps_path(namespace, cm_name))
-    verdict = validate_job(body, configmap)
+    return await apply_verdict(ctx, body, validate_job(body, configmap))
+
+
+async def apply_verdict(
+    ctx: OperatorContext, body: dict[str, Any], verdict: ValidJob | InvalidJob
+) -> str:
+    """Write a validation outcome to the job's status (see the module docstring)."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    generation = meta.get("generation")
     now = datetime.now(UTC)
 
     if isinstance(verdict, InvalidJob):
         message = verdict.message
 
         def mark_invalid(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
-            if cur.phase not in (Phase.PENDING, Phase.INVALID, Phase.UNSCHEDULABLE, Phase.EVICTED):
+            if cur.phase not in WAITING_PHASES:
                 return None  # a bound job keeps running; the new spec is refused for later
             return st.invalid(cur, message, now, generation)
 
@@ -55,3 +82,24 @@ async def validate_and_queue(ctx: OperatorContext, body: dict[str, Any]) -> str:
     await update_status(ctx, namespace, name, mark_valid)
     ctx.kick(f"job {namespace}/{name}")
     return "valid"
+
+
+async def revalidate_profile_users(
+    ctx: OperatorContext, namespace: str, configmap: str, jobs: Iterable[str]
+) -> dict[str, str]:
+    """Re-validate the waiting ``jobs`` (names in ``namespace``) that use ``configmap``.
+
+    Returns job name -> outcome for those re-validated (for kopf's log).
+    """
+    outcomes: dict[str, str] = {}
+    async with ctx.scheduling_lock:
+        for name in sorted(set(jobs)):
+            body = await ctx.client.get(offlinejobs_path(namespace, name))
+            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            if profile_configmap_name(body) != configmap:
+                continue  # the index was a moment behind a spec change
+            if parse_status(body).phase not in WAITING_PHASES:
+                continue
+            outcomes[name] = await validate_and_queue(ctx, body)
+    return outcomes
