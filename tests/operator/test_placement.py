@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from gleaner.api import OfflineJob
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import summaries_from_nodetraces
+from gleaner.operator.traces import (
+    UNKNOWN_UUIDS_REASON,
+    summaries_from_nodetraces,
+    unbindable_nodes,
+    with_inventory,
+)
+from gleaner.perfmodel import GpuSpec, NodeSummary
 from gleaner.testing.kube import gpu_uuid, nodetrace_manifest, offlinejob_manifest
 
 NOW = datetime.now(UTC)
@@ -44,3 +51,18 @@ def test_broken_nodetraces_are_skipped() -> None:
     good = nodetrace_manifest("a", gpus=1)
     bad = {"metadata": {"name": "b"}, "status": {"perGPU": [{"index": "x"}]}}
     assert set(summaries_from_nodetraces([good, bad])) == {"a"}
+
+
+def test_prometheus_summaries_take_the_gpu_inventory_from_nodetraces() -> None:
+    traced = summaries_from_nodetraces([nodetrace_manifest("a", gpus=2, offline_enabled=0.2)])
+    base = traced["a"]
+    # What agent metrics give: the load, GPU indices, no UUIDs or products.
+    bare = replace(base, gpus=(GpuSpec(index=0), GpuSpec(index=1, product="own")))
+    other = replace(base, node="b", gpus=(GpuSpec(index=0), GpuSpec(index=1, uuid="GPU-b1")))
+    merged = with_inventory({"a": bare, "b": other}, traced)
+    assert [g.uuid for g in merged["a"].gpus] == [gpu_uuid("a", 0), gpu_uuid("a", 1)]
+    assert [g.product for g in merged["a"].gpus] == ["NVIDIA H100", "own"]
+    assert merged["a"].online_busy_seconds is bare.online_busy_seconds  # the load is kept
+    assert merged["b"] is other
+    assert unbindable_nodes(merged) == {"b": UNKNOWN_UUIDS_REASON}
+    assert isinstance(merged["a"], NodeSummary)

@@ -5,23 +5,33 @@ node for a scheduling pass. By default they come from the NodeTrace objects the 
 listed (perfmodel's ``NodeTraceListSource``; a NodeTrace that does not parse is skipped with
 a warning so one broken agent cannot stop scheduling). With ``--prometheus-url`` they come
 from Prometheus instead (``gleaner.operator.sources.prometheus``, the agent metrics, else
-DCGM), read on a worker thread because that client is synchronous.
+DCGM), read on a worker thread because that client is synchronous; agent metrics carry no
+GPU inventory, so each Prometheus summary takes its GPUs' UUIDs, products and memory from
+the node's NodeTrace when there is one (``with_inventory``: the load from Prometheus, the
+inventory from the agent's NodeTrace).
+
+``unbindable_nodes(summaries)`` names the nodes a Pod cannot be bound to because a GPU's
+UUID is unknown (``NVIDIA_VISIBLE_DEVICES`` needs them): the scheduling pass treats them as
+unavailable, with the reason ``GPU UUIDs unknown``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gleaner.perfmodel import NodeSummary, NodeTraceListSource, TraceFormatError
+from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
 
 if TYPE_CHECKING:
     from gleaner.operator.config import OperatorConfig
 
 logger = logging.getLogger(__name__)
+
+UNKNOWN_UUIDS_REASON = "GPU UUIDs unknown"
 
 
 def summaries_from_nodetraces(nodetraces: Sequence[dict[str, Any]]) -> dict[str, NodeSummary]:
@@ -35,6 +45,48 @@ def summaries_from_nodetraces(nodetraces: Sequence[dict[str, Any]]) -> dict[str,
     return out
 
 
+def with_inventory(
+    summaries: Mapping[str, NodeSummary], inventory: Mapping[str, NodeSummary]
+) -> dict[str, NodeSummary]:
+    """``summaries`` with each GPU's unknown UUID, product and memory filled in from the
+    same node's and index's GPU in ``inventory`` (and the inventory's node labels under
+    the summary's own)."""
+    out: dict[str, NodeSummary] = {}
+    for name, summary in summaries.items():
+        known = inventory.get(name)
+        if known is None:
+            out[name] = summary
+            continue
+        by_index = {g.index: g for g in known.gpus}
+
+        def fill(gpu: GpuSpec, by_index: dict[int, GpuSpec] = by_index) -> GpuSpec:
+            other = by_index.get(gpu.index)
+            if other is None:
+                return gpu
+            return replace(
+                gpu,
+                uuid=gpu.uuid or other.uuid,
+                product=gpu.product or other.product,
+                memory_gib=gpu.memory_gib or other.memory_gib,
+            )
+
+        out[name] = replace(
+            summary,
+            gpus=tuple(fill(g) for g in summary.gpus),
+            labels={**known.labels, **summary.labels},
+        )
+    return out
+
+
+def unbindable_nodes(summaries: Mapping[str, NodeSummary]) -> dict[str, str]:
+    """Nodes with a GPU whose UUID is unknown -> reason (a Pod could not name its GPUs)."""
+    return {
+        name: UNKNOWN_UUIDS_REASON
+        for name, summary in summaries.items()
+        if any(not g.uuid for g in summary.gpus)
+    }
+
+
 async def load_node_summaries(
     config: OperatorConfig, nodetraces: Sequence[dict[str, Any]], now: datetime
 ) -> dict[str, NodeSummary]:
@@ -44,5 +96,6 @@ async def load_node_summaries(
         source = PrometheusTraceSource(
             url=config.prometheus_url, window_seconds=config.prometheus_window, end=now
         )
-        return await asyncio.to_thread(source.load)
+        loaded = await asyncio.to_thread(source.load)
+        return with_inventory(loaded, summaries_from_nodetraces(nodetraces))
     return summaries_from_nodetraces(nodetraces)

@@ -60,7 +60,7 @@ from gleaner.operator.kube import (
     pods_path,
 )
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import load_node_summaries
+from gleaner.operator.traces import load_node_summaries, unbindable_nodes
 from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
 
 logger = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         now,
         stale_after_seconds=ctx.config.trace_stale_after,
         node_labels=ctx.nodes.labels(),
-        unavailable=ctx.nodes.unavailable(),
+        unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
     )
     stage("decide")
     sem = asyncio.Semaphore(BIND_CONCURRENCY)

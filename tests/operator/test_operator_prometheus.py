@@ -1,0 +1,160 @@
+"""``gleaner operator --prometheus-url`` against a real Prometheus and kmock, over HTTP.
+
+Prometheus is Debian's server, backfilled by ``promtool`` (``gleaner.testing.prometheus``)
+with agent metrics for two nodes: ``prom-good`` (offline work enabled 90% of the time) and
+``prom-bad`` (30%), and with the per-job timeslice counters of two jobs. The cluster's
+NodeTraces say the opposite about the two nodes, so a placement that follows them, or an
+observation read from them, would fail the test: placement must follow Prometheus, the
+SLA monitor must read ``gleaner_offline_job_timeslice_seconds_total``, and the GPU UUIDs in
+the Pods come from the NodeTraces' inventory (agent metrics carry none).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gleaner.testing.kube import (
+    FAST_OPERATOR_FLAGS,
+    KubeApi,
+    KubeEmulator,
+    OperatorProcess,
+    free_port,
+    gpu_uuid,
+    nodetrace_manifest,
+    offlinejob_manifest,
+    wait_for,
+)
+from gleaner.testing.prometheus import PrometheusServer, Series
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+GIB = 2.0**30
+ENABLED = {"prom-good": 0.9, "prom-bad": 0.3}
+TIMESLICE = {"steady": 0.8, "starved": 0.2}
+"""Seconds of GPU time per second each job's work got (what its node's agent counted)."""
+SLA_WINDOW = 2.0
+
+
+def _counter(
+    slope: float, start: float, end: float, step: float, labels: dict[str, str], name: str
+) -> Series:
+    times = np.arange(start, end, step)
+    samples = [(float(t), float(slope * (t - start))) for t in times]
+    return Series(name, labels, samples, "counter")
+
+
+def agent_history(now: float) -> list[Series]:
+    """Half an hour of agent metrics up to ten minutes from now (the test reads 'now')."""
+    start, end = now - 1800, now + 600
+    out: list[Series] = []
+    for node, enabled in ENABLED.items():
+        for gpu in ("0", "1"):
+            labels = {"node": node, "gpu": gpu}
+            out.append(
+                _counter(
+                    enabled, start, end, 15, labels, "gleaner_gpu_offline_enabled_seconds_total"
+                )
+            )
+            out.append(
+                _counter(
+                    1 - enabled, start, end, 15, labels, "gleaner_gpu_online_busy_seconds_total"
+                )
+            )
+            memory = [(float(t), 60 * GIB) for t in np.arange(start, end, 15)]
+            out.append(Series("gleaner_gpu_harvestable_memory_bytes", labels, memory))
+    # Per-job counters sampled finely enough for a rate over one SLA window.
+    for job, rate in TIMESLICE.items():
+        labels = {"namespace": "default", "job": job, "node": "prom-good", "gpu": "0"}
+        out.append(
+            _counter(
+                rate, now - 120, end, 0.5, labels, "gleaner_offline_job_timeslice_seconds_total"
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def prometheus() -> Iterator[PrometheusServer]:
+    with PrometheusServer(agent_history(time.time())) as server:
+        yield server
+
+
+def test_placement_and_sla_follow_prometheus(tmp_path: Path, prometheus: PrometheusServer) -> None:
+    with KubeEmulator(tmp_path) as kube:
+        api = KubeApi(kube)
+        # The NodeTraces contradict Prometheus on the load; they only lend their inventory.
+        api.apply_nodetrace(nodetrace_manifest("prom-good", gpus=2, offline_enabled=0.2))
+        api.apply_nodetrace(nodetrace_manifest("prom-bad", gpus=2, offline_enabled=0.95))
+        operator = OperatorProcess(
+            kube,
+            [
+                *FAST_OPERATOR_FLAGS,
+                f"--sla-window={SLA_WINDOW:g}s",
+                f"--prometheus-url={prometheus.url}",
+                f"--http-port={free_port()}",
+                "--http-host=127.0.0.1",
+            ],
+        ).start()
+        try:
+            run_scenario(api, operator)
+        finally:
+            operator.stop()
+            print(operator.log()[-6000:])  # shown by pytest only when the test failed
+
+
+def run_scenario(api: KubeApi, operator: OperatorProcess) -> None:
+    def status(name: str) -> dict[str, Any]:
+        return dict((api.get_job(name) or {}).get("status") or {})
+
+    def wait_phase(name: str, *phases: str) -> dict[str, Any]:
+        return wait_for(
+            lambda: s if (s := status(name)).get("phase") in phases else {},
+            timeout=40,
+            message=lambda: f"{name} not in {phases}: {status(name)}\n{operator.log()[-3000:]}",
+        )
+
+    for name in TIMESLICE:
+        api.create_job(offlinejob_manifest(name, sla=0.6))
+
+    # Placement follows Prometheus: prom-good's 0.9, not its NodeTrace's 0.2 (nor prom-bad's
+    # NodeTrace 0.95, which Prometheus puts at 0.3, below the SLA).
+    gpus: dict[str, int] = {}
+    for name in TIMESLICE:
+        placement = wait_phase(name, "Scheduled")["placement"]
+        assert placement["node"] == "prom-good"
+        assert placement["compute"] == pytest.approx(0.9, abs=1e-6)
+        assert placement["throughputFraction"] == pytest.approx(0.9, abs=1e-6)
+        [gpus[name]] = placement["gpuIndices"]
+        [pod] = api.pods(selector=f"gleaner.dev/job={name}")
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid("prom-good", gpus[name])
+        api.set_pod_phase(pod.metadata.name, "Running")
+    assert sorted(gpus.values()) == [0, 1]
+
+    # The SLA monitor reads the job's timeslice counter: 0.8 (kept), 0.2 (evicted).
+    steady = wait_for(
+        lambda: s if (s := status("steady")).get("observed") else {},
+        timeout=40,
+        message=lambda: f"steady never observed: {status('steady')}\n{operator.log()[-3000:]}",
+    )
+    assert steady["phase"] == "Running"
+    assert steady["observed"]["throughputFraction"] == pytest.approx(0.8, abs=0.01)
+    assert steady["observed"]["windowSeconds"] == SLA_WINDOW
+    met = {c["type"]: c for c in steady["conditions"]}["SLAMet"]
+    assert met["status"] == "True"
+
+    starved = wait_phase("starved", "Evicted", "Unschedulable")
+    [record] = starved["evictions"]
+    assert record["node"] == "prom-good"
+    assert record["observedThroughputFraction"] == pytest.approx(0.2, abs=0.01)
+    assert starved["excludedNodes"] == ["prom-good"]
+    # Away from prom-good only prom-bad is left, at 0.3 by Prometheus: below the SLA.
+    starved = wait_phase("starved", "Unschedulable")
+    assert starved["message"].startswith("0/2 nodes are available")
+    assert status("steady")["phase"] == "Running"
