@@ -400,6 +400,9 @@ def test_service_monitor_switch_renders_monitors_for_operator_and_agents(render:
     agent_labels = one(manifests, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= agent_labels.items()
     assert [e["port"] for e in pod_monitor["spec"]["podMetricsEndpoints"]] == ["metrics"]
+    # The agent's per-job series carry a `job` label (the OfflineJob); without honorLabels
+    # Prometheus renames it to exported_job and the operator's SLA query finds nothing.
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
 
 
 def test_image_reference_is_built_from_registry_repository_tag_and_digest(render: Render) -> None:
