@@ -89,16 +89,18 @@ def test_invalid_jobs_are_refused_and_disturb_nothing(
     assert system.dashboard("/healthz")[0] == 200
     assert system.operator is not None and system.operator.alive()
 
-    # The dashboard lists the job it can parse (the missing ConfigMap) as Invalid. Jobs
-    # whose spec does not parse at all are not in its jobs table; it names each of them in
-    # the cluster's warnings instead.
+    # The dashboard lists every invalid job as Invalid with the operator's message (which
+    # names the field); jobs whose spec does not parse are also named in the warnings.
     unparsable = {name for name, _ in EXPECTED.values()}
     body = system.wait_dashboard(
         "/api/jobs?phase=Invalid",
-        lambda body: [j["name"] for j in body] == [MISSING_PROFILE],
-        "the job with a missing profile ConfigMap listed as Invalid",
+        lambda body: sorted(j["name"] for j in body) == sorted({*unparsable, MISSING_PROFILE}),
+        "every invalid job listed as Invalid",
     )
-    assert "spec.profileFrom" in body[0]["message"]
+    messages = {j["name"]: j["message"] for j in body}
+    assert "spec.profileFrom" in messages[MISSING_PROFILE]
+    for name, fields in EXPECTED.values():
+        assert any(field in messages[name] for field in fields), (name, messages[name])
     overview = system.wait_dashboard(
         "/api/cluster",
         lambda body: all(

@@ -207,6 +207,25 @@ def test_malformed_objects_become_warnings(record: ClusterRecord) -> None:
     assert len(s.nodes) == 3
 
 
+def test_jobs_that_do_not_validate_are_listed_as_invalid(record: ClusterRecord) -> None:
+    before = len(build_dashboard(record).snapshot.jobs)
+    record.offline_jobs.append(
+        {
+            "metadata": {"name": "bad", "namespace": "x"},
+            "spec": {"gpus": 2, "throughputSLA": 1.5},
+            "status": {"phase": "Invalid"},
+        }
+    )
+    jobs = build_dashboard(record).snapshot.jobs
+    assert len(jobs) == before + 1
+    bad = next(j for j in jobs if j.key == "x/bad")
+    assert bad.phase == "Invalid"
+    assert bad.gpu_count == 2 and bad.sla == 1.5
+    assert bad.message.startswith("invalid spec: ")
+    assert "template" in bad.message  # the first field a user must fix
+    assert bad.node is None and bad.predicted is None
+
+
 def test_empty_record_gives_one_series_point() -> None:
     s = build_dashboard(ClusterRecord(generated_at=NOW, source="cluster")).snapshot
     assert s.nodes == [] and s.jobs == []

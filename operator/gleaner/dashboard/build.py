@@ -4,8 +4,9 @@ Contract. :func:`build_dashboard` turns a record (API objects, eviction reports,
 into :class:`DashboardData`: the snapshot plus what it needs to answer the job page's
 "why here" question on demand. Nothing here does I/O or reads a clock; times come from
 the record. Objects that cannot be read (a malformed NodeTrace, an OfflineJob that does not
-validate, a broken report) are skipped with one line in ``snapshot.warnings``; they never
-make the whole dashboard fail.
+validate, a broken report) get one line in ``snapshot.warnings`` and never make the whole
+dashboard fail; an OfflineJob that does not validate is still listed, as Invalid with what
+is wrong, because that is where users look for it.
 
 Definitions (docs/dashboard.md repeats them):
 
@@ -602,7 +603,45 @@ def _summaries(record: ClusterRecord, warnings: list[str]) -> dict[str, NodeSumm
     return out
 
 
-def _jobs(record: ClusterRecord, warnings: list[str]) -> list[_Job]:
+def validation_summary(exc: ValidationError) -> str:
+    """The first problem as ``field.path: message`` (what a user fixes first)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "object"
+    return f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
+
+
+def _number(value: Any, default: float) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return default
+
+
+def invalid_job_view(raw: Mapping[str, Any], problem: str) -> JobView:
+    """A job whose spec does not validate: listed (phase Invalid) with what is wrong.
+
+    The API server may hold such objects (a CRD older than the schema, or a cluster where
+    validation was off); users look for them in the jobs table, not in a warnings list.
+    """
+    meta = raw.get("metadata") or {}
+    spec: Mapping[str, Any] = raw["spec"] if isinstance(raw.get("spec"), dict) else {}
+    status: Mapping[str, Any] = raw["status"] if isinstance(raw.get("status"), dict) else {}
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name", "?"))
+    message = str(status.get("message") or "") or f"invalid spec: {problem}"
+    return JobView(
+        namespace=namespace,
+        name=name,
+        key=f"{namespace}/{name}",
+        phase=Phase.INVALID.value,
+        message=message,
+        gpu_count=int(_number(spec.get("gpus"), 0)),
+        sla=_number(spec.get("throughputSLA"), 0.0),
+    )
+
+
+def _jobs(
+    record: ClusterRecord, warnings: list[str], invalid: list[JobView] | None = None
+) -> list[_Job]:
     out: list[_Job] = []
     for raw in record.offline_jobs:
         meta = raw.get("metadata") or {}
@@ -610,7 +649,10 @@ def _jobs(record: ClusterRecord, warnings: list[str]) -> list[_Job]:
         try:
             obj = OfflineJob.model_validate(raw)
         except ValidationError as exc:
-            warnings.append(f"OfflineJob {key}: {str(exc).splitlines()[0]}")
+            problem = str(exc).splitlines()[0]
+            warnings.append(f"OfflineJob {key}: {problem}")
+            if invalid is not None:
+                invalid.append(invalid_job_view(raw, validation_summary(exc)))
             continue
         profile: JobProfile | None = None
         api_profile = obj.spec.profile
@@ -643,8 +685,8 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
     for ev in evictions:
         by_job.setdefault(ev.job, []).append(ev)
 
-    jobs_in = _jobs(record, warnings)
     jobs: list[JobView] = []
+    jobs_in = _jobs(record, warnings, invalid=jobs)
     for job in jobs_in:
         series = record.job_series.get(job.key) or parse_sla_windows(
             job.obj.metadata.annotations.get(ANNOTATION_SLA_WINDOWS)
