@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
-from gleaner.api import Phase
+from gleaner.api import Observed, OfflineJobStatus, Phase
 from gleaner.operator.http import Health, build_app
-from gleaner.operator.metrics import OperatorMetrics
+from gleaner.operator.metrics import OperatorMetrics, job_gauges
 
 
 def test_metrics_live_in_their_own_registry() -> None:
@@ -50,3 +52,56 @@ def test_health_readiness_and_metrics_endpoints() -> None:
     assert client.get("/api/ping").json() == {"pong": "yes"}
     health.stale_after = 0
     assert client.get("/healthz").status_code == 503
+
+
+def _job(
+    sla: object, phase: Phase, observed: float | None, deleting: bool = False
+) -> tuple[dict[str, Any], OfflineJobStatus]:
+    meta: dict[str, Any] = {"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {}
+    status = OfflineJobStatus(
+        phase=phase,
+        observed=None
+        if observed is None
+        else Observed(throughput_fraction=observed, window_seconds=60.0),
+    )
+    return {"metadata": meta, "spec": {"throughputSLA": sla}}, status
+
+
+def test_job_gauges_from_spec_and_status() -> None:
+    sla, observed = job_gauges(
+        {
+            ("a", "running"): _job(0.6, Phase.RUNNING, 0.7),
+            ("a", "waiting"): _job(0.5, Phase.UNSCHEDULABLE, None),
+            # A stale observation of an evicted job is not its current throughput.
+            ("a", "evicted"): _job(0.5, Phase.EVICTED, 0.1),
+            ("a", "bad"): _job(1.5, Phase.INVALID, None),
+            ("a", "text"): _job("0.5", Phase.INVALID, None),
+            ("a", "gone"): _job(0.5, Phase.RUNNING, 0.9, deleting=True),
+        }
+    )
+    assert sla == {("a", "running"): 0.6, ("a", "waiting"): 0.5, ("a", "evicted"): 0.5}
+    assert observed == {("a", "running"): 0.7}
+
+
+def test_per_job_sla_series_come_and_go_with_the_jobs() -> None:
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
+    get = registry.get_sample_value
+    observed = "gleaner_operator_job_observed_throughput_fraction"
+    sla = "gleaner_operator_job_throughput_sla"
+    a, b = {"namespace": "ns", "job": "a"}, {"namespace": "ns", "job": "b"}
+
+    metrics.sync_jobs({("ns", "a"): 0.6, ("ns", "b"): 0.5}, {("ns", "a"): 0.7})
+    assert (get(sla, a), get(observed, a), get(sla, b), get(observed, b)) == (0.6, 0.7, 0.5, None)
+    # The SLA monitor observes b; a is evicted (bound no more: no observed series).
+    metrics.set_job("ns", "b", 0.5, 0.4)
+    metrics.set_job("ns", "a", 0.6, None)
+    assert (get(observed, a), get(observed, b)) == (None, 0.4)
+    # b is deleted; a pass that no longer lists a drops it too.
+    metrics.forget_job("ns", "b")
+    metrics.forget_job("ns", "b")  # idempotent
+    assert (get(sla, b), get(observed, b)) == (None, None)
+    metrics.sync_jobs({}, {})
+    assert get(sla, a) is None
+    text = generate_latest(registry).decode()
+    assert 'job="a"' not in text and 'job="b"' not in text

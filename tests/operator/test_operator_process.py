@@ -327,7 +327,8 @@ def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> 
     record = status["evictions"][0]
     assert record["node"] == first and record["observedThroughputFraction"] < 0.1
     assert record["report"] == "victim-sla-eviction-1"
-    assert cluster.events_for("victim", "SLAViolation")
+    # The Event follows the status write (and the Pods' deletion): wait for it.
+    wait_for(lambda: cluster.events_for("victim", "SLAViolation"), message=cluster.logs)
 
     reports = cluster.api.configmaps(selector="gleaner.dev/report=sla-eviction")
     assert [cm.metadata.name for cm in reports] == ["victim-sla-eviction-1"]

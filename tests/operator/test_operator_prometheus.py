@@ -6,18 +6,21 @@ with agent metrics for two nodes: ``prom-good`` (offline work enabled 90% of the
 NodeTraces say the opposite about the two nodes, so a placement that follows them, or an
 observation read from them, would fail the test: placement must follow Prometheus, the
 SLA monitor must read ``gleaner_offline_job_timeslice_seconds_total``, and the GPU UUIDs in
-the Pods come from the NodeTraces' inventory (agent metrics carry none).
+the Pods come from the NodeTraces' inventory (agent metrics carry none). The operator's
+per-job SLA gauges on its own ``/metrics`` follow the jobs.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
@@ -91,24 +94,38 @@ def test_placement_and_sla_follow_prometheus(tmp_path: Path, prometheus: Prometh
         # The NodeTraces contradict Prometheus on the load; they only lend their inventory.
         api.apply_nodetrace(nodetrace_manifest("prom-good", gpus=2, offline_enabled=0.2))
         api.apply_nodetrace(nodetrace_manifest("prom-bad", gpus=2, offline_enabled=0.95))
+        port = free_port()
         operator = OperatorProcess(
             kube,
             [
                 *FAST_OPERATOR_FLAGS,
                 f"--sla-window={SLA_WINDOW:g}s",
                 f"--prometheus-url={prometheus.url}",
-                f"--http-port={free_port()}",
+                f"--http-port={port}",
                 "--http-host=127.0.0.1",
             ],
         ).start()
         try:
-            run_scenario(api, operator)
+            run_scenario(api, operator, f"http://127.0.0.1:{port}/metrics")
         finally:
             operator.stop()
             print(operator.log()[-6000:])  # shown by pytest only when the test failed
 
 
-def run_scenario(api: KubeApi, operator: OperatorProcess) -> None:
+def job_series(metrics_url: str) -> dict[tuple[str, str], float]:
+    """The operator's per-job SLA series: (metric, job) -> value."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("gleaner_operator_job_") and "job" in sample.labels:
+                assert sample.labels["namespace"] == "default"
+                out[(sample.name, sample.labels["job"])] = sample.value
+    return out
+
+
+def run_scenario(api: KubeApi, operator: OperatorProcess, metrics_url: str) -> None:
     def status(name: str) -> dict[str, Any]:
         return dict((api.get_job(name) or {}).get("status") or {})
 
@@ -158,3 +175,19 @@ def run_scenario(api: KubeApi, operator: OperatorProcess) -> None:
     starved = wait_phase("starved", "Unschedulable")
     assert starved["message"].startswith("0/2 nodes are available")
     assert status("steady")["phase"] == "Running"
+
+    # The operator's per-job SLA gauges: both SLAs; an observation only for the bound job.
+    observed = "gleaner_operator_job_observed_throughput_fraction"
+    sla = "gleaner_operator_job_throughput_sla"
+    series = job_series(metrics_url)
+    assert series[(sla, "steady")] == series[(sla, "starved")] == 0.6
+    assert series[(observed, "steady")] == pytest.approx(0.8, abs=0.01)
+    assert (observed, "starved") not in series
+    # Deleting the jobs removes their series.
+    for name in TIMESLICE:
+        api.delete_job(name)
+    wait_for(
+        lambda: job_series(metrics_url) == {},
+        timeout=20,
+        message=lambda: f"series left: {job_series(metrics_url)}\n{operator.log()[-3000:]}",
+    )

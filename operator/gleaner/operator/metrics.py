@@ -9,7 +9,19 @@ contract: ``gleaner_operator_`` prefix) and nothing in the global default regist
 - ``gleaner_operator_unschedulable_total`` (counter): jobs found unschedulable in a pass;
 - ``gleaner_operator_scheduling_latency_seconds`` (histogram): wall time of one scheduling
   pass (list state, decide, bind);
-- ``gleaner_operator_job_queue_latency_seconds`` (histogram): job creation to binding.
+- ``gleaner_operator_job_queue_latency_seconds`` (histogram): job creation to binding;
+- ``gleaner_operator_job_throughput_sla{namespace,job}`` (gauge): each live OfflineJob's
+  ``spec.throughputSLA``;
+- ``gleaner_operator_job_observed_throughput_fraction{namespace,job}`` (gauge): the fraction
+  of standalone throughput observed over the last SLA window, for bound jobs that have an
+  observation of their current placement (``status.observed``).
+
+The per-job series exist only while the job does (and, for the observed fraction, only
+while it is bound and observed): ``sync_jobs`` replaces the whole set from a full list of
+jobs (the scheduling pass), ``set_job`` updates one job (the SLA monitor), ``forget_job``
+removes one (deletion). Dashboards compare the two gauges series by series
+(``observed >= sla``): both carry the same labels. ``job_gauges(jobs)`` computes the values
+from the API objects (pure).
 
 Tests give each instance a fresh ``CollectorRegistry`` and read values with
 ``registry.get_sample_value``.
@@ -18,14 +30,41 @@ Tests give each instance a fresh ``CollectorRegistry`` and read values with
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
-from gleaner.api import Phase
+from gleaner.api import OfflineJobStatus, Phase
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+BOUND = frozenset({Phase.SCHEDULED, Phase.RUNNING})
+
+JobKey = tuple[str, str]
+"""(namespace, job name)."""
+
+
+def job_gauges(
+    jobs: Mapping[JobKey, tuple[Mapping[str, Any], OfflineJobStatus]],
+) -> tuple[dict[JobKey, float], dict[JobKey, float]]:
+    """(SLA per job, observed fraction per bound and observed job) from jobs' spec and status.
+
+    Jobs being deleted and jobs whose SLA is not a number in (0, 1] (an invalid spec) have
+    no SLA series.
+    """
+    sla: dict[JobKey, float] = {}
+    observed: dict[JobKey, float] = {}
+    for key, (body, status) in jobs.items():
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        raw = (body.get("spec") or {}).get("throughputSLA")
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= 1:
+            continue
+        sla[key] = float(raw)
+        if status.phase in BOUND and status.observed is not None:
+            observed[key] = status.observed.throughput_fraction
+    return sla, observed
 
 
 class OperatorMetrics:
@@ -66,6 +105,20 @@ class OperatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.job_sla = Gauge(
+            "gleaner_operator_job_throughput_sla",
+            "The OfflineJob's throughputSLA (fraction of standalone throughput).",
+            ["namespace", "job"],
+            registry=self.registry,
+        )
+        self.job_observed = Gauge(
+            "gleaner_operator_job_observed_throughput_fraction",
+            "Fraction of standalone throughput observed over the job's last SLA window.",
+            ["namespace", "job"],
+            registry=self.registry,
+        )
+        self._sla_keys: set[JobKey] = set()
+        self._observed_keys: set[JobKey] = set()
         for phase in Phase:
             self.jobs.labels(phase=phase.value).set(0)
 
@@ -73,3 +126,37 @@ class OperatorMetrics:
         counts = Counter(phases)
         for phase in Phase:
             self.jobs.labels(phase=phase.value).set(counts.get(phase, 0))
+
+    def set_job(self, namespace: str, job: str, sla: float, observed: float | None) -> None:
+        """One job's SLA and, when given, its observed fraction (None removes it)."""
+        key = (namespace, job)
+        self.job_sla.labels(namespace=namespace, job=job).set(sla)
+        self._sla_keys.add(key)
+        if observed is None:
+            self._remove(self.job_observed, self._observed_keys, key)
+        else:
+            self.job_observed.labels(namespace=namespace, job=job).set(observed)
+            self._observed_keys.add(key)
+
+    def forget_job(self, namespace: str, job: str) -> None:
+        """Remove a job's series (it was deleted)."""
+        self._remove(self.job_sla, self._sla_keys, (namespace, job))
+        self._remove(self.job_observed, self._observed_keys, (namespace, job))
+
+    def sync_jobs(self, sla: Mapping[JobKey, float], observed: Mapping[JobKey, float]) -> None:
+        """Make the per-job series exactly these (from a full list of jobs)."""
+        for gauge, keys, values in (
+            (self.job_sla, self._sla_keys, sla),
+            (self.job_observed, self._observed_keys, observed),
+        ):
+            for key in keys - set(values):
+                self._remove(gauge, keys, key)
+            for (namespace, job), value in values.items():
+                gauge.labels(namespace=namespace, job=job).set(value)
+                keys.add((namespace, job))
+
+    @staticmethod
+    def _remove(gauge: Gauge, keys: set[JobKey], key: JobKey) -> None:
+        if key in keys:
+            gauge.remove(*key)
+            keys.discard(key)

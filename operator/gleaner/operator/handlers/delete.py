@@ -4,7 +4,8 @@ Contract: lists the job's offline Pods by label and deletes each (already gone i
 then lets kopf remove the finalizer. Owner references would garbage-collect them too on a
 real cluster; deleting explicitly makes the GPUs free at once and does not depend on the
 garbage collector. Eviction-report ConfigMaps are kept (they have no owner) for
-``gleaner report evictions``. The scheduling loop is kicked: GPUs were freed.
+``gleaner report evictions``. The job's per-job metric series are removed. The scheduling
+loop is kicked: GPUs were freed.
 """
 
 from __future__ import annotations
@@ -23,5 +24,6 @@ async def delete_job_pods(ctx: OperatorContext, namespace: str, name: str) -> in
         if await ctx.client.delete(pods_path(namespace, pod_name)):
             deleted += 1
     ctx.forget_job(namespace, name)
+    ctx.metrics.forget_job(namespace, name)
     ctx.kick(f"job {namespace}/{name} deleted")
     return deleted

@@ -6,7 +6,8 @@ Pod finished, an eviction, a requeue timer) and runs ``scheduling_pass`` at most
 scheduling lock:
 
 1. lists OfflineJobs, offline Pods (label ``gleaner.dev/role=offline``) and NodeTraces
-   (or asks Prometheus) — the API server is the only state;
+   (or asks Prometheus) — the API server is the only state — and refreshes the metrics
+   read from jobs (jobs by phase; per-job SLA and observed fraction);
 2. **binds**: a Scheduled job whose Pod is missing gets it (check-before-create with the
    deterministic name ``<job>-<attempt>``; a 409 means it is there) — this is also how a
    restarted operator finishes a binding it was killed in the middle of;
@@ -59,6 +60,7 @@ from gleaner.operator.kube import (
     offlinejobs_path,
     pods_path,
 )
+from gleaner.operator.metrics import job_gauges
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import load_node_summaries, unbindable_nodes
 from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
@@ -183,6 +185,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     statuses = {_ns_name(j): parse_status(j) for j in live}
     bodies = {_ns_name(j): j for j in live}
     ctx.metrics.set_phases(s.phase for s in statuses.values())
+    ctx.metrics.sync_jobs(*job_gauges({k: (bodies[k], s) for k, s in statuses.items()}))
     pods_by_key = {_ns_name(p): p for p in pods}
     stage("read")
 

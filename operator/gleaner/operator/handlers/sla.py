@@ -5,7 +5,8 @@ Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``
 1. observes the job's throughput fraction for the latest window (``gleaner.operator.observe``:
    the NodeTrace of its node, or Prometheus), skipping windows from before the placement;
 2. appends the window to the placement's history (annotation ``gleaner.dev/sla-windows``)
-   and writes ``status.observed`` and the ``SLAMet`` condition;
+   and writes ``status.observed`` and the ``SLAMet`` condition (and the job's
+   ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges);
 3. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
 
 On evict, in an order that a crash at any point can resume without loss or duplicates:
@@ -121,7 +122,8 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
                 return None
             return st.observed(cur, observed, sla, met, now)
 
-        await update_status(ctx, namespace, name, record)
+        if await update_status(ctx, namespace, name, record) is not None:
+            ctx.metrics.set_job(namespace, name, sla, obs.throughput_fraction)
 
     decision = decide_sla(history, now.timestamp(), ctx.config.sla)
     if not decision.evict:
@@ -199,6 +201,7 @@ async def evict(
     new = await update_status(ctx, namespace, name, mark)
     if new is None:
         return
+    ctx.metrics.set_job(namespace, name, history.sla, None)  # no longer bound, not observed
     pods = await ctx.client.list(pods_path(namespace), label_selector=job_selector(name))
     for pod in pods:
         await ctx.client.delete(pods_path(namespace, str((pod.get("metadata") or {}).get("name"))))
