@@ -15,8 +15,9 @@ import pytest
 
 from gleaner.dashboard.sources import KubeSource, SourceError
 from gleaner.scheduler import EvictionReport
-from gleaner.testing.dashboard import example_record, free_port
+from gleaner.testing.dashboard import example_record
 from gleaner.testing.kube import KubeApi, KubeEmulator
+from gleaner.testing.net import free_port
 
 
 @pytest.fixture

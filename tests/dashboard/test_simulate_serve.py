@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gleaner.testing.dashboard import free_port
+from gleaner.testing.net import free_port
 
 
 @pytest.mark.slow

@@ -25,12 +25,12 @@ from gleaner.testing.kube import (
     KubeApi,
     KubeEmulator,
     OperatorProcess,
-    free_port,
     gpu_uuid,
     nodetrace_manifest,
     offlinejob_manifest,
     wait_for,
 )
+from gleaner.testing.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -27,12 +27,12 @@ from gleaner.testing.kube import (
     KubeApi,
     KubeEmulator,
     OperatorProcess,
-    free_port,
     gpu_uuid,
     nodetrace_manifest,
     offlinejob_manifest,
     wait_for,
 )
+from gleaner.testing.net import free_port
 from gleaner.testing.prometheus import PrometheusServer, Series
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

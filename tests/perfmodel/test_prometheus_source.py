@@ -24,7 +24,8 @@ from gleaner.perfmodel import (
     multi_gpu_factor,
     predict,
 )
-from gleaner.testing.prometheus import PrometheusServer, Series, free_port
+from gleaner.testing.net import free_port
+from gleaner.testing.prometheus import PrometheusServer, Series
 
 T_END = 1_700_003_600.0
 STEP = 15.0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +42,7 @@ from gleaner.api import (
 )
 from gleaner.dashboard.model import ClusterRecord, ClusterSeries, Point, RecordedReport
 from gleaner.scheduler import EvictionReport, ObservedSummary, PredictedFactors
+from gleaner.testing.net import free_port
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 WINDOW = 3600.0
@@ -388,12 +388,6 @@ CHROMIUM_ARGS = (
     "--disable-quic",
 )
 """Debian's Chromium, driven by Playwright (never ``playwright install``)."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

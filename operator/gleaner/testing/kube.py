@@ -667,15 +667,6 @@ class OperatorProcess:
         self.stop()
 
 
-def free_port() -> int:
-    """A TCP port free on loopback right now (for the operator's HTTP server in tests)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 FAST_OPERATOR_FLAGS: tuple[str, ...] = (
     "--requeue-interval=1s",
     "--min-pass-interval=0.1s",

@@ -36,14 +36,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from gleaner.testing.prometheus import PrometheusUnavailableError, free_port
+from gleaner.testing.net import free_port
+from gleaner.testing.prometheus import PrometheusUnavailableError
 
 __all__ = [
     "ManagedProcess",
     "ProcessSet",
     "PrometheusUnavailableError",
     "ScrapingPrometheus",
-    "free_port",
     "http_json",
     "wait_http",
 ]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
+
+from gleaner.testing.net import free_port
 
 MetricKind = Literal["counter", "gauge", "unknown"]
 
@@ -81,13 +82,6 @@ def to_openmetrics(series: Iterable[Series]) -> str:
                 lines.append(f"{head} {_number(value)} {ts:.3f}")
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

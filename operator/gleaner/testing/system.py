@@ -46,11 +46,11 @@ from typing import Any, Self, TypeVar
 import yaml
 
 from gleaner.testing.kube import KubeApi, KubeEmulator
+from gleaner.testing.net import free_port
 from gleaner.testing.processes import (
     ManagedProcess,
     ProcessSet,
     ScrapingPrometheus,
-    free_port,
     http_json,
     http_status,
     http_text,
