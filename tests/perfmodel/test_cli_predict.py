@@ -122,6 +122,63 @@ def test_profile_from_configmap_needs_profile_option(
         assert json.loads(out)["memory"] == pytest.approx(0.64)
 
 
+def test_profile_configmap_in_the_same_file_as_the_job(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The ConfigMap and the job in one multi-document manifest (as examples/ keeps them):
+    # predict finds the profile there, with or without --profile naming the same file.
+    both = tmp_path / "both.yaml"
+    both.write_text(files["cm"].read_text() + "---\n" + files["ref_job"].read_text())
+    base = ["--job", str(both), "--trace", str(files["trace"]), "--node", "n1",
+            "--gpus", "0,1", "--format", "json"]  # fmt: skip
+    for extra in ([], ["--profile", str(both)]):
+        rc, out, err = run([*base, *extra], capsys)
+        assert (rc, err) == (0, "")
+        assert json.loads(out)["memory"] == pytest.approx(0.64)
+
+
+def test_profile_configmap_must_be_the_one_the_job_names(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other-cm.yaml"
+    other.write_text(files["cm"].read_text().replace("name: prof", "name: other"))
+    both = tmp_path / "both.yaml"
+    both.write_text(other.read_text() + "---\n" + files["ref_job"].read_text())
+    base = ["--trace", str(files["trace"]), "--node", "n1", "--gpus", "0,1"]
+    rc, _, err = run([*base, "--job", str(both)], capsys)
+    assert rc == 2
+    assert err == (
+        "error: job summarize: the profile is in ConfigMap 'prof'; pass it with --profile FILE\n"
+    )
+    rc, _, err = run([*base, "--job", str(files["ref_job"]), "--profile", str(other)], capsys)
+    assert rc == 2
+    assert err == (
+        f"error: profile {other}: no ConfigMap named 'prof' for job summarize "
+        "(ConfigMaps in the file: 'other')\n"
+    )
+
+
+def test_repository_example_with_a_configmap_profile(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples/mistral-7b-profile-configmap.yaml"
+    trace = tmp_path / "one-gpu.csv"
+    pd.DataFrame(
+        [(float(t), "n1", 0, t % 2, 40.0) for t in range(10)],
+        columns=["timestamp", "node", "gpu", "online_busy", "free_memory_gib"],
+    ).to_csv(trace, index=False)
+    rc, out, err = run(
+        ["--job", str(example), "--trace", str(trace), "--node", "n1", "--gpus", "0",
+         "--format", "json"],
+        capsys,
+    )  # fmt: skip
+    assert (rc, err) == (0, "")
+    data = json.loads(out)
+    # 40 GiB free all the time: curve 6300 of 6800 tokens/s, deficit 8 GiB x 95 = 760.
+    assert data["memory"] == pytest.approx((6300 - 8 * 95) / 6800)
+    assert data["compute"] == pytest.approx(0.5)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -1,11 +1,12 @@
 """``gleaner predict``: one job's predicted throughput on one node's GPUs, with reasons.
 
-A thin shell: it reads the OfflineJob YAML (and its profile), loads node summaries from a
-trace file or Prometheus, calls ``gleaner.perfmodel.predict`` and prints the three
-factors, their product, tokens/s, the SLA and the verdict. JSON output has exactly
-DESIGN.md's keys. Bad input (unreadable or invalid job, unknown node, GPU count not
-matching the job, empty window, malformed trace, unreachable Prometheus) prints one
-``error: ...`` line and exits 2.
+A thin shell: it reads the OfflineJob YAML and its profile (inline, from ``--profile``, or
+from the ConfigMap that ``spec.profileFrom`` names when the job's own file holds it), loads
+node summaries from a trace file or Prometheus, calls ``gleaner.perfmodel.predict`` and
+prints the three factors, their product, tokens/s, the SLA and the verdict. JSON output
+has exactly DESIGN.md's keys. Bad input (unreadable or invalid job, unknown node, GPU count
+not matching the job, empty window, malformed trace, unreachable Prometheus, a profile
+ConfigMap that is missing or names another) prints one ``error: ...`` line and exits 2.
 """
 
 from __future__ import annotations
@@ -32,28 +33,62 @@ def _load_yaml_documents(path: Path, what: str) -> list[Any]:
         fail(f"{what} {path}: not valid YAML: {str(exc).splitlines()[0]}")
 
 
-def _load_job(path: Path) -> Any:
+def _load_job(path: Path) -> tuple[Any, list[Any]]:
+    """The one OfflineJob of ``path``, and every document of the file (for its ConfigMaps)."""
     from pydantic import ValidationError
 
     from gleaner.api import OfflineJob
 
+    documents = _load_yaml_documents(path, "job")
     docs = [
-        d
-        for d in _load_yaml_documents(path, "job")
-        if isinstance(d, dict) and d.get("kind", "OfflineJob") == "OfflineJob"
+        d for d in documents if isinstance(d, dict) and d.get("kind", "OfflineJob") == "OfflineJob"
     ]
     if not docs:
         fail(f"job {path}: no OfflineJob in the file")
     if len(docs) > 1:
         fail(f"job {path}: {len(docs)} OfflineJobs in the file; predict takes one")
     try:
-        return OfflineJob.model_validate(docs[0])
+        return OfflineJob.model_validate(docs[0]), documents
     except ValidationError as exc:
         fail(f"job {path}: invalid OfflineJob: {validation_message(exc)}")
 
 
-def _load_profile(job: Any, profile_path: Path | None) -> Any:
-    """The job's Profile: inline, or from ``--profile`` (a profile or a ConfigMap)."""
+def _named_configmaps(docs: list[Any], job: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ConfigMaps among ``docs`` that ``job``'s ``profileFrom`` names, and every name seen.
+
+    A ConfigMap matches by name, and by namespace when both it and the job state one.
+    """
+    ref = job.spec.profile_from
+    job_ns = job.metadata.namespace
+    matches: list[dict[str, Any]] = []
+    names: list[str] = []
+    for doc in docs:
+        if not (isinstance(doc, dict) and doc.get("kind") == "ConfigMap"):
+            continue
+        meta = doc.get("metadata") or {}
+        names.append(str(meta.get("name", "")))
+        cm_ns = meta.get("namespace")
+        if (
+            ref is not None
+            and meta.get("name") == ref.name
+            and not (cm_ns and job_ns and cm_ns != job_ns)
+        ):
+            matches.append(doc)
+    return matches, names
+
+
+def _resolve_configmap(job: Any, configmap: dict[str, Any], where: Path) -> Any:
+    if job.spec.profile_from is None:
+        fail(f"profile {where}: job {job.metadata.name} has an inline profile")
+    resolved = profile_from_configmap(job.to_k8s(), configmap)
+    if isinstance(resolved, str):
+        fail(f"profile {where}: {resolved}")
+    return resolved
+
+
+def _load_profile(job: Any, job_path: Path, job_docs: list[Any], profile_path: Path | None) -> Any:
+    """The job's Profile: inline; from ``--profile`` (a profile, or a file holding the
+    ConfigMap that ``profileFrom`` names); or from that ConfigMap in the job's own file."""
     from pydantic import ValidationError
 
     from gleaner.api import Profile
@@ -62,25 +97,32 @@ def _load_profile(job: Any, profile_path: Path | None) -> Any:
     if profile_path is None:
         if spec.profile is not None:
             return spec.profile
+        in_job_file, _ = _named_configmaps(job_docs, job)
+        if len(in_job_file) == 1:
+            return _resolve_configmap(job, in_job_file[0], job_path)
         fail(
             f"job {job.metadata.name}: the profile is in ConfigMap "
             f"{spec.profile_from.name!r}; pass it with --profile FILE"
         )
     docs = _load_yaml_documents(profile_path, "profile")
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        fail(f"profile {profile_path}: expected one YAML mapping")
-    doc = docs[0]
-    if doc.get("kind") == "ConfigMap":
-        if spec.profile_from is None:
-            fail(f"profile {profile_path}: job {job.metadata.name} has an inline profile")
-        resolved = profile_from_configmap(job.to_k8s(), doc)
-        if isinstance(resolved, str):
-            fail(f"profile {profile_path}: {resolved}")
-        return resolved
-    try:
-        return Profile.model_validate(doc)
-    except ValidationError as exc:
-        fail(f"profile {profile_path}: invalid profile: {validation_message(exc)}")
+    if not docs or not all(isinstance(d, dict) for d in docs):
+        fail(f"profile {profile_path}: expected YAML mappings (a profile or ConfigMaps)")
+    if len(docs) == 1 and docs[0].get("kind") not in ("ConfigMap", "OfflineJob"):
+        try:
+            return Profile.model_validate(docs[0])
+        except ValidationError as exc:
+            fail(f"profile {profile_path}: invalid profile: {validation_message(exc)}")
+    if spec.profile_from is None:
+        fail(f"profile {profile_path}: job {job.metadata.name} has an inline profile")
+    matches, names = _named_configmaps(docs, job)
+    if len(matches) != 1:
+        seen = ", ".join(repr(n) for n in names) or "none"
+        problem = "no" if not matches else f"{len(matches)}"
+        fail(
+            f"profile {profile_path}: {problem} ConfigMap named {spec.profile_from.name!r} "
+            f"for job {job.metadata.name} (ConfigMaps in the file: {seen})"
+        )
+    return _resolve_configmap(job, matches[0], profile_path)
 
 
 def _parse_gpus(text: str) -> list[int]:
@@ -110,7 +152,8 @@ def _parse_gpus(text: str) -> list[int]:
     "--profile",
     "profile_path",
     type=click.Path(path_type=Path),
-    help="Profile (YAML/JSON, or the ConfigMap manifest) for jobs that use profileFrom.",
+    help="Profile (YAML/JSON, or a manifest file holding the ConfigMap) for jobs that use "
+    "profileFrom; default: that ConfigMap when the job's own file holds it.",
 )
 @format_option("table", "json")
 def command(
@@ -136,13 +179,13 @@ def command(
     if (trace_path is None) == (prometheus_url is None):
         fail("give exactly one of --trace FILE and --prometheus URL")
     gpus = _parse_gpus(gpus_text)
-    job = _load_job(job_path)
+    job, job_docs = _load_job(job_path)
     if len(gpus) != job.spec.gpus:
         fail(
             f"job {job.metadata.name or job_path.name} runs on {job.spec.gpus} GPU(s) "
             f"but --gpus lists {len(gpus)}"
         )
-    profile = JobProfile.from_api(_load_profile(job, profile_path))
+    profile = JobProfile.from_api(_load_profile(job, job_path, job_docs, profile_path))
     nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
     summary = nodes.get(node)
     if summary is None:
