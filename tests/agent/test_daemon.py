@@ -1,12 +1,14 @@
-"""``gleaner agent`` as a real process: HTTP endpoints, NodeTrace reports, Pods, bursts."""
+"""``gleaner agent``: HTTP, NodeTrace reports, Pods, bursts; the nvidia daemon's per-GPU timers."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +19,9 @@ import kubernetes
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gleaner.agent import protocol as p
+from gleaner.agent.daemon import AgentDaemon, AgentError, AgentOptions, event_loop_factory
+from gleaner.agent.policy import GateConfig
 from gleaner.api import NodeTraceStatus, TraceSource
 from gleaner.cli.agent import parse_duration
 from gleaner.cli.main import main as cli_main
@@ -164,3 +169,85 @@ def test_parse_duration() -> None:
     assert parse_duration("3") == 3.0
     with pytest.raises(ValueError):
         parse_duration("0s")
+
+
+def _recv_gate(sock: socket.socket, decoder: p.FrameDecoder) -> p.Gate:
+    while True:
+        msgs = p.recv_messages(sock, decoder)
+        assert msgs is not None, "the agent closed the connection"
+        for m in msgs:
+            if isinstance(m, p.Gate):
+                return m
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "auto"])
+def test_nvidia_daemon_gates_each_gpu_on_its_own_timer(tmp_path: Path, loop: str) -> None:
+    options = AgentOptions(
+        backend="nvidia",
+        node="n",
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        socket_dir=tmp_path,
+        gpus=2,
+        kube=False,
+        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
+        shim_source=tmp_path / "absent.so",
+    )
+    daemon = AgentDaemon(options)
+    runner = threading.Thread(
+        target=lambda: (
+            asyncio.run(daemon.run())
+            if loop == "asyncio"
+            else asyncio.Runner(loop_factory=event_loop_factory(loop)).run(daemon.run())
+        ),
+        daemon=True,
+    )
+    runner.start()
+    sock_path = tmp_path / "agent.sock"
+    _wait(sock_path.exists, what="the control socket")
+    time.sleep(0.1)  # both gates open (one cooldown after start)
+    offline = []
+    for gpu in (0, 1):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(str(sock_path))
+        p.send_message(s, p.Hello(pid=1, role=p.Role.OFFLINE, gpu_indices=(gpu,), job=f"ns/j{gpu}"))
+        dec = p.FrameDecoder()
+        msgs = p.recv_messages(s, dec)
+        assert msgs and isinstance(msgs[0], p.HelloAck) and msgs[0].gate_open
+        offline.append((s, dec))
+    online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    online.connect(str(sock_path))
+    p.send_message(online, p.Hello(pid=2, role=p.Role.ONLINE, gpu_indices=(0, 1)))
+    try:
+        for gpu in (0, 1):
+            s, dec = offline[gpu]
+            p.send_message(online, p.OnlineBusy(gpu=gpu, mono_ns=1))
+            assert not _recv_gate(s, dec).enable
+            t_idle = time.monotonic()
+            p.send_message(online, p.OnlineIdle(gpu=gpu, mono_ns=2))
+            assert _recv_gate(s, dec).enable  # this GPU's timer, at the end of its cooldown
+            assert time.monotonic() - t_idle >= 0.045
+        assert daemon.agent.accounting.totals.gpus[1].preemptions == 1
+        health = daemon.health()
+        assert health["gates"] == {"0": True, "1": True}
+        assert health["offline_jobs"] == {"0": "ns/j0", "1": "ns/j1"}
+    finally:
+        online.close()
+        for s, _ in offline:
+            s.close()
+        daemon.stop()
+        runner.join(10)
+    assert not runner.is_alive()
+
+
+def test_event_loop_choice() -> None:
+    assert event_loop_factory("asyncio") is asyncio.new_event_loop
+    loop = event_loop_factory("auto")()
+    try:
+        assert isinstance(loop, asyncio.AbstractEventLoop)
+    finally:
+        loop.close()
+    with pytest.raises(AgentError):
+        event_loop_factory("trio")
+    assert cli_main(["agent", "--backend", "nvidia", "--node", "n", "--event-loop", "x"]) == 2

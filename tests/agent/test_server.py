@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -229,3 +230,63 @@ def test_garbage_drops_the_connection(harness: Harness) -> None:
         c.expect(p.HelloAck)
     assert harness.server.protocol_errors == 1
     c.close()
+
+
+def test_frames_split_anywhere_and_mixed_with_slow_ones(harness: Harness) -> None:
+    off = _offline(harness)
+    off.expect(p.HelloAck)
+    assert off.expect(p.Gate).enable
+    on = Client(harness.server.path)
+    hello = p.Hello(pid=201, role=p.Role.ONLINE, gpu_uuids=(INVENTORY[0].uuid,)).encode(1)
+    busy = p.OnlineBusy(gpu=0, mono_ns=1, request_id=5).encode(2)
+    gap = p.DecodeGap(gpu=0, mono_ns=2, gap_ns=40_000_000).encode(3)
+    idle = p.OnlineIdle(gpu=0, mono_ns=3, request_id=5).encode(4)
+    stream = hello + busy + gap + idle
+    # Cut inside a header, inside a payload, and between frames.
+    cuts = [3, len(hello) + 5, len(hello) + len(busy) + 20, len(stream) - 1, len(stream)]
+    last = 0
+    for cut in cuts:
+        on.sock.sendall(stream[last:cut])
+        last = cut
+        harness.call(lambda: None)  # let the server read this piece before the next
+    assert on.expect(p.HelloAck).accepted
+    assert not off.expect(p.Gate).enable
+    assert off.expect(p.Gate).enable  # request 5 finished: the cooldown passes, it reopens
+    tot = harness.agent.accounting.totals.gpus[0]
+    assert tot.preemptions == 1 and tot.online_requests == 1
+    assert harness.agent.gates[0].g_max_s == pytest.approx(0.04)
+    assert harness.server.protocol_errors == 0
+    on.close()
+    off.close()
+
+
+def test_offline_connections_are_polled_after_hello(harness: Harness) -> None:
+    off = _offline(harness)
+    off.expect(p.HelloAck)
+    gate = off.expect(p.Gate)
+    (proc,) = [q for q in harness.server.processes.values() if q.offline]
+    assert proc.polled  # no longer watched by the loop
+    off.send(p.GateAck(gate_seq=gate.gate_seq, enabled=True, ok=True))
+    off.send(p.GateAck(gate_seq=gate.gate_seq, enabled=True, ok=False, err=1))
+    off.send(p.Heartbeat(mono_ns=1, pid=100))
+    assert isinstance(off.expect(p.Heartbeat), p.Heartbeat)  # answered by the poll
+    assert proc.gate_acks == 2 and proc.last_ack_seq == gate.gate_seq
+    assert harness.server.gate_acks_failed == 1
+    off.close()
+    deadline = time.monotonic() + 3
+    while harness.server.connections()["offline"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert harness.server.connections()["offline"] == 0  # the poll saw the disconnect
+    assert harness.agent.offline_jobs == {}
+
+
+def test_garbage_after_a_fast_frame_drops_the_connection(harness: Harness) -> None:
+    on = _online(harness)
+    on.sock.sendall(p.OnlineBusy(gpu=0, mono_ns=1).encode(2) + b"\xff" * 16)
+    with pytest.raises(ConnectionError):
+        on.expect(p.HelloAck)
+    harness.call(lambda: None)  # the loop has finished with that connection
+    assert harness.server.protocol_errors == 1
+    assert not harness.agent.is_busy(0)  # the busy edge was handled, then the drop idled it
+    assert harness.agent.gates[0].online_requests == 1  # it did reach the gate
+    on.close()

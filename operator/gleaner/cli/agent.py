@@ -59,6 +59,13 @@ def parse_duration(text: str) -> float:
 @click.option("--cool-floor", default="2ms", show_default=True, help="Smallest T_cool.")
 @click.option("--cool-ceiling", default="500ms", show_default=True, help="Largest T_cool.")
 @click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--event-loop",
+    type=click.Choice(["auto", "asyncio", "uvloop"]),
+    default="auto",
+    show_default=True,
+    help="auto: uvloop when installed, else asyncio.",
+)
 def command(
     backend: str,
     node: str,
@@ -75,9 +82,10 @@ def command(
     cool_floor: str,
     cool_ceiling: str,
     log_level: str,
+    event_loop: str,
 ) -> None:
     """Run the per-node runtime agent."""
-    from gleaner.agent.daemon import AgentDaemon, AgentError, AgentOptions
+    from gleaner.agent.daemon import AgentDaemon, AgentError, AgentOptions, event_loop_factory
     from gleaner.agent.policy import GateConfig
 
     try:
@@ -113,6 +121,7 @@ def command(
         gate=gate,
     )
     try:
+        loop_factory = event_loop_factory(event_loop)
         daemon = AgentDaemon(options)
     except (AgentError, ValueError, OSError) as exc:
         fail(str(exc))
@@ -121,4 +130,5 @@ def command(
         f"metrics on :{metrics_port}",
         err=True,
     )
-    asyncio.run(daemon.run())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(daemon.run())

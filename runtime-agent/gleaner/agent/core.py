@@ -9,6 +9,12 @@ decode gaps, online memory use, offline job placement, and :meth:`NodeAgent.tick
 :class:`Sink`: gate commands (``set_gate``) and reclamation plans (``reclaim``), accounting
 for each (preemptions, offline-enabled time, reclaimed bytes, invalidated blocks).
 
+A command leaves through the sink before its accounting is written (the reaction path is
+busy edge → gate → ``set_gate``). A shell with one timer per GPU uses
+:meth:`NodeAgent.tick_gate` / :meth:`NodeAgent.tick_memory` and
+:meth:`NodeAgent.take_changed` (which policies were touched since it last asked, so only
+their deadlines need a look); :meth:`NodeAgent.tick` still does everything at once.
+
 No sockets, no clocks, no Kubernetes here: the daemon, the simulated backend, the simulator
 and the tests drive the same object.
 """
@@ -94,6 +100,8 @@ class NodeAgent:
     """GPU → ``namespace/name`` of the offline job placed on it."""
     gate_commands: int = field(init=False, default=0)
     _busy_sources: dict[int, set[str]] = field(init=False)
+    _changed: set[int] = field(init=False)
+    _memory_changed: bool = field(init=False, default=True)
 
     def __post_init__(self) -> None:
         gpus = [g.index for g in self.inventory]
@@ -115,6 +123,7 @@ class NodeAgent:
         }
         self.accounting = Accounting(gpus, start=self.start, memory_step_gib=self.memory_step_gib)
         self._busy_sources = {g: set() for g in gpus}
+        self._changed = set(gpus)
         for g in gpus:
             self._refresh_harvestable(self.start, g)
 
@@ -125,27 +134,34 @@ class NodeAgent:
     # -- online events --------------------------------------------------------------------
 
     def online_busy(self, t: float, gpu: int, source: str, request: str | None = None) -> None:
-        gate = self._gate(gpu)
-        sources = self._busy_sources[gpu]
+        sources = self._sources(gpu)
         was_busy = bool(sources)
         sources.add(source)
+        if was_busy and request is None:
+            return  # already busy; an anonymous edge tells the gate nothing new
+        self._changed.add(gpu)
+        gate = self.gates[gpu]
+        actions = gate.online_busy(t, request)
+        if actions:
+            self._apply(actions)  # the disable leaves first; accounting after
         if not was_busy:
             self.accounting.set_online_busy(t, gpu, 1.0)
-        if request is not None or not was_busy:
-            self._apply(gate.online_busy(t, request))
-        self._drain(gpu)
+        if gate.has_finished():
+            self._drain(gpu)
 
     def online_idle(self, t: float, gpu: int, source: str, finished: Sequence[str] = ()) -> None:
-        gate = self._gate(gpu)
-        sources = self._busy_sources[gpu]
+        sources = self._sources(gpu)
         sources.discard(source)
+        self._changed.add(gpu)
+        gate = self.gates[gpu]
         if sources:
             for name in finished:
                 self._apply(gate.request_done(t, name))
         else:
             self.accounting.set_online_busy(t, gpu, 0.0)
             self._apply(gate.online_idle(t, finished))
-        self._drain(gpu)
+        if gate.has_finished():
+            self._drain(gpu)
 
     def drop_source(self, t: float, source: str) -> None:
         """An online source went away: whatever it kept busy is idle now."""
@@ -155,6 +171,7 @@ class NodeAgent:
 
     def decode_gap(self, t: float, gpu: int, gap_s: float) -> None:
         self._apply(self._gate(gpu).decode_gap(gap_s, t))
+        self._changed.add(gpu)
 
     def is_busy(self, gpu: int) -> bool:
         return bool(self._busy_sources[gpu])
@@ -170,6 +187,7 @@ class NodeAgent:
             model.online_base_bytes = max(0, base_bytes)
         model.online_dynamic_bytes = max(0, dynamic_bytes)
         used = math.ceil(model.online_dynamic_bytes / self.memory_config.handle_bytes)
+        self._memory_changed = True
         self._apply_memory(t, self.memory[gpu].observe(t, used))
         self._refresh_harvestable(t, gpu)
 
@@ -193,21 +211,54 @@ class NodeAgent:
     # -- time -----------------------------------------------------------------------------
 
     def tick(self, t: float) -> None:
-        for gpu, gate in self.gates.items():
-            if (d := gate.next_deadline()) is not None and d <= t:
-                self._apply(gate.tick(t))
-                self._drain(gpu)
+        for gpu in self.gates:
+            self.tick_gate(t, gpu)
+        self.tick_memory(t)
+        self.accounting.advance(t)
+
+    def tick_gate(self, t: float, gpu: int) -> None:
+        """Let ``gpu``'s gate act if its deadline has come (a cooldown ended).
+
+        Marks the gate as changed either way: a timer that fired early must be re-armed.
+        """
+        gate = self.gates[gpu]
+        self._changed.add(gpu)
+        if (d := gate.next_deadline()) is not None and d <= t:
+            self._apply(gate.tick(t))
+            self._drain(gpu)
+
+    def tick_memory(self, t: float) -> None:
+        """Let every memory reservation whose deadline has come act (release intervals)."""
+        self._memory_changed = True
         for gpu, res in self.memory.items():
             if res.next_deadline() <= t:
                 self._apply_memory(t, res.tick(t))
                 self._refresh_harvestable(t, gpu)
-        self.accounting.advance(t)
 
     def next_deadline(self) -> float | None:
         """The earliest time a :meth:`tick` has something to do."""
         deadlines = [d for g in self.gates.values() if (d := g.next_deadline()) is not None]
         deadlines += [m.next_deadline() for m in self.memory.values()]
         return min(deadlines) if deadlines else None
+
+    def gate_deadline(self, gpu: int) -> float | None:
+        """When :meth:`tick_gate` has something to do for ``gpu`` (None: only an event can)."""
+        return self.gates[gpu].next_deadline()
+
+    def memory_deadline(self) -> float | None:
+        """When :meth:`tick_memory` has something to do."""
+        return min((m.next_deadline() for m in self.memory.values()), default=None)
+
+    def take_changed(self) -> tuple[set[int], bool]:
+        """GPUs whose gate, and whether any memory reservation, was touched since the last call.
+
+        Only their deadlines can have moved: a shell with one timer per GPU re-arms just those.
+        """
+        changed, memory = self._changed, self._memory_changed
+        if changed:
+            self._changed = set()
+        self._memory_changed = False
+        return changed, memory
 
     # -- internals ------------------------------------------------------------------------
 
@@ -219,18 +270,24 @@ class NodeAgent:
     def _gate(self, gpu: int) -> ComputeGate:
         return self.gates[self._gpu(gpu)]
 
+    def _sources(self, gpu: int) -> set[str]:
+        sources = self._busy_sources.get(gpu)
+        if sources is None:
+            raise KeyError(f"GPU {gpu} is not on node {self.node}")
+        return sources
+
     def _apply(self, actions: list[GateAction]) -> None:
         for a in actions:
             if isinstance(a, Disable):
+                self.sink.set_gate(a.gpu, False, a.t)
+                self.gate_commands += 1
                 self.accounting.set_offline_enabled(a.t, a.gpu, 0.0)
                 if a.preempted:
                     self.accounting.add_preemption(a.gpu)
-                self.gate_commands += 1
-                self.sink.set_gate(a.gpu, False, a.t)
             elif isinstance(a, Enable):
-                self.accounting.set_offline_enabled(a.t, a.gpu, 1.0)
-                self.gate_commands += 1
                 self.sink.set_gate(a.gpu, True, a.t)
+                self.gate_commands += 1
+                self.accounting.set_offline_enabled(a.t, a.gpu, 1.0)
 
     def _drain(self, gpu: int) -> None:
         for n in self.gates[gpu].drain_finished():
@@ -245,6 +302,7 @@ class NodeAgent:
             if k == 0:
                 continue
             # Reclamation order (DESIGN.md): compute off first, then remap/release/report.
+            self._changed.add(a.gpu)
             self._apply(self.gates[a.gpu].force_disable(t))
             plan = plan_reclamation(
                 a.gpu,

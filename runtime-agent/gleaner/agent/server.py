@@ -1,7 +1,7 @@
 """The nvidia backend's control server: shims connect over a Unix socket (docs/protocol.md).
 
 Contract. :class:`ShimServer` listens on ``<socket dir>/agent.sock`` (SOCK_STREAM) inside a
-running asyncio loop, reads frames with :mod:`gleaner.agent.protocol` (``recv_fds`` so that
+running asyncio loop, reads frames with :mod:`gleaner.agent.protocol` (``recvmsg`` so that
 an FD_PASS's descriptor is received), and feeds a :class:`~gleaner.agent.core.NodeAgent`:
 
 - HELLO registers a process (role, GPUs mapped to node indices by UUID, else by index; job)
@@ -16,17 +16,32 @@ an FD_PASS's descriptor is received), and feeds a :class:`~gleaner.agent.core.No
 As the agent's :class:`~gleaner.agent.core.Sink`, the server turns gate commands into GATE
 frames, written synchronously from the reading callback (the reaction path has no await):
 disable goes to every offline process using that GPU; enable only to processes whose GPUs
-are all enabled (multi-GPU jobs run in lockstep). Reclamation plans send the invalidated
-block ids to the framework connections (INVALIDATE_BLOCKS); protocol v1 has no quarantine
-remap command, so the memory side of a plan is recorded but not executed on hardware.
+are all enabled (multi-GPU jobs run in lockstep).
+
+The reaction path is lean: one ``recvmsg`` per readable event; ONLINE_BUSY/IDLE and GATE_ACK
+frames are unpacked in place by :mod:`gleaner.agent.fastwire` (no message objects), every
+other frame is decoded by :func:`gleaner.agent.protocol.decode` (a partial frame waits in
+the process's buffer; an FD_PASS takes the oldest descriptor received); GATE frames are
+packed in one call and sent to the GPU's offline processes, indexed per GPU; no logging on
+the hot path. What offline processes send after their HELLO (GATE_ACK, channel
+and memory tables, STATUS, HEARTBEAT, FD_PASS, their disconnect) needs no prompt reaction,
+so those connections are not watched by the loop: a poll reads them every
+``offline_poll_s`` (20 ms), which spares the loop two wakeups per gate cycle (the acks).
+Online and framework connections, and every connection until its HELLO, are event-driven.
+
+Reclamation plans send the invalidated block ids to the framework connections
+(INVALIDATE_BLOCKS); protocol v1 has no quarantine remap command, so the memory side of a
+plan is recorded but not executed on hardware.
 
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -36,13 +51,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gleaner.agent import fastwire as fw
 from gleaner.agent import protocol as p
 from gleaner.agent.core import NodeAgent
 from gleaner.agent.policy import ReclaimPlan
 
 log = logging.getLogger("gleaner.agent.server")
 
+HEADER_SIZE = p.HEADER_SIZE
 SOCKET_NAME = "agent.sock"
+MAX_FDS = 8
+_ANCILLARY = socket.CMSG_SPACE(MAX_FDS * 4)
+_RECV_SIZE = 65536
 
 
 @dataclass(slots=True)
@@ -51,7 +71,12 @@ class Process:
 
     conn_id: int
     sock: socket.socket
-    decoder: p.FrameDecoder = field(default_factory=p.FrameDecoder)
+    source: str = ""
+    """This connection's busy-source name (``conn-<id>``)."""
+    pending: bytearray = field(default_factory=bytearray)
+    """Bytes of a partial frame, waiting for the rest."""
+    fd_queue: list[int] = field(default_factory=list)
+    """Descriptors received (SCM_RIGHTS) and not yet claimed by an FD_PASS."""
     hello: p.Hello | None = None
     gpus: tuple[int, ...] = ()
     channels: dict[tuple[int, int], p.Channel] = field(default_factory=dict)
@@ -60,17 +85,23 @@ class Process:
     out: bytearray = field(default_factory=bytearray)
     seq: int = 0
     gate_open: bool = False
-    last_ack: p.GateAck | None = None
+    gate_acks: int = 0
+    last_ack_seq: int = 0
+    last_ack_failed: p.GateAck | None = None
     last_status: p.Status | None = None
     last_heartbeat: float = 0.0
+    offline: bool = False
+    """Whether its HELLO said role OFFLINE."""
+    polled: bool = False
+    """Whether the poll reads it (not the loop)."""
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            self.source = f"conn-{self.conn_id}"
 
     @property
     def role(self) -> p.Role | None:
         return None if self.hello is None else self.hello.role
-
-    @property
-    def source(self) -> str:
-        return f"conn-{self.conn_id}"
 
 
 class ShimServer:
@@ -83,6 +114,7 @@ class ShimServer:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_event: Callable[[], None] | None = None,
+        offline_poll_s: float = 0.02,
     ) -> None:
         self.agent = agent
         self.path = Path(socket_dir) / SOCKET_NAME
@@ -98,6 +130,12 @@ class ShimServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ids = itertools.count(1)
         self._uuid_index = {g.uuid: g.index for g in agent.inventory}
+        self._offline_by_gpu: dict[int, list[Process]] = {}
+        """GPU → the offline processes using it (GATE recipients)."""
+        self.offline_poll_s = offline_poll_s
+        self._polled: dict[int, Process] = {}
+        """Offline processes read by the poll, not by the loop (after their HELLO)."""
+        self._poll_timer: asyncio.TimerHandle | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -122,22 +160,27 @@ class ShimServer:
             self._listener = None
         for proc in list(self.processes.values()):
             self._drop(proc)
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
     # -- Sink -----------------------------------------------------------------------------
 
     def set_gate(self, gpu: int, enable: bool, t: float) -> None:
-        for proc in self.processes.values():
-            if proc.role != p.Role.OFFLINE or gpu not in proc.gpus:
-                continue
+        procs = self._offline_by_gpu.get(gpu)
+        if not procs:
+            return
+        for proc in tuple(procs):  # a failed send drops the process from the list
             if enable:
                 if proc.gate_open or not all(self.agent.gates[g].enabled for g in proc.gpus):
                     continue
             elif not proc.gate_open:
                 continue
             proc.gate_open = enable
-            self._send(proc, p.Gate(gate_seq=next(self.gate_seq), enable=enable))
+            proc.seq += 1
+            self._send_bytes(proc, fw.encode_gate(proc.seq, next(self.gate_seq), enable))
 
     def reclaim(self, plan: ReclaimPlan, t: float) -> None:
         frameworks = [q for q in self.processes.values() if q.role == p.Role.FRAMEWORK]
@@ -156,42 +199,130 @@ class ShimServer:
             except (BlockingIOError, InterruptedError):
                 return
             sock.setblocking(False)
-            proc = Process(conn_id=next(self._ids), sock=sock)
+            conn_id = next(self._ids)
+            proc = Process(conn_id=conn_id, sock=sock, source=f"conn-{conn_id}")
             self.processes[proc.conn_id] = proc
             self._loop.add_reader(sock.fileno(), self._readable, proc)
 
-    def _readable(self, proc: Process) -> None:
+    def _readable(self, proc: Process) -> bool:
+        """Read once and handle what came; False when nothing did (or the process went)."""
         try:
-            data, fds, _flags, _addr = socket.recv_fds(proc.sock, 65536, 8)
+            data, ancillary, _flags, _addr = proc.sock.recvmsg(_RECV_SIZE, _ANCILLARY)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             self._drop(proc)
-            return
+            return False
+        fds = _received_fds(ancillary) if ancillary else []
         if not data:
             for fd in fds:
                 os.close(fd)
             self._drop(proc)
-            return
-        try:
-            messages = proc.decoder.feed(data, fds)
-        except p.ProtocolError as exc:
-            self.protocol_errors += 1
-            log.warning("dropping connection %s: %s", proc.conn_id, exc)
-            self._drop(proc)
-            return
-        now = self.clock()
-        for msg in messages:
-            self.frames_in += 1
-            self._handle(proc, msg, now)
-            if proc.conn_id not in self.processes:
-                return
+            return False
+        if fds:
+            proc.fd_queue.extend(fds)
+        if proc.pending:
+            proc.pending += data
+            data = bytes(proc.pending)
+            proc.pending.clear()
+        if not self._consume(proc, data, self.clock()):
+            return False
         if self.on_event is not None:
             self.on_event()
+        if proc.offline and not proc.polled:
+            self._poll_instead(proc)
+        return True
+
+    def _poll_instead(self, proc: Process) -> None:
+        """Stop watching an offline connection; the poll reads it from now on."""
+        assert self._loop is not None
+        self._loop.remove_reader(proc.sock.fileno())
+        proc.polled = True
+        self._polled[proc.conn_id] = proc
+        if self._poll_timer is None:
+            self._poll_timer = self._loop.call_later(self.offline_poll_s, self._poll)
+
+    def _poll(self) -> None:
+        self._poll_timer = None
+        for proc in list(self._polled.values()):
+            for _ in range(64):  # drain, but let a flooding process not hold the loop
+                if not self._readable(proc):
+                    break
+        if self._polled and self._loop is not None:
+            self._poll_timer = self._loop.call_later(self.offline_poll_s, self._poll)
+
+    def _consume(self, proc: Process, data: bytes, now: float) -> bool:
+        """Handle every complete frame of ``data``, keep a partial one (False: dropped)."""
+        agent = self.agent
+        header, fast_sizes = fw.HEADER.unpack_from, fw.FAST_SIZES
+        offset, size = 0, len(data)
+        while offset < size:
+            # The frames fastwire takes: complete, well-formed, of a hot type (else mtype 0).
+            mtype = 0
+            if size - offset >= HEADER_SIZE:
+                magic, version, mtype, _flags, length, _seq = header(data, offset)
+                body = offset + HEADER_SIZE
+                end = body + length
+                if (
+                    magic != p.MAGIC
+                    or version != p.VERSION
+                    or fast_sizes.get(mtype) != length
+                    or end > size
+                ):
+                    mtype = 0
+            if not mtype:
+                try:
+                    msg, used = p.decode(memoryview(data)[offset:])
+                except p.ProtocolError as exc:
+                    self.protocol_errors += 1
+                    log.warning("dropping connection %s: %s", proc.conn_id, exc)
+                    self._drop(proc)
+                    return False
+                if msg is None:
+                    proc.pending += data[offset:]
+                    return True
+                offset += used
+                if isinstance(msg, p.FdPass) and proc.fd_queue:
+                    msg = dataclasses.replace(msg, fd=proc.fd_queue.pop(0))
+                self.frames_in += 1
+                self._handle(proc, msg, now)
+                if proc.conn_id not in self.processes:
+                    return False
+                continue
+            offset = end
+            self.frames_in += 1
+            if mtype == fw.T_GATE_ACK:
+                gate_seq, _lat, _gpu, _enabled, ok = fw.GATE_ACK_HEAD.unpack_from(data, body)
+                proc.gate_acks += 1
+                proc.last_ack_seq = gate_seq
+                if not ok:
+                    self._ack_failed(proc, p.GateAck.from_payload(data[body:end], 0))
+                continue
+            gpu, _mono, request = fw.EDGE.unpack_from(data, body)
+            gpus = proc.gpus if gpu == p.GPU_ALL else self._edge_gpus(proc, gpu)
+            if mtype == fw.T_BUSY:
+                name = f"{proc.source}/{request}" if request else None
+                for g in gpus:
+                    agent.online_busy(now, g, proc.source, name)
+            else:
+                done = (f"{proc.source}/{request}",) if request else ()
+                for g in gpus:
+                    agent.online_idle(now, g, proc.source, done)
+            if proc.conn_id not in self.processes:
+                return False
+        return True
+
+    def _ack_failed(self, proc: Process, msg: p.GateAck) -> None:
+        self.gate_acks_failed += 1
+        proc.last_ack_failed = msg
+        log.warning("process %s could not apply gate %s", proc.conn_id, msg.gate_seq)
 
     def _send(self, proc: Process, msg: p.Message) -> None:
         proc.seq += 1
-        data = msg.encode(proc.seq)
+        self._send_bytes(proc, msg.encode(proc.seq))
+
+    def _send_bytes(self, proc: Process, data: bytes) -> None:
+        """Write one whole frame (``proc.seq`` already counted); the rest is queued."""
         self.frames_out += 1
         if proc.out:
             proc.out += data
@@ -223,14 +354,17 @@ class ShimServer:
     def _drop(self, proc: Process) -> None:
         if self.processes.pop(proc.conn_id, None) is None:
             return
+        polled = self._polled.pop(proc.conn_id, None) is not None
         if self._loop is not None:
-            self._loop.remove_reader(proc.sock.fileno())
+            if not polled:
+                self._loop.remove_reader(proc.sock.fileno())
             if proc.out:
                 self._loop.remove_writer(proc.sock.fileno())
-        for fd in proc.fds + proc.decoder.pending_fds():
+        for fd in proc.fds + proc.fd_queue:
             with contextlib.suppress(OSError):
                 os.close(fd)
         proc.sock.close()
+        self._unindex(proc)
         if proc.role == p.Role.ONLINE:
             self.agent.drop_source(self.clock(), proc.source)
         if proc.role == p.Role.OFFLINE:
@@ -253,10 +387,10 @@ class ShimServer:
         elif isinstance(msg, p.Hello):
             self._hello(proc, msg)
         elif isinstance(msg, p.GateAck):
-            proc.last_ack = msg
+            proc.gate_acks += 1
+            proc.last_ack_seq = msg.gate_seq
             if not msg.ok:
-                self.gate_acks_failed += 1
-                log.warning("process %s could not apply gate %s", proc.conn_id, msg.gate_seq)
+                self._ack_failed(proc, msg)
         elif isinstance(msg, p.ChannelFree):
             proc.channels.pop((msg.h_client, msg.h_object), None)
         elif isinstance(msg, p.Channel):
@@ -277,7 +411,9 @@ class ShimServer:
             self._send(proc, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))
 
     def _hello(self, proc: Process, msg: p.Hello) -> None:
+        self._unindex(proc)
         proc.hello = msg
+        proc.offline = msg.role == p.Role.OFFLINE
         gpus: list[int] = []
         for i in range(max(len(msg.gpu_uuids), len(msg.gpu_indices))):
             uuid = msg.gpu_uuids[i] if i < len(msg.gpu_uuids) else ""
@@ -296,7 +432,14 @@ class ShimServer:
             p.HelloAck(accepted=accepted, gate_open=proc.gate_open, gate_mode=p.GateMode.SHIM),
         )
         if msg.role == p.Role.OFFLINE:
+            for g in proc.gpus:
+                self._offline_by_gpu.setdefault(g, []).append(proc)
             self._refresh_jobs()
+
+    def _unindex(self, proc: Process) -> None:
+        for procs in self._offline_by_gpu.values():
+            if proc in procs:
+                procs.remove(proc)
 
     def _edge_gpus(self, proc: Process, gpu: int) -> tuple[int, ...]:
         if gpu == p.GPU_ALL:
@@ -320,3 +463,13 @@ class ShimServer:
             if proc.role is not None:
                 out[proc.role.name.lower()] += 1
         return out
+
+
+def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """Descriptors carried by SCM_RIGHTS control messages."""
+    fds: list[int] = []
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % 4
+            fds.extend(array.array("i", payload[:usable]))
+    return fds

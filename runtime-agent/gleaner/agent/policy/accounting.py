@@ -140,6 +140,8 @@ class Accounting:
     _busy: dict[int, float] = field(default_factory=dict)
     _enabled: dict[int, float] = field(default_factory=dict)
     _harvestable: dict[int, int] = field(default_factory=dict)
+    _bucket_of: dict[int, int] = field(default_factory=dict)
+    """GPU → histogram bucket of its harvestable memory now (looked up once per change)."""
     _jobs: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _totals: Totals | None = None
     _mem_vectors: list[tuple[int, ...]] = field(default_factory=list)
@@ -161,6 +163,7 @@ class Accounting:
         self._busy = dict.fromkeys(self.gpus, 0.0)
         self._enabled = dict.fromkeys(self.gpus, 0.0)
         self._harvestable = dict.fromkeys(self.gpus, 0)
+        self._bucket_of = dict.fromkeys(self.gpus, _bucket(0))
         self._mem_since = self.start
         self._mem_sketch = self._empty_sketch()
         self._totals = Totals(
@@ -188,11 +191,13 @@ class Accounting:
     # -- levels ---------------------------------------------------------------------------
 
     def set_online_busy(self, t: float, gpu: int, level: float | bool) -> None:
-        self.advance(t)
+        if not self._now >= t > -math.inf:  # later, or not finite (advance raises)
+            self.advance(t)
         self._busy[self._gpu(gpu)] = _level(level)
 
     def set_offline_enabled(self, t: float, gpu: int, level: float | bool) -> None:
-        self.advance(t)
+        if not self._now >= t > -math.inf:
+            self.advance(t)
         self._enabled[self._gpu(gpu)] = _level(level)
 
     def set_harvestable(self, t: float, gpu: int, free_bytes: int) -> None:
@@ -203,6 +208,7 @@ class Accounting:
             return
         self._close_memory_interval()
         self._harvestable[g] = value
+        self._bucket_of[g] = _bucket(value)
 
     def set_offline_jobs(self, t: float, jobs: Mapping[str, Iterable[int]]) -> None:
         """The offline jobs on this node now: ``namespace/name`` → GPU indices."""
@@ -253,20 +259,21 @@ class Accounting:
         if dt <= 0:
             return
         tot = self._tot()
-        for g in self.gpus:
-            gt = tot.gpus[g]
-            gt.offline_enabled_s += self._enabled[g] * dt
-            gt.online_busy_s += self._busy[g] * dt
-            free = self._harvestable[g]
-            gt.harvestable_byte_s += free * dt
-            gt.harvestable_bucket_s[_bucket(free)] += dt
+        busy, enabled, free = self._busy, self._enabled, self._harvestable
+        for g, gt in tot.gpus.items():
+            gt.offline_enabled_s += enabled[g] * dt
+            gt.online_busy_s += busy[g] * dt
+            gt.harvestable_byte_s += free[g] * dt
+            gt.harvestable_bucket_s[self._bucket_of[g]] += dt
         for (a, b), pt in tot.pairs.items():
-            ba, bb = self._busy[a], self._busy[b]
+            ba, bb = busy[a], busy[b]
             pt.overlap_s += min(ba, bb) * dt
             pt.union_s += max(ba, bb) * dt
-        for job, gpus in self._jobs.items():
-            level = min((self._enabled[g] for g in gpus), default=0.0)
-            tot.job_timeslice_s[job] = tot.job_timeslice_s.get(job, 0.0) + level * dt
+        if self._jobs:
+            slices = tot.job_timeslice_s
+            for job, gpus in self._jobs.items():
+                level = min((enabled[g] for g in gpus), default=0.0)
+                slices[job] = slices.get(job, 0.0) + level * dt
         self._mem_open_s += dt
         self._now = t
         tot.at = t
@@ -343,6 +350,8 @@ def _pairs(gpus: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def _level(value: float | bool) -> float:
+    if value == 1.0 or value == 0.0:  # the shims' 0/1 levels, without float() and compares
+        return 1.0 if value else 0.0
     x = float(value)
     if not 0.0 <= x <= 1.0:
         raise ValueError(f"level must be within [0, 1], got {x}")

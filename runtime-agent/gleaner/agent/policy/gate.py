@@ -153,6 +153,10 @@ class ComputeGate:
             )
         return self._idle_since + self.cooldown_s
 
+    def has_finished(self) -> bool:
+        """Whether requests finished since the last :meth:`drain_finished` (cheap to ask)."""
+        return bool(self._finished)
+
     def drain_finished(self) -> list[int]:
         """Preemption counts of the requests finished since the last call (for a histogram)."""
         out, self._finished = self._finished, []
