@@ -115,6 +115,45 @@ def test_table_output_and_extra_paths(
     assert "0/2 nodes are available: 2 fewer than 8 GPUs on the node." in out
 
 
+def test_directories_read_their_own_files_unless_recursive(
+    trace: Path, jobs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A subdirectory of broken manifests (like examples/invalid/) is left alone, as by
+    # `kubectl apply -f DIR`; -R reads it too, and its invalid job is then refused.
+    nested = jobs / "invalid"
+    nested.mkdir()
+    (nested / "x.yaml").write_text(_job("x", 9, 0.5))
+    rc = main(["place", "--jobs", str(jobs), "--trace", str(trace), "--format", "json"])
+    captured = capsys.readouterr()
+    assert (rc, captured.err) == (0, "")
+    jobs_seen = {p["job"] for p in json.loads(captured.out)["placements"]}
+    assert jobs_seen == {"default/one", "default/big", "default/fromcm"}
+    for flag in ("-R", "--recursive"):
+        rc = main(["place", "--jobs", str(jobs), flag, "--trace", str(trace)])
+        captured = capsys.readouterr()
+        assert rc == 2
+        assert captured.err.startswith(f"error: {nested / 'x.yaml'}: invalid OfflineJob x:")
+
+
+def test_repository_examples_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    trace = tmp_path / "t.csv"
+    pd.DataFrame(
+        [(float(t), "n1", g, 0.0, 70.0) for t in range(4) for g in range(2)],
+        columns=["timestamp", "node", "gpu", "online_busy", "free_memory_gib"],
+    ).to_csv(trace, index=False)
+    rc = main(["place", "--jobs", str(examples), "--trace", str(trace), "--format", "json"])
+    captured = capsys.readouterr()
+    assert (rc, captured.err) == (0, "")
+    data = json.loads(captured.out)
+    listed = {p["job"] for p in data["placements"]} | {u["job"] for u in data["unschedulable"]}
+    assert listed == {
+        "batch/llama-8b-nightly-summaries",
+        "batch/mistral-7b-ticket-triage",
+        "batch/qwen-32b-eval-sweep",
+    }
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -1,15 +1,17 @@
 """``gleaner place``: placements for a queue of OfflineJobs on a cluster trace.
 
 A thin shell around ``gleaner.scheduler.schedule``: it reads OfflineJob manifests from
-files and directories (``*.yaml``, ``*.yml``, ``*.json``; other kinds of documents are
-skipped, ConfigMaps are kept to resolve ``spec.profileFrom``), loads node summaries from a
-trace file or Prometheus, runs one scheduling cycle and prints the placements and, for
-every job that fits nowhere, the reasons per node class. A job whose profile ConfigMap is
-not among the given files (or is not a valid profile) is reported unschedulable with
-that reason. JSON output is DESIGN.md's: ``{"placements": [{job, node, gpus, compute,
-memory, multi_gpu, throughput_fraction}], "unschedulable": [{job, reasons}]}``.
-Bad input (unreadable or invalid manifests, duplicate jobs, malformed trace,
-unreachable Prometheus) prints one ``error: ...`` line and exits 2.
+files and directories (``*.yaml``, ``*.yml``, ``*.json``; a directory's own files, and its
+subdirectories too with ``--recursive``, as ``kubectl apply -f DIR [-R]`` reads them; other
+kinds of documents are skipped, ConfigMaps are kept to resolve ``spec.profileFrom``),
+loads node summaries from a trace file or Prometheus, runs one scheduling cycle and prints
+the placements and, for every job that fits nowhere, the reasons per node class. A job
+whose profile ConfigMap is not among the given files (or is not a valid profile) is
+reported unschedulable with that reason. JSON output is DESIGN.md's:
+``{"placements": [{job, node, gpus, compute, memory, multi_gpu, throughput_fraction}],
+"unschedulable": [{job, reasons}]}``. Bad input (unreadable or invalid manifests,
+duplicate jobs, malformed trace, unreachable Prometheus) prints one ``error: ...`` line
+and exits 2.
 """
 
 from __future__ import annotations
@@ -43,11 +45,12 @@ class Manifests:
     configmaps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
-def _files(paths: list[Path]) -> list[Path]:
+def _files(paths: list[Path], recursive: bool = False) -> list[Path]:
     out: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in MANIFEST_SUFFIXES)
+            listing = path.rglob("*") if recursive else path.iterdir()
+            found = sorted(p for p in listing if p.suffix.lower() in MANIFEST_SUFFIXES)
             out.extend(p for p in found if p.is_file())
         elif path.is_file():
             out.append(path)
@@ -56,8 +59,9 @@ def _files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def load_manifests(paths: list[Path]) -> Manifests:
-    """Read every document of ``paths``; fail (exit 2) on unreadable or invalid ones."""
+def load_manifests(paths: list[Path], recursive: bool = False) -> Manifests:
+    """Read every document of ``paths`` (directories: their files; with ``recursive``, their
+    whole tree); fail (exit 2) on unreadable or invalid ones."""
     import yaml
     from pydantic import ValidationError
 
@@ -65,7 +69,7 @@ def load_manifests(paths: list[Path]) -> Manifests:
 
     out = Manifests()
     seen: set[str] = set()
-    for path in _files(paths):
+    for path in _files(paths, recursive):
         try:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
         except OSError as exc:
@@ -126,11 +130,18 @@ def resolve_profile(job: OfflineJob, manifests: Manifests) -> Profile | str:
     help="OfflineJob manifests: a file or a directory (repeatable; more may follow as arguments).",
 )
 @click.argument("more_paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "-R",
+    "--recursive",
+    is_flag=True,
+    help="Also read the manifests in subdirectories of a directory (as kubectl -R).",
+)
 @trace_options
 @format_option("table", "json")
 def command(
     job_paths: tuple[Path, ...],
     more_paths: tuple[Path, ...],
+    recursive: bool,
     trace_path: Path | None,
     prometheus_url: str | None,
     window: str | None,
@@ -154,7 +165,7 @@ def command(
         fail("give the jobs with --jobs FILE_OR_DIR")
     if (trace_path is None) == (prometheus_url is None):
         fail("give exactly one of --trace FILE and --prometheus URL")
-    manifests = load_manifests(paths)
+    manifests = load_manifests(paths, recursive)
     if not manifests.jobs:
         fail(f"no OfflineJob found in {', '.join(str(p) for p in paths)}")
     nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
