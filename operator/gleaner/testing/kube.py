@@ -33,7 +33,9 @@ server does a little more, and the operator relies on some of it, so ``ApiServer
 It serves the Namespace list and watch itself (kmock's URL parser cannot route
 ``/api/v1/namespaces``; namespaces are static in tests), and it forgets requests once
 served (kmock keeps them all for assertions and scans them on every new request, which
-made long runs quadratic); tests assert on objects instead.
+made long runs quadratic); tests assert on objects instead. What it does keep is the set of
+API accesses (``Access``: client, API group, resource, RBAC verb) that ``KubeEmulator.accesses``
+returns, so that a test can hold a process's calls against its declared RBAC rules.
 
 What it still does not do (and the tests do not rely on): no kubelet (tests move Pods
 through their phases by patching ``status.phase``), no garbage collection through
@@ -164,11 +166,60 @@ def selector_matches(reqs: Sequence[Requirement], obj: Mapping[str, Any]) -> boo
 # ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Access:
+    """One kind of API access a client made: what an RBAC rule must grant for it."""
+
+    client: str
+    """The product of the request's User-Agent (``kopf``, ``Python``, ``OpenAPI-Generator``)."""
+    api_group: str
+    """``""`` for the core API."""
+    resource: str
+    """The plural, with ``/subresource`` when one was addressed (``offlinejobs/status``)."""
+    verb: str
+    """The RBAC verb: get, list, watch, create, update, patch or delete."""
+
+
+_VERBS = {
+    kmock.action.FETCH: "get",
+    kmock.action.LIST: "list",
+    kmock.action.WATCH: "watch",
+    kmock.action.CREATE: "create",
+    kmock.action.UPDATE: "patch",
+    kmock.action.DELETE: "delete",
+}
+
+
+def _client_of(headers: Mapping[str, str]) -> str:
+    agent = next((v for k, v in headers.items() if k.lower() == "user-agent"), "")
+    return agent.split("/", 1)[0].strip() or "unknown"
+
+
 @attrs.define(kw_only=True)
 class ApiServerEmulator(kmock.KubernetesEmulator):
     """kmock's emulator with the few API-server behaviours listed in the module docstring."""
 
     _resource_version: int = attrs.field(default=0, init=False)
+    # Appended from the server's loop, copied by tests from theirs: a list (not a set) so the
+    # copy never races a resize. Each kind of access is kept once.
+    accesses: list[Access] = attrs.field(factory=list, init=False)
+    _access_keys: set[Access] = attrs.field(factory=set, init=False)
+
+    def _record(self, headers: Mapping[str, str], group: str, resource: str, verb: str) -> None:
+        access = Access(_client_of(headers), group, resource, verb)
+        if access not in self._access_keys:
+            self._access_keys.add(access)
+            self.accesses.append(access)
+
+    def _record_request(self, request: Any) -> None:
+        resource = request.resource
+        if resource is None or not resource.plural:
+            return  # discovery (/api, /apis) and non-Kubernetes paths need no RBAC rule
+        verb = _VERBS.get(request.action) if request.action is not None else None
+        if verb is None:
+            verb = {"PUT": "update", "POST": "create"}.get(str(request.method).upper(), "?")
+        plural = resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        self._record(request.headers, resource.group or "", plural, verb)
 
     def _next_resource_version(self) -> str:
         self._resource_version += 1
@@ -180,6 +231,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return "status" in self.resources[resource].subresources
 
     async def _handle(self, request: Any) -> Any:
+        self._record_request(request)
         data = request.data
         if request.resource is not None and isinstance(data, dict):
             if request.action == kmock.action.CREATE:
@@ -221,6 +273,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         import json as _json
 
         from aiohttp import web
+
+        verb = "watch" if raw_request.query.get("watch") == "true" else "list"
+        self._record(raw_request.headers, "", "namespaces", verb)
 
         async with self._lock:
             items = [
@@ -474,7 +529,8 @@ class KubeEmulator:
 
     ``with KubeEmulator(tmp_path) as kube:`` gives ``kube.url``, ``kube.kubeconfig`` (a file
     path to export as ``KUBECONFIG``) and ``kube.api_client()`` (a ``kubernetes`` client
-    bound to it). ``kube.objects()`` peeks at stored objects (for assertions only).
+    bound to it). ``kube.objects()`` peeks at stored objects and ``kube.accesses()`` lists
+    the kinds of API access clients made (both for assertions only).
     """
 
     def __init__(
@@ -540,6 +596,12 @@ class KubeEmulator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def accesses(self, *clients: str) -> list[Access]:
+        """Each kind of API access made so far (by ``clients``, User-Agent products; all if
+        none are named), in first-seen order."""
+        seen = list(self.emulator.accesses)
+        return [a for a in seen if not clients or a.client in clients]
 
     def write_kubeconfig(self, path: Path) -> Path:
         config = {
