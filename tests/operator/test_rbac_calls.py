@@ -11,6 +11,10 @@ clients used, and fails on any that no rule grants: on a cluster that call would
 
 from __future__ import annotations
 
+import contextlib
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +71,41 @@ def test_ungranted_spots_a_missing_verb_resource_or_group() -> None:
 def kube(tmp_path: Path) -> Iterator[KubeEmulator]:
     with KubeEmulator(tmp_path) as emulator:
         yield emulator
+
+
+def test_the_emulator_records_each_kind_of_access_once_per_client(kube: KubeEmulator) -> None:
+    def call(method: str, path: str, body: dict[str, Any] | None = None) -> None:
+        request = urllib.request.Request(
+            kube.url + path,
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"User-Agent": "probe/1.0", "Content-Type": "application/merge-patch+json"},
+        )
+        with contextlib.suppress(urllib.error.HTTPError):
+            urllib.request.urlopen(request, timeout=10).close()
+
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    call("GET", "/api")  # discovery: no RBAC rule needed, not recorded
+    call("POST", "/api/v1/namespaces/default/configmaps", cm)
+    call("GET", "/api/v1/namespaces/default/configmaps")
+    call("GET", "/api/v1/namespaces/default/configmaps")
+    call("GET", "/api/v1/namespaces/default/configmaps/c")
+    call("PATCH", "/api/v1/namespaces/default/configmaps/c", {"data": {"k": "v"}})
+    call("PUT", "/api/v1/namespaces/default/configmaps/c", cm)
+    call("PATCH", "/apis/gleaner.dev/v1alpha1/namespaces/default/offlinejobs/j/status", {})
+    call("DELETE", "/api/v1/namespaces/default/configmaps/c")
+    call("GET", "/api/v1/namespaces?watch=true&timeoutSeconds=1")
+    assert kube.accesses("probe") == [
+        Access("probe", "", "configmaps", "create"),
+        Access("probe", "", "configmaps", "list"),
+        Access("probe", "", "configmaps", "get"),
+        Access("probe", "", "configmaps", "patch"),
+        Access("probe", "", "configmaps", "update"),
+        Access("probe", "gleaner.dev", "offlinejobs/status", "patch"),
+        Access("probe", "", "configmaps", "delete"),
+        Access("probe", "", "namespaces", "watch"),
+    ]
+    assert kube.accesses("someone-else") == []
 
 
 def test_every_call_of_the_operator_is_granted_by_its_rules(kube: KubeEmulator) -> None:

@@ -217,7 +217,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             return  # discovery (/api, /apis) and non-Kubernetes paths need no RBAC rule
         verb = _VERBS.get(request.action) if request.action is not None else None
         if verb is None:
-            verb = {"PUT": "update", "POST": "create"}.get(str(request.method).upper(), "?")
+            method = str(getattr(request.method, "value", request.method)).upper()
+            verb = {"PUT": "update", "POST": "create"}.get(method, f"?{method}")
         plural = resource.plural + (f"/{request.subresource}" if request.subresource else "")
         self._record(request.headers, resource.group or "", plural, verb)
 
