@@ -87,6 +87,26 @@ def test_gpu_selector_labels_and_products() -> None:
     assert f.mask(ctx).tolist() == [True, True, True]
 
 
+def test_gpu_selector_says_when_the_product_is_not_reported() -> None:
+    # A trace file names no GPU product: a products selector rules such a node out, and the
+    # reason says that the product is unknown rather than wrong.
+    f = GPUSelector(CONFIG)
+    cluster = ClusterState(
+        nodes={
+            "known": synthetic_node("known", [0.2, 0.2], [[0, 1]], product="A100"),
+            "unknown": synthetic_node("unknown", [0.2, 0.2], [[0, 1]], product=""),
+        }
+    )
+    _, ctx = _ctx(cluster, _job(products=("H100",)))
+    assert f.mask(ctx).tolist() == [False, False]
+    assert f.reasons(ctx, np.array([0, 1])) == [
+        "fewer than 1 GPU of product H100",
+        "fewer than 1 GPU of product H100 (GPU product not reported)",
+    ]
+    _, ctx = _ctx(cluster, _job())  # no products asked: the unknown product does not matter
+    assert f.mask(ctx).tolist() == [True, True]
+
+
 def test_gpu_free_counts_only_free_allowed_gpus() -> None:
     f = GPUFree(CONFIG)
     cluster = _cluster(occupied={"a": {0: "x/1", 1: "x/2"}, "b": {0: "x/3"}})

@@ -123,6 +123,9 @@ class ClusterView:
         for i, s in enumerate(self.summaries):
             for p, spec in enumerate(s.gpus):
                 self.product[i, p] = self._product_ids[spec.product]
+        # GPUs whose product nobody reported (trace files have no product column).
+        unknown_id = self._product_ids.get("", -2)
+        self.unknown_product = np.asarray(self.exists & (self.product == unknown_id), dtype=bool)
 
         self._labels_cache: dict[tuple[tuple[str, str], ...], BoolArray] = {}
         self._products_cache: dict[tuple[str, ...], BoolArray] = {}

@@ -2,7 +2,9 @@
 
 Passes a node when every ``nodeSelector`` label matches and the node has at least k GPUs
 whose product is in ``products`` (any product when the list is empty). Reasons:
-``didn't match gpuSelector node labels``, ``fewer than k GPUs of product <list>`` or
+``didn't match gpuSelector node labels``, ``fewer than k GPUs of product <list>`` (with
+``(GPU product not reported)`` where some of the node's GPUs have no known product, as in
+trace files, so that the user knows the selector, not the hardware, ruled the node out) or
 ``fewer than k GPUs on the node``.
 """
 
@@ -28,6 +30,13 @@ class GPUSelector(NodeFilter):
             short = f"fewer than {ctx.k} {plural} of product {', '.join(sorted(ctx.job.products))}"
         else:
             short = f"fewer than {ctx.k} {plural} on the node"
-        return [
-            "didn't match gpuSelector node labels" if not labels_ok[i] else short for i in nodes
-        ]
+        unknown: BoolArray = np.asarray(ctx.view.unknown_product.any(axis=1), dtype=bool)
+        out = []
+        for i in nodes:
+            if not labels_ok[i]:
+                out.append("didn't match gpuSelector node labels")
+            elif ctx.job.products and unknown[i]:
+                out.append(f"{short} (GPU product not reported)")
+            else:
+                out.append(short)
+        return out
