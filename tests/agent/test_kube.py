@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -10,8 +11,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import kmock
 import pytest
 
+from gleaner.agent.daemon import AgentDaemon, AgentOptions
 from gleaner.agent.kube import (
     PodWatcher,
     ReportError,
@@ -177,3 +180,53 @@ def test_pod_watcher_follows_the_nodes_offline_pods(kube: KubeEmulator) -> None:
         assert seen[-1] == {2: "team/other"}
     finally:
         watcher.stop()
+
+
+def test_daemon_reporter_survives_refusals_and_an_outage(tmp_path: Path) -> None:
+    """A create refused (403), then an API server that is down: reports fail, none raises;
+    the first report after the outage covers the whole window."""
+    t = [0.0]
+    options = AgentOptions(
+        backend="simulated", node=NODE, gpus=1, kube=True, report_attempts=2, report_backoff_s=0.01
+    )
+    daemon = AgentDaemon(options, clock=lambda: t[0])
+    assert asyncio.run(daemon.report_once())  # the first snapshot: nothing to write yet
+    with KubeEmulator(tmp_path / "refusing") as refusing:
+        refusing.emulator[kmock.method("post")] << 403  # NodeTraces cannot be created
+        daemon._api_client = refusing.api_client()
+        t[0] = 15.0
+        assert not asyncio.run(daemon.report_once())
+        assert daemon.last_report_error is not None and "403" in daemon.last_report_error
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    import kubernetes
+
+    cfg = kubernetes.client.Configuration()
+    cfg.host = f"http://127.0.0.1:{dead_port}"
+    daemon._api_client = kubernetes.client.ApiClient(cfg)
+    for k in (2, 3):
+        t[0] = 15.0 * k
+        assert not asyncio.run(daemon.report_once())
+    with KubeEmulator(tmp_path / "live") as live:
+        daemon._api_client = live.api_client()
+        t[0] = 60.0
+        assert asyncio.run(daemon.report_once())
+        got = NodeTraceStatus.model_validate(_trace(live)["status"])
+    assert got.window is not None and got.window.seconds == pytest.approx(60.0)
+    per = got.per_gpu[0]  # enabled never while busy: both fit in the window
+    assert 0 < per.online_busy_seconds + per.offline_enabled_seconds <= 60.0 + 1e-6
+    assert daemon.reports.failures == 3 and daemon.reports_ok == 1
+    assert daemon.last_report_error is None
+
+
+def test_report_window_holds_a_wall_clock_that_steps_back() -> None:
+    acc = Accounting([0])
+    rep = ReportWindow(window_s=3600)
+    rep.add(T0, acc.snapshot(0.0))
+    acc.set_online_busy(0.0, 0, 1)
+    rep.add(T0 - timedelta(seconds=5), acc.snapshot(10.0))  # NTP stepped the clock back
+    st = rep.status(synthetic_inventory(NODE, 1, 80), {})
+    assert st is not None and st.window is not None
+    assert st.window.seconds == pytest.approx(10.0)
+    assert st.per_gpu[0].online_busy_seconds == pytest.approx(10.0)

@@ -17,7 +17,8 @@ one event loop:
 - a reporter: every ``report_interval_s`` a snapshot of the accounting; unless ``kube`` is
   off, the NodeTrace status of the last ``window_s`` is written (in a worker thread, so the
   gate never waits on the API server); a failed write is retried at the next interval and
-  covers the gap.
+  covers the gap, and no error ends the reporter (an unexpected one is logged and counted
+  as a failed report).
 
 The loop is uvloop's when it is installed (``event_loop_factory("auto")``): its C event loop
 roughly halves the per-wakeup overhead of the reaction path; asyncio's is the fallback.
@@ -94,6 +95,10 @@ class AgentOptions:
     kube: bool = True
     kubeconfig: str | None = None
     sim_step_s: float = 0.02
+    report_attempts: int = 5
+    """Tries per NodeTrace write (409/429/5xx and connection errors), with backoff."""
+    report_backoff_s: float = 0.2
+    """First backoff between tries (doubles each time)."""
     gate: GateConfig = field(default_factory=GateConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     shim_source: Path = SHIM_SOURCE
@@ -364,7 +369,12 @@ class AgentDaemon:
         self.reports.add(datetime.now(UTC), self.refresh().accounting.snapshot())
         while True:
             await asyncio.sleep(o.report_interval_s)
-            await self.report_once()
+            try:
+                await self.report_once()
+            except Exception as exc:  # the reporter outlives any one failed report
+                self.reports.failed()
+                self.last_report_error = f"{type(exc).__name__}: {exc}"
+                log.exception("NodeTrace report failed unexpectedly (the next one covers it)")
 
     async def report_once(self) -> bool:
         """Snapshot now and, with Kubernetes on, write the window's NodeTrace status."""
@@ -376,7 +386,14 @@ class AgentDaemon:
         if status is None:
             return True
         try:
-            await asyncio.to_thread(write_nodetrace, self._api_client, self.options.node, status)
+            await asyncio.to_thread(
+                write_nodetrace,
+                self._api_client,
+                self.options.node,
+                status,
+                attempts=self.options.report_attempts,
+                backoff_s=self.options.report_backoff_s,
+            )
         except ReportError as exc:
             self.reports.failed()
             self.last_report_error = str(exc)

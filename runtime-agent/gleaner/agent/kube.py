@@ -3,9 +3,10 @@
 Contract.
 - :func:`write_nodetrace` creates-or-patches the cluster-scoped NodeTrace named after the
   node (JSON merge patch of ``/status``; a missing object is created first; 409 conflicts
-  and 5xx answers are retried with backoff, up to ``attempts``). It raises
-  :class:`ReportError` when the API stays unreachable; the caller keeps accumulating and the
-  next report covers the gap (:mod:`gleaner.agent.reporting`).
+  and 5xx answers are retried with backoff, up to ``attempts``, the create included). It
+  raises :class:`ReportError` and nothing else when the write fails (API unreachable, or
+  an answer such as 403 that no retry fixes); the caller keeps accumulating and the next
+  report covers the gap (:mod:`gleaner.agent.reporting`).
 - :func:`offline_jobs_from_pods` (pure) maps Pods labelled ``gleaner.dev/role=offline`` on
   the node to ``{gpu: "namespace/job"}`` from the label ``gleaner.dev/job`` and the
   annotation ``gleaner.dev/gpus``; finished Pods are skipped.
@@ -76,16 +77,20 @@ def write_nodetrace(
     api = kubernetes.client.CustomObjectsApi(api_client)
     body = status_patch(status)
     last: Exception | None = None
+    missing = False
     for attempt in range(attempts):
         try:
+            if missing:
+                _create(api, node, timeout_s)
+                missing = False
             api.patch_cluster_custom_object_status(
                 GROUP, VERSION, PLURAL, node, body, _request_timeout=timeout_s
             )
             return
         except kubernetes.client.ApiException as exc:
             last = exc
-            if exc.status == 404:
-                _create(api, node, timeout_s)
+            if exc.status == 404 and not missing:
+                missing = True  # create it first, at once
                 continue
             if exc.status not in (409, 429) and not 500 <= (exc.status or 0) < 600:
                 raise ReportError(f"NodeTrace {node}: HTTP {exc.status} {exc.reason}") from exc
@@ -96,6 +101,7 @@ def write_nodetrace(
 
 
 def _create(api: Any, node: str, timeout_s: float) -> None:
+    """Create the node's NodeTrace (no status); one that exists already is fine."""
     import kubernetes
 
     obj = NodeTrace(metadata=ObjectMeta(name=node), spec=NodeTraceSpec(node_name=node)).to_k8s()
@@ -103,7 +109,7 @@ def _create(api: Any, node: str, timeout_s: float) -> None:
     try:
         api.create_cluster_custom_object(GROUP, VERSION, PLURAL, obj, _request_timeout=timeout_s)
     except kubernetes.client.ApiException as exc:
-        if exc.status != 409:  # created meanwhile: fine
+        if exc.status != 409:  # 409: created meanwhile, fine
             raise
 
 

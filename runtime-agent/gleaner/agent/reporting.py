@@ -7,7 +7,8 @@ perfmodel's ``NodeSummary.to_nodetrace_status``). The window is cut from cumulat
 and the memory sketches of every snapshot in it are merged, so a report that failed (API
 outage) loses nothing: the next one covers the gap, up to ``window_s`` back.
 :meth:`ReportWindow.reported` records a successful report (``last_report_time``);
-:meth:`ReportWindow.add` trims snapshots older than the window.
+:meth:`ReportWindow.add` trims snapshots older than the window and never fails (a wall
+clock that stepped back is held at the last snapshot's time).
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ class ReportWindow:
     failures: int = 0
 
     def add(self, wall: datetime, totals: Totals) -> None:
-        """Record a snapshot taken at ``wall`` (call once per report interval)."""
+        """Record a snapshot taken at ``wall`` (call once per report interval).
+
+        A wall clock that stepped back (NTP) is held at the previous snapshot's time: the
+        window's seconds come from the monotonic totals, the wall times only label it.
+        """
         if self.snapshots and wall < self.snapshots[-1][0]:
-            raise ValueError("snapshots must be added in time order")
+            wall = self.snapshots[-1][0]
         self.snapshots.append((wall, totals))
         horizon = wall - timedelta(seconds=self.window_s)
         # Keep the newest snapshot at or before the horizon: it starts the window.
