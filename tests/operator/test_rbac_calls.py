@@ -15,7 +15,7 @@ import contextlib
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from gleaner.testing.kube import (
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
+    ungranted,
     wait_for,
 )
 from gleaner.testing.net import free_port
@@ -40,18 +41,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 # The tests' own client (kubernetes' generated Python client); everything else is the
 # operator: kopf's client ("kopf") and the operator's aiohttp client ("Python").
 TEST_CLIENT = "OpenAPI-Generator"
-
-
-def ungranted(accesses: Iterable[Access], rules: Iterable[Any]) -> list[Access]:
-    """The accesses that no rule grants (group, resource and verb all listed in one rule)."""
-    granted = {
-        (group, resource, verb)
-        for rule in rules
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    return [a for a in accesses if (a.api_group, a.resource, a.verb) not in granted]
 
 
 def test_ungranted_spots_a_missing_verb_resource_or_group() -> None:

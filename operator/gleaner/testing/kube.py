@@ -35,7 +35,8 @@ It serves the Namespace list and watch itself (kmock's URL parser cannot route
 served (kmock keeps them all for assertions and scans them on every new request, which
 made long runs quadratic); tests assert on objects instead. What it does keep is the set of
 API accesses (``Access``: client, API group, resource, RBAC verb) that ``KubeEmulator.accesses``
-returns, so that a test can hold a process's calls against its declared RBAC rules.
+returns, so that a test can hold a process's calls against its declared RBAC rules
+(``ungranted(accesses, rules)`` lists those no rule grants).
 
 What it still does not do (and the tests do not rely on): no kubelet (tests move Pods
 through their phases by patching ``status.phase``), no garbage collection through
@@ -60,6 +61,7 @@ from collections.abc import (
     AsyncIterator,
     Callable,
     Coroutine,
+    Iterable,
     Iterator,
     Mapping,
     Sequence,
@@ -188,6 +190,18 @@ _VERBS = {
     kmock.action.UPDATE: "patch",
     kmock.action.DELETE: "delete",
 }
+
+
+def ungranted(accesses: Iterable[Access], rules: Iterable[Mapping[str, Any]]) -> list[Access]:
+    """The accesses that no RBAC rule grants (group, resource and verb all in one rule)."""
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    return [a for a in accesses if (a.api_group, a.resource, a.verb) not in granted]
 
 
 def _client_of(headers: Mapping[str, str]) -> str:
