@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.agent import protocol as p
 from gleaner.agent.daemon import AgentDaemon, AgentError, AgentOptions, event_loop_factory
-from gleaner.agent.policy import GateConfig
+from gleaner.agent.policy import GateConfig, MemoryConfig
 from gleaner.api import NodeTraceStatus, TraceSource
 from gleaner.cli.agent import parse_duration
 from gleaner.cli.main import main as cli_main
@@ -251,3 +251,49 @@ def test_event_loop_choice() -> None:
     with pytest.raises(AgentError):
         event_loop_factory("trio")
     assert cli_main(["agent", "--backend", "nvidia", "--node", "n", "--event-loop", "x"]) == 2
+
+
+def test_online_process_gone_while_busy_reenables_on_the_cooldown_timer(tmp_path: Path) -> None:
+    options = AgentOptions(
+        backend="nvidia",
+        node="n",
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        socket_dir=tmp_path,
+        gpus=1,
+        kube=False,
+        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
+        memory=MemoryConfig(initial_interval_s=10.0, max_interval_s=60.0),
+        shim_source=tmp_path / "absent.so",
+    )
+    daemon = AgentDaemon(options)
+    runner = threading.Thread(target=lambda: asyncio.run(daemon.run()), daemon=True)
+    runner.start()
+    sock_path = tmp_path / "agent.sock"
+    _wait(sock_path.exists, what="the control socket")
+    _wait(lambda: all(daemon.health()["gates"].values()), what="the gate to open")
+    off = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    off.settimeout(5)
+    off.connect(str(sock_path))
+    p.send_message(off, p.Hello(pid=1, role=p.Role.OFFLINE, gpu_indices=(0,), job="ns/j"))
+    dec = p.FrameDecoder()
+    msgs = p.recv_messages(off, dec)
+    assert msgs and isinstance(msgs[0], p.HelloAck) and msgs[0].gate_open
+    online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    online.connect(str(sock_path))
+    try:
+        p.send_message(online, p.Hello(pid=2, role=p.Role.ONLINE, gpu_indices=(0,)))
+        p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
+        assert not _recv_gate(off, dec).enable
+        t_gone = time.monotonic()
+        online.close()  # busy, then gone: idle from now on
+        off.settimeout(2)
+        assert _recv_gate(off, dec).enable
+        # The gate's own timer, one cooldown after the disconnect; not whatever event
+        # (a memory release, 10 s away; a scrape) happens to come next.
+        assert 0.045 <= time.monotonic() - t_gone < 1.0
+    finally:
+        online.close()
+        off.close()
+        daemon.stop()
+        runner.join(10)

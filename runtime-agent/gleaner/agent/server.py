@@ -9,7 +9,8 @@ an FD_PASS's descriptor is received), and feeds a :class:`~gleaner.agent.core.No
   open); CHANNEL_ADD/FREE and MEM_HANDLES keep its channel and memory-handle tables;
 - ONLINE_BUSY/IDLE drive the gate (each connection is one busy source; a non-zero
   ``request_id`` names the request: on ONLINE_IDLE it means that request finished);
-  DECODE_GAP raises G_max; an online process that disconnects counts as idle;
+  DECODE_GAP raises G_max; an online process that disconnects counts as idle (and, like
+  every event, lets the shell re-arm its timers through ``on_event``);
 - GATE_ACK, STATUS and HEARTBEAT are recorded; FD_PASS descriptors are kept per process and
   closed when it goes.
 
@@ -369,6 +370,8 @@ class ShimServer:
             self.agent.drop_source(self.clock(), proc.source)
         if proc.role == p.Role.OFFLINE:
             self._refresh_jobs()
+        if self.on_event is not None:
+            self.on_event()  # a disconnect is an event: an idle edge arms its cooldown timer
 
     # -- messages -------------------------------------------------------------------------
 
