@@ -16,7 +16,7 @@ import pytest
 from gleaner.agent import protocol as p
 from gleaner.agent.core import NodeAgent
 from gleaner.agent.policy import GateConfig, KvSpan, plan_reclamation
-from gleaner.agent.server import ShimServer
+from gleaner.agent.server import UNREPORTED, OfflineStatus, ShimServer, summarize_offline_status
 from gleaner.agent.simulated import synthetic_inventory
 
 M = TypeVar("M", bound=p.Message)
@@ -290,3 +290,46 @@ def test_garbage_after_a_fast_frame_drops_the_connection(harness: Harness) -> No
     assert not harness.agent.is_busy(0)  # the busy edge was handled, then the drop idled it
     assert harness.agent.gates[0].online_requests == 1  # it did reach the gate
     on.close()
+
+
+def test_offline_status_summary_counts_states_and_extends_holds_to_now() -> None:
+    held = p.Status(code=p.StatusCode.NO_AGENT, blocked_ns=2_000_000_000, blocked_threads=1)
+    gated_idle = p.Status(code=p.StatusCode.GATED_BY_AGENT, blocked_threads=0)
+    running = p.Status(code=p.StatusCode.OK, blocked_ns=9_000_000_000, blocked_threads=3)
+    out = summarize_offline_status(
+        [
+            ("team/a", held, 10.0),
+            ("team/a", gated_idle, 11.0),
+            ("team/b", running, 12.0),
+            ("team/c", None, 0.0),
+        ],
+        now=13.5,
+    )
+    assert out.held_seconds == {"team/a": pytest.approx(5.5), "team/b": 0.0, "team/c": 0.0}
+    assert out.processes["no_agent"] == out.processes["gated_by_agent"] == 1
+    assert out.processes["ok"] == out.processes[UNREPORTED] == 1
+    assert out.processes["control_refused"] == 0 and len(out.processes) == 7
+
+
+def test_status_frames_reach_the_summary(harness: Harness) -> None:
+    off = _offline(harness)
+    off.expect(p.HelloAck)
+    off.send(
+        p.Status(
+            code=p.StatusCode.CONTROL_REFUSED,
+            reason="disable refused",
+            blocked_ns=1_000_000_000,
+            blocked_threads=2,
+        )
+    )
+    got: list[OfflineStatus] = []
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # offline connections are read by a 20 ms poll
+        harness.call(lambda: got.append(harness.server.offline_status(harness.loop.time())))
+        if got[-1].processes["control_refused"]:
+            break
+        time.sleep(0.01)
+    out = got[-1]
+    assert out.processes["control_refused"] == 1
+    assert out.held_seconds["team/llm"] >= 1.0
+    off.close()

@@ -233,6 +233,33 @@ class AgentDaemon:
             for role, n in self.server.connections().items():
                 conns.add_metric([self.options.node, role], n)
             yield conns
+            # Fail closed, made visible: why offline processes wait, and for how long.
+            node = self.options.node
+            status = self.server.offline_status(self.clock())
+            procs = GaugeMetricFamily(
+                "gleaner_offline_processes",
+                "Connected offline processes by their last reported status.",
+                labels=["node", "status"],
+            )
+            for name, n in status.processes.items():
+                procs.add_metric([node, name], n)
+            yield procs
+            held = GaugeMetricFamily(
+                "gleaner_offline_held_seconds",
+                "How long the job's offline GPU work has been held by its shim (0: running).",
+                labels=["node", "namespace", "job"],
+            )
+            for job, secs in sorted(status.held_seconds.items()):
+                ns, _, name = job.partition("/")
+                held.add_metric([node, ns, name], secs)
+            yield held
+            failed = CounterMetricFamily(
+                "gleaner_gate_ack_failures",
+                "GATE commands an offline process could not enforce (GATE_ACK ok=0).",
+                labels=["node"],
+            )
+            failed.add_metric([node], self.server.gate_acks_failed)
+            yield failed
 
     def health(self) -> dict[str, Any]:
         return {

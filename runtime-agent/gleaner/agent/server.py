@@ -12,7 +12,8 @@ an FD_PASS's descriptor is received), and feeds a :class:`~gleaner.agent.core.No
   DECODE_GAP raises G_max; an online process that disconnects counts as idle (and, like
   every event, lets the shell re-arm its timers through ``on_event``);
 - GATE_ACK, STATUS and HEARTBEAT are recorded; FD_PASS descriptors are kept per process and
-  closed when it goes.
+  closed when it goes; :meth:`ShimServer.offline_status` summarizes the offline processes'
+  last STATUS (why their work is held, and for how long) for the metrics.
 
 As the agent's :class:`~gleaner.agent.core.Sink`, the server turns gate commands into GATE
 frames, written synchronously from the reading callback (the reaction path has no await):
@@ -90,6 +91,8 @@ class Process:
     last_ack_seq: int = 0
     last_ack_failed: p.GateAck | None = None
     last_status: p.Status | None = None
+    last_status_at: float = 0.0
+    """When ``last_status`` arrived (this server's clock)."""
     last_heartbeat: float = 0.0
     offline: bool = False
     """Whether its HELLO said role OFFLINE."""
@@ -409,6 +412,7 @@ class ShimServer:
                 proc.fds.append(msg.fd)
         elif isinstance(msg, p.Status):
             proc.last_status = msg
+            proc.last_status_at = now
         elif isinstance(msg, p.Heartbeat):
             proc.last_heartbeat = now
             self._send(proc, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))
@@ -459,6 +463,17 @@ class ShimServer:
                     jobs[g] = proc.hello.job
         self.agent.set_offline_jobs(self.clock(), jobs)
 
+    def offline_status(self, now: float) -> OfflineStatus:
+        """What the connected offline processes last said about their state (for metrics)."""
+        return summarize_offline_status(
+            [
+                (q.hello.job if q.hello is not None else "", q.last_status, q.last_status_at)
+                for q in self.processes.values()
+                if q.role == p.Role.OFFLINE
+            ],
+            now,
+        )
+
     def connections(self) -> dict[str, int]:
         """Connected processes by role (for metrics)."""
         out = {r.name.lower(): 0 for r in p.Role}
@@ -466,6 +481,44 @@ class ShimServer:
             if proc.role is not None:
                 out[proc.role.name.lower()] += 1
         return out
+
+
+UNREPORTED = "unreported"
+"""The status of an offline process that has sent no STATUS yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineStatus:
+    """Offline processes by their last STATUS, and how long each job's work has been held."""
+
+    processes: dict[str, int]
+    """Status name (``ok``, ``gated_by_agent``, ``no_agent``, ``no_handles``,
+    ``control_refused``, ``protocol_error``, ``unreported``) → processes; every name present."""
+    held_seconds: dict[str, float]
+    """Job (``namespace/name``) → the longest time one of its processes has had GPU work
+    held, as of now (0 when none is held)."""
+
+
+def summarize_offline_status(
+    procs: list[tuple[str, p.Status | None, float]], now: float
+) -> OfflineStatus:
+    """Pure: ``(job, last STATUS, its arrival time)`` per offline process → :class:`OfflineStatus`.
+
+    A process holds work while its last STATUS is not OK and names blocked threads; the hold
+    has lasted ``blocked_ns`` at that STATUS plus the time since it arrived (the shim repeats
+    STATUS at least every 5 s while blocked, and at once when its state changes).
+    """
+    counts = {c.name.lower(): 0 for c in p.StatusCode}
+    counts[UNREPORTED] = 0
+    held: dict[str, float] = {}
+    for job, st, at in procs:
+        counts[UNREPORTED if st is None else st.code.name.lower()] += 1
+        seconds = 0.0
+        if st is not None and st.code != p.StatusCode.OK and st.blocked_threads > 0:
+            seconds = st.blocked_ns / 1e9 + max(0.0, now - at)
+        if job:
+            held[job] = max(held.get(job, 0.0), seconds)
+    return OfflineStatus(processes=counts, held_seconds=held)
 
 
 def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
