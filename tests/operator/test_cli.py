@@ -18,6 +18,8 @@ from gleaner.cli.main import main
         (["--sla-violations", "4/2"], "SLA monitor: violation_windows"),
         (["--http-port", "70000"], "--http-port"),
         (["--requeue-interval", "0"], "--requeue-interval must be positive"),
+        (["--peering-priority", "high"], "--peering-priority: not an integer"),
+        (["--peering-priority", "0"], "--peering-priority: must be between 1 and"),
     ],
 )
 def test_operator_bad_flags(
@@ -50,6 +52,7 @@ def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
         "--prometheus-url",
         "--peering",
         "--standalone",
+        "--peering-priority",
         "--verbose",
     ):
         assert flag in out

@@ -417,6 +417,42 @@ def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) 
     assert sorted(p.metadata.name for p in cluster.api.pods()) == [f"{n}-0" for n in names]
 
 
+def test_two_replicas_one_active_and_the_standby_takes_over(cluster: Cluster) -> None:
+    """The Helm chart's two replicas: one serves, the other stands by, then takes over.
+
+    Both start with the default (random) peering priority; kopf pauses every replica of a
+    tie, so with equal priorities nothing would ever be bound.
+    """
+    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2))
+    replicas = [cluster.start_operator(f"--http-port={free_port()}") for _ in range(2)]
+
+    def peers() -> dict[str, Any]:
+        peering = cluster.api.custom.get_cluster_custom_object(
+            "kopf.dev", "v1", "clusterkopfpeerings", "gleaner"
+        )
+        return dict(peering.get("status") or {})
+
+    # Both replicas have registered, with different priorities, before the first job.
+    wait_for(lambda: len(peers()) == 2, timeout=40, message=cluster.logs)
+    priorities = sorted(int(p["priority"]) for p in peers().values())
+    assert priorities[0] != priorities[1]
+    cluster.api.create_job(offlinejob_manifest("first"))
+    wait_for(lambda: cluster.pods_of("first"), timeout=40, message=cluster.logs)
+    assert not any("Pausing all operators, including self" in op.log() for op in replicas)
+
+    # The highest priority is the active replica; stopping it hands over to the other.
+    [active] = [op for op in replicas if f"priority {priorities[1]}" in op.log()]
+    [standby] = [op for op in replicas if op is not active]
+    active.stop()
+    cluster.api.create_job(offlinejob_manifest("second"))
+    wait_for(lambda: cluster.pods_of("second"), timeout=40, message=cluster.logs)
+    assert "Resuming operations" in standby.log()
+    assert [p.metadata.name for p in cluster.pods_of("first")] == ["first-0"]
+    assert [p.metadata.name for p in cluster.pods_of("second")] == ["second-0"]
+    held = sorted(p.metadata.annotations["gleaner.dev/gpus"] for p in cluster.api.pods())
+    assert held == ["0", "1"]
+
+
 def test_namespaced_operator_serves_only_its_namespace(tmp_path: Path) -> None:
     with KubeEmulator(tmp_path, namespaces=("default", "team-a")) as kube:
         c = Cluster(kube)

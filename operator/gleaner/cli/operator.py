@@ -64,6 +64,12 @@ def _seconds(text: str, flag: str) -> float:
     help="How long a replica's peering record stays valid without keep-alives.",
 )
 @click.option(
+    "--peering-priority",
+    default=None,
+    help="kopf peering priority; the live replica with the highest is active "
+    "[default: random per process, so replicas never tie].",
+)
+@click.option(
     "--sla-window", default="60s", show_default=True, help="SLA monitor window (timer interval)."
 )
 @click.option(
@@ -138,6 +144,7 @@ def command(
     peering: str,
     standalone: bool,
     peering_lifetime: str,
+    peering_priority: str | None,
     sla_window: str,
     sla_grace: str,
     sla_violations: str,
@@ -152,7 +159,11 @@ def command(
     verbose: bool,
 ) -> None:
     """Run the Gleaner operator: bind OfflineJobs, watch SLAs, evict, reschedule."""
-    from gleaner.operator.config import OperatorConfig
+    from gleaner.operator.config import (
+        MAX_PEERING_PRIORITY,
+        OperatorConfig,
+        default_peering_priority,
+    )
     from gleaner.scheduler.monitor import SLAMonitorConfig
 
     if namespaces and all_namespaces:
@@ -178,6 +189,14 @@ def command(
         )
     except ValueError as exc:
         fail(f"SLA monitor: {exc}")
+    priority = default_peering_priority()
+    if peering_priority is not None:
+        try:
+            priority = int(peering_priority)
+        except ValueError:
+            fail(f"--peering-priority: not an integer: {peering_priority!r}")
+        if not 1 <= priority <= MAX_PEERING_PRIORITY:
+            fail(f"--peering-priority: must be between 1 and {MAX_PEERING_PRIORITY}")
     requeue = _seconds(requeue_interval, "--requeue-interval")
     if requeue <= 0:
         fail("--requeue-interval must be positive")
@@ -188,6 +207,7 @@ def command(
         prometheus_url=prometheus_url,
         peering=None if standalone else peering,
         peering_lifetime=max(1, round(_seconds(peering_lifetime, "--peering-lifetime"))),
+        peering_priority=priority,
         verbose=verbose,
         requeue_interval=requeue,
         min_pass_interval=_seconds(min_pass_interval, "--min-pass-interval"),

@@ -9,6 +9,7 @@ Nothing else reads flags or the environment.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 
 from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -21,6 +22,19 @@ FINALIZER = "gleaner.dev/finalizer"
 
 ANNOTATION_PREFIX = "gleaner.dev"
 """Prefix of kopf's progress/diff-base annotations and Gleaner's own annotations."""
+
+MAX_PEERING_PRIORITY = 2**31 - 1
+"""Largest peering priority (kopf stores it as a JSON integer; kept within int32)."""
+
+
+def default_peering_priority() -> int:
+    """A random peering priority in [1, MAX_PEERING_PRIORITY], drawn once per process.
+
+    kopf pauses a replica while a live peer has a higher priority, and pauses *every*
+    replica when two share one, so replicas must never tie: with random priorities drawn
+    from two billion values, the highest one is active and the others stand by.
+    """
+    return 1 + secrets.randbelow(MAX_PEERING_PRIORITY)
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,9 @@ class OperatorConfig:
     """Window of Prometheus history summarized for placement, seconds."""
     peering_lifetime: int = 60
     """Seconds a replica's peering record stays valid without keep-alives (kopf)."""
+    peering_priority: int = field(default_factory=default_peering_priority)
+    """kopf peering priority: the live replica with the highest one is active. Random by
+    default, so that replicas never tie (kopf would pause all of them)."""
     verbose: bool = False
     """Debug logging."""
 

@@ -25,7 +25,9 @@ SIGTERM. What is registered:
 Settings: finalizer ``gleaner.dev/finalizer``; kopf's progress and diff-base kept in
 annotations prefixed ``gleaner.dev``; kopf's own Events only for warnings and errors (the
 operator posts its own: Scheduled, FailedScheduling, InvalidSpec, SLAViolation...); watch
-requests time out server-side after ``--watch-timeout`` seconds (client 30 s later).
+requests time out server-side after ``--watch-timeout`` seconds (client 30 s later); peering
+priority from ``--peering-priority`` (random per process by default: kopf pauses every
+replica of a tie, so replicas must differ; the highest live one is active).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
         settings.peering.name = config.peering
         settings.peering.mandatory = True
         settings.peering.lifetime = config.peering_lifetime
+        settings.peering.priority = config.peering_priority
         settings.peering.clusterwide = config.clusterwide
     else:
         settings.peering.standalone = True
@@ -97,6 +100,8 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         configure_settings(settings, config)
         ctx: OperatorContext = memo.ctx
+        if config.peering:
+            logger.info("peering %r with priority %d", config.peering, config.peering_priority)
         ctx.loop_task = asyncio.create_task(scheduling_loop(ctx), name="gleaner-scheduling")
         ctx.health.started = True
 
@@ -212,6 +217,7 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
             namespaces=list(config.namespaces),
             standalone=config.peering is None,
             peering_name=config.peering,
+            priority=config.peering_priority if config.peering else None,
             memo=kopf.Memo(ctx=ctx),
             stop_flag=stop,
         )
