@@ -1,6 +1,7 @@
 """Hardware test: gate a real CUDA kernel through the shim and measure preemption latency.
 
-Skipped unless /dev/nvidiactl exists and nvcc is on PATH. Run on a GPU machine with:
+Skipped unless /dev/nvidiactl exists and nvcc is on PATH (the skip reason gives the command).
+Run on a GPU machine with:
 
     make -C runtime-agent/shim && \
     python -m pytest -q -n 0 -m gpu -s tests/shim/test_gpu_hardware.py
@@ -32,11 +33,20 @@ import pytest
 from gleaner.agent import protocol as p
 from gleaner.testing.shim import BUILD, SHIM_DIR, AgentStub
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not Path("/dev/nvidiactl").exists(), reason="no NVIDIA GPU here"),
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH"),
-]
+RUN_COMMAND = (
+    "make -C runtime-agent/shim && "
+    "python -m pytest -q -n 0 -m gpu -s tests/shim/test_gpu_hardware.py"
+)
+"""How to run it on a GPU machine (also in docs/shim.md; the skip reason repeats it)."""
+
+ROOT = Path(__file__).resolve().parents[2]
+
+NO_GPU = pytest.mark.skipif(
+    not Path("/dev/nvidiactl").exists(), reason=f"no NVIDIA GPU here; run: {RUN_COMMAND}"
+)
+NO_NVCC = pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason=f"nvcc not on PATH; run: {RUN_COMMAND}"
+)
 
 
 class Busy:
@@ -78,6 +88,14 @@ def _driver_version() -> str:
         return "unknown"
 
 
+def test_the_command_to_run_it_is_documented() -> None:
+    doc = (ROOT / "docs" / "shim.md").read_text()
+    assert " ".join(RUN_COMMAND.split()) in " ".join(doc.replace("\\\n", " ").split())
+
+
+@pytest.mark.gpu
+@NO_GPU
+@NO_NVCC
 def test_disable_enable_a_running_kernel(sock_path: Path, shim_build: Path) -> None:
     exe = BUILD / "gpu_busy"
     subprocess.run(
