@@ -217,3 +217,43 @@ def test_property_greedy_is_optimal_when_requests_do_not_share_handles(
     for k in range(len(handles) + 1):
         best = min(reclaim_cost(handles, c) for c in itertools.combinations(handles, k))
         assert reclaim_cost(handles, select_handles_greedy(handles, k)) == best
+
+
+def _late_pressure_rate(cfg: MemoryConfig, hours: float = 4.0, seed: int = 7) -> float:
+    """Pressure events per second over the second half of a run where online uses a random
+    0..20 handles every 0.5 s (a stationary load: the headroom shrinks until it meets it)."""
+    import random
+
+    m = MemoryReservation(0, cfg)
+    rng = random.Random(seed)
+    end, t, late = hours * 3600.0, 0.0, 0
+    while t < end:
+        before = m.pressure_events
+        m.observe(t, rng.randint(0, 20))
+        if t >= end / 2:
+            late += m.pressure_events - before
+        t += 0.5
+    return late / (end / 2)
+
+
+@pytest.mark.parametrize("initial_interval_s", [0.05, 1.0, 30.0])
+def test_miad_interval_steers_the_pressure_rate_toward_its_target(
+    initial_interval_s: float,
+) -> None:
+    target = 1.0 / 60.0
+
+    def cfg(initial: float, lo: float = 0.05, hi: float = 60.0) -> MemoryConfig:
+        return MemoryConfig(
+            initial_interval_s=initial,
+            min_interval_s=lo,
+            max_interval_s=hi,
+            target_pressure_rate_per_s=target,
+        )
+
+    rate = _late_pressure_rate(cfg(initial_interval_s))
+    # MIAD settles on the safe side of the target (a multiplicative backoff above it, an
+    # additive approach below): about half of it here, from any starting T.
+    assert target / 3 <= rate <= 1.5 * target
+    # The control matters: T held at either end misses the target by far.
+    assert _late_pressure_rate(cfg(0.05, 0.05, 0.05)) > 3 * target
+    assert _late_pressure_rate(cfg(30.0, 30.0, 30.0)) < target / 3
