@@ -52,6 +52,47 @@ def test_outputs_are_written_and_usable(quick_out: Path) -> None:
     assert snap.source == "simulation" and len(snap.nodes) == 8 and snap.jobs
 
 
+@pytest.mark.slow
+def test_report_plots_render_in_chromium(quick_out: Path) -> None:
+    """Open report.html as a person would (file://, offline): every figure draws its data."""
+    from gleaner.testing.dashboard import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not installed")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    problems: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.goto((quick_out / "report.html").as_uri())
+            page.wait_for_function(
+                "document.querySelectorAll('.js-plotly-plot .main-svg').length > 0"
+            )
+            figures = page.evaluate(
+                """() => [...document.querySelectorAll('.js-plotly-plot')].map(el => {
+                    const box = el.getBoundingClientRect();
+                    return {
+                        width: box.width,
+                        height: box.height,
+                        traces: (el.data || []).length,
+                        drawn: el.querySelectorAll('.scatterlayer .trace, .barlayer .trace')
+                            .length,
+                    };
+                })"""
+            )
+        finally:
+            browser.close()
+    assert problems == []
+    # Node utilization, latency CDFs, node per-policy bars, cluster utilization, cluster bars.
+    assert len(figures) >= 5, figures
+    for fig in figures:
+        assert fig["width"] > 300 and fig["height"] > 200, fig
+        assert fig["traces"] > 0 and fig["drawn"] > 0, fig
+
+
 def test_shipped_scenarios_load() -> None:
     names = shipped_scenarios()
     assert {"default", "node-only", "cluster-1000"} <= set(names)
