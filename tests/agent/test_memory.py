@@ -14,6 +14,7 @@ from gleaner.agent.policy import (
     KvSpan,
     MemoryConfig,
     MemoryReservation,
+    ReclaimPlan,
     Release,
     StepKind,
     plan_reclamation,
@@ -257,3 +258,55 @@ def test_miad_interval_steers_the_pressure_rate_toward_its_target(
     # The control matters: T held at either end misses the target by far.
     assert _late_pressure_rate(cfg(0.05, 0.05, 0.05)) > 3 * target
     assert _late_pressure_rate(cfg(30.0, 30.0, 30.0)) < target / 3
+
+
+class _Recorder:
+    """A Sink that records what the agent does, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int, object]] = []
+
+    def set_gate(self, gpu: int, enable: bool, t: float) -> None:
+        self.log.append(("gate", gpu, enable))
+
+    def reclaim(self, plan: ReclaimPlan, t: float) -> None:
+        self.log.append(("reclaim", plan.gpu, plan))
+
+
+def test_node_agent_turns_compute_off_before_it_hands_memory_over() -> None:
+    from gleaner.agent.core import NodeAgent
+    from gleaner.agent.policy import GateConfig
+    from gleaner.agent.simulated import synthetic_inventory
+
+    table = {h: [KvSpan(f"r{h}", (h,), 10 * (h + 1))] for h in range(8)}
+    sink = _Recorder()
+    agent = NodeAgent(
+        node="n",
+        inventory=synthetic_inventory("n", 1, 80),
+        start=0.0,
+        gate_config=GateConfig(cool_floor_s=0.01, cool_ceiling_s=0.01),
+        memory_config=MemoryConfig(initial_handles=4),
+        sink=sink,
+        offline_handles=lambda gpu: table,
+    )
+    agent.tick(1.0)
+    assert sink.log == [("gate", 0, True)]
+    agent.set_online_memory(1.5, 0, dynamic_bytes=4 * (2 << 20))  # 4 of 4 handles: pressure
+    kinds = [(k, enable) for k, _, enable in sink.log[1:]]
+    assert kinds[0] == ("gate", False)  # compute off first
+    assert kinds[1][0] == "reclaim" and len(kinds) == 2
+    plan = sink.log[2][2]
+    assert isinstance(plan, ReclaimPlan)
+    # H was 3 (one release at t = 1): 4 used → H = max(2·3, ⌈4 / 0.9⌉) = 6, 3 handles taken,
+    # the 3 cheapest (Algorithm 1), their blocks reported per request.
+    assert agent.memory[0].headroom == 6
+    assert plan.handles == (0, 1, 2) and plan.invalidated == {"r0": (0,), "r1": (1,), "r2": (2,)}
+    assert [s.kind for s in plan.steps][1:] == [
+        StepKind.QUARANTINE_REMAP,
+        StepKind.RELEASE_HANDLES,
+        StepKind.REPORT_INVALIDATED,
+    ]
+    assert agent.accounting.totals.gpus[0].preemptions == 0  # not an online preemption
+    # Compute comes back by the gate's usual rule, one cooldown later.
+    agent.tick(1.52)
+    assert sink.log[-1] == ("gate", 0, True)

@@ -223,6 +223,26 @@ def test_framework_hook_receives_invalidated_blocks(harness: Harness) -> None:
     hook.close()
 
 
+def test_invalidated_blocks_go_only_to_the_hook_of_the_job_on_that_gpu(harness: Harness) -> None:
+    off = _offline(harness, gpus=(0,))  # job team/llm on GPU 0
+    off.expect(p.HelloAck)
+    hooks = {}
+    for pid, job in ((301, "team/llm"), (302, "team/other")):
+        hook = Client(harness.server.path)
+        hook.send(p.Hello(pid=pid, role=p.Role.FRAMEWORK, job=job))
+        assert hook.expect(p.HelloAck).accepted
+        hooks[job] = hook
+    plan = plan_reclamation(0, {5: [KvSpan("req-a", (3, 4), 64)]}, 1, handle_bytes=1)
+    harness.call(lambda: harness.server.reclaim(plan, 0.0))
+    m = hooks["team/llm"].expect(p.InvalidateBlocks)
+    assert (m.request_id, m.block_ids) == ("req-a", (3, 4))
+    # Block 3 of another engine is another block: the other job's hook hears nothing.
+    with pytest.raises(TimeoutError):
+        hooks["team/other"].expect(p.InvalidateBlocks, timeout=0.3)
+    for c in (*hooks.values(), off):
+        c.close()
+
+
 def test_garbage_drops_the_connection(harness: Harness) -> None:
     c = Client(harness.server.path)
     c.sock.sendall(b"\0" * 32)

@@ -31,9 +31,10 @@ so those connections are not watched by the loop: a poll reads them every
 ``offline_poll_s`` (20 ms), which spares the loop two wakeups per gate cycle (the acks).
 Online and framework connections, and every connection until its HELLO, are event-driven.
 
-Reclamation plans send the invalidated block ids to the framework connections
-(INVALIDATE_BLOCKS); protocol v1 has no quarantine remap command, so the memory side of a
-plan is recorded but not executed on hardware.
+Reclamation plans send the invalidated block ids (INVALIDATE_BLOCKS) to the framework
+connections of the plan's GPU whose HELLO named the job placed there (a hook that named no
+job hears about every job); protocol v1 has no quarantine remap command, so the memory side
+of a plan is recorded but not executed on hardware.
 
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
 """
@@ -187,7 +188,17 @@ class ShimServer:
             self._send_bytes(proc, fw.encode_gate(proc.seq, next(self.gate_seq), enable))
 
     def reclaim(self, plan: ReclaimPlan, t: float) -> None:
-        frameworks = [q for q in self.processes.values() if q.role == p.Role.FRAMEWORK]
+        # Block ids mean something only in the engine that holds them: a hook that named
+        # its job hears only about the job on the plan's GPU.
+        job = self.agent.offline_jobs.get(plan.gpu)
+        frameworks = [
+            q
+            for q in self.processes.values()
+            if q.role == p.Role.FRAMEWORK
+            and q.hello is not None
+            and plan.gpu in q.gpus
+            and (not q.hello.job or q.hello.job == job)
+        ]
         for request, blocks in plan.invalidated.items():
             msg = p.InvalidateBlocks(request_id=request[: p.REQUEST_ID_LEN - 1], block_ids=blocks)
             for proc in frameworks:
