@@ -13,10 +13,12 @@ from gleaner.dashboard.build import DashboardData
 from gleaner.dashboard.charts import (
     Line,
     bar_chart,
+    data_gaps,
     hbar_chart,
     heatmap,
     line_chart,
     nice_ticks,
+    split_at_gaps,
     time_ticks,
 )
 from gleaner.dashboard.model import Point
@@ -112,3 +114,36 @@ def test_line_chart_marks_events_inside_its_time_range() -> None:
     labels = [e for e in svg.iter(f"{SVG}text") if e.get("class") == "marker-label"]
     assert [e.text for e in labels] == ["evicted <a>", "late"]
     assert labels[1].get("text-anchor") == "end"  # near the right edge: drawn to the left
+
+
+def test_data_gaps_are_spans_far_wider_than_the_sampling() -> None:
+    ts = [0, 600, 1200, 1800, 60_000, 60_600, 61_200]
+    pts = [Point(t=t, v=0.5) for t in ts]
+    assert data_gaps(pts) == [(1800, 60_000)]
+    assert data_gaps([Point(t=i * 60, v=0.1) for i in range(10)]) == []
+    assert data_gaps(pts[:2]) == []
+
+
+def test_split_at_gaps_keeps_steps_that_only_touch_a_gap() -> None:
+    gap = [(1800.0, 60_000.0)]
+    # A step line: one stay 0..1800, the next 60000..61200 (no diagonal between them).
+    steps = [Point(t=t, v=v) for t, v in [(0, 0.3), (1800, 0.3), (60_000, 0.2), (61_200, 0.2)]]
+    runs = split_at_gaps(steps, gap)
+    assert [[p.t for p in run] for run in runs] == [[0, 1800], [60_000, 61_200]]
+    assert len(split_at_gaps(steps, [])) == 1
+
+
+def test_line_chart_draws_no_line_across_a_gap() -> None:
+    ts = [0, 600, 1200, 1800, 60_000, 60_600, 61_200]
+    observed = [Point(t=t, v=0.5) for t in ts]
+    lonely = [Point(t=t, v=0.4) for t in (0, 1200, 1800, 61_200)]
+    chart = line_chart(
+        [Line("observed", observed), Line("other", lonely)],
+        label="L",
+        gaps=data_gaps(observed),
+    )
+    polys = list(parse(chart).iter(f"{SVG}polyline"))
+    assert [len(p.get("points", "").split()) for p in polys] == [4, 3, 3]
+    # Without gaps, each series is one polyline.
+    plain = line_chart([Line("observed", observed)], label="L")
+    assert len(list(parse(plain).iter(f"{SVG}polyline"))) == 1

@@ -7,6 +7,8 @@ chart that says "no data" instead of failing. No JavaScript and no third-party f
 files are needed to see them.
 
 - :func:`line_chart`: one or more time series, optional horizontal reference line (an SLA);
+  lines are not drawn across ``gaps`` (times without data, e.g. from :func:`data_gaps`:
+  a job that waited between two placements), so a gap never looks like a trend;
 - :func:`bar_chart`: values at times or at categories (preemptions, memory histograms);
 - :func:`hbar_chart`: labelled horizontal bars within [0, 1] with an optional marker
   (the factor breakdown against the SLA);
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
+from itertools import pairwise
 
 from markupsafe import Markup
 
@@ -140,6 +143,34 @@ def _no_data(width: int, height: int, label: str, css_class: str) -> Markup:
     )
 
 
+def data_gaps(points: Sequence[Point], factor: float = 3.0) -> list[tuple[float, float]]:
+    """Intervals a regularly sampled series has no data for: between consecutive points
+    more than ``factor`` times the median spacing apart (three points or more needed)."""
+    ts = sorted(p.t for p in points if math.isfinite(p.v))
+    steps = sorted(b - a for a, b in pairwise(ts) if b > a)
+    if len(steps) < 2:
+        return []
+    median = steps[len(steps) // 2]
+    return [(a, b) for a, b in pairwise(ts) if b - a > factor * median]
+
+
+def split_at_gaps(
+    points: Sequence[Point], gaps: Sequence[tuple[float, float]]
+) -> list[list[Point]]:
+    """Time-sorted ``points`` cut into runs: two neighbours are not joined when the span
+    between them covers more than half of some gap."""
+    runs: list[list[Point]] = []
+    for p in points:
+        if runs:
+            q = runs[-1][-1]
+            cut = any(min(p.t, b) - max(q.t, a) > (b - a) / 2 for a, b in gaps if b > a)
+            if not cut:
+                runs[-1].append(p)
+                continue
+        runs.append([p])
+    return runs
+
+
 def line_chart(
     lines: Sequence[Line],
     *,
@@ -151,9 +182,11 @@ def line_chart(
     reference: tuple[float, str] | None = None,
     percent: bool = False,
     markers: Sequence[tuple[float, str]] = (),
+    gaps: Sequence[tuple[float, float]] = (),
 ) -> Markup:
     """Time series as polylines (a single point draws as a dot); ``markers`` are (time,
-    label) events drawn as vertical lines where they fall inside the plotted time range."""
+    label) events drawn as vertical lines where they fall inside the plotted time range;
+    no line is drawn across a ``gaps`` interval (see :func:`split_at_gaps`)."""
     pts = [p for line in lines for p in line.points if math.isfinite(p.v)]
     if not pts:
         return _no_data(width, height, label, "line")
@@ -218,19 +251,22 @@ def line_chart(
         if not good:
             continue
         color = escape(line.color or PALETTE[i % len(PALETTE)])
-        coords = " ".join(f"{x(p.t):.1f},{y(p.v):.1f}" for p in good)
         title = escape(f"{line.label}: last {fmt(good[-1].v)}")
-        if len(good) > 1:
+        lonely: list[Point] = []
+        for run in split_at_gaps(good, gaps):
+            if len(run) == 1:
+                lonely += run
+                continue
+            coords = " ".join(f"{x(p.t):.1f},{y(p.v):.1f}" for p in run)
             body.append(
                 f'<polyline points="{coords}" fill="none" stroke="{color}" '
                 f'stroke-width="2" class="series"><title>{title}</title></polyline>'
             )
-        if len(good) <= 60:
-            for p in good:
-                body.append(
-                    f'<circle cx="{x(p.t):.1f}" cy="{y(p.v):.1f}" r="2.5" fill="{color}">'
-                    f"<title>{escape(format_time(p.t, span))}: {fmt(p.v)}</title></circle>"
-                )
+        for p in good if len(good) <= 60 else lonely:
+            body.append(
+                f'<circle cx="{x(p.t):.1f}" cy="{y(p.v):.1f}" r="2.5" fill="{color}">'
+                f"<title>{escape(format_time(p.t, span))}: {fmt(p.v)}</title></circle>"
+            )
     if len(lines) > 1:
         lx = left + 8
         for i, line in enumerate(lines):

@@ -19,6 +19,7 @@ from gleaner.dashboard.charts import (
     PALETTE,
     Line,
     bar_chart,
+    data_gaps,
     hbar_chart,
     heatmap,
     line_chart,
@@ -172,6 +173,8 @@ def job_charts(job: JobView) -> dict[str, Markup]:
             (e.time.timestamp(), f"evicted from {e.node}")
             for e in sorted(job.evictions, key=lambda e: e.time)
         ],
+        # While the job waited between placements nothing was observed: no line there.
+        gaps=data_gaps(job.observed_series),
     )
     return charts
 
