@@ -136,6 +136,22 @@ def _trace(path: Path) -> None:
     pd.DataFrame(rows).to_csv(path, index=False)
 
 
+def test_a_bad_trace_fails_before_the_node_level_runs(tmp_path: Path) -> None:
+    from gleaner.sim.runner import run_scenario
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,node\n0,a\n", encoding="utf-8")
+    started: list[str] = []
+
+    def progress(desc: str, total: int) -> Any:
+        started.append(desc)
+        return lambda n: None
+
+    with pytest.raises(ValueError, match="missing column"):
+        run_scenario(quick(load_scenario("default")), trace=bad, progress=progress)
+    assert started == []
+
+
 def test_trace_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "trace.csv"
     _trace(trace)

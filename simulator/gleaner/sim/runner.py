@@ -47,6 +47,13 @@ def run_scenario(
     results: dict[str, Any] = {"scenario": scenario.name, "description": scenario.description}
     results["seed"] = seed
     eta = DEFAULT_GATE_EFFICIENCY
+    online = None
+    if trace is not None and scenario.cluster is not None:
+        # Read and check the trace first: a bad file fails before minutes of node-level work.
+        from gleaner.perfmodel import read_trace_frame, validate_trace_frame
+
+        frame = validate_trace_frame(read_trace_frame(trace))
+        online = online_from_trace(frame, scenario.cluster.history_h)
     if scenario.node is not None:
         tick = progress("node level", len(scenario.node.runs))
         node = run_node(scenario.node, seed, progress=lambda name: tick(1))
@@ -58,12 +65,7 @@ def run_scenario(
     cluster_raw = None
     if scenario.cluster is not None:
         cfg = scenario.cluster
-        online = None
-        if trace is not None:
-            from gleaner.perfmodel import read_trace_frame, validate_trace_frame
-
-            frame = validate_trace_frame(read_trace_frame(trace))
-            online = online_from_trace(frame, cfg.history_h)
+        if online is not None:
             cfg = cfg.model_copy(
                 update={
                     "nodes": len(online.node_names),
