@@ -316,6 +316,8 @@ def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> 
 
     first = cluster.wait_phase("victim", "Scheduled")["placement"]["node"]
     other = {"node-a": "node-b", "node-b": "node-a"}[first]
+    # The placement is recorded before the Pod is created: wait for the Pod first.
+    wait_for(lambda: cluster.pods_of("victim"), message=cluster.logs)
     cluster.api.set_pod_phase("victim-0", "Running")
     cluster.wait_phase("victim", "Running")
 

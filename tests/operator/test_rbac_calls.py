@@ -129,6 +129,13 @@ def test_every_call_of_the_operator_is_granted_by_its_rules(kube: KubeEmulator) 
         job["spec"]["gpuSelector"] = {"nodeSelector": {"pool": "batch"}}
         api.create_job(job)
         first = wait_phase("victim", "Scheduled")["placement"]["node"]
+        # The operator records the placement before it creates the Pod: wait for the Pod
+        # before playing the kubelet, or the status patch may find no Pod (404).
+        wait_for(
+            lambda: [p for p in api.pods() if p.metadata.name == "victim-0"],
+            timeout=45,
+            message=lambda: f"no Pod victim-0\n{op.log()[-4000:]}",
+        )
         api.set_pod_phase("victim-0", "Running")
         wait_phase("victim", "Running")
         # Starved: SLA eviction (report ConfigMap, Pod deletion, Event), then elsewhere.
