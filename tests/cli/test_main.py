@@ -43,3 +43,11 @@ def test_console_script_exit_code() -> None:
     )
     assert proc.returncode == 2
     assert "no-such-command" in proc.stderr
+
+
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main.main(["simulate", "--seed", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: Invalid value for '--seed': 'abc' is not a valid integer.")
+    assert "(see 'gleaner simulate --help')" in err

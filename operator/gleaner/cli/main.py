@@ -62,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         rc = cli.main(args=argv, prog_name="gleaner", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except click.UsageError as exc:
+        # Bad input is one line, like every other error of ours; --help has the usage.
+        command = exc.ctx.command_path if exc.ctx is not None else "gleaner"
+        click.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
