@@ -61,8 +61,6 @@ class OperatorConfig:
     verbose: bool = False
     """Debug logging."""
 
-    schedule_interval: float = 10.0
-    """Seconds between scheduling passes when nothing kicks the loop (a safety net)."""
     min_pass_interval: float = 1.0
     """Seconds at least between two scheduling passes (kicks in between coalesce)."""
     requeue_interval: float = 15.0
