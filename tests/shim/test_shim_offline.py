@@ -217,7 +217,7 @@ def test_fail_closed_when_the_agent_goes_away(
         assert sp.no_reply_within(0.5)
         # Reconnect attempts every 50 ms re-close the gate without a second RPC per TSG.
         assert [c["enable"] for c in _controls(sp)] == ["0"]
-        assert "unreachable" in sp.stderr()
+        assert wait_until(lambda: "unreachable" in sp.stderr()), sp.stderr()
 
 
 def test_fd_passing_hands_over_the_same_open_file(

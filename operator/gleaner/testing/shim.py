@@ -83,14 +83,16 @@ class AgentStub:
 
     def close(self) -> None:
         self._stop.set()
+        # Stop listening first: a shim that sees its connection drop reconnects at once,
+        # and must find no agent (not a half-closed one that accepts and never answers).
+        self._srv.close()
+        self.path.unlink(missing_ok=True)
         with self._cv:
             conns = list(self.conns)
         for c in conns:
             with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
             c.close()
-        self._srv.close()
-        self.path.unlink(missing_ok=True)
 
     def drop(self, conn: int = -1) -> None:
         """Close one shim's connection (as if the agent had died)."""
