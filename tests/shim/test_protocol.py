@@ -54,6 +54,19 @@ SAMPLES: list[p.Message] = [
     ),
     p.InvalidateBlocks(request_id="cmpl-abc-0", block_ids=(3, 17, 99)),
     p.Heartbeat(mono_ns=99, pid=1234, state=1),
+    p.OnlineMemory(gpu=0, kv_used_bytes=3 << 30, kv_reserved_bytes=40 << 30, mono_ns=77),
+    p.OfflineHandles(
+        gpu=1,
+        entries=(
+            p.HandleSpan(0x7F0000000000, 2 << 20, "req-a", tokens=512, block_ids=(0, 1, 2)),
+            p.HandleSpan(0x7F0000000000, 2 << 20, "req-b", tokens=16, block_ids=(3,)),
+            p.HandleSpan(0x7F0000200000, 2 << 20),
+        ),
+    ),
+    p.OfflineHandles(gpu=0, entries=(), reset=False),
+    p.Reclaim(reclaim_seq=5, gpu=1, handles=(0x7F0000000000, 0x7F0000200000)),
+    p.ReclaimAck(reclaim_seq=5, gpu=1, released=2),
+    p.ReclaimAck(reclaim_seq=6, gpu=0, released=0, ok=False, err=38),
 ]
 
 
@@ -71,8 +84,10 @@ def test_round_trip(msg: p.Message) -> None:
 
 def test_fixed_payload_sizes_match_struct_table() -> None:
     for msg in SAMPLES:
-        if msg.TYPE not in (p.MsgType.MEM_HANDLES, p.MsgType.INVALIDATE_BLOCKS):
+        if msg.TYPE not in p.VARIABLE_TYPES:
             assert len(msg.payload()) == msg.SIZE
+        else:
+            assert len(msg.payload()) >= msg.SIZE
 
 
 def test_incremental_decoder_byte_by_byte() -> None:
@@ -160,3 +175,29 @@ def test_fd_pass_over_socketpair_carries_a_working_descriptor(tmp_path: object) 
         for fd in (r, w):
             os.close(fd)
         b.close()
+
+
+def test_offline_handles_with_a_short_block_list_is_refused() -> None:
+    frame = p.OfflineHandles(gpu=0, entries=(p.HandleSpan(1, 2, "r", 3, (4, 5)),)).encode()
+    # Drop the last block id and fix the header length: the entry now overruns the payload.
+    body = frame[p.HEADER_SIZE : -4]
+    header = struct.pack(
+        "<IBBHII", p.MAGIC, p.VERSION, int(p.MsgType.OFFLINE_HANDLES), 0, len(body), 0
+    )
+    with pytest.raises(p.ProtocolError, match="overrun"):
+        p.decode(header + body)
+    # Extra bytes after the last entry are refused too.
+    body = frame[p.HEADER_SIZE :] + b"\0\0\0\0"
+    header = struct.pack(
+        "<IBBHII", p.MAGIC, p.VERSION, int(p.MsgType.OFFLINE_HANDLES), 0, len(body), 0
+    )
+    with pytest.raises(p.ProtocolError, match="do not fill"):
+        p.decode(header + body)
+
+
+def test_reclaim_count_must_fill_the_payload() -> None:
+    frame = p.Reclaim(reclaim_seq=1, gpu=0, handles=(1, 2)).encode()
+    body = frame[p.HEADER_SIZE : -8]
+    header = struct.pack("<IBBHII", p.MAGIC, p.VERSION, int(p.MsgType.RECLAIM), 0, len(body), 0)
+    with pytest.raises(p.ProtocolError, match="RECLAIM"):
+        p.decode(header + body)

@@ -69,6 +69,10 @@ class MsgType(IntEnum):
     MEM_HANDLES = 13  # S→A
     INVALIDATE_BLOCKS = 14  # A→framework
     HEARTBEAT = 15  # both
+    ONLINE_MEMORY = 16  # S→A (online shim or online framework hook)
+    OFFLINE_HANDLES = 17  # S→A (offline framework hook)
+    RECLAIM = 18  # A→offline shim
+    RECLAIM_ACK = 19  # offline shim→A
 
 
 class Role(IntEnum):
@@ -603,6 +607,151 @@ class Heartbeat(Message):
         return cls(mono_ns=mono, pid=pid, state=state)
 
 
+_S_ONLINE_MEM = struct.Struct("<I4xQQQ")
+
+
+@dataclass(frozen=True)
+class OnlineMemory(Message):
+    """Online side → agent: KV-cache bytes in use and reserved on one GPU (``gpu`` as in
+    ONLINE_BUSY: an index into the process's GPUs, or ``GPU_ALL``)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.ONLINE_MEMORY
+    SIZE: ClassVar[int] = _S_ONLINE_MEM.size
+    gpu: int
+    kv_used_bytes: int
+    kv_reserved_bytes: int = 0
+    mono_ns: int = 0
+
+    def payload(self) -> bytes:
+        return _S_ONLINE_MEM.pack(
+            self.gpu, self.mono_ns, self.kv_used_bytes, self.kv_reserved_bytes
+        )
+
+    @classmethod
+    def from_payload(cls, data: bytes, seq: int) -> OnlineMemory:
+        gpu, mono, used, reserved = _S_ONLINE_MEM.unpack(data)
+        return cls(gpu=gpu, kv_used_bytes=used, kv_reserved_bytes=reserved, mono_ns=mono)
+
+
+OFFLINE_HANDLES_RESET = 0x0001
+"""OFFLINE_HANDLES.flags: forget this process's table for that GPU before adding these."""
+
+_S_OFF_HEAD = struct.Struct("<IIII")
+_S_OFF_ENTRY = struct.Struct(f"<QQ{REQUEST_ID_LEN}sII")
+
+
+@dataclass(frozen=True)
+class HandleSpan:
+    """One OFFLINE_HANDLES entry: the KV blocks of one request inside one page handle.
+
+    ``handle`` is the page's device virtual address (what the shim saw in ``cuMemMap``);
+    an entry with no request and no blocks says the handle exists and holds nothing.
+    """
+
+    handle: int
+    size: int
+    request_id: str = ""
+    tokens: int = 0
+    block_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class OfflineHandles(Message):
+    """Offline framework hook → agent: its KV page handles on one GPU and what they hold."""
+
+    TYPE: ClassVar[MsgType] = MsgType.OFFLINE_HANDLES
+    SIZE: ClassVar[int] = _S_OFF_HEAD.size
+    gpu: int
+    entries: tuple[HandleSpan, ...] = ()
+    reset: bool = True
+
+    def payload(self) -> bytes:
+        out = [_S_OFF_HEAD.pack(self.gpu, len(self.entries), int(self.reset), 0)]
+        for e in self.entries:
+            n = len(e.block_ids)
+            out.append(
+                _S_OFF_ENTRY.pack(e.handle, e.size, _pad(e.request_id, REQUEST_ID_LEN), e.tokens, n)
+            )
+            out.append(struct.pack(f"<{n}I", *e.block_ids))
+        return b"".join(out)
+
+    @classmethod
+    def from_payload(cls, data: bytes, seq: int) -> OfflineHandles:
+        gpu, count, flags, _r = _S_OFF_HEAD.unpack_from(data)
+        off = _S_OFF_HEAD.size
+        entries: list[HandleSpan] = []
+        for _ in range(count):
+            if off + _S_OFF_ENTRY.size > len(data):
+                raise ProtocolError(f"OFFLINE_HANDLES: {count} entries overrun {len(data)} bytes")
+            handle, size, rid, tokens, n = _S_OFF_ENTRY.unpack_from(data, off)
+            off += _S_OFF_ENTRY.size
+            if off + 4 * n > len(data):
+                raise ProtocolError(f"OFFLINE_HANDLES: {n} block ids overrun {len(data)} bytes")
+            blocks = struct.unpack_from(f"<{n}I", data, off)
+            off += 4 * n
+            entries.append(HandleSpan(handle, size, _unpad(rid), tokens, tuple(blocks)))
+        if off != len(data):
+            raise ProtocolError(f"OFFLINE_HANDLES: {count} entries do not fill {len(data)} bytes")
+        return cls(gpu=gpu, entries=tuple(entries), reset=bool(flags & OFFLINE_HANDLES_RESET))
+
+
+_S_RECLAIM_HEAD = struct.Struct("<QII")
+
+
+@dataclass(frozen=True)
+class Reclaim(Message):
+    """Agent → offline shim: remap these page handles to the quarantine page and release
+    them (the process's channels on ``gpu`` are already disabled and acked)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.RECLAIM
+    SIZE: ClassVar[int] = _S_RECLAIM_HEAD.size
+    reclaim_seq: int
+    gpu: int
+    handles: tuple[int, ...] = ()
+
+    def payload(self) -> bytes:
+        n = len(self.handles)
+        return _S_RECLAIM_HEAD.pack(self.reclaim_seq, self.gpu, n) + struct.pack(
+            f"<{n}Q", *self.handles
+        )
+
+    @classmethod
+    def from_payload(cls, data: bytes, seq: int) -> Reclaim:
+        rseq, gpu, count = _S_RECLAIM_HEAD.unpack_from(data)
+        if len(data) != _S_RECLAIM_HEAD.size + 8 * count:
+            raise ProtocolError(f"RECLAIM: {count} handles do not fill {len(data)} bytes")
+        handles = struct.unpack_from(f"<{count}Q", data, _S_RECLAIM_HEAD.size)
+        return cls(reclaim_seq=rseq, gpu=gpu, handles=tuple(handles))
+
+
+_S_RECLAIM_ACK = struct.Struct("<QIIiB3x")
+
+
+@dataclass(frozen=True)
+class ReclaimAck(Message):
+    """Offline shim → agent: how many handles of RECLAIM ``reclaim_seq`` were released;
+    ``ok=False`` with ``err`` (errno or CUDA error) when one could not be (the shim then
+    keeps its work held: fail closed)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.RECLAIM_ACK
+    SIZE: ClassVar[int] = _S_RECLAIM_ACK.size
+    reclaim_seq: int
+    gpu: int
+    released: int
+    ok: bool = True
+    err: int = 0
+
+    def payload(self) -> bytes:
+        return _S_RECLAIM_ACK.pack(
+            self.reclaim_seq, self.gpu, self.released, self.err, int(self.ok)
+        )
+
+    @classmethod
+    def from_payload(cls, data: bytes, seq: int) -> ReclaimAck:
+        rseq, gpu, released, err, ok = _S_RECLAIM_ACK.unpack(data)
+        return cls(reclaim_seq=rseq, gpu=gpu, released=released, ok=bool(ok), err=err)
+
+
 MESSAGE_CLASSES: dict[MsgType, type[Message]] = {
     MsgType.HELLO: Hello,
     MsgType.HELLO_ACK: HelloAck,
@@ -619,8 +768,19 @@ MESSAGE_CLASSES: dict[MsgType, type[Message]] = {
     MsgType.MEM_HANDLES: MemHandles,
     MsgType.INVALIDATE_BLOCKS: InvalidateBlocks,
     MsgType.HEARTBEAT: Heartbeat,
+    MsgType.ONLINE_MEMORY: OnlineMemory,
+    MsgType.OFFLINE_HANDLES: OfflineHandles,
+    MsgType.RECLAIM: Reclaim,
+    MsgType.RECLAIM_ACK: ReclaimAck,
 }
-_VARIABLE = {MsgType.MEM_HANDLES, MsgType.INVALIDATE_BLOCKS}
+VARIABLE_TYPES: frozenset[MsgType] = frozenset(
+    {
+        MsgType.MEM_HANDLES,
+        MsgType.INVALIDATE_BLOCKS,
+        MsgType.OFFLINE_HANDLES,
+        MsgType.RECLAIM,
+    }
+)
 
 
 def _enum(enum: type[_E], value: int) -> _E:
@@ -653,7 +813,7 @@ def decode_header(buf: bytes | bytearray | memoryview) -> Frame | None:
         raise ProtocolError(f"payload length {length} exceeds {MAX_PAYLOAD}")
     kind = _enum(MsgType, mtype)
     cls = MESSAGE_CLASSES[kind]
-    if kind in _VARIABLE:
+    if kind in VARIABLE_TYPES:
         if length < cls.SIZE:
             raise ProtocolError(f"{kind.name}: payload {length} shorter than {cls.SIZE}")
     elif length != cls.SIZE:
@@ -739,6 +899,7 @@ def c_constants() -> dict[str, int]:
         "GL_JOB_LEN": JOB_LEN,
         "GL_REASON_LEN": REASON_LEN,
         "GL_REQUEST_ID_LEN": REQUEST_ID_LEN,
+        "GL_OFFLINE_HANDLES_RESET": OFFLINE_HANDLES_RESET,
     }
     out.update({f"GL_MSG_{m.name}": int(m) for m in MsgType})
     out.update({f"GL_ROLE_{r.name}": int(r) for r in Role})
@@ -764,6 +925,11 @@ STRUCT_SIZES: dict[str, int] = {
     "gl_mem_handle": _S_MEM_ENTRY.size,
     "gl_invalidate_blocks": InvalidateBlocks.SIZE,
     "gl_heartbeat": Heartbeat.SIZE,
+    "gl_online_memory": OnlineMemory.SIZE,
+    "gl_offline_handles": OfflineHandles.SIZE,
+    "gl_handle_span": _S_OFF_ENTRY.size,
+    "gl_reclaim": Reclaim.SIZE,
+    "gl_reclaim_ack": ReclaimAck.SIZE,
 }
 
 

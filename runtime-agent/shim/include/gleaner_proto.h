@@ -47,7 +47,14 @@
 #define GL_MSG_MEM_HANDLES 13u      /* S->A: memory handle table entries */
 #define GL_MSG_INVALIDATE_BLOCKS 14u /* A->framework: KV blocks to recompute */
 #define GL_MSG_HEARTBEAT 15u        /* both ways: liveness */
-#define GL_MSG_MAX 15u
+#define GL_MSG_ONLINE_MEMORY 16u    /* S->A: online KV bytes in use / reserved */
+#define GL_MSG_OFFLINE_HANDLES 17u  /* offline hook->A: KV page handles and their blocks */
+#define GL_MSG_RECLAIM 18u          /* A->offline shim: quarantine-remap and release pages */
+#define GL_MSG_RECLAIM_ACK 19u      /* offline shim->A: result of a RECLAIM */
+#define GL_MSG_MAX 19u
+
+/* OFFLINE_HANDLES.flags */
+#define GL_OFFLINE_HANDLES_RESET 0x0001u /* forget this GPU's table before adding */
 
 /* HELLO.role */
 #define GL_ROLE_OFFLINE 1u
@@ -214,6 +221,44 @@ typedef struct gl_heartbeat {
   uint32_t state; /* shim: 1 = gate open; agent: 0 */
 } gl_heartbeat;
 
+typedef struct gl_online_memory {
+  uint32_t gpu; /* as in gl_online_edge */
+  uint32_t reserved;
+  uint64_t mono_ns;
+  uint64_t kv_used_bytes;     /* KV cache bytes holding live blocks */
+  uint64_t kv_reserved_bytes; /* KV cache bytes allocated (pool size) */
+} gl_online_memory;
+
+typedef struct gl_offline_handles {
+  uint32_t gpu;
+  uint32_t count; /* gl_handle_span entries follow, each with its block ids */
+  uint32_t flags; /* GL_OFFLINE_HANDLES_* */
+  uint32_t reserved;
+} gl_offline_handles;
+
+typedef struct gl_handle_span {
+  uint64_t handle; /* the page's device virtual address (as mapped by cuMemMap) */
+  uint64_t size;   /* page bytes */
+  char request_id[GL_REQUEST_ID_LEN]; /* "" : the page holds no request's blocks */
+  uint32_t tokens;  /* tokens the request recomputes if this page is lost */
+  uint32_t nblocks; /* uint32 block ids that follow */
+} gl_handle_span;
+
+typedef struct gl_reclaim {
+  uint64_t reclaim_seq;
+  uint32_t gpu;
+  uint32_t count; /* uint64 handles (page virtual addresses) follow */
+} gl_reclaim;
+
+typedef struct gl_reclaim_ack {
+  uint64_t reclaim_seq;
+  uint32_t gpu;
+  uint32_t released; /* handles unmapped, quarantined and released */
+  int32_t err;       /* errno or CUresult of the first failure, else 0 */
+  uint8_t ok;
+  uint8_t reserved[3];
+} gl_reclaim_ack;
+
 _Static_assert(sizeof(gl_header) == GL_HEADER_SIZE, "header is 16 bytes");
 _Static_assert(sizeof(gl_hello) == 552, "gl_hello");
 _Static_assert(sizeof(gl_hello_ack) == 16, "gl_hello_ack");
@@ -229,5 +274,10 @@ _Static_assert(sizeof(gl_mem_handles) == 8, "gl_mem_handles");
 _Static_assert(sizeof(gl_mem_handle) == 32, "gl_mem_handle");
 _Static_assert(sizeof(gl_invalidate_blocks) == 72, "gl_invalidate_blocks");
 _Static_assert(sizeof(gl_heartbeat) == 16, "gl_heartbeat");
+_Static_assert(sizeof(gl_online_memory) == 32, "gl_online_memory");
+_Static_assert(sizeof(gl_offline_handles) == 16, "gl_offline_handles");
+_Static_assert(sizeof(gl_handle_span) == 88, "gl_handle_span");
+_Static_assert(sizeof(gl_reclaim) == 16, "gl_reclaim");
+_Static_assert(sizeof(gl_reclaim_ack) == 24, "gl_reclaim_ack");
 
 #endif /* GLEANER_PROTO_H */

@@ -515,6 +515,24 @@ static int handle_frame(const gl_header *h, const char *payload) {
     return h->length == sizeof(gl_heartbeat) ? 0 : -1;
   case GL_MSG_INVALIDATE_BLOCKS:
     return 0; /* meant for framework hooks; harmless here */
+  case GL_MSG_RECLAIM: {
+    if (h->length < sizeof(gl_reclaim))
+      return -1;
+    gl_reclaim r;
+    memcpy(&r, payload, sizeof r);
+    if (h->length != sizeof r + 8ull * r.count)
+      return -1;
+    /* The quarantine remap (cuMemUnmap / cuMemMap of a shared page / cuMemRelease) is not
+     * built yet (docs/shim.md): refuse, so the agent never reports blocks as invalidated
+     * for pages that are still mapped. The process's channels stay as the agent set them. */
+    gl_reclaim_ack a;
+    memset(&a, 0, sizeof a);
+    a.reclaim_seq = r.reclaim_seq;
+    a.gpu = r.gpu;
+    a.err = ENOSYS;
+    gl_agent_send(GL_MSG_RECLAIM_ACK, &a, sizeof a, 0);
+    return 0;
+  }
   default:
     return -1;
   }
