@@ -269,8 +269,9 @@ class _Recorder:
     def set_gate(self, gpu: int, enable: bool, t: float) -> None:
         self.log.append(("gate", gpu, enable))
 
-    def reclaim(self, plan: ReclaimPlan, t: float) -> None:
+    def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
         self.log.append(("reclaim", plan.gpu, plan))
+        return True
 
 
 def test_node_agent_turns_compute_off_before_it_hands_memory_over() -> None:
@@ -310,3 +311,31 @@ def test_node_agent_turns_compute_off_before_it_hands_memory_over() -> None:
     # Compute comes back by the gate's usual rule, one cooldown later.
     agent.tick(1.52)
     assert sink.log[-1] == ("gate", 0, True)
+
+
+def test_free_memory_covers_part_of_a_growth_so_less_is_reclaimed() -> None:
+    from gleaner.agent.core import NodeAgent
+    from gleaner.agent.policy import GateConfig
+    from gleaner.agent.simulated import synthetic_inventory
+
+    table = {h: [KvSpan(f"r{h}", (h,), 10 * (h + 1))] for h in range(8)}
+    free = {"bytes": 2 * (2 << 20) + 5}  # two whole free handles
+
+    def run(free_bytes: int | None) -> list[ReclaimPlan]:
+        sink = _Recorder()
+        agent = NodeAgent(
+            node="n",
+            inventory=synthetic_inventory("n", 1, 80),
+            start=0.0,
+            gate_config=GateConfig(cool_floor_s=0.01, cool_ceiling_s=0.01),
+            memory_config=MemoryConfig(initial_handles=4, initial_interval_s=60.0),
+            sink=sink,
+            offline_handles=lambda gpu: table,
+            free_bytes=None if free_bytes is None else (lambda gpu: free_bytes),
+        )
+        agent.set_online_memory(1.0, 0, dynamic_bytes=4 * (2 << 20))  # grows 4 → 8
+        return [e[2] for e in sink.log if e[0] == "reclaim" and isinstance(e[2], ReclaimPlan)]
+
+    assert [len(plan.handles) for plan in run(None)] == [4]
+    assert [len(plan.handles) for plan in run(free["bytes"])] == [2]  # 4 − 2 free
+    assert run(100 * (2 << 20)) == []  # free memory covers it all: nothing reclaimed

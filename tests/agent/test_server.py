@@ -12,10 +12,21 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.agent import protocol as p
 from gleaner.agent.core import NodeAgent
-from gleaner.agent.policy import GateConfig, KvSpan, plan_reclamation
+from gleaner.agent.metrics import build_registry
+from gleaner.agent.policy import (
+    GateConfig,
+    KvSpan,
+    MemoryConfig,
+    plan_reclamation,
+    select_handles_fifo,
+    select_handles_greedy,
+)
+from gleaner.agent.policy.reclaim import Selector
 from gleaner.agent.server import UNREPORTED, OfflineStatus, ShimServer, summarize_offline_status
 from gleaner.agent.simulated import synthetic_inventory
 
@@ -27,16 +38,31 @@ INVENTORY = synthetic_inventory(NODE, 2, 80)
 class Harness:
     """A ShimServer on an event loop in a background thread (clients are the test thread)."""
 
-    def __init__(self, socket_dir: Path) -> None:
+    def __init__(
+        self,
+        socket_dir: Path,
+        memory_config: MemoryConfig | None = None,
+        selector: Selector = select_handles_greedy,
+        reclaim_timeout_s: float = 5.0,
+    ) -> None:
         self.loop = asyncio.new_event_loop()
         self.agent = NodeAgent(
             node=NODE,
             inventory=INVENTORY,
             start=self.loop.time(),
             gate_config=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.2, request_timeout_s=None),
+            memory_config=memory_config or MemoryConfig(),
+            selector=selector,
         )
-        self.server = ShimServer(self.agent, socket_dir, clock=self.loop.time, on_event=self.rearm)
+        self.server = ShimServer(
+            self.agent,
+            socket_dir,
+            clock=self.loop.time,
+            on_event=self.rearm,
+            reclaim_timeout_s=reclaim_timeout_s,
+        )
         self.agent.sink = self.server
+        self.agent.offline_handles = self.server.offline_handle_map
         self._timer: asyncio.TimerHandle | None = None
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -213,7 +239,7 @@ def test_framework_hook_receives_invalidated_blocks(harness: Harness) -> None:
     plan = plan_reclamation(
         0, {5: [KvSpan("req-a", (3, 4), 64)], 6: [KvSpan("req-b", (9,), 16)]}, 2, handle_bytes=1
     )
-    harness.call(lambda: harness.server.reclaim(plan, 0.0))
+    harness.call(lambda: harness.server.send_invalidations(plan))
     got = {}
     for _ in range(2):
         m = hook.expect(p.InvalidateBlocks)
@@ -233,7 +259,7 @@ def test_invalidated_blocks_go_only_to_the_hook_of_the_job_on_that_gpu(harness: 
         assert hook.expect(p.HelloAck).accepted
         hooks[job] = hook
     plan = plan_reclamation(0, {5: [KvSpan("req-a", (3, 4), 64)]}, 1, handle_bytes=1)
-    harness.call(lambda: harness.server.reclaim(plan, 0.0))
+    harness.call(lambda: harness.server.send_invalidations(plan))
     m = hooks["team/llm"].expect(p.InvalidateBlocks)
     assert (m.request_id, m.block_ids) == ("req-a", (3, 4))
     # Block 3 of another engine is another block: the other job's hook hears nothing.
@@ -353,3 +379,167 @@ def test_status_frames_reach_the_summary(harness: Harness) -> None:
     assert out.processes["control_refused"] == 1
     assert out.held_seconds["team/llm"] >= 1.0
     off.close()
+
+
+# -- memory: ONLINE_MEMORY, OFFLINE_HANDLES, reclamation in DESIGN order ----------------------
+
+MIB2 = 2 << 20
+PAGE = 0x7F0000000000
+# Six pages, one request each: the first two are expensive to lose, the rest cheap.
+TOKENS = (100, 100, 1, 1, 1, 1)
+
+
+def _handles_frame(gpu: int = 0) -> p.OfflineHandles:
+    entries = tuple(
+        p.HandleSpan(PAGE + i * MIB2, MIB2, f"req-{i}", tokens=t, block_ids=(2 * i, 2 * i + 1))
+        for i, t in enumerate(TOKENS)
+    )
+    return p.OfflineHandles(gpu=gpu, entries=entries)
+
+
+class _Reclaiming:
+    """An offline shim, its framework hook (same pid, same job) and an online process."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.off = _offline(h)
+        assert self.off.expect(p.HelloAck).gate_open is False
+        opened = self.off.expect(p.Gate)
+        assert opened.enable
+        self.off.send(p.GateAck(gate_seq=opened.gate_seq, enabled=True, ok=True))
+        self.hook = Client(h.server.path)
+        self.hook.send(p.Hello(pid=100, role=p.Role.FRAMEWORK, job="team/llm", gpu_indices=(0,)))
+        assert self.hook.expect(p.HelloAck).accepted
+        self.hook.send(_handles_frame())
+        self.hook.send(p.Heartbeat(mono_ns=1))
+        self.hook.expect(p.Heartbeat)  # the table arrived
+        self.on = _online(h)
+
+    def pressure(self) -> p.Gate:
+        # 4 of 4 headroom handles in use: a pressure event, the headroom grows by 4.
+        self.on.send(p.OnlineMemory(gpu=0, kv_used_bytes=4 * MIB2, kv_reserved_bytes=64 * MIB2))
+        gate = self.off.expect(p.Gate)
+        assert not gate.enable  # compute off first
+        return gate
+
+    def silent(self, client: Client, seconds: float = 0.3) -> list[p.Message]:
+        """Frames that arrive within ``seconds`` (heartbeats aside)."""
+        client.sock.settimeout(seconds)
+        try:
+            got = p.recv_messages(client.sock, client.decoder) or []
+        except TimeoutError:
+            got = []
+        client.inbox.extend(got)
+        return [m for m in client.inbox if not isinstance(m, p.Heartbeat)]
+
+    def close(self) -> None:
+        for c in (self.off, self.hook, self.on):
+            c.close()
+
+
+def _memory_harness(tmp_path: Path, selector: Selector, timeout: float = 5.0) -> Harness:
+    h = Harness(
+        tmp_path,
+        memory_config=MemoryConfig(initial_handles=4, initial_interval_s=60.0, max_interval_s=60.0),
+        selector=selector,
+        reclaim_timeout_s=timeout,
+    )
+    h.start()
+    return h
+
+
+def test_online_memory_report_feeds_the_reservation(harness: Harness) -> None:
+    on = _online(harness)
+    on.send(p.OnlineMemory(gpu=0, kv_used_bytes=10 * MIB2, kv_reserved_bytes=64 * MIB2))
+    on.send(p.Heartbeat(mono_ns=1))
+    on.expect(p.Heartbeat)
+    assert harness.agent.memory[0].used == 10
+    assert harness.agent.memory_model[0].online_dynamic_bytes == 10 * MIB2
+    on.close()
+    deadline = time.monotonic() + 3
+    while harness.agent.memory_model[0].online_dynamic_bytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert harness.agent.memory_model[0].online_dynamic_bytes == 0  # gone: counts no more
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [(select_handles_greedy, (2, 3, 4, 5)), (select_handles_fifo, (0, 1, 2, 3))],
+    ids=["greedy", "fifo"],
+)
+def test_reclamation_runs_in_design_order_over_the_socket(
+    tmp_path: Path, selector: Selector, expected: tuple[int, ...]
+) -> None:
+    h = _memory_harness(tmp_path, selector)
+    try:
+        s = _Reclaiming(h)
+        assert len(h.server.offline_handle_map(0)) == 6
+        gate = s.pressure()
+        # Until the disable is acknowledged: no RECLAIM, no invalidation.
+        assert s.silent(s.off) == [] and s.silent(s.hook) == []
+        s.off.send(p.GateAck(gate_seq=gate.gate_seq, enabled=False, ok=True))
+        rec = s.off.expect(p.Reclaim)
+        assert rec.gpu == 0 and rec.handles == tuple(PAGE + i * MIB2 for i in expected)
+        # RECLAIM sent, not acknowledged: still no invalidation, nothing counted, gate held.
+        assert s.silent(s.hook) == [] and s.silent(s.off, 0.4) == []
+        assert h.agent.accounting.totals.gpus[0].reclamations == 0
+        s.off.send(p.ReclaimAck(reclaim_seq=rec.reclaim_seq, gpu=0, released=4))
+        got = {}
+        for _ in expected:
+            m = s.hook.expect(p.InvalidateBlocks)
+            got[m.request_id] = m.block_ids
+        assert got == {f"req-{i}": (2 * i, 2 * i + 1) for i in expected}
+        # Compute comes back only now; the reclaimed pages left the table.
+        assert s.off.expect(p.Gate).enable
+        tot = h.agent.accounting.totals.gpus[0]
+        assert tot.reclamations == 1
+        assert tot.reclaimed_bytes == 4 * MIB2
+        assert tot.kv_blocks_invalidated == 8
+        assert sorted(h.server.offline_handle_map(0)) == sorted(
+            PAGE + i * MIB2 for i in range(6) if i not in expected
+        )
+        assert h.server.reclaims_done == 1 and h.server.reclaims_failed == 0
+        samples = {
+            (smp.name, smp.labels.get("gpu")): smp.value
+            for fam in text_string_to_metric_families(
+                generate_latest(build_registry(lambda: h.agent)).decode()
+            )
+            for smp in fam.samples
+        }
+        assert samples[("gleaner_memory_reclaim_events_total", "0")] == 1
+        assert samples[("gleaner_memory_reclaimed_bytes_total", "0")] == 4 * MIB2
+        assert samples[("gleaner_kv_blocks_invalidated_total", "0")] == 8
+        s.close()
+    finally:
+        h.stop()
+
+
+def test_a_refused_reclaim_invalidates_nothing(tmp_path: Path) -> None:
+    h = _memory_harness(tmp_path, select_handles_greedy)
+    try:
+        s = _Reclaiming(h)
+        gate = s.pressure()
+        s.off.send(p.GateAck(gate_seq=gate.gate_seq, enabled=False, ok=True))
+        rec = s.off.expect(p.Reclaim)
+        s.off.send(p.ReclaimAck(reclaim_seq=rec.reclaim_seq, gpu=0, released=0, ok=False, err=38))
+        assert s.off.expect(p.Gate).enable  # the hold ends; the shim itself fails closed
+        assert s.silent(s.hook) == []
+        assert h.agent.accounting.totals.gpus[0].reclamations == 0
+        assert h.server.reclaims_failed == 1 and len(h.server.offline_handle_map(0)) == 6
+        s.close()
+    finally:
+        h.stop()
+
+
+def test_a_reclaim_never_acknowledged_times_out(tmp_path: Path) -> None:
+    h = _memory_harness(tmp_path, select_handles_greedy, timeout=0.3)
+    try:
+        s = _Reclaiming(h)
+        gate = s.pressure()
+        s.off.send(p.GateAck(gate_seq=gate.gate_seq, enabled=False, ok=True))
+        s.off.expect(p.Reclaim)
+        assert s.off.expect(p.Gate).enable
+        assert s.silent(s.hook) == [] and h.server.reclaims_failed == 1
+        s.close()
+    finally:
+        h.stop()

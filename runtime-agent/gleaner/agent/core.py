@@ -54,8 +54,13 @@ class Sink(Protocol):
     def set_gate(self, gpu: int, enable: bool, t: float) -> None:
         """Enable or disable the offline channel groups on ``gpu``."""
 
-    def reclaim(self, plan: ReclaimPlan, t: float) -> None:
-        """Carry out a reclamation plan (after compute was disabled)."""
+    def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
+        """Carry out a reclamation plan (after compute was disabled).
+
+        True: done now (the agent counts it). False: the sink finishes it later and calls
+        :meth:`NodeAgent.reclaim_completed` once the memory is really released (or never,
+        when it could not be).
+        """
 
 
 class NullSink:
@@ -64,8 +69,8 @@ class NullSink:
     def set_gate(self, gpu: int, enable: bool, t: float) -> None:
         return None
 
-    def reclaim(self, plan: ReclaimPlan, t: float) -> None:
-        return None
+    def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
+        return True
 
 
 @dataclass(slots=True)
@@ -91,6 +96,9 @@ class NodeAgent:
     """GPU → the offline handle table (for reclamation); None: nothing reclaimable."""
     selector: Selector = select_handles_greedy
     memory_step_gib: float = 0.5
+    free_bytes: Callable[[int], int] | None = None
+    """GPU → bytes neither online nor offline holds now; a pressure event reclaims only what
+    that free memory cannot cover. None: unknown, taken as 0 (every growth reclaims)."""
 
     gates: dict[int, ComputeGate] = field(init=False)
     memory: dict[int, MemoryReservation] = field(init=False)
@@ -298,8 +306,11 @@ class NodeAgent:
             if not isinstance(a, Grow) or self.offline_handles is None:
                 continue
             table = self.offline_handles(a.gpu)
-            k = min(a.handles, len(table))
-            if k == 0:
+            hb = self.memory_config.handle_bytes
+            free = 0 if self.free_bytes is None else max(0, self.free_bytes(a.gpu))
+            short = a.handles - free // hb  # handles free memory cannot cover
+            k = min(short, len(table))
+            if k <= 0:
                 continue
             # Reclamation order (DESIGN.md): compute off first, then remap/release/report.
             self._changed.add(a.gpu)
@@ -311,8 +322,12 @@ class NodeAgent:
                 handle_bytes=self.memory_config.handle_bytes,
                 selector=self.selector,
             )
-            self.sink.reclaim(plan, t)
-            self.accounting.add_reclamation(a.gpu, plan.reclaimed_bytes, plan.blocks_invalidated)
+            if self.sink.reclaim(plan, t):
+                self.reclaim_completed(t, plan)
+
+    def reclaim_completed(self, t: float, plan: ReclaimPlan) -> None:
+        """A reclamation the sink finished: count its bytes and invalidated blocks."""
+        self.accounting.add_reclamation(plan.gpu, plan.reclaimed_bytes, plan.blocks_invalidated)
 
     def _refresh_harvestable(self, t: float, gpu: int) -> None:
         m = self.memory_model[gpu]

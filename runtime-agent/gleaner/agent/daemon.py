@@ -180,6 +180,7 @@ class AgentDaemon:
             )
             self.server = ShimServer(self.agent, o.socket_dir, clock=clock, on_event=self._rearm)
             self.agent.sink = self.server
+            self.agent.offline_handles = self.server.offline_handle_map
             source = TraceSource.AGENT
         else:
             raise AgentError(f"unknown backend {o.backend!r} (nvidia or simulated)")

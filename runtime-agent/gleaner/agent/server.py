@@ -31,10 +31,24 @@ so those connections are not watched by the loop: a poll reads them every
 ``offline_poll_s`` (20 ms), which spares the loop two wakeups per gate cycle (the acks).
 Online and framework connections, and every connection until its HELLO, are event-driven.
 
-Reclamation plans send the invalidated block ids (INVALIDATE_BLOCKS) to the framework
-connections of the plan's GPU whose HELLO named the job placed there (a hook that named no
-job hears about every job); protocol v1 has no quarantine remap command, so the memory side
-of a plan is recorded but not executed on hardware.
+Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
+connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation sees pressure;
+OFFLINE_HANDLES frames build each offline hook's page table, served to the agent as
+:meth:`ShimServer.offline_handle_map` (``NodeAgent.offline_handles``). A reclamation plan is
+carried out in DESIGN.md's order, asynchronously, one at a time per GPU:
+
+1. compute off: the agent's forced disable sent GATE; wait until every offline process on the
+   GPU acknowledged a disable (GATE_ACK ``enabled=0``, ``ok=1``) — re-enables of that GPU are
+   held back until the reclamation ends;
+2. RECLAIM (the plan's handles) to the offline process that owns them (same pid as the
+   reporting hook, else the same job on that GPU); wait for every RECLAIM_ACK;
+3. only if every ack says ``ok``: INVALIDATE_BLOCKS per request to the framework connections
+   of the GPU whose HELLO named the job placed there (or no job), the handles leave the
+   table, and :meth:`NodeAgent.reclaim_completed` counts the bytes and blocks;
+4. the gate hold ends (an enable the gate policy wants now is sent).
+
+A failed ack (``ok=0``), a vanished owner or no ack within ``reclaim_timeout_s`` abandons the
+reclamation: nothing is reported invalidated and nothing counted (``reclaims_failed``).
 
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
 """
@@ -57,7 +71,7 @@ from pathlib import Path
 from gleaner.agent import fastwire as fw
 from gleaner.agent import protocol as p
 from gleaner.agent.core import NodeAgent
-from gleaner.agent.policy import ReclaimPlan
+from gleaner.agent.policy import HandleMap, KvSpan, ReclaimPlan
 
 log = logging.getLogger("gleaner.agent.server")
 
@@ -89,7 +103,15 @@ class Process:
     seq: int = 0
     gate_open: bool = False
     gate_acks: int = 0
+    gate_sent_seq: int = 0
+    """The gate_seq of the last GATE sent to it."""
     last_ack_seq: int = 0
+    last_ack_enabled: bool = False
+    last_ack_ok: bool = True
+    kv_used: dict[int, int] = field(default_factory=dict)
+    """GPU → online KV bytes in use (ONLINE_MEMORY)."""
+    handles: dict[int, dict[int, list[KvSpan]]] = field(default_factory=dict)
+    """GPU → page handle → the spans it holds, in report order (OFFLINE_HANDLES)."""
     last_ack_failed: p.GateAck | None = None
     last_status: p.Status | None = None
     last_status_at: float = 0.0
@@ -109,6 +131,19 @@ class Process:
         return None if self.hello is None else self.hello.role
 
 
+@dataclass(slots=True)
+class PendingReclaim:
+    """A reclamation under way on one GPU (see the module docstring)."""
+
+    plan: ReclaimPlan
+    targets: dict[int, tuple[int, ...]]
+    """Offline connection → the plan's handles it is to release."""
+    reclaim_seq: int = 0
+    sent: bool = False
+    acks: dict[int, p.ReclaimAck] = field(default_factory=dict)
+    timer: asyncio.TimerHandle | None = None
+
+
 class ShimServer:
     """See the module docstring."""
 
@@ -120,6 +155,7 @@ class ShimServer:
         clock: Callable[[], float] = time.monotonic,
         on_event: Callable[[], None] | None = None,
         offline_poll_s: float = 0.02,
+        reclaim_timeout_s: float = 5.0,
     ) -> None:
         self.agent = agent
         self.path = Path(socket_dir) / SOCKET_NAME
@@ -141,6 +177,12 @@ class ShimServer:
         self._polled: dict[int, Process] = {}
         """Offline processes read by the poll, not by the loop (after their HELLO)."""
         self._poll_timer: asyncio.TimerHandle | None = None
+        self.reclaim_timeout_s = reclaim_timeout_s
+        self._reclaims: dict[int, list[PendingReclaim]] = {}
+        """GPU → reclamations under way (the first one runs)."""
+        self._reclaim_seq = itertools.count(1)
+        self.reclaims_done = 0
+        self.reclaims_failed = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -181,13 +223,138 @@ class ShimServer:
             if enable:
                 if proc.gate_open or not all(self.agent.gates[g].enabled for g in proc.gpus):
                     continue
+                if self._reclaims and any(self._reclaims.get(g) for g in proc.gpus):
+                    continue  # memory is being taken from it: compute stays off until done
             elif not proc.gate_open:
                 continue
             proc.gate_open = enable
             proc.seq += 1
-            self._send_bytes(proc, fw.encode_gate(proc.seq, next(self.gate_seq), enable))
+            gseq = next(self.gate_seq)
+            proc.gate_sent_seq = gseq
+            self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, enable))
 
-    def reclaim(self, plan: ReclaimPlan, t: float) -> None:
+    def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
+        """Start carrying ``plan`` out (module docstring); always False: it ends later."""
+        owners: dict[int, Process] = {}
+        for h in plan.handles:
+            for q in self.processes.values():
+                if h in q.handles.get(plan.gpu, {}):
+                    owners[h] = q
+                    break
+        targets: dict[int, list[int]] = {}
+        offline = self._offline_by_gpu.get(plan.gpu, [])
+        for h in plan.handles:
+            hook = owners.get(h)
+            if hook is None or hook.hello is None:
+                continue
+            same_pid = [q for q in offline if q.hello is not None and q.hello.pid == hook.hello.pid]
+            chosen = same_pid or [
+                q for q in offline if q.hello is not None and q.hello.job == hook.hello.job
+            ]
+            for q in chosen:
+                targets.setdefault(q.conn_id, []).append(h)
+        if not targets:
+            self.reclaims_failed += 1
+            log.warning("reclamation on GPU %s: no offline process owns its handles", plan.gpu)
+            return False
+        pending = PendingReclaim(plan, {c: tuple(hs) for c, hs in targets.items()})
+        queue = self._reclaims.setdefault(plan.gpu, [])
+        queue.append(pending)
+        if len(queue) == 1:
+            self._start_reclaim(plan.gpu)
+        return False
+
+    def offline_handle_map(self, gpu: int) -> HandleMap:
+        """The offline page handles on ``gpu`` (report order), minus those being reclaimed."""
+        busy = {h for r in self._reclaims.get(gpu, ()) for h in r.plan.handles}
+        table: dict[int, list[KvSpan]] = {}
+        for q in self.processes.values():
+            for h, spans in q.handles.get(gpu, {}).items():
+                if h not in busy:
+                    table.setdefault(h, []).extend(spans)
+        return table
+
+    def _start_reclaim(self, gpu: int) -> None:
+        queue = self._reclaims.get(gpu)
+        if not queue:
+            return
+        pending = queue[0]
+        if self._loop is not None and pending.timer is None:
+            pending.timer = self._loop.call_later(
+                self.reclaim_timeout_s, self._finish_reclaim, gpu, pending, "timed out"
+            )
+        self._advance_reclaim(gpu)
+
+    def _advance_reclaim(self, gpu: int) -> None:
+        """Move the running reclamation on ``gpu`` forward if what it waits for came."""
+        queue = self._reclaims.get(gpu)
+        if not queue:
+            return
+        pending = queue[0]
+        if not pending.sent:
+            for q in self._offline_by_gpu.get(gpu, []):
+                if q.gate_open or q.last_ack_seq < q.gate_sent_seq:
+                    return  # a disable not yet acknowledged
+                if q.gate_sent_seq and (q.last_ack_enabled or not q.last_ack_ok):
+                    self._finish_reclaim(gpu, pending, f"process {q.conn_id} did not disable")
+                    return
+            pending.sent = True
+            pending.reclaim_seq = next(self._reclaim_seq)
+            for conn_id, handles in pending.targets.items():
+                proc = self.processes.get(conn_id)
+                if proc is None:
+                    self._finish_reclaim(gpu, pending, f"process {conn_id} went away")
+                    return
+                self._send(proc, p.Reclaim(pending.reclaim_seq, gpu, handles))
+            return
+        if any(c not in pending.acks for c in pending.targets):
+            return
+        failed = [a for a in pending.acks.values() if not a.ok]
+        if failed:
+            self._finish_reclaim(gpu, pending, f"RECLAIM refused (err {failed[0].err})")
+        else:
+            self._finish_reclaim(gpu, pending, None)
+
+    def _finish_reclaim(self, gpu: int, pending: PendingReclaim, error: str | None) -> None:
+        queue = self._reclaims.get(gpu, [])
+        if pending not in queue:
+            return
+        queue.remove(pending)
+        if not queue:
+            self._reclaims.pop(gpu, None)
+        if pending.timer is not None:
+            pending.timer.cancel()
+        now = self.clock()
+        plan = pending.plan
+        if error is None:
+            self.reclaims_done += 1
+            gone = set(plan.handles)
+            for q in self.processes.values():
+                table = q.handles.get(gpu)
+                if table:
+                    for h in gone & table.keys():
+                        del table[h]
+            self.send_invalidations(plan)
+            self.agent.reclaim_completed(now, plan)
+        else:
+            self.reclaims_failed += 1
+            log.warning("reclamation on GPU %s abandoned: %s", gpu, error)
+        if self.agent.gates[gpu].enabled:
+            self.set_gate(gpu, True, now)  # the enable held back meanwhile
+        if self.on_event is not None:
+            self.on_event()
+        self._start_reclaim(gpu)
+
+    def _reclaim_ack(self, proc: Process, msg: p.ReclaimAck) -> None:
+        for gpu, queue in list(self._reclaims.items()):
+            pending = queue[0]
+            if pending.sent and pending.reclaim_seq == msg.reclaim_seq:
+                if proc.conn_id in pending.targets:
+                    pending.acks[proc.conn_id] = msg
+                    self._advance_reclaim(gpu)
+                return
+
+    def send_invalidations(self, plan: ReclaimPlan) -> None:
         # Block ids mean something only in the engine that holds them: a hook that named
         # its job hears only about the job on the plan's GPU.
         job = self.agent.offline_jobs.get(plan.gpu)
@@ -307,11 +474,15 @@ class ShimServer:
             offset = end
             self.frames_in += 1
             if mtype == fw.T_GATE_ACK:
-                gate_seq, _lat, _gpu, _enabled, ok = fw.GATE_ACK_HEAD.unpack_from(data, body)
+                gate_seq, _lat, _gpu, enabled, ok = fw.GATE_ACK_HEAD.unpack_from(data, body)
                 proc.gate_acks += 1
                 proc.last_ack_seq = gate_seq
+                proc.last_ack_enabled = bool(enabled)
+                proc.last_ack_ok = bool(ok)
                 if not ok:
                     self._ack_failed(proc, p.GateAck.from_payload(data[body:end], 0))
+                if self._reclaims:
+                    self._gate_acked(proc)
                 continue
             gpu, _mono, request = fw.EDGE.unpack_from(data, body)
             gpus = proc.gpus if gpu == p.GPU_ALL else self._edge_gpus(proc, gpu)
@@ -384,6 +555,13 @@ class ShimServer:
             self.agent.drop_source(self.clock(), proc.source)
         if proc.role == p.Role.OFFLINE:
             self._refresh_jobs()
+        for gpu in proc.kv_used:
+            self._online_memory(gpu, self.clock())
+        for gpu, queue in list(self._reclaims.items()):
+            if queue and proc.conn_id in queue[0].targets:
+                self._finish_reclaim(gpu, queue[0], f"process {proc.conn_id} went away")
+            elif queue and not queue[0].sent:
+                self._advance_reclaim(gpu)  # it may have been the one not yet acknowledged
         if self.on_event is not None:
             self.on_event()  # a disconnect is an event: an idle edge arms its cooldown timer
 
@@ -406,8 +584,27 @@ class ShimServer:
         elif isinstance(msg, p.GateAck):
             proc.gate_acks += 1
             proc.last_ack_seq = msg.gate_seq
+            proc.last_ack_enabled = msg.enabled
+            proc.last_ack_ok = msg.ok
             if not msg.ok:
                 self._ack_failed(proc, msg)
+            if self._reclaims:
+                self._gate_acked(proc)
+        elif isinstance(msg, p.ReclaimAck):
+            self._reclaim_ack(proc, msg)
+        elif isinstance(msg, p.OnlineMemory):
+            for gpu in self._edge_gpus(proc, msg.gpu):
+                proc.kv_used[gpu] = msg.kv_used_bytes
+                self._online_memory(gpu, now)
+        elif isinstance(msg, p.OfflineHandles):
+            for gpu in self._edge_gpus(proc, msg.gpu):
+                table = proc.handles.setdefault(gpu, {})
+                if msg.reset:
+                    table.clear()
+                for span in msg.entries:
+                    spans = table.setdefault(span.handle, [])
+                    if span.request_id or span.block_ids:
+                        spans.append(KvSpan(span.request_id, span.block_ids, span.tokens))
         elif isinstance(msg, p.ChannelFree):
             proc.channels.pop((msg.h_client, msg.h_object), None)
         elif isinstance(msg, p.Channel):
@@ -427,6 +624,15 @@ class ShimServer:
         elif isinstance(msg, p.Heartbeat):
             proc.last_heartbeat = now
             self._send(proc, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))
+
+    def _gate_acked(self, proc: Process) -> None:
+        for g in proc.gpus:
+            if g in self._reclaims:
+                self._advance_reclaim(g)
+
+    def _online_memory(self, gpu: int, now: float) -> None:
+        used = sum(q.kv_used.get(gpu, 0) for q in self.processes.values())
+        self.agent.set_online_memory(now, gpu, dynamic_bytes=used)
 
     def _hello(self, proc: Process, msg: p.Hello) -> None:
         self._unindex(proc)

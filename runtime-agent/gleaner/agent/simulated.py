@@ -392,13 +392,14 @@ class SimulatedNode:
     def set_gate(self, gpu: int, enable: bool, t: float) -> None:
         self.gate_open[gpu] = enable
 
-    def reclaim(self, plan: ReclaimPlan, t: float) -> None:
+    def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
         model = self.offline.get(plan.gpu)
         if model is None:
-            return
+            return True
         model.lost_handles.update(plan.handles)
         model.recomputed_tokens += plan.tokens_to_recompute
         model.reclaimed_bytes += plan.reclaimed_bytes
+        return True
 
     def _offline_handles(self, gpu: int) -> HandleMap:
         model = self.offline.get(gpu)
