@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -381,23 +382,30 @@ static void close_gate_fail_closed(uint32_t code, const char *why) {
            r.n_objects - r.n_failed, r.n_failed);
 }
 
+/* Set when a RECLAIM failed: pages may be gone that the framework was never told about, so
+ * the process's GPU work stays held for good (fail closed); GATE enables are refused. */
+static atomic_int reclaim_broken;
+
 static void handle_gate(const gl_gate *g) {
   uint64_t t0 = gl_now_ns();
   int controls = atomic_load(&gate_mode) == GL_GATE_MODE_SHIM;
-  gate_result r = apply_gate(g->enable != 0, controls);
+  int broken = g->enable && atomic_load(&reclaim_broken);
+  gate_result r = apply_gate(g->enable != 0 && !broken, controls);
   gl_gate_ack ack;
   memset(&ack, 0, sizeof ack);
   ack.gate_seq = g->gate_seq;
   ack.latency_ns = gl_now_ns() - t0;
   ack.gpu = g->gpu;
-  ack.enabled = g->enable ? 1 : 0;
-  ack.ok = r.n_failed == 0;
+  ack.enabled = g->enable && !broken ? 1 : 0;
+  ack.ok = r.n_failed == 0 && !broken;
   ack.n_objects = (uint16_t)(r.n_objects > 0xFFFF ? 0xFFFF : r.n_objects);
   ack.err = r.err;
   ack.rm_status = r.rm_status;
   ack.n_failed = r.n_failed;
   gl_agent_send(GL_MSG_GATE_ACK, &ack, sizeof ack, 0);
-  if (g->enable)
+  if (broken)
+    set_status(GL_STATUS_CONTROL_REFUSED, "memory reclamation failed: work held");
+  else if (g->enable)
     set_status(GL_STATUS_OK, "running");
   else if (r.n_failed)
     set_status(GL_STATUS_CONTROL_REFUSED, "disable refused on %u of %u object(s) (rm 0x%x, errno %d)",
@@ -467,6 +475,41 @@ static int connect_agent(void) {
   return s;
 }
 
+/* RECLAIM (the agent disabled our channels first): quarantine-remap and release the pages,
+ * then RECLAIM_ACK. Refused while our gate is open (work could be running on the pages);
+ * a failure holds our work (fail closed): pages may be gone that the framework still uses. */
+static void handle_reclaim(const gl_reclaim *r, const char *handles) {
+  gl_reclaim_ack a;
+  memset(&a, 0, sizeof a);
+  a.reclaim_seq = r->reclaim_seq;
+  a.gpu = r->gpu;
+  if (gl_agent_gate_open()) {
+    a.err = EBUSY;
+  } else {
+    uint64_t *va = malloc(r->count ? 8ull * r->count : 8);
+    if (!va) {
+      a.err = ENOMEM;
+    } else {
+      memcpy(va, handles, 8ull * r->count);
+      uint32_t released = 0;
+      int32_t err = 0;
+      a.ok = gl_reclaim_pages(va, r->count, &released, &err) == 0;
+      a.released = released;
+      a.err = err;
+      free(va);
+    }
+  }
+  if (!a.ok) {
+    gl_log(1, "RECLAIM %llu: %u of %u pages released, error %d; holding work",
+           (unsigned long long)r->reclaim_seq, a.released, r->count, a.err);
+    if (a.err != EBUSY) {
+      atomic_store(&reclaim_broken, 1);
+      close_gate_fail_closed(GL_STATUS_CONTROL_REFUSED, "memory reclamation failed: work held");
+    }
+  }
+  gl_agent_send(GL_MSG_RECLAIM_ACK, &a, sizeof a, 0);
+}
+
 /* Returns 0 to keep reading, -1 on a protocol error. */
 static int handle_frame(const gl_header *h, const char *payload) {
   switch (h->type) {
@@ -522,15 +565,8 @@ static int handle_frame(const gl_header *h, const char *payload) {
     memcpy(&r, payload, sizeof r);
     if (h->length != sizeof r + 8ull * r.count)
       return -1;
-    /* The quarantine remap (cuMemUnmap / cuMemMap of a shared page / cuMemRelease) is not
-     * built yet (docs/shim.md): refuse, so the agent never reports blocks as invalidated
-     * for pages that are still mapped. The process's channels stay as the agent set them. */
-    gl_reclaim_ack a;
-    memset(&a, 0, sizeof a);
-    a.reclaim_seq = r.reclaim_seq;
-    a.gpu = r.gpu;
-    a.err = ENOSYS;
-    gl_agent_send(GL_MSG_RECLAIM_ACK, &a, sizeof a, 0);
+    if (gl_cfg.role == GL_ROLE_OFF)
+      handle_reclaim(&r, payload + sizeof r);
     return 0;
   }
   default:

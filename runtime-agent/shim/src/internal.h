@@ -89,5 +89,8 @@ GL_HIDDEN int gl_agent_filter_app_schedule(rm_nvos54 *p);
 /* --- cuda_hook.c --- */
 GL_HIDDEN void *gl_next_sym(const char *name); /* the next definition after the shim */
 GL_HIDDEN void gl_online_launched(void *stream, int is_graph);
+/* Offline RECLAIM: quarantine-remap and release the pages at `va` (recorded from cuMemMap);
+ * returns 0 when all were released, else -1 with `err` (errno or CUresult). */
+GL_HIDDEN int gl_reclaim_pages(const uint64_t *va, uint32_t n, uint32_t *released, int32_t *err);
 
 #endif /* GLEANER_INTERNAL_H */

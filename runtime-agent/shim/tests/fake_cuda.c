@@ -5,11 +5,19 @@
  * wraps or uses. A "kernel" occupies its stream for GLEANER_FAKE_KERNEL_US
  * (default 2000) microseconds after the launch; events complete when the work
  * queued before their record has; fake_cuda_launches counts real launches.
+ *
+ * Virtual memory management (cuMemCreate / cuMemMap / cuMemUnmap / cuMemRelease /
+ * cuMemSetAccess) is modelled as tables: an allocation lives until it is released and no
+ * longer mapped; cuMemMap refuses an address already mapped, cuMemUnmap one not mapped,
+ * cuMemRelease an unknown or released handle (CUDA_ERROR_INVALID_VALUE = 1).
+ * GLEANER_FAKE_UNMAP_FAIL=<va> makes cuMemUnmap of that address fail.
+ * fake_cuda_vmm_state() describes the tables for the tests.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,6 +109,110 @@ API CUresult cuCtxPopCurrent_v2(void **ctx) {
   return 0;
 }
 
+/* --- VMM --- */
+#define VMM_MAX 256
+static struct {
+  unsigned long long handle;
+  size_t size;
+  int released; /* the application (or the shim) released it */
+  int maps;     /* live mappings */
+} allocs[VMM_MAX];
+static int nallocs;
+static unsigned long long next_handle = 0x1000;
+static struct {
+  unsigned long long va, handle;
+  size_t size;
+} maps[VMM_MAX];
+static int nmaps;
+
+static int alloc_idx(unsigned long long h) {
+  for (int i = 0; i < nallocs; i++)
+    if (allocs[i].handle == h)
+      return i;
+  return -1;
+}
+
+API CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *prop,
+                         unsigned long long flags) {
+  (void)prop, (void)flags;
+  pthread_mutex_lock(&mu);
+  if (nallocs == VMM_MAX || !handle || !size) {
+    pthread_mutex_unlock(&mu);
+    return 2;
+  }
+  allocs[nallocs].handle = next_handle++;
+  allocs[nallocs].size = size;
+  allocs[nallocs].released = 0;
+  allocs[nallocs].maps = 0;
+  *handle = allocs[nallocs++].handle;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+API CUresult cuMemMap(unsigned long long va, size_t size, size_t offset, unsigned long long h,
+                      unsigned long long flags) {
+  (void)offset, (void)flags;
+  pthread_mutex_lock(&mu);
+  int a = alloc_idx(h);
+  int bad = a < 0 || allocs[a].released || nmaps == VMM_MAX || size != allocs[a].size;
+  for (int i = 0; i < nmaps && !bad; i++)
+    if (va < maps[i].va + maps[i].size && maps[i].va < va + size)
+      bad = 1;
+  if (!bad) {
+    maps[nmaps].va = va;
+    maps[nmaps].handle = h;
+    maps[nmaps++].size = size;
+    allocs[a].maps++;
+  }
+  pthread_mutex_unlock(&mu);
+  return bad ? 1 : 0;
+}
+API CUresult cuMemUnmap(unsigned long long va, size_t size) {
+  const char *fail = getenv("GLEANER_FAKE_UNMAP_FAIL");
+  if (fail && strtoull(fail, NULL, 0) == va)
+    return 1;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < nmaps; i++) {
+    if (maps[i].va == va && maps[i].size == size) {
+      int a = alloc_idx(maps[i].handle);
+      if (a >= 0)
+        allocs[a].maps--;
+      maps[i] = maps[--nmaps];
+      pthread_mutex_unlock(&mu);
+      return 0;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return 1;
+}
+API CUresult cuMemRelease(unsigned long long h) {
+  pthread_mutex_lock(&mu);
+  int a = alloc_idx(h);
+  int bad = a < 0 || allocs[a].released;
+  if (!bad)
+    allocs[a].released = 1;
+  pthread_mutex_unlock(&mu);
+  return bad ? 1 : 0;
+}
+API CUresult cuMemSetAccess(unsigned long long va, size_t size, const void *desc, size_t count) {
+  (void)va, (void)size, (void)desc;
+  return count ? 0 : 1;
+}
+/* "va:handle,..." of every mapping, then " live=<allocations neither released nor unmapped>". */
+API void fake_cuda_vmm_state(char *out, size_t len) {
+  pthread_mutex_lock(&mu);
+  size_t off = 0;
+  out[0] = 0;
+  for (int i = 0; i < nmaps && off < len; i++)
+    off += (size_t)snprintf(out + off, len - off, "%s0x%llx:0x%llx", i ? "," : "", maps[i].va,
+                            maps[i].handle);
+  int live = 0;
+  for (int i = 0; i < nallocs; i++)
+    live += !allocs[i].released || allocs[i].maps > 0;
+  if (off < len)
+    snprintf(out + off, len - off, " live=%d", live);
+  pthread_mutex_unlock(&mu);
+}
+
 static void *lookup(const char *s, unsigned long long flags) {
   (void)flags;
   static const struct {
@@ -108,7 +220,10 @@ static void *lookup(const char *s, unsigned long long flags) {
     void *fn;
   } t[] = {{"cuLaunchKernel", (void *)cuLaunchKernel}, {"cuLaunchKernelEx", (void *)cuLaunchKernelEx},
            {"cuGraphLaunch", (void *)cuGraphLaunch},   {"cuEventCreate", (void *)cuEventCreate},
-           {"cuEventRecord", (void *)cuEventRecord},   {"cuEventQuery", (void *)cuEventQuery}};
+           {"cuEventRecord", (void *)cuEventRecord},   {"cuEventQuery", (void *)cuEventQuery},
+           {"cuMemCreate", (void *)cuMemCreate},       {"cuMemMap", (void *)cuMemMap},
+           {"cuMemUnmap", (void *)cuMemUnmap},         {"cuMemRelease", (void *)cuMemRelease},
+           {"cuMemSetAccess", (void *)cuMemSetAccess}, {"cuCtxGetCurrent", (void *)cuCtxGetCurrent}};
   for (unsigned i = 0; i < sizeof t / sizeof t[0]; i++)
     if (strcmp(s, t[i].name) == 0)
       return t[i].fn;

@@ -179,6 +179,53 @@ int main(void) {
       }
       reply("ok %s rc=%d start_ns=%llu end_ns=%llu", cmd, rc, (unsigned long long)t0,
             (unsigned long long)now_ns());
+    } else if (!strcmp(cmd, "vmm-map") || !strcmp(cmd, "vmm-map-rel")) {
+      /* N pages of 2 MiB at 0x7f0000000000 + i * 2 MiB, the way a VMM KV allocator maps
+       * them; vmm-map-rel releases each handle right after mapping it (kvcached's way). */
+      typedef int (*create_fn)(unsigned long long *, size_t, const void *, unsigned long long);
+      typedef int (*map_fn)(unsigned long long, size_t, size_t, unsigned long long,
+                            unsigned long long);
+      typedef int (*access_fn)(unsigned long long, size_t, const void *, size_t);
+      typedef int (*release_fn)(unsigned long long);
+      create_fn create = (create_fn)cuda_fn("cuMemCreate");
+      map_fn map = (map_fn)cuda_fn("cuMemMap");
+      access_fn access = (access_fn)cuda_fn("cuMemSetAccess");
+      release_fn release = (release_fn)cuda_fn("cuMemRelease");
+      if (!create || !map || !access || !release) {
+        reply("err %s no VMM entry points", cmd);
+        continue;
+      }
+      int n = arg[0] ? atoi(arg) : 1, rc = 0;
+      const size_t page = 2u << 20;
+      /* CUmemAllocationProp: pinned (1), no export handle, location device (1) 0. */
+      struct { int type, handle_types, loc_type, loc_id; void *meta; unsigned char flags[8]; } prop;
+      memset(&prop, 0, sizeof prop);
+      prop.type = 1;
+      prop.loc_type = 1;
+      struct { int type, id, flags; } desc = {1, 0, 3};
+      for (int i = 0; i < n && rc == 0; i++) {
+        unsigned long long handle = 0, va = 0x7f0000000000ull + (unsigned long long)i * page;
+        rc = create(&handle, page, &prop, 0);
+        if (!rc)
+          rc = map(va, page, 0, handle, 0);
+        if (!rc)
+          rc = access(va, page, &desc, 1);
+        if (!rc && !strcmp(cmd, "vmm-map-rel"))
+          rc = release(handle);
+      }
+      reply("ok %s rc=%d", cmd, rc);
+    } else if (!strcmp(cmd, "vmm-state")) {
+      typedef void (*state_fn)(char *, size_t);
+      cuda_fn("cuMemCreate"); /* loads the library */
+      void *lib = dlopen(getenv("GLEANER_TEST_LIBCUDA"), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+      state_fn state = lib ? (state_fn)dlsym(lib, "fake_cuda_vmm_state") : NULL;
+      char buf[4096] = "";
+      if (state)
+        state(buf, sizeof buf);
+      char *live = strstr(buf, " live=");
+      if (live)
+        *live = 0;
+      reply("ok vmm-state maps=%s live=%s", buf[0] ? buf : "-", live ? live + 6 : "?");
     } else if (!strcmp(cmd, "sleep")) {
       usleep((useconds_t)atoi(arg) * 1000);
       reply("ok sleep");
