@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.agent import protocol as p
 from gleaner.agent.daemon import AgentDaemon, AgentOptions
-from gleaner.agent.policy import GateConfig
+from gleaner.agent.policy import GateConfig, MemoryConfig
 from gleaner.testing.shim import ShimProcess, wait_until
 
 NODE = "shim-node"
@@ -167,3 +167,85 @@ def test_refused_control_keeps_work_held_and_shows_in_the_agents_metrics(
                 == 1
             )
         )
+
+
+PAGE = 2 << 20
+BASE = 0x7F0000000000
+TOKENS = (100, 100, 1, 1, 1, 1)
+
+
+def test_reclamation_end_to_end_through_the_real_shim(sock_path: Path) -> None:
+    """Online memory pressure → GATE off → RECLAIM → the shim quarantines pages in the fake
+    libcuda → RECLAIM_ACK → INVALIDATE_BLOCKS to the job's hook, counted in /metrics."""
+    options = AgentOptions(
+        backend="nvidia",
+        node=NODE,
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        socket_dir=sock_path.parent,
+        gpus=4,
+        kube=False,
+        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
+        memory=MemoryConfig(initial_handles=4, initial_interval_s=60.0, max_interval_s=60.0),
+        shim_source=sock_path.parent / "absent.so",
+    )
+    d = AgentDaemon(options)
+    runner = threading.Thread(target=lambda: asyncio.run(d.run()), daemon=True)
+    runner.start()
+    tmp = sock_path.parent / "e2e"
+    tmp.mkdir()
+    try:
+        assert wait_until(lambda: sock_path.exists() and d.metrics_port is not None, timeout=20)
+        with ShimProcess(tmp, role="offline", socket_path=sock_path) as sp:
+            h = _setup(sp)
+            assert wait_until(lambda: _registered(d, h["chan"]))
+            assert sp.cmd("vmm-map-rel 6")["rc"] == "0"
+            hook = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            hook.settimeout(5)
+            hook.connect(str(sock_path))
+            p.send_message(
+                hook,
+                p.Hello(
+                    pid=sp.proc.pid, role=p.Role.FRAMEWORK, job="team-a/job-1", gpu_indices=(GPU,)
+                ),
+            )
+            entries = tuple(
+                p.HandleSpan(BASE + i * PAGE, PAGE, f"req-{i}", tokens=t, block_ids=(i,))
+                for i, t in enumerate(TOKENS)
+            )
+            p.send_message(hook, p.OfflineHandles(gpu=0, entries=entries))
+            server = d.server
+            assert server is not None
+            assert wait_until(lambda: len(server.offline_handle_map(GPU)) == 6)
+            assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
+            on = _online(sock_path)
+            p.send_message(on, p.OnlineMemory(gpu=p.GPU_ALL, kv_used_bytes=4 * PAGE))
+            dec = p.FrameDecoder()
+            got: dict[str, tuple[int, ...]] = {}
+            deadline = time.monotonic() + 10
+            while len(got) < 4 and time.monotonic() < deadline:
+                for m in p.recv_messages(hook, dec) or []:
+                    if isinstance(m, p.InvalidateBlocks):
+                        got[m.request_id] = m.block_ids
+            assert got == {f"req-{i}": (i,) for i in (2, 3, 4, 5)}  # Algorithm 1's choice
+            state = sp.cmd("vmm-state")
+            maps = dict(pair.split(":") for pair in state["maps"].split(","))
+            quarantine = {maps[hex(BASE + i * PAGE)] for i in (2, 3, 4, 5)}
+            assert len(quarantine) == 1 and quarantine.isdisjoint(
+                {maps[hex(BASE + i * PAGE)] for i in (0, 1)}
+            )
+            assert state["live"] == "3"  # pages 0 and 1, and the quarantine allocation
+            labels = (("gpu", str(GPU)), ("node", NODE))
+            metrics = _metrics(d)
+            assert metrics[("gleaner_memory_reclaim_events_total", labels)] == 1
+            assert metrics[("gleaner_memory_reclaimed_bytes_total", labels)] == 4 * PAGE
+            assert metrics[("gleaner_kv_blocks_invalidated_total", labels)] == 4
+            # The gate comes back after the reclamation, in the agent and in the shim.
+            assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
+            assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
+            assert server.reclaims_done == 1 and server.reclaims_failed == 0
+            hook.close()
+            on.close()
+    finally:
+        d.stop()
+        runner.join(10)
