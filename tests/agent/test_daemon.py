@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,16 +22,11 @@ from gleaner.agent.policy import GateConfig, MemoryConfig
 from gleaner.api import NodeTraceStatus, TraceSource
 from gleaner.cli.agent import parse_duration
 from gleaner.cli.main import main as cli_main
+from gleaner.testing.agent import simulated_agent
 from gleaner.testing.kube import KubeEmulator
 
 NODE = "sim-node-1"
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(fn: Callable[[], T | None], timeout: float = 20.0, what: str = "condition") -> T:
@@ -52,32 +44,11 @@ def _wait(fn: Callable[[], T | None], timeout: float = 20.0, what: str = "condit
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[KubeEmulator, str, subprocess.Popen[bytes]]]:
-    with KubeEmulator(tmp_path, namespaces=("default", "team")) as kube:
-        port = _free_port()
-        log = (tmp_path / "agent.log").open("wb")
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "gleaner.cli.main", "agent",
-                "--backend", "simulated", "--node", NODE, "--gpus", "2",
-                "--metrics-host", "127.0.0.1", "--metrics-port", str(port),
-                "--report-interval", "1s", "--kubeconfig", str(kube.kubeconfig),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBERNETES_SERVICE_HOST": ""},
-        )  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
-        try:
-            _wait(lambda: httpx.get(f"{base}/healthz").status_code == 200, what="healthz")
-            yield kube, base, proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            log.close()
-            print((tmp_path / "agent.log").read_text())
+    with (
+        KubeEmulator(tmp_path, namespaces=("default", "team")) as kube,
+        simulated_agent(kube, tmp_path, NODE) as running,
+    ):
+        yield kube, running.base, running.proc
 
 
 def _samples(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -12,10 +12,6 @@ call would be a 403.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -26,8 +22,8 @@ import httpx
 import pytest
 
 from gleaner.agent.rbac import AGENT_RULES
+from gleaner.testing.agent import simulated_agent
 from gleaner.testing.kube import KubeEmulator, ungranted
-from gleaner.testing.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -73,47 +69,25 @@ def _create_pod(kube: KubeEmulator) -> None:
 
 def test_every_agent_call_is_granted_by_agent_rules(tmp_path: Path) -> None:
     with KubeEmulator(tmp_path, namespaces=("default", "team")) as kube:
-        port = free_port()
-        log_path = tmp_path / "agent.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "gleaner.cli.main", "agent",
-                    "--backend", "simulated", "--node", NODE, "--gpus", "2",
-                    "--metrics-host", "127.0.0.1", "--metrics-port", str(port),
-                    "--report-interval", "1s", "--kubeconfig", str(kube.kubeconfig),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "KUBERNETES_SERVICE_HOST": ""},
-            )  # fmt: skip
-            base = f"http://127.0.0.1:{port}"
-            try:
-                _wait(lambda: httpx.get(f"{base}/healthz").status_code == 200, "healthz")
-                _create_pod(kube)
-                _wait(
-                    lambda: httpx.get(f"{base}/healthz").json()["offline_jobs"].get("0"),
-                    "the agent picking up the offline Pod",
-                )
+        with simulated_agent(kube, tmp_path, NODE) as agent:
+            _create_pod(kube)
+            _wait(
+                lambda: httpx.get(f"{agent.base}/healthz").json()["offline_jobs"].get("0"),
+                "the agent picking up the offline Pod",
+            )
 
-                def reported_job() -> bool:
-                    for obj in kube.objects("gleaner.dev/v1alpha1/nodetraces"):
-                        per_gpu = (obj.get("status") or {}).get("perGPU") or []
-                        if any(g.get("offlineJob") == "team/batch" for g in per_gpu):
-                            return True
-                    return False
+            def reported_job() -> bool:
+                for obj in kube.objects("gleaner.dev/v1alpha1/nodetraces"):
+                    per_gpu = (obj.get("status") or {}).get("perGPU") or []
+                    if any(g.get("offlineJob") == "team/batch" for g in per_gpu):
+                        return True
+                return False
 
-                # A report after the Pod appeared is an update of an existing NodeTrace.
-                _wait(reported_job, "a NodeTrace status naming the offline job")
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            # A report after the Pod appeared is an update of an existing NodeTrace.
+            _wait(reported_job, "a NodeTrace status naming the offline job")
+        log_tail = agent.log.read_text()[-2000:]
 
         accesses = kube.accesses(AGENT_CLIENT)
-        log_tail = log_path.read_text()[-2000:]
         # The recorder saw the agent's work (so an empty result below means something).
         verbs = {(a.resource, a.verb) for a in accesses}
         assert ("pods", "list") in verbs or ("pods", "watch") in verbs, (accesses, log_tail)
