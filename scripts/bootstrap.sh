@@ -20,7 +20,8 @@ if [[ $want_apt == 1 ]]; then
     [[ $(id -u) -ne 0 ]] && SUDO="sudo"
     echo "bootstrap: installing Debian packages: ${missing[*]}"
     $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+    # With recommends: chromium's fonts come that way (the tests were run with them).
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q \
       $(printf '%s\n' "${missing[@]}" | sort -u)
   fi
 fi
