@@ -7,7 +7,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,23 +23,10 @@ from gleaner.api import NodeTraceStatus, TraceSource
 from gleaner.cli.agent import parse_duration
 from gleaner.cli.main import main as cli_main
 from gleaner.testing.agent import simulated_agent
-from gleaner.testing.kube import KubeEmulator
+from gleaner.testing.kube import KubeEmulator, wait_for
 
 NODE = "sim-node-1"
 T = TypeVar("T")
-
-
-def _wait(fn: Callable[[], T | None], timeout: float = 20.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = fn()
-        except (httpx.HTTPError, OSError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -70,7 +57,7 @@ def test_simulated_agent_end_to_end(agent: tuple[KubeEmulator, str, Any]) -> Non
         objs = [o for o in kube.objects("gleaner.dev/v1alpha1/nodetraces") if o.get("status")]
         return objs[0] if objs else None
 
-    obj = _wait(nodetrace, what="a NodeTrace report")
+    obj = wait_for(nodetrace, timeout=20, message="a NodeTrace report")
     status = NodeTraceStatus.model_validate(obj["status"])
     assert obj["metadata"]["name"] == NODE
     assert status.source == TraceSource.SIMULATED
@@ -92,16 +79,16 @@ def test_simulated_agent_end_to_end(agent: tuple[KubeEmulator, str, Any]) -> Non
             "spec": {"nodeName": NODE, "containers": [{"name": "w", "image": "x"}]},
         },
     )
-    _wait(
+    wait_for(
         lambda: httpx.get(f"{base}/healthz").json()["offline_jobs"] == {"0": "team/llm-batch",
                                                                         "1": "team/llm-batch"},
-        what="the offline job",
+        timeout=20, message="the offline job",
     )  # fmt: skip
     key = (
         "gleaner_offline_job_timeslice_seconds_total",
         (("job", "llm-batch"), ("namespace", "team"), ("node", NODE)),
     )
-    _wait(lambda: _samples(base).get(key, 0.0) > 0, what="job timeslices")
+    wait_for(lambda: _samples(base).get(key, 0.0) > 0, timeout=20, message="job timeslices")
 
     # An injected burst closes both gates for its duration.
     r = httpx.post(f"{base}/simulate/burst", params={"gpus": "0,1", "seconds": 30, "busy": 1.0})
@@ -121,7 +108,7 @@ def test_simulated_agent_end_to_end(agent: tuple[KubeEmulator, str, Any]) -> Non
         st = NodeTraceStatus.model_validate(obj["status"])
         return st.offline_jobs == 1 and st.per_gpu[0].offline_job == "team/llm-batch"
 
-    _wait(reported_job, what="the job in the NodeTrace")
+    wait_for(reported_job, timeout=20, message="the job in the NodeTrace")
 
 
 def test_cli_rejects_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
@@ -175,7 +162,7 @@ def test_nvidia_daemon_gates_each_gpu_on_its_own_timer(tmp_path: Path, loop: str
     )
     runner.start()
     sock_path = tmp_path / "agent.sock"
-    _wait(sock_path.exists, what="the control socket")
+    wait_for(sock_path.exists, timeout=20, message="the control socket")
     time.sleep(0.1)  # both gates open (one cooldown after start)
     offline = []
     for gpu in (0, 1):
@@ -241,8 +228,8 @@ def test_online_process_gone_while_busy_reenables_on_the_cooldown_timer(tmp_path
     runner = threading.Thread(target=lambda: asyncio.run(daemon.run()), daemon=True)
     runner.start()
     sock_path = tmp_path / "agent.sock"
-    _wait(sock_path.exists, what="the control socket")
-    _wait(lambda: all(daemon.health()["gates"].values()), what="the gate to open")
+    wait_for(sock_path.exists, timeout=20, message="the control socket")
+    wait_for(lambda: all(daemon.health()["gates"].values()), timeout=20, message="the gate to open")
     off = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     off.settimeout(5)
     off.connect(str(sock_path))

@@ -12,9 +12,7 @@ call would be a 403.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,26 +21,13 @@ import pytest
 
 from gleaner.agent.rbac import AGENT_RULES
 from gleaner.testing.agent import simulated_agent
-from gleaner.testing.kube import KubeEmulator, ungranted
+from gleaner.testing.kube import KubeEmulator, ungranted, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 NODE = "gpu-rbac-1"
 AGENT_CLIENT = "OpenAPI-Generator"  # the kubernetes Python client the agent uses
 T = TypeVar("T")
-
-
-def _wait(check: Callable[[], T | None], what: str, timeout: float = 40.0) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except (httpx.HTTPError, OSError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _create_pod(kube: KubeEmulator) -> None:
@@ -71,9 +56,10 @@ def test_every_agent_call_is_granted_by_agent_rules(tmp_path: Path) -> None:
     with KubeEmulator(tmp_path, namespaces=("default", "team")) as kube:
         with simulated_agent(kube, tmp_path, NODE) as agent:
             _create_pod(kube)
-            _wait(
+            wait_for(
                 lambda: httpx.get(f"{agent.base}/healthz").json()["offline_jobs"].get("0"),
-                "the agent picking up the offline Pod",
+                timeout=40,
+                message="the agent picking up the offline Pod",
             )
 
             def reported_job() -> bool:
@@ -84,7 +70,7 @@ def test_every_agent_call_is_granted_by_agent_rules(tmp_path: Path) -> None:
                 return False
 
             # A report after the Pod appeared is an update of an existing NodeTrace.
-            _wait(reported_job, "a NodeTrace status naming the offline job")
+            wait_for(reported_job, timeout=40, message="a NodeTrace status naming the offline job")
         log_tail = agent.log.read_text()[-2000:]
 
         accesses = kube.accesses(AGENT_CLIENT)

@@ -759,7 +759,7 @@ FAST_OPERATOR_FLAGS: tuple[str, ...] = (
 
 
 def wait_for(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     *,
     timeout: float = 20,
     interval: float = 0.1,
