@@ -73,6 +73,8 @@ class MsgType(IntEnum):
     OFFLINE_HANDLES = 17  # S→A (offline framework hook)
     RECLAIM = 18  # A→offline shim
     RECLAIM_ACK = 19  # offline shim→A
+    RESTORE = 20  # A→offline shim
+    RESTORE_ACK = 21  # offline shim→A
 
 
 class Role(IntEnum):
@@ -752,6 +754,58 @@ class ReclaimAck(Message):
         return cls(reclaim_seq=rseq, gpu=gpu, released=released, ok=bool(ok), err=err)
 
 
+@dataclass(frozen=True)
+class Restore(Message):
+    """Agent → offline shim: back these quarantined pages with fresh physical memory again
+    (memory the online side gave back). The pages hold no live blocks (the framework retired
+    them when they were reclaimed), so this needs no gate; the shim answers RESTORE_ACK."""
+
+    TYPE: ClassVar[MsgType] = MsgType.RESTORE
+    SIZE: ClassVar[int] = _S_RECLAIM_HEAD.size
+    restore_seq: int
+    gpu: int
+    handles: tuple[int, ...] = ()
+
+    def payload(self) -> bytes:
+        n = len(self.handles)
+        return _S_RECLAIM_HEAD.pack(self.restore_seq, self.gpu, n) + struct.pack(
+            f"<{n}Q", *self.handles
+        )
+
+    @classmethod
+    def from_payload(cls, data: bytes, seq: int) -> Restore:
+        rseq, gpu, count = _S_RECLAIM_HEAD.unpack_from(data)
+        if len(data) != _S_RECLAIM_HEAD.size + 8 * count:
+            raise ProtocolError(f"RESTORE: {count} handles do not fill {len(data)} bytes")
+        handles = struct.unpack_from(f"<{count}Q", data, _S_RECLAIM_HEAD.size)
+        return cls(restore_seq=rseq, gpu=gpu, handles=tuple(handles))
+
+
+@dataclass(frozen=True)
+class RestoreAck(Message):
+    """Offline shim → agent: how many pages of RESTORE ``restore_seq`` are backed again;
+    ``ok=False`` with ``err`` when one could not be (e.g. CUDA out of memory: that page stays
+    quarantined; nothing is held, a failed restore is harmless)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.RESTORE_ACK
+    SIZE: ClassVar[int] = _S_RECLAIM_ACK.size
+    restore_seq: int
+    gpu: int
+    restored: int
+    ok: bool = True
+    err: int = 0
+
+    def payload(self) -> bytes:
+        return _S_RECLAIM_ACK.pack(
+            self.restore_seq, self.gpu, self.restored, self.err, int(self.ok)
+        )
+
+    @classmethod
+    def from_payload(cls, data: bytes, seq: int) -> RestoreAck:
+        rseq, gpu, restored, err, ok = _S_RECLAIM_ACK.unpack(data)
+        return cls(restore_seq=rseq, gpu=gpu, restored=restored, ok=bool(ok), err=err)
+
+
 MESSAGE_CLASSES: dict[MsgType, type[Message]] = {
     MsgType.HELLO: Hello,
     MsgType.HELLO_ACK: HelloAck,
@@ -772,6 +826,8 @@ MESSAGE_CLASSES: dict[MsgType, type[Message]] = {
     MsgType.OFFLINE_HANDLES: OfflineHandles,
     MsgType.RECLAIM: Reclaim,
     MsgType.RECLAIM_ACK: ReclaimAck,
+    MsgType.RESTORE: Restore,
+    MsgType.RESTORE_ACK: RestoreAck,
 }
 VARIABLE_TYPES: frozenset[MsgType] = frozenset(
     {
@@ -779,6 +835,7 @@ VARIABLE_TYPES: frozenset[MsgType] = frozenset(
         MsgType.INVALIDATE_BLOCKS,
         MsgType.OFFLINE_HANDLES,
         MsgType.RECLAIM,
+        MsgType.RESTORE,
     }
 )
 
@@ -930,6 +987,8 @@ STRUCT_SIZES: dict[str, int] = {
     "gl_handle_span": _S_OFF_ENTRY.size,
     "gl_reclaim": Reclaim.SIZE,
     "gl_reclaim_ack": ReclaimAck.SIZE,
+    "gl_restore": Restore.SIZE,
+    "gl_restore_ack": RestoreAck.SIZE,
 }
 
 

@@ -51,7 +51,9 @@
 #define GL_MSG_OFFLINE_HANDLES 17u  /* offline hook->A: KV page handles and their blocks */
 #define GL_MSG_RECLAIM 18u          /* A->offline shim: quarantine-remap and release pages */
 #define GL_MSG_RECLAIM_ACK 19u      /* offline shim->A: result of a RECLAIM */
-#define GL_MSG_MAX 19u
+#define GL_MSG_RESTORE 20u          /* A->offline shim: back quarantined pages with fresh memory */
+#define GL_MSG_RESTORE_ACK 21u      /* offline shim->A: result of a RESTORE */
+#define GL_MSG_MAX 21u
 
 /* OFFLINE_HANDLES.flags */
 #define GL_OFFLINE_HANDLES_RESET 0x0001u /* forget this GPU's table before adding */
@@ -259,6 +261,11 @@ typedef struct gl_reclaim_ack {
   uint8_t reserved[3];
 } gl_reclaim_ack;
 
+/* RESTORE has RECLAIM's layout (restore_seq, gpu, count, then uint64 page addresses);
+ * RESTORE_ACK has RECLAIM_ACK's (the count field is the pages restored). */
+typedef gl_reclaim gl_restore;
+typedef gl_reclaim_ack gl_restore_ack;
+
 _Static_assert(sizeof(gl_header) == GL_HEADER_SIZE, "header is 16 bytes");
 _Static_assert(sizeof(gl_hello) == 552, "gl_hello");
 _Static_assert(sizeof(gl_hello_ack) == 16, "gl_hello_ack");
@@ -279,5 +286,7 @@ _Static_assert(sizeof(gl_offline_handles) == 16, "gl_offline_handles");
 _Static_assert(sizeof(gl_handle_span) == 88, "gl_handle_span");
 _Static_assert(sizeof(gl_reclaim) == 16, "gl_reclaim");
 _Static_assert(sizeof(gl_reclaim_ack) == 24, "gl_reclaim_ack");
+_Static_assert(sizeof(gl_restore) == 16, "gl_restore");
+_Static_assert(sizeof(gl_restore_ack) == 24, "gl_restore_ack");
 
 #endif /* GLEANER_PROTO_H */
