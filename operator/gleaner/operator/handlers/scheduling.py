@@ -2,8 +2,10 @@
 
 Contract. ``scheduling_loop`` waits for kicks (job created/validated, NodeTrace changed, a
 Pod finished, an eviction, a requeue timer) and runs ``scheduling_pass`` at most once per
-``min_pass_interval``; many kicks coalesce into one pass. A pass, under the global
-scheduling lock:
+``min_pass_interval``; many kicks coalesce into one pass. With peering on, each pass first
+reads kopf's peering object and is skipped unless this replica is the active one
+(``gleaner.operator.peering``): kopf pauses a standby's handlers, not this loop. A pass,
+under the global scheduling lock:
 
 1. lists OfflineJobs, offline Pods (label ``gleaner.dev/role=offline``) and NodeTraces
    (or asks Prometheus) — the API server is the only state — and refreshes the metrics
@@ -61,6 +63,7 @@ from gleaner.operator.kube import (
     pods_path,
 )
 from gleaner.operator.metrics import job_gauges
+from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import load_node_summaries, unbindable_nodes
 from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
@@ -121,6 +124,10 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
         if wait > 0:
             await asyncio.sleep(wait)
         last = time.monotonic()
+        verdict = await replica_verdict(ctx)
+        if not verdict.active:
+            logger.info("scheduling pass skipped: %s", verdict.reason)
+            continue
         try:
             result = await scheduling_pass(ctx)
         except asyncio.CancelledError:
@@ -144,6 +151,29 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
                 result.timings,
                 ", ".join(sorted(reasons))[:200],
             )
+
+
+async def replica_verdict(ctx: OperatorContext) -> PeeringVerdict:
+    """Whether this replica may run a pass now (always, without peering)."""
+    name = ctx.config.peering
+    if name is None:
+        return PeeringVerdict(True, "standalone")
+    now = datetime.now(UTC)
+    verdict = PeeringVerdict(True, "no peering object")
+    for path in peering_paths(name, ctx.config.namespaces):
+        try:
+            body = await ctx.client.get(path)
+        except KubeError as exc:
+            return PeeringVerdict(False, f"peering object unreadable: {exc}")
+        if body is None:
+            return PeeringVerdict(False, f"peering object {path} does not exist")
+        status = body.get("status") or {}
+        verdict = peering_verdict(
+            status if isinstance(status, dict) else {}, ctx.config.peering_priority, now
+        )
+        if not verdict.active:
+            return verdict
+    return verdict
 
 
 def _is_valid(status: OfflineJobStatus) -> bool:
