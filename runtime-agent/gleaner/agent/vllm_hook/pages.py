@@ -1,0 +1,309 @@
+"""Pure decisions of the KV memory path: which blocks live in which shim page, what to
+report to the agent, and what to retire, release and recompute when pages change state.
+
+Contracts (no I/O, no vLLM, no torch; see docs/vllm-hook.md):
+
+- :func:`block_runs` — a KV layer tensor's layout (:class:`KvLayout`: ``data_ptr``,
+  ``shape``, ``strides`` in elements, ``element_size``, the block dimension, and how many
+  kernel blocks make one block-manager block) → the byte runs one block occupies, relative
+  to the block's start. Dimensions that are contiguous inside a block merge into one run;
+  beyond :data:`MAX_RUNS` runs the block is covered by one conservative span (a superset:
+  a block may be counted in a page it does not touch, never the reverse).
+- :func:`page_table` — layouts + the shim's pages (sorted VAs, page bytes) → page VA →
+  block ids with bytes in it, and block id → page VAs. Bytes outside every shim page (memory
+  the shim cannot reclaim) are ignored.
+- :func:`handle_entries` — the table, request → (block ids in order, num_computed_tokens),
+  block size, quarantined pages → OFFLINE_HANDLES spans: one per (page, request holding
+  blocks in it) with that request's block ids in the page (request order) and
+  ``tokens = max(0, num_computed_tokens − first lost index × block_size)``; a page holding
+  no request's block is one entry with request id ``""`` and no blocks; quarantined pages
+  are omitted; pages in address order, requests in the given order.
+- :func:`handle_frames` — spans → OFFLINE_HANDLES messages each within one 64 KiB frame,
+  the first with RESET, the rest without; a span too large for one frame is split, its
+  tokens on the first part only (the agent sums spans per page).
+- :func:`plan_step` — page states before and now, the retired set and the holders →
+  :class:`StepPlan`: blocks to retire now (in a quarantined page, not yet retired), blocks
+  to release now (retired, every page backed again), blocks whose content is gone since the
+  last check, and the requests to recompute (holding such a block) with the index of their
+  first lost block.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gleaner.agent import protocol as p
+
+MAX_RUNS = 4096
+"""Beyond this many byte runs per block a block is covered by one conservative span."""
+
+Run = tuple[int, int]
+"""(byte offset from the block's start, byte length)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    """One KV layer tensor as the attention backend sees it."""
+
+    data_ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    """In elements, as ``torch.Tensor.stride()``."""
+    element_size: int
+    block_dim: int
+    """The dimension indexed by the (kernel) block id."""
+    kernel_blocks_per_block: int = 1
+    """Kernel blocks per block-manager block (vLLM may split a block for the kernel)."""
+
+    @property
+    def num_kernel_blocks(self) -> int:
+        return self.shape[self.block_dim]
+
+    @property
+    def block_stride_bytes(self) -> int:
+        return self.strides[self.block_dim] * self.element_size
+
+
+def block_runs(layout: KvLayout) -> list[Run]:
+    """The byte runs of one kernel block, relative to its first byte (see module doc)."""
+    if len(layout.shape) != len(layout.strides) or not 0 <= layout.block_dim < len(layout.shape):
+        raise ValueError(f"bad layout {layout}")
+    if any(s < 0 for s in layout.strides) or layout.element_size <= 0:
+        raise ValueError(f"negative stride or element size in {layout}")
+    es = layout.element_size
+    dims = sorted(
+        (layout.strides[i] * es, n)
+        for i, n in enumerate(layout.shape)
+        if i != layout.block_dim and n > 1
+    )
+    run = es
+    k = 0
+    while k < len(dims) and dims[k][0] == run:
+        run *= dims[k][1]
+        k += 1
+    outer = dims[k:]
+    if math.prod(n for _, n in outer) > MAX_RUNS:
+        hi = sum(stride * (n - 1) for stride, n in outer) + run
+        return [(0, hi)]
+    offsets = sorted(
+        sum(stride * i for (stride, _), i in zip(outer, idx, strict=True))
+        for idx in itertools.product(*(range(n) for _, n in outer))
+    )
+    # Touching or overlapping runs merge.
+    merged: list[Run] = []
+    for off in offsets:
+        if merged and off <= merged[-1][0] + merged[-1][1]:
+            start, length = merged[-1]
+            merged[-1] = (start, max(length, off + run - start))
+        else:
+            merged.append((off, run))
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class PageTable:
+    """Which blocks have bytes in which shim page, and the reverse."""
+
+    page_bytes: int
+    pages: tuple[int, ...]
+    """Every shim page VA, in address order."""
+    page_blocks: Mapping[int, frozenset[int]]
+    """Page VA → block ids with bytes in it (pages holding none are absent)."""
+    block_pages: Mapping[int, frozenset[int]]
+    """Block id → page VAs it has bytes in (blocks outside every page are absent)."""
+
+
+def page_table(layouts: Iterable[KvLayout], pages: Sequence[int], page_bytes: int) -> PageTable:
+    """See the module docstring."""
+    if page_bytes <= 0:
+        raise ValueError("page_bytes must be positive")
+    vas = sorted(pages)
+    p2b: dict[int, set[int]] = {}
+    for lay in layouts:
+        nkb = lay.num_kernel_blocks
+        if nkb <= 0:
+            continue
+        stride = lay.block_stride_bytes
+        runs = block_runs(lay)
+        span = runs[-1][0] + runs[-1][1]
+        lo = lay.data_ptr
+        hi = lay.data_ptr + stride * (nkb - 1) + span
+        first = max(0, bisect.bisect_right(vas, lo) - 1)
+        for va in vas[first:]:
+            if va >= hi:
+                break
+            if va + page_bytes <= lo:
+                continue
+            rel_lo = va - lay.data_ptr
+            rel_hi = rel_lo + page_bytes
+            for off, length in runs:
+                # kernel block kb touches the page iff kb*stride+off < rel_hi and
+                # kb*stride+off+length > rel_lo.
+                if stride == 0:
+                    kb_lo, kb_hi = (0, 0) if off < rel_hi and off + length > rel_lo else (1, 0)
+                else:
+                    kb_lo = max(0, (rel_lo - off - length) // stride + 1)
+                    kb_hi = min(nkb - 1, -((off - rel_hi) // stride) - 1)
+                if kb_lo > kb_hi:
+                    continue
+                f = lay.kernel_blocks_per_block
+                p2b.setdefault(va, set()).update(range(kb_lo // f, kb_hi // f + 1))
+    b2p: dict[int, set[int]] = {}
+    for va, blocks in p2b.items():
+        for b in blocks:
+            b2p.setdefault(b, set()).add(va)
+    return PageTable(
+        page_bytes=page_bytes,
+        pages=tuple(vas),
+        page_blocks={va: frozenset(bs) for va, bs in p2b.items()},
+        block_pages={b: frozenset(ps) for b, ps in b2p.items()},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBlocks:
+    """What the scheduler says about one running request."""
+
+    block_ids: tuple[int, ...]
+    num_computed_tokens: int
+
+
+def handle_entries(
+    table: PageTable,
+    requests: Mapping[str, RequestBlocks],
+    block_size: int,
+    quarantined: Iterable[int] = (),
+) -> list[p.HandleSpan]:
+    """See the module docstring."""
+    gone = set(quarantined)
+    # page → request → [first index, block ids in request order]
+    per_page: dict[int, dict[str, tuple[int, list[int]]]] = {}
+    for rid, req in requests.items():
+        for idx, b in enumerate(req.block_ids):
+            for va in table.block_pages.get(b, ()):
+                spans = per_page.setdefault(va, {})
+                got = spans.get(rid)
+                if got is None:
+                    spans[rid] = (idx, [b])
+                elif b not in got[1]:
+                    got[1].append(b)
+    out: list[p.HandleSpan] = []
+    for va in table.pages:
+        if va in gone:
+            continue
+        spans = per_page.get(va)
+        if not spans:
+            out.append(p.HandleSpan(handle=va, size=table.page_bytes, request_id=""))
+            continue
+        for rid in requests:
+            got = spans.get(rid)
+            if got is None:
+                continue
+            tokens = max(0, requests[rid].num_computed_tokens - got[0] * block_size)
+            out.append(
+                p.HandleSpan(
+                    handle=va,
+                    size=table.page_bytes,
+                    request_id=rid[: p.REQUEST_ID_LEN - 1],
+                    block_ids=tuple(got[1]),
+                    tokens=tokens,
+                )
+            )
+    return out
+
+
+_ENTRY = 88
+"""Bytes of one OFFLINE_HANDLES entry before its block ids."""
+_HEAD = 16
+
+
+def handle_frames(gpu: int, entries: Sequence[p.HandleSpan]) -> list[p.OfflineHandles]:
+    """See the module docstring (always at least one frame: an empty table resets too)."""
+    per_frame_ids = (p.MAX_PAYLOAD - _HEAD - _ENTRY) // 4
+    pieces: list[p.HandleSpan] = []
+    for e in entries:
+        if len(e.block_ids) <= per_frame_ids:
+            pieces.append(e)
+            continue
+        for k in range(0, len(e.block_ids), per_frame_ids):
+            pieces.append(
+                p.HandleSpan(
+                    handle=e.handle,
+                    size=e.size,
+                    request_id=e.request_id,
+                    block_ids=e.block_ids[k : k + per_frame_ids],
+                    tokens=e.tokens if k == 0 else 0,
+                )
+            )
+    frames: list[list[p.HandleSpan]] = [[]]
+    used = _HEAD
+    for e in pieces:
+        size = _ENTRY + 4 * len(e.block_ids)
+        if used + size > p.MAX_PAYLOAD:
+            frames.append([])
+            used = _HEAD
+        frames[-1].append(e)
+        used += size
+    return [
+        p.OfflineHandles(gpu=gpu, entries=tuple(es), reset=(i == 0)) for i, es in enumerate(frames)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What the hook does at one step boundary (see :func:`plan_step`)."""
+
+    retire: frozenset[int] = frozenset()
+    release: frozenset[int] = frozenset()
+    lost: frozenset[int] = frozenset()
+    """Blocks whose content is gone since the last check."""
+    recompute: Mapping[str, int] = field(default_factory=dict)
+    """Request id → index of its first lost block."""
+
+    def __bool__(self) -> bool:
+        return bool(self.retire or self.release or self.lost or self.recompute)
+
+
+def plan_step(
+    table: PageTable,
+    quarantined_before: Iterable[int],
+    quarantined_now: Iterable[int],
+    retired: Iterable[int],
+    holders: Mapping[str, Sequence[int]],
+    lost_pages: Iterable[int] = (),
+    null_block: int | None = 0,
+) -> StepPlan:
+    """See the module docstring.
+
+    ``lost_pages`` adds pages whose content is known gone although their state does not
+    show it (seen quarantined in between); ``null_block`` (vLLM's placeholder block 0) is
+    never retired or reported lost.
+    """
+    before = set(quarantined_before)
+    now = set(quarantined_now)
+    done = set(retired)
+    gone_pages = (now - before) | set(lost_pages)
+    lost = {b for va in gone_pages for b in table.page_blocks.get(va, ())}
+    in_quarantine = {b for va in now for b in table.page_blocks.get(va, ())}
+    if null_block is not None:
+        lost.discard(null_block)
+        in_quarantine.discard(null_block)
+    retire = in_quarantine - done
+    release = {b for b in done if not (table.block_pages.get(b, frozenset()) & now)}
+    recompute: dict[str, int] = {}
+    if lost:
+        for rid, blocks in holders.items():
+            for idx, b in enumerate(blocks):
+                if b in lost:
+                    recompute[rid] = idx
+                    break
+    return StepPlan(
+        retire=frozenset(retire),
+        release=frozenset(release),
+        lost=frozenset(lost),
+        recompute=recompute,
+    )

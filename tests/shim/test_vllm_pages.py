@@ -1,0 +1,183 @@
+"""The pure KV memory-path decisions (gleaner.agent.vllm_hook.pages) against brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gleaner.agent import protocol as p
+from gleaner.agent.vllm_hook.pages import (
+    KvLayout,
+    PageTable,
+    RequestBlocks,
+    block_runs,
+    handle_entries,
+    handle_frames,
+    page_table,
+    plan_step,
+)
+
+PAGE = 256
+
+
+def _brute(layouts: list[KvLayout], pages: list[int], page_bytes: int) -> dict[int, set[int]]:
+    """Every element's bytes → its page: page VA → blocks, by enumeration."""
+    out: dict[int, set[int]] = {}
+    for lay in layouts:
+        for idx in itertools.product(*(range(n) for n in lay.shape)):
+            off = sum(i * s for i, s in zip(idx, lay.strides, strict=True)) * lay.element_size
+            block = idx[lay.block_dim] // lay.kernel_blocks_per_block
+            for byte in range(off, off + lay.element_size):
+                addr = lay.data_ptr + byte
+                for va in pages:
+                    if va <= addr < va + page_bytes:
+                        out.setdefault(va, set()).add(block)
+    return out
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> tuple[KvLayout, list[int]]:
+    ndim = draw(st.integers(2, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    order = draw(st.permutations(range(ndim)))  # physical order, outermost first
+    strides = [0] * ndim
+    acc = 1
+    for d in reversed(order):
+        strides[d] = acc
+        acc *= shape[d]
+    es = draw(st.sampled_from([1, 2, 4]))
+    block_dim = draw(st.integers(0, ndim - 1))
+    f = draw(st.sampled_from([1, 2]))
+    base = PAGE * draw(st.integers(0, 3)) + draw(st.integers(0, PAGE - 1))
+    lay = KvLayout(base, shape, tuple(strides), es, block_dim, f)
+    span = acc * es
+    npages = (base + span) // PAGE + 2
+    # The shim's pages: a subset of the covering pages (the rest is memory it does not own).
+    keep = draw(st.lists(st.booleans(), min_size=npages, max_size=npages))
+    return lay, [PAGE * i for i, k in enumerate(keep) if k]
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts())
+def test_page_table_matches_brute_force(case: tuple[KvLayout, list[int]]) -> None:
+    lay, pages = case
+    table = page_table([lay], pages, PAGE)
+    want = _brute([lay], pages, PAGE)
+    assert {va: set(bs) for va, bs in table.page_blocks.items()} == want
+    for va, blocks in want.items():
+        for b in blocks:
+            assert va in table.block_pages[b]
+
+
+def test_flash_attention_layout_puts_k_and_v_halves_in_different_pages() -> None:
+    # (2, num_blocks, block_size, heads, head_size) bf16: one block's K and V are far apart.
+    nb, bs, h, d = 8, 16, 2, 64
+    block_bytes = bs * h * d * 2  # 4 KiB per half-block
+    lay = KvLayout(0x10000, (2, nb, bs, h, d), (nb * bs * h * d, bs * h * d, h * d, d, 1), 2, 1)
+    assert block_runs(lay) == [(0, block_bytes), (nb * block_bytes, block_bytes)]
+    page = 4 * block_bytes
+    pages = [0x10000 + i * page for i in range(4)]
+    t = page_table([lay], pages, page)
+    assert t.page_blocks[pages[0]] == {0, 1, 2, 3} and t.page_blocks[pages[2]] == {0, 1, 2, 3}
+    assert t.block_pages[5] == {pages[1], pages[3]}
+
+
+def test_too_many_runs_fall_back_to_a_superset() -> None:
+    # Block dim in the middle: 5000 separate 2-byte runs per block, over MAX_RUNS.
+    lay = KvLayout(0, (5000, 3, 2), (6, 2, 1), 1, 1)
+    assert block_runs(lay) == [(0, 6 * 4999 + 2)]
+    pages = [0, 4096, 8192, 12288, 16384, 20480, 24576, 28672]
+    t = page_table([lay], pages, 4096)
+    want = _brute([lay], pages, 4096)
+    assert all(want[va] <= t.page_blocks[va] for va in want)
+    assert t.block_pages[2] == set(pages)
+
+
+def _table() -> PageTable:
+    # 4 pages of 2 blocks each (blocks 0..7), block size 16 tokens.
+    return PageTable(
+        page_bytes=4096,
+        pages=(0x1000, 0x2000, 0x3000, 0x4000),
+        page_blocks={0x1000: frozenset({0, 1}), 0x2000: frozenset({2, 3}),
+                     0x3000: frozenset({4, 5})},
+        block_pages={0: frozenset({0x1000}), 1: frozenset({0x1000}), 2: frozenset({0x2000}),
+                     3: frozenset({0x2000}), 4: frozenset({0x3000}), 5: frozenset({0x3000})},
+    )  # fmt: skip
+
+
+def test_handle_entries_spans_tokens_empty_and_quarantined_pages() -> None:
+    reqs = {
+        "a": RequestBlocks((1, 2, 3, 4), num_computed_tokens=60),
+        "b": RequestBlocks((3,), num_computed_tokens=5),
+    }
+    got = handle_entries(_table(), reqs, 16, quarantined=[0x3000])
+    assert got == [
+        p.HandleSpan(0x1000, 4096, "a", tokens=60, block_ids=(1,)),
+        p.HandleSpan(0x2000, 4096, "a", tokens=60 - 16, block_ids=(2, 3)),
+        p.HandleSpan(0x2000, 4096, "b", tokens=5, block_ids=(3,)),
+        p.HandleSpan(0x4000, 4096, ""),
+    ]
+    # tokens clamp at zero: block index 3 starts at token 48 > 40 computed
+    (span,) = [
+        e
+        for e in handle_entries(_table(), {"a": RequestBlocks((1, 2, 3, 4), 40)}, 16)
+        if e.handle == 0x3000
+    ]
+    assert span.tokens == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 20000), min_size=0, max_size=40))
+def test_handle_frames_fit_and_round_trip(sizes: list[int]) -> None:
+    entries = [
+        p.HandleSpan(0x1000 * (i + 1), 4096, f"r{i}", tokens=7, block_ids=tuple(range(n)))
+        for i, n in enumerate(sizes)
+    ]
+    frames = handle_frames(3, entries)
+    assert frames[0].reset and not any(f.reset for f in frames[1:])
+    back: dict[tuple[int, str], list[int]] = {}
+    tokens: dict[tuple[int, str], int] = {}
+    for f in frames:
+        wire = f.encode(1)
+        assert len(wire) - p.HEADER_SIZE <= p.MAX_PAYLOAD
+        msg, used = p.decode(wire)
+        assert isinstance(msg, p.OfflineHandles) and used == len(wire) and msg.gpu == 3
+        for e in msg.entries:
+            back.setdefault((e.handle, e.request_id), []).extend(e.block_ids)
+            tokens[(e.handle, e.request_id)] = tokens.get((e.handle, e.request_id), 0) + e.tokens
+    assert back == {(e.handle, e.request_id): list(e.block_ids) for e in entries}
+    assert all(t == 7 for t in tokens.values())
+
+
+def test_plan_step_retire_release_recompute() -> None:
+    t = _table()
+    holders = {"a": [1, 2, 3, 4], "b": [5], "c": [0]}
+    plan = plan_step(t, quarantined_before=[], quarantined_now=[0x2000, 0x1000],
+                     retired=[], holders=holders)  # fmt: skip
+    assert plan.retire == {1, 2, 3}  # block 0 is vLLM's null block: never retired
+    assert plan.lost == {1, 2, 3} and plan.release == frozenset()
+    assert dict(plan.recompute) == {"a": 0}
+    # Later: 0x1000 restored, 0x2000 still out; nothing newly lost.
+    later = plan_step(t, [0x2000, 0x1000], [0x2000], retired={1, 2, 3}, holders=holders)
+    assert later.release == {1} and later.retire == frozenset() and not later.recompute
+    # A page seen lost in between (already restored) still counts as lost.
+    seen = plan_step(t, [], [], retired=[], holders=holders, lost_pages=[0x3000])
+    assert seen.lost == {4, 5} and dict(seen.recompute) == {"a": 3, "b": 0}
+    assert not plan_step(t, [0x2000], [0x2000], {2, 3}, holders)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sets(st.sampled_from([0x1000, 0x2000, 0x3000, 0x4000])),
+    st.sets(st.sampled_from([0x1000, 0x2000, 0x3000, 0x4000])),
+)
+def test_plan_step_never_leaves_a_quarantined_block_usable(before: set[int], now: set[int]) -> None:
+    t = _table()
+    retired = {b for va in before for b in t.page_blocks.get(va, ())} - {0}
+    plan = plan_step(t, before, now, retired, {})
+    after = (retired | plan.retire) - plan.release
+    in_quarantine = {b for va in now for b in t.page_blocks.get(va, ())} - {0}
+    assert in_quarantine <= after  # every block in a quarantined page stays retired
+    assert not plan.retire & retired and plan.release <= retired
