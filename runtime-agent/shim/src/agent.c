@@ -510,6 +510,40 @@ static void handle_reclaim(const gl_reclaim *r, const char *handles) {
   gl_agent_send(GL_MSG_RECLAIM_ACK, &a, sizeof a, 0);
 }
 
+/* RESTORE (the agent saw memory come back): back quarantined pages with fresh allocations,
+ * then RESTORE_ACK. Allowed with the gate open: a quarantined page holds no live blocks.
+ * A failure leaves the page quarantined and work running; only a page left with nothing
+ * mapped (its quarantine could not be put back) fails closed, as RECLAIM does. */
+static void handle_restore(const gl_restore *r, const char *handles) {
+  gl_restore_ack a;
+  memset(&a, 0, sizeof a);
+  a.reclaim_seq = r->reclaim_seq;
+  a.gpu = r->gpu;
+  uint64_t *va = malloc(r->count ? 8ull * r->count : 8);
+  int rc = -1;
+  if (!va) {
+    a.err = ENOMEM;
+  } else {
+    memcpy(va, handles, 8ull * r->count);
+    uint32_t restored = 0;
+    int32_t err = 0;
+    rc = gl_restore_pages(va, r->count, &restored, &err);
+    a.ok = rc == 0;
+    a.released = restored;
+    a.err = err;
+    free(va);
+  }
+  if (!a.ok)
+    gl_log(1, "RESTORE %llu: %u of %u pages restored, error %d%s",
+           (unsigned long long)r->reclaim_seq, a.released, r->count, a.err,
+           rc == -2 ? "; a page has nothing mapped: holding work" : "");
+  if (rc == -2) {
+    atomic_store(&reclaim_broken, 1);
+    close_gate_fail_closed(GL_STATUS_CONTROL_REFUSED, "memory restore failed: work held");
+  }
+  gl_agent_send(GL_MSG_RESTORE_ACK, &a, sizeof a, 0);
+}
+
 /* Returns 0 to keep reading, -1 on a protocol error. */
 static int handle_frame(const gl_header *h, const char *payload) {
   switch (h->type) {
@@ -567,6 +601,17 @@ static int handle_frame(const gl_header *h, const char *payload) {
       return -1;
     if (gl_cfg.role == GL_ROLE_OFF)
       handle_reclaim(&r, payload + sizeof r);
+    return 0;
+  }
+  case GL_MSG_RESTORE: {
+    if (h->length < sizeof(gl_restore))
+      return -1;
+    gl_restore r;
+    memcpy(&r, payload, sizeof r);
+    if (h->length != sizeof r + 8ull * r.count)
+      return -1;
+    if (gl_cfg.role == GL_ROLE_OFF)
+      handle_restore(&r, payload + sizeof r);
     return 0;
   }
   default:

@@ -17,10 +17,10 @@
  *   sends ONLINE_IDLE once every tracked stream drained. Without the event
  *   entry points it falls back to "idle after GLEANER_IDLE_QUIET_US without a
  *   launch" (default 2000). Online sends never block.
- * - Offline: cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess are wrapped to
- *   record allocations and whole-allocation mappings; gl_reclaim_pages() (RECLAIM, on the
- *   control thread) unmaps pages, maps a shared quarantine allocation in their place and
- *   releases them (docs/shim.md, "Memory reclamation").
+ * - Offline: cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease/cuMemSetAccess are wrapped
+ *   with vmm.c's wrappers (page records, RECLAIM, RESTORE, the KV-cache allocator).
+ * - gl_cu_real() hands the driver's own entry points to vmm.c; gl_cu_bind_driver() binds
+ *   them from the driver library when the application has not looked them up yet.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -81,14 +81,10 @@ typedef CUresult (*ctx_get_fn)(void **);
 typedef CUresult (*ctx_push_fn)(void *);
 typedef CUresult (*ctx_pop_fn)(void **);
 
-enum slot {
-  S_LK, S_LK_PTSZ, S_LKEX, S_LKEX_PTSZ, S_GL, S_GL_PTSZ, S_GPA1, S_GPA2,
-  S_EV_CREATE, S_EV_RECORD, S_EV_QUERY, S_CTX_GET, S_CTX_PUSH, S_CTX_POP,
-  S_MEM_CREATE, S_MEM_MAP, S_MEM_UNMAP, S_MEM_RELEASE, S_MEM_SET_ACCESS, S_COUNT
-};
-static void *_Atomic real_fn[S_COUNT];
+static void *_Atomic real_fn[GL_CU_COUNT];
 
-static void *get_real(enum slot s) { return atomic_load_explicit(&real_fn[s], memory_order_acquire); }
+static void *get_real(enum gl_cu_slot s) { return atomic_load_explicit(&real_fn[s], memory_order_acquire); }
+void *gl_cu_real(enum gl_cu_slot s) { return get_real(s); }
 
 /* --- launch wrappers --- */
 
@@ -104,8 +100,8 @@ static void *get_real(enum slot s) { return atomic_load_explicit(&real_fn[s], me
       gl_online_launched(stream, 0);                                                              \
     return rc;                                                                                    \
   }
-LAUNCH_WRAPPER(w_launch_kernel, S_LK, "cuLaunchKernel")
-LAUNCH_WRAPPER(w_launch_kernel_ptsz, S_LK_PTSZ, "cuLaunchKernel_ptsz")
+LAUNCH_WRAPPER(w_launch_kernel, GL_CU_LK, "cuLaunchKernel")
+LAUNCH_WRAPPER(w_launch_kernel_ptsz, GL_CU_LK_PTSZ, "cuLaunchKernel_ptsz")
 
 #define LAUNCH_EX_WRAPPER(name, slot, label)                                                      \
   static CUresult name(const cu_launch_config *cfg, void *f, void **params, void **extra) {       \
@@ -118,8 +114,8 @@ LAUNCH_WRAPPER(w_launch_kernel_ptsz, S_LK_PTSZ, "cuLaunchKernel_ptsz")
       gl_online_launched(cfg ? cfg->stream : NULL, 0);                                            \
     return rc;                                                                                    \
   }
-LAUNCH_EX_WRAPPER(w_launch_kernel_ex, S_LKEX, "cuLaunchKernelEx")
-LAUNCH_EX_WRAPPER(w_launch_kernel_ex_ptsz, S_LKEX_PTSZ, "cuLaunchKernelEx_ptsz")
+LAUNCH_EX_WRAPPER(w_launch_kernel_ex, GL_CU_LKEX, "cuLaunchKernelEx")
+LAUNCH_EX_WRAPPER(w_launch_kernel_ex_ptsz, GL_CU_LKEX_PTSZ, "cuLaunchKernelEx_ptsz")
 
 #define GRAPH_WRAPPER(name, slot, label)                                                          \
   static CUresult name(void *exec, void *stream) {                                                \
@@ -132,268 +128,13 @@ LAUNCH_EX_WRAPPER(w_launch_kernel_ex_ptsz, S_LKEX_PTSZ, "cuLaunchKernelEx_ptsz")
       gl_online_launched(stream, 1);                                                              \
     return rc;                                                                                    \
   }
-GRAPH_WRAPPER(w_graph_launch, S_GL, "cuGraphLaunch")
-GRAPH_WRAPPER(w_graph_launch_ptsz, S_GL_PTSZ, "cuGraphLaunch_ptsz")
-
-/* --- CUDA VMM: offline page records and the quarantine remap (RECLAIM) --- */
-
-typedef struct cu_mem_prop { /* CUmemAllocationProp */
-  int type, requested_handle_types, location_type, location_id;
-  void *win32_meta;
-  unsigned char alloc_flags[8];
-} cu_mem_prop;
-_Static_assert(sizeof(cu_mem_prop) == 32, "CUmemAllocationProp");
-typedef struct cu_access_desc { /* CUmemAccessDesc */
-  int location_type, location_id, flags;
-} cu_access_desc;
-#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
-#define CUDA_ERROR_INVALID_VALUE 1
-
-typedef unsigned long long cu_handle;
-typedef CUresult (*mem_create_fn)(cu_handle *, size_t, const cu_mem_prop *, unsigned long long);
-typedef CUresult (*mem_map_fn)(unsigned long long, size_t, size_t, cu_handle, unsigned long long);
-typedef CUresult (*mem_unmap_fn)(unsigned long long, size_t);
-typedef CUresult (*mem_release_fn)(cu_handle);
-typedef CUresult (*mem_set_access_fn)(unsigned long long, size_t, const cu_access_desc *, size_t);
-
-typedef struct vmm_alloc { /* one cuMemCreate */
-  cu_handle handle;
-  size_t size;
-  cu_mem_prop prop;
-  int app_released; /* the application called cuMemRelease */
-  int shim_released; /* the shim released it (RECLAIM): the application's release is a no-op */
-} vmm_alloc;
-typedef struct vmm_map { /* one cuMemMap of a whole allocation */
-  unsigned long long va;
-  size_t size;
-  cu_handle handle;
-  void *ctx;
-  int quarantined; /* maps a quarantine page now */
-} vmm_map;
-typedef struct quarantine_page {
-  cu_handle handle;
-  size_t size;
-  int device;
-} quarantine_page;
-
-static pthread_mutex_t vmm_mu = PTHREAD_MUTEX_INITIALIZER;
-static vmm_alloc *vallocs;
-static size_t nvallocs, cap_vallocs;
-static vmm_map *vmaps;
-static size_t nvmaps, cap_vmaps;
-static quarantine_page quarantine[8];
-static int nquarantine;
-
-static int grow(void **arr, size_t *cap, size_t n, size_t elem) {
-  if (n < *cap)
-    return 0;
-  size_t c = *cap ? *cap * 2 : 64;
-  void *p = realloc(*arr, c * elem);
-  if (!p)
-    return -1;
-  *arr = p;
-  *cap = c;
-  return 0;
-}
-
-static vmm_alloc *find_alloc(cu_handle h) {
-  for (size_t i = 0; i < nvallocs; i++)
-    if (vallocs[i].handle == h)
-      return &vallocs[i];
-  return NULL;
-}
-
-static void drop_alloc_if_dead(cu_handle h) {
-  vmm_alloc *a = find_alloc(h);
-  if (!a || !(a->app_released || a->shim_released))
-    return;
-  for (size_t i = 0; i < nvmaps; i++)
-    if (vmaps[i].handle == h)
-      return;
-  *a = vallocs[--nvallocs];
-}
-
-static CUresult w_mem_create(cu_handle *handle, size_t size, const cu_mem_prop *prop,
-                             unsigned long long flags) {
-  mem_create_fn real = (mem_create_fn)get_real(S_MEM_CREATE);
-  if (!real)
-    return 3;
-  CUresult rc = real(handle, size, prop, flags);
-  if (rc == CUDA_SUCCESS && handle && prop) {
-    pthread_mutex_lock(&vmm_mu);
-    if (grow((void **)&vallocs, &cap_vallocs, nvallocs, sizeof *vallocs) == 0) {
-      vmm_alloc *a = &vallocs[nvallocs++];
-      memset(a, 0, sizeof *a);
-      a->handle = *handle;
-      a->size = size;
-      a->prop = *prop;
-    }
-    pthread_mutex_unlock(&vmm_mu);
-  }
-  return rc;
-}
-
-static CUresult w_mem_map(unsigned long long va, size_t size, size_t offset, cu_handle h,
-                          unsigned long long flags) {
-  mem_map_fn real = (mem_map_fn)get_real(S_MEM_MAP);
-  if (!real)
-    return 3;
-  CUresult rc = real(va, size, offset, h, flags);
-  if (rc == CUDA_SUCCESS && offset == 0) {
-    void *ctx = NULL;
-    ctx_get_fn get = (ctx_get_fn)get_real(S_CTX_GET);
-    if (get)
-      get(&ctx);
-    pthread_mutex_lock(&vmm_mu);
-    if (grow((void **)&vmaps, &cap_vmaps, nvmaps, sizeof *vmaps) == 0)
-      vmaps[nvmaps++] = (vmm_map){va, size, h, ctx, 0};
-    pthread_mutex_unlock(&vmm_mu);
-  }
-  return rc;
-}
-
-static CUresult w_mem_unmap(unsigned long long va, size_t size) {
-  mem_unmap_fn real = (mem_unmap_fn)get_real(S_MEM_UNMAP);
-  if (!real)
-    return 3;
-  CUresult rc = real(va, size);
-  if (rc == CUDA_SUCCESS) {
-    pthread_mutex_lock(&vmm_mu);
-    for (size_t i = 0; i < nvmaps; i++) {
-      if (vmaps[i].va == va) {
-        cu_handle h = vmaps[i].handle;
-        vmaps[i] = vmaps[--nvmaps];
-        drop_alloc_if_dead(h);
-        break;
-      }
-    }
-    pthread_mutex_unlock(&vmm_mu);
-  }
-  return rc;
-}
-
-static CUresult w_mem_release(cu_handle h) {
-  mem_release_fn real = (mem_release_fn)get_real(S_MEM_RELEASE);
-  if (!real)
-    return 3;
-  pthread_mutex_lock(&vmm_mu);
-  vmm_alloc *a = find_alloc(h);
-  if (a && a->shim_released) { /* the shim gave it to online already */
-    a->app_released = 1;
-    drop_alloc_if_dead(h);
-    pthread_mutex_unlock(&vmm_mu);
-    return CUDA_SUCCESS;
-  }
-  pthread_mutex_unlock(&vmm_mu);
-  CUresult rc = real(h);
-  if (rc == CUDA_SUCCESS) {
-    pthread_mutex_lock(&vmm_mu);
-    a = find_alloc(h);
-    if (a) {
-      a->app_released = 1;
-      drop_alloc_if_dead(h);
-    }
-    pthread_mutex_unlock(&vmm_mu);
-  }
-  return rc;
-}
-
-static CUresult w_mem_set_access(unsigned long long va, size_t size, const cu_access_desc *d,
-                                 size_t count) {
-  mem_set_access_fn real = (mem_set_access_fn)get_real(S_MEM_SET_ACCESS);
-  return real ? real(va, size, d, count) : 3;
-}
-
-/* A quarantine allocation of `size` bytes on `prop`'s device (created once, shared). */
-static CUresult quarantine_for(size_t size, const cu_mem_prop *prop, cu_handle *out) {
-  for (int i = 0; i < nquarantine; i++) {
-    if (quarantine[i].size == size && quarantine[i].device == prop->location_id) {
-      *out = quarantine[i].handle;
-      return CUDA_SUCCESS;
-    }
-  }
-  if (nquarantine == (int)(sizeof quarantine / sizeof quarantine[0]))
-    return CUDA_ERROR_INVALID_VALUE;
-  mem_create_fn create = (mem_create_fn)get_real(S_MEM_CREATE);
-  if (!create)
-    return 3;
-  CUresult rc = create(out, size, prop, 0);
-  if (rc == CUDA_SUCCESS)
-    quarantine[nquarantine++] = (quarantine_page){*out, size, prop->location_id};
-  return rc;
-}
-
-/* RECLAIM: for each page (virtual address) unmap it, map the quarantine page there with
- * read/write access, and release the page's allocation. Stops at the first failure. */
-int gl_reclaim_pages(const uint64_t *va, uint32_t n, uint32_t *released, int32_t *err) {
-  mem_map_fn map = (mem_map_fn)get_real(S_MEM_MAP);
-  mem_unmap_fn unmap = (mem_unmap_fn)get_real(S_MEM_UNMAP);
-  mem_release_fn release = (mem_release_fn)get_real(S_MEM_RELEASE);
-  mem_set_access_fn access = (mem_set_access_fn)get_real(S_MEM_SET_ACCESS);
-  ctx_push_fn push = (ctx_push_fn)get_real(S_CTX_PUSH);
-  ctx_pop_fn pop = (ctx_pop_fn)get_real(S_CTX_POP);
-  *released = 0;
-  *err = 0;
-  if (!map || !unmap || !release || !access) {
-    *err = ENOSYS; /* the process never used the VMM API through us */
-    return -1;
-  }
-  pthread_mutex_lock(&vmm_mu);
-  int rc = 0;
-  for (uint32_t i = 0; i < n && rc == 0; i++) {
-    vmm_map *m = NULL;
-    for (size_t j = 0; j < nvmaps; j++)
-      if (vmaps[j].va == va[i])
-        m = &vmaps[j];
-    vmm_alloc *a = m ? find_alloc(m->handle) : NULL;
-    if (!m || !a || m->quarantined) {
-      *err = ENOENT; /* not a page we saw mapped (or reclaimed already) */
-      rc = -1;
-      break;
-    }
-    int pushed = m->ctx && push && pop && push(m->ctx) == CUDA_SUCCESS;
-    cu_handle q = 0;
-    CUresult cr = quarantine_for(m->size, &a->prop, &q);
-    if (cr == CUDA_SUCCESS)
-      cr = unmap(m->va, m->size);
-    if (cr == CUDA_SUCCESS) {
-      /* From here the page is gone: remap the quarantine page so stray accesses of the
-       * (gated) offline work land somewhere harmless. */
-      cr = map(m->va, m->size, 0, q, 0);
-      cu_access_desc d = {1 /* device */, a->prop.location_id, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-      if (cr == CUDA_SUCCESS)
-        cr = access(m->va, m->size, &d, 1);
-      m->quarantined = 1;
-      cu_handle h = m->handle;
-      m->handle = q;
-      if (!a->app_released) {
-        CUresult rr = release(h);
-        if (rr == CUDA_SUCCESS)
-          a->shim_released = 1;
-        else if (cr == CUDA_SUCCESS)
-          cr = rr;
-      }
-      drop_alloc_if_dead(h);
-      if (cr == CUDA_SUCCESS)
-        (*released)++;
-    }
-    if (pushed) {
-      void *old;
-      pop(&old);
-    }
-    if (cr != CUDA_SUCCESS) {
-      *err = cr;
-      rc = -1;
-    }
-  }
-  pthread_mutex_unlock(&vmm_mu);
-  return rc;
-}
+GRAPH_WRAPPER(w_graph_launch, GL_CU_GL, "cuGraphLaunch")
+GRAPH_WRAPPER(w_graph_launch_ptsz, GL_CU_GL_PTSZ, "cuGraphLaunch_ptsz")
 
 static void *wrap_proc(const char *symbol, void *real, unsigned long long flags, int version);
 
 static CUresult w_gpa_v1(const char *symbol, void **pfn, int version, unsigned long long flags) {
-  gpa_v1_fn real = (gpa_v1_fn)get_real(S_GPA1);
+  gpa_v1_fn real = (gpa_v1_fn)get_real(GL_CU_GPA1);
   if (!real)
     return 3;
   CUresult rc = real(symbol, pfn, version, flags);
@@ -404,7 +145,7 @@ static CUresult w_gpa_v1(const char *symbol, void **pfn, int version, unsigned l
 
 static CUresult w_gpa_v2(const char *symbol, void **pfn, int version, unsigned long long flags,
                          int *status) {
-  gpa_v2_fn real = (gpa_v2_fn)get_real(S_GPA2);
+  gpa_v2_fn real = (gpa_v2_fn)get_real(GL_CU_GPA2);
   if (!real)
     return 3;
   CUresult rc = real(symbol, pfn, version, flags, status);
@@ -413,7 +154,7 @@ static CUresult w_gpa_v2(const char *symbol, void **pfn, int version, unsigned l
   return rc;
 }
 
-static void *remember(enum slot s, void *real, void *wrapper) {
+static void *remember(enum gl_cu_slot s, void *real, void *wrapper) {
   void *expected = NULL;
   if (!atomic_compare_exchange_strong(&real_fn[s], &expected, real) && expected != real) {
     /* A second, different implementation (e.g. another libcuda): keep the first. */
@@ -425,53 +166,48 @@ static void *remember(enum slot s, void *real, void *wrapper) {
 
 /* Offline processes only: the VMM entry points (their pages are what RECLAIM releases). */
 static void *wrap_vmm(const char *symbol, void *real) {
-  static const struct {
-    const char *name;
-    enum slot s;
-    void *wrapper;
-  } vmm[] = {{"cuMemCreate", S_MEM_CREATE, (void *)w_mem_create},
-             {"cuMemMap", S_MEM_MAP, (void *)w_mem_map},
-             {"cuMemUnmap", S_MEM_UNMAP, (void *)w_mem_unmap},
-             {"cuMemRelease", S_MEM_RELEASE, (void *)w_mem_release},
-             {"cuMemSetAccess", S_MEM_SET_ACCESS, (void *)w_mem_set_access}};
   if (gl_cfg.role != GL_ROLE_OFF || !real)
     return NULL;
-  for (unsigned i = 0; i < sizeof vmm / sizeof vmm[0]; i++)
-    if (strcmp(symbol, vmm[i].name) == 0)
-      return remember(vmm[i].s, real, vmm[i].wrapper);
-  return NULL;
+  enum gl_cu_slot s;
+  void *wrapper = gl_vmm_wrapper(symbol, &s);
+  return wrapper ? remember(s, real, wrapper) : NULL;
 }
 
 /* cuGetProcAddress names carry no _ptsz / _v2 suffix; the flags pick the variant. */
 static void *wrap_proc(const char *symbol, void *real, unsigned long long flags, int version) {
   int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   if (strcmp(symbol, "cuLaunchKernel") == 0)
-    return ptds ? remember(S_LK_PTSZ, real, (void *)w_launch_kernel_ptsz)
-                : remember(S_LK, real, (void *)w_launch_kernel);
+    return ptds ? remember(GL_CU_LK_PTSZ, real, (void *)w_launch_kernel_ptsz)
+                : remember(GL_CU_LK, real, (void *)w_launch_kernel);
   if (strcmp(symbol, "cuLaunchKernelEx") == 0)
-    return ptds ? remember(S_LKEX_PTSZ, real, (void *)w_launch_kernel_ex_ptsz)
-                : remember(S_LKEX, real, (void *)w_launch_kernel_ex);
+    return ptds ? remember(GL_CU_LKEX_PTSZ, real, (void *)w_launch_kernel_ex_ptsz)
+                : remember(GL_CU_LKEX, real, (void *)w_launch_kernel_ex);
   if (strcmp(symbol, "cuGraphLaunch") == 0)
-    return ptds ? remember(S_GL_PTSZ, real, (void *)w_graph_launch_ptsz)
-                : remember(S_GL, real, (void *)w_graph_launch);
+    return ptds ? remember(GL_CU_GL_PTSZ, real, (void *)w_graph_launch_ptsz)
+                : remember(GL_CU_GL, real, (void *)w_graph_launch);
   if (strcmp(symbol, "cuGetProcAddress") == 0)
-    return version >= 12000 ? remember(S_GPA2, real, (void *)w_gpa_v2)
-                            : remember(S_GPA1, real, (void *)w_gpa_v1);
+    return version >= 12000 ? remember(GL_CU_GPA2, real, (void *)w_gpa_v2)
+                            : remember(GL_CU_GPA1, real, (void *)w_gpa_v1);
   void *w = wrap_vmm(symbol, real);
   return w ? w : real;
 }
 
 static void bind_helpers(dlsym_fn d, void *handle) {
   static const struct {
-    enum slot s;
+    enum gl_cu_slot s;
     const char *name;
-  } helpers[] = {{S_EV_CREATE, "cuEventCreate"},     {S_EV_RECORD, "cuEventRecord"},
-                 {S_EV_QUERY, "cuEventQuery"},       {S_CTX_GET, "cuCtxGetCurrent"},
-                 {S_CTX_PUSH, "cuCtxPushCurrent_v2"}, {S_CTX_POP, "cuCtxPopCurrent_v2"},
+  } helpers[] = {{GL_CU_EV_CREATE, "cuEventCreate"},     {GL_CU_EV_RECORD, "cuEventRecord"},
+                 {GL_CU_EV_QUERY, "cuEventQuery"},       {GL_CU_CTX_GET, "cuCtxGetCurrent"},
+                 {GL_CU_CTX_PUSH, "cuCtxPushCurrent_v2"}, {GL_CU_CTX_POP, "cuCtxPopCurrent_v2"},
                  /* RECLAIM calls these itself, whether or not the application looked them up */
-                 {S_MEM_CREATE, "cuMemCreate"},      {S_MEM_MAP, "cuMemMap"},
-                 {S_MEM_UNMAP, "cuMemUnmap"},        {S_MEM_RELEASE, "cuMemRelease"},
-                 {S_MEM_SET_ACCESS, "cuMemSetAccess"}};
+                 {GL_CU_MEM_CREATE, "cuMemCreate"},      {GL_CU_MEM_MAP, "cuMemMap"},
+                 {GL_CU_MEM_UNMAP, "cuMemUnmap"},        {GL_CU_MEM_RELEASE, "cuMemRelease"},
+                 {GL_CU_MEM_SET_ACCESS, "cuMemSetAccess"},
+                 /* the KV-cache allocator's own calls (vmm.c) */
+                 {GL_CU_MEM_ADDR_RESERVE, "cuMemAddressReserve"},
+                 {GL_CU_MEM_ADDR_FREE, "cuMemAddressFree"},
+                 {GL_CU_MEM_GRANULARITY, "cuMemGetAllocationGranularity"},
+                 {GL_CU_DEVICE_GET, "cuDeviceGet"}};
   for (unsigned i = 0; i < sizeof helpers / sizeof helpers[0]; i++) {
     if (get_real(helpers[i].s))
       continue;
@@ -481,20 +217,47 @@ static void bind_helpers(dlsym_fn d, void *handle) {
   }
 }
 
+/* Bind the helper slots from the driver library itself (the KV-cache allocator may run
+ * before the application looked anything up through us): GLEANER_LIBCUDA, default
+ * libcuda.so.1, taken from the process if loaded, else loaded. Returns -1 if not found. */
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static int driver_found;
+static void bind_driver_once(void) {
+  const char *path = getenv("GLEANER_LIBCUDA");
+  if (!path || !*path)
+    path = "libcuda.so.1";
+  void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (!h)
+    h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  dlsym_fn d = resolve_real_dlsym();
+  if (!h || !d) {
+    gl_log(1, "cannot load the CUDA driver %s for the KV-cache allocator: %s", path,
+           h ? "no dlsym" : dlerror());
+    return;
+  }
+  bind_helpers(d, h);
+  driver_found = 1; /* the handle stays open for the life of the process */
+}
+
+int gl_cu_bind_driver(void) {
+  pthread_once(&driver_once, bind_driver_once);
+  return driver_found ? 0 : -1;
+}
+
 static void *wrap_dlsym(dlsym_fn d, void *handle, const char *symbol) {
   static const struct {
     const char *name;
-    enum slot s;
+    enum gl_cu_slot s;
     void *wrapper;
   } table[] = {
-      {"cuGetProcAddress", S_GPA1, (void *)w_gpa_v1},
-      {"cuGetProcAddress_v2", S_GPA2, (void *)w_gpa_v2},
-      {"cuLaunchKernel", S_LK, (void *)w_launch_kernel},
-      {"cuLaunchKernel_ptsz", S_LK_PTSZ, (void *)w_launch_kernel_ptsz},
-      {"cuLaunchKernelEx", S_LKEX, (void *)w_launch_kernel_ex},
-      {"cuLaunchKernelEx_ptsz", S_LKEX_PTSZ, (void *)w_launch_kernel_ex_ptsz},
-      {"cuGraphLaunch", S_GL, (void *)w_graph_launch},
-      {"cuGraphLaunch_ptsz", S_GL_PTSZ, (void *)w_graph_launch_ptsz},
+      {"cuGetProcAddress", GL_CU_GPA1, (void *)w_gpa_v1},
+      {"cuGetProcAddress_v2", GL_CU_GPA2, (void *)w_gpa_v2},
+      {"cuLaunchKernel", GL_CU_LK, (void *)w_launch_kernel},
+      {"cuLaunchKernel_ptsz", GL_CU_LK_PTSZ, (void *)w_launch_kernel_ptsz},
+      {"cuLaunchKernelEx", GL_CU_LKEX, (void *)w_launch_kernel_ex},
+      {"cuLaunchKernelEx_ptsz", GL_CU_LKEX_PTSZ, (void *)w_launch_kernel_ex_ptsz},
+      {"cuGraphLaunch", GL_CU_GL, (void *)w_graph_launch},
+      {"cuGraphLaunch_ptsz", GL_CU_GL_PTSZ, (void *)w_graph_launch_ptsz},
   };
   for (unsigned i = 0; i < sizeof table / sizeof table[0]; i++) {
     if (strcmp(symbol, table[i].name) != 0)
@@ -502,7 +265,7 @@ static void *wrap_dlsym(dlsym_fn d, void *handle, const char *symbol) {
     void *real = d(handle, symbol);
     if (!real)
       return NULL;
-    if (table[i].s == S_GPA1 || table[i].s == S_GPA2)
+    if (table[i].s == GL_CU_GPA1 || table[i].s == GL_CU_GPA2)
       bind_helpers(d, handle);
     return remember(table[i].s, real, table[i].wrapper);
   }
@@ -567,8 +330,8 @@ static tracked_stream *stream_slot(void *stream) {
 }
 
 static int record(tracked_stream *t) {
-  event_create_fn create = (event_create_fn)get_real(S_EV_CREATE);
-  event_record_fn rec = (event_record_fn)get_real(S_EV_RECORD);
+  event_create_fn create = (event_create_fn)get_real(GL_CU_EV_CREATE);
+  event_record_fn rec = (event_record_fn)get_real(GL_CU_EV_RECORD);
   if (!create || !rec)
     return -1;
   if (!t->event && create(&t->event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
@@ -594,7 +357,7 @@ void gl_online_launched(void *stream, int is_graph) {
   pthread_mutex_lock(&trk_mu);
   tracked_stream *t = stream_slot(stream);
   if (t) {
-    ctx_get_fn get = (ctx_get_fn)get_real(S_CTX_GET);
+    ctx_get_fn get = (ctx_get_fn)get_real(GL_CU_CTX_GET);
     if (!t->ctx && get)
       get(&t->ctx);
     t->last_launch_ns = now;
@@ -642,7 +405,7 @@ void gl_online_launched(void *stream, int is_graph) {
 static int stream_done(tracked_stream *t, uint64_t now) {
   if (!t->outstanding)
     return 1;
-  event_query_fn query = (event_query_fn)get_real(S_EV_QUERY);
+  event_query_fn query = (event_query_fn)get_real(GL_CU_EV_QUERY);
   if (!t->event || !query)
     return now - t->last_launch_ns >= idle_quiet_ns ? (t->outstanding = 0, 1) : 0;
   CUresult q = query(t->event);
@@ -652,8 +415,8 @@ static int stream_done(tracked_stream *t, uint64_t now) {
     return now - t->last_launch_ns >= idle_quiet_ns ? (t->outstanding = 0, 1) : 0;
   if (t->pending) {
     /* Launches after the last record: record now (this thread, the stream's context). */
-    ctx_push_fn push = (ctx_push_fn)get_real(S_CTX_PUSH);
-    ctx_pop_fn pop = (ctx_pop_fn)get_real(S_CTX_POP);
+    ctx_push_fn push = (ctx_push_fn)get_real(GL_CU_CTX_PUSH);
+    ctx_pop_fn pop = (ctx_pop_fn)get_real(GL_CU_CTX_POP);
     int pushed = t->ctx && push && pop && push(t->ctx) == CUDA_SUCCESS;
     if (record(t) == 0) {
       t->recorded_ns = now;

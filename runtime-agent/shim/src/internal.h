@@ -5,6 +5,7 @@
  * registry.c  RM objects (clients, devices, channel groups, channels, memory)
  * agent.c     agent connection, control thread, compute gate, fail-closed hold
  * cuda_hook.c dlsym / cuGetProcAddress interposition, launch hooks, busy tracking
+ * vmm.c       CUDA VMM page records, RECLAIM / RESTORE, the KV-cache allocator
  */
 #ifndef GLEANER_INTERNAL_H
 #define GLEANER_INTERNAL_H
@@ -87,10 +88,30 @@ GL_HIDDEN void gl_agent_after_fork(void);
 GL_HIDDEN int gl_agent_filter_app_schedule(rm_nvos54 *p);
 
 /* --- cuda_hook.c --- */
+/* The driver entry points the shim wraps or calls itself. */
+enum gl_cu_slot {
+  GL_CU_LK, GL_CU_LK_PTSZ, GL_CU_LKEX, GL_CU_LKEX_PTSZ, GL_CU_GL, GL_CU_GL_PTSZ, GL_CU_GPA1,
+  GL_CU_GPA2, GL_CU_EV_CREATE, GL_CU_EV_RECORD, GL_CU_EV_QUERY, GL_CU_CTX_GET, GL_CU_CTX_PUSH,
+  GL_CU_CTX_POP, GL_CU_MEM_CREATE, GL_CU_MEM_MAP, GL_CU_MEM_UNMAP, GL_CU_MEM_RELEASE,
+  GL_CU_MEM_SET_ACCESS, GL_CU_MEM_ADDR_RESERVE, GL_CU_MEM_ADDR_FREE, GL_CU_MEM_GRANULARITY,
+  GL_CU_DEVICE_GET, GL_CU_COUNT
+};
 GL_HIDDEN void *gl_next_sym(const char *name); /* the next definition after the shim */
 GL_HIDDEN void gl_online_launched(void *stream, int is_graph);
+GL_HIDDEN void *gl_cu_real(enum gl_cu_slot s); /* the driver's function, or NULL */
+/* Bind the helper slots from the driver library (GLEANER_LIBCUDA, default libcuda.so.1)
+ * once; 0 if it was found. */
+GL_HIDDEN int gl_cu_bind_driver(void);
+
+/* --- vmm.c --- */
+/* The wrapper for a VMM entry point (and its slot), or NULL if `symbol` is not one. */
+GL_HIDDEN void *gl_vmm_wrapper(const char *symbol, enum gl_cu_slot *slot);
 /* Offline RECLAIM: quarantine-remap and release the pages at `va` (recorded from cuMemMap);
  * returns 0 when all were released, else -1 with `err` (errno or CUresult). */
 GL_HIDDEN int gl_reclaim_pages(const uint64_t *va, uint32_t n, uint32_t *released, int32_t *err);
+/* Offline RESTORE: back quarantined pages with fresh allocations. Returns 0 when all were
+ * restored; -1 with `err` when one failed and every page is still mapped (the failed one
+ * quarantined); -2 when a page could not be re-mapped at all (the caller fails closed). */
+GL_HIDDEN int gl_restore_pages(const uint64_t *va, uint32_t n, uint32_t *restored, int32_t *err);
 
 #endif /* GLEANER_INTERNAL_H */
