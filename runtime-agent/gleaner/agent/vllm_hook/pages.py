@@ -195,12 +195,12 @@ def handle_entries(
     for va in table.pages:
         if va in gone:
             continue
-        spans = per_page.get(va)
-        if not spans:
+        held = per_page.get(va)
+        if not held:
             out.append(p.HandleSpan(handle=va, size=table.page_bytes, request_id=""))
             continue
         for rid in requests:
-            got = spans.get(rid)
+            got = held.get(rid)
             if got is None:
                 continue
             tokens = max(0, requests[rid].num_computed_tokens - got[0] * block_size)
