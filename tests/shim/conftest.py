@@ -1,15 +1,170 @@
-"""Fixtures for the shim tests: a built shim and a short Unix-socket path."""
+"""Fixtures for the shim tests: a built shim, a short Unix-socket path, and a Python process
+that drives the shim's exported KV-cache allocator through ctypes (:class:`KvProcess`)."""
 
 from __future__ import annotations
 
+import json
+import os
+import queue
 import shutil
+import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gleaner.testing.shim import build_shim
+
+# Runs in the child: `python -c DRIVER` with the shim LD_PRELOADed and the fake libcuda
+# named by GLEANER_LIBCUDA. One JSON command per stdin line, one JSON reply per line.
+DRIVER = r"""
+import ctypes, json, os, sys
+C = ctypes
+shim = C.CDLL(None)  # the framework hook's way: the preloaded shim's exported symbols
+fake = C.CDLL(os.environ["GLEANER_LIBCUDA"])
+shim.gleaner_kv_malloc.restype = C.c_void_p
+shim.gleaner_kv_malloc.argtypes = [C.c_ssize_t, C.c_int, C.c_void_p]
+shim.gleaner_kv_free.restype = None
+shim.gleaner_kv_free.argtypes = [C.c_void_p, C.c_ssize_t, C.c_int, C.c_void_p]
+shim.gleaner_kv_page_bytes.restype = C.c_size_t
+shim.gleaner_kv_generation.restype = C.c_uint64
+shim.gleaner_kv_pages.restype = C.c_size_t
+shim.gleaner_kv_pages.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t]
+fake.fake_cuda_mapping.restype = C.c_ulonglong
+fake.fake_cuda_mapping.argtypes = [C.c_ulonglong, C.POINTER(C.c_int)]
+fake.fake_cuda_set_device_bytes.argtypes = [C.c_size_t]
+fake.fake_cuda_fail_map.argtypes = [C.c_ulonglong, C.c_int]
+
+def pages(cap):
+    va, st = (C.c_uint64 * max(cap, 1))(), (C.c_uint8 * max(cap, 1))()
+    n = shim.gleaner_kv_pages(va, st, cap)
+    k = min(n, cap)
+    return {"total": n, "va": list(va[:k]), "state": list(st[:k])}
+
+def counts():
+    c = (C.c_long * 4)()
+    fake.fake_cuda_vmm_counts(C.byref(c, 0), C.byref(c, 8), C.byref(c, 16), C.byref(c, 24))
+    return {"allocs": c[0], "maps": c[1], "reserved": c[2], "used": c[3]}
+
+def mapping(va):
+    acc = C.c_int()
+    return {"handle": fake.fake_cuda_mapping(va, C.byref(acc)), "access": acc.value}
+
+for line in sys.stdin:
+    a = json.loads(line)
+    op = a["op"]
+    if op == "malloc":
+        out = {"ptr": shim.gleaner_kv_malloc(a["size"], a.get("device", 0), None) or 0}
+    elif op == "free":
+        shim.gleaner_kv_free(a["ptr"], a.get("size", 0), 0, None)
+        out = {}
+    elif op == "pages":
+        out = pages(a.get("cap", 4096))
+    elif op == "generation":
+        out = {"generation": shim.gleaner_kv_generation()}
+    elif op == "page_bytes":
+        out = {"page_bytes": shim.gleaner_kv_page_bytes()}
+    elif op == "counts":
+        out = counts()
+    elif op == "mapping":
+        out = mapping(a["va"])
+    elif op == "device_bytes":
+        fake.fake_cuda_set_device_bytes(a["bytes"])
+        out = {}
+    elif op == "fail_map":
+        fake.fake_cuda_fail_map(a["va"], a["n"])
+        out = {}
+    else:
+        out = {"error": "unknown op " + op}
+    print(json.dumps(out), flush=True)
+"""
+
+
+class KvProcess:
+    """A Python process with the shim preloaded over the fake libcuda, driven by commands."""
+
+    def __init__(
+        self, tmp: Path, *, role: str, socket_path: Path, extra_env: dict[str, str] | None = None
+    ) -> None:
+        build = build_shim()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LD_PRELOAD": str(build / "libgleaner_shim.so"),
+            "GLEANER_LIBCUDA": str(build / "libfake_cuda.so"),
+            "GLEANER_ROLE": role,
+            "GLEANER_SOCKET": str(socket_path),
+            "GLEANER_JOB": "team-a/job-1",
+            "NVIDIA_VISIBLE_DEVICES": "GPU-11111111-2222-3333-4444-555555555555",
+            "GLEANER_GPU_INDICES": "0",
+            "GLEANER_NVIDIACTL_PATH": str(tmp / "nvidiactl"),
+            "GLEANER_SHIM_RECONNECT_MS": "50",
+            **(extra_env or {}),
+        }
+        self.stderr_path = tmp / f"kv_stderr_{id(self)}.log"
+        self._stderr = self.stderr_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", DRIVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+
+    def call(self, op: str, timeout: float = 10.0, **args: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.proc.stdin.flush()
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no reply to {op}; stderr: {self.stderr()}") from None
+        out: dict[str, Any] = json.loads(line)
+        if "error" in out:
+            raise RuntimeError(out["error"])
+        return out
+
+    def malloc(self, size: int, device: int = 0) -> int:
+        return int(self.call("malloc", size=size, device=device)["ptr"])
+
+    def free(self, ptr: int) -> None:
+        self.call("free", ptr=ptr)
+
+    def pages(self) -> list[tuple[int, int]]:
+        r = self.call("pages")
+        return list(zip(r["va"], r["state"], strict=True))
+
+    def generation(self) -> int:
+        return int(self.call("generation")["generation"])
+
+    def counts(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.call("counts").items()}
+
+    def mapping(self, va: int) -> tuple[int, bool]:
+        r = self.call("mapping", va=va)
+        return int(r["handle"]), bool(r["access"])
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=5)
+        self._stderr.close()
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +182,18 @@ def sock_path(shim_build: Path) -> Iterator[Path]:
         yield d / "agent.sock"
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def kv_process(tmp_path: Path, sock_path: Path) -> Iterator[Callable[..., KvProcess]]:
+    """A factory: ``kv_process(role="offline", extra_env={...})``; closed after the test."""
+    made: list[KvProcess] = []
+
+    def make(role: str = "offline", extra_env: dict[str, str] | None = None) -> KvProcess:
+        kp = KvProcess(tmp_path, role=role, socket_path=sock_path, extra_env=extra_env)
+        made.append(kp)
+        return kp
+
+    yield make
+    for kp in made:
+        kp.close()

@@ -1,4 +1,4 @@
-"""RECLAIM in the offline shim, against the fake libcuda's VMM tables (no GPU).
+"""RECLAIM and RESTORE in the offline shim, against the fake libcuda's VMM tables (no GPU).
 
 rm_client maps 2 MiB pages through the shim's wrapped cuMemCreate/cuMemMap/cuMemSetAccess
 (found via cuGetProcAddress, as the CUDA runtime finds them); the agent stub sends RECLAIM
@@ -44,6 +44,11 @@ def _gate_off(agent: AgentStub, seq: int = 1) -> None:
     agent.send(p.Gate(gate_seq=seq, enable=False))
     ack = agent.wait_for(p.GateAck, lambda m: m.gate_seq == seq)
     assert not ack.enabled
+
+
+def _reclaim(agent: AgentStub, seq: int, pages: tuple[int, ...]) -> p.ReclaimAck:
+    agent.send(p.Reclaim(reclaim_seq=seq, gpu=0, handles=pages))
+    return agent.wait_for(p.ReclaimAck, lambda m: m.reclaim_seq == seq)
 
 
 @pytest.mark.parametrize("cmd", ["vmm-map", "vmm-map-rel"])
@@ -117,3 +122,43 @@ def test_reclaim_of_an_unknown_page_is_refused(
         agent.send(p.Reclaim(reclaim_seq=3, gpu=0, handles=(_va(7),)))
         ack = agent.wait_for(p.ReclaimAck, lambda m: m.reclaim_seq == 3)
         assert not ack.ok and ack.released == 0 and ack.err == 2  # ENOENT
+
+
+@pytest.mark.parametrize("cmd", ["vmm-map", "vmm-map-rel"])
+def test_restore_backs_a_reclaimed_page_with_a_fresh_allocation(
+    tmp_path: Path, agent: AgentStub, sock_path: Path, cmd: str
+) -> None:
+    with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+        sp.cmd("open")
+        agent.wait_for(p.Hello)
+        sp.cmd(f"{cmd} 3")
+        before, _ = _state(sp)
+        _gate_off(agent)
+        assert _reclaim(agent, 5, (_va(1),)).ok
+        reclaimed, live = _state(sp)
+        quarantine = reclaimed[_va(1)]
+        assert live == 3  # pages 0 and 2, and the quarantine page
+        agent.send(p.Restore(restore_seq=6, gpu=0, handles=(_va(1),)))
+        ack = agent.wait_for(p.RestoreAck, lambda m: m.restore_seq == 6)
+        assert ack.ok and ack.restored == 1 and ack.err == 0
+        after, live = _state(sp)
+        assert after[_va(1)] not in (quarantine, before[_va(1)])
+        assert after[_va(0)] == before[_va(0)] and after[_va(2)] == before[_va(2)]
+        assert live == 4  # the quarantine page stays for later reclaims
+        # Restored pages can be reclaimed again, into the same quarantine page.
+        assert _reclaim(agent, 7, (_va(1),)).ok
+        assert _state(sp)[0][_va(1)] == quarantine
+
+
+def test_restore_of_a_page_never_reclaimed_is_refused(
+    tmp_path: Path, agent: AgentStub, sock_path: Path
+) -> None:
+    with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+        sp.cmd("open")
+        agent.wait_for(p.Hello)
+        sp.cmd("vmm-map 1")
+        before, _ = _state(sp)
+        agent.send(p.Restore(restore_seq=2, gpu=0, handles=(_va(0),)))
+        ack = agent.wait_for(p.RestoreAck, lambda m: m.restore_seq == 2)
+        assert not ack.ok and ack.restored == 0 and ack.err == 2  # ENOENT
+        assert _state(sp)[0] == before

@@ -10,7 +10,8 @@
  * cuMemSetAccess) is modelled as tables: an allocation lives until it is released and no
  * longer mapped; cuMemMap refuses an address already mapped, cuMemUnmap one not mapped,
  * cuMemRelease an unknown or released handle (CUDA_ERROR_INVALID_VALUE = 1).
- * GLEANER_FAKE_UNMAP_FAIL=<va> makes cuMemUnmap of that address fail.
+ * GLEANER_FAKE_UNMAP_FAIL=<va> makes cuMemUnmap of that address fail; fake_cuda_fail_map(va, n)
+ * makes the next n cuMemMap calls at va fail.
  * GLEANER_FAKE_DEVICE_BYTES (or fake_cuda_set_device_bytes) bounds the bytes of live
  * allocations: cuMemCreate beyond it answers CUDA_ERROR_OUT_OF_MEMORY (2); an allocation's
  * bytes come back once it is released and unmapped. cuMemAddressReserve / cuMemAddressFree
@@ -195,10 +196,26 @@ API CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *pr
   pthread_mutex_unlock(&mu);
   return 0;
 }
+static unsigned long long map_fail_va;
+static int map_fail_left;
+
+/* Tests: the next `n` cuMemMap calls at `va` fail (CUDA_ERROR_INVALID_VALUE). */
+API void fake_cuda_fail_map(unsigned long long va, int n) {
+  pthread_mutex_lock(&mu);
+  map_fail_va = va;
+  map_fail_left = n;
+  pthread_mutex_unlock(&mu);
+}
+
 API CUresult cuMemMap(unsigned long long va, size_t size, size_t offset, unsigned long long h,
                       unsigned long long flags) {
   (void)offset, (void)flags;
   pthread_mutex_lock(&mu);
+  if (map_fail_left > 0 && va == map_fail_va) {
+    map_fail_left--;
+    pthread_mutex_unlock(&mu);
+    return 1;
+  }
   int a = alloc_idx(h);
   int bad = a < 0 || allocs[a].released || nmaps == VMM_MAX || size != allocs[a].size;
   for (int i = 0; i < nmaps && !bad; i++)
