@@ -106,7 +106,8 @@ def test_merge_unions_batches() -> None:
 
 def test_plugin_is_opt_in() -> None:
     assert not plugin.enabled({})
-    assert not plugin.enabled({"GLEANER_ROLE": "online"})
+    assert not plugin.enabled({"GLEANER_ROLE": "other"})
+    assert plugin.enabled({"GLEANER_ROLE": "online"})  # ONLINE_MEMORY reporting
     assert not plugin.enabled({"GLEANER_ROLE": "offline", "GLEANER_VLLM_HOOK": "0"})
     assert plugin.enabled({"GLEANER_ROLE": "offline"})
 

@@ -1,0 +1,160 @@
+"""Reporting to the agent without blocking the engine.
+
+Contracts:
+
+- :class:`Reporter` — the engine thread :meth:`Reporter.offer` s a value (cheap: stores it
+  and wakes a thread); a background thread turns the latest value into frames with
+  ``build`` and sends them through ``send``, at most once per ``min_interval_s``
+  (``GLEANER_KV_REPORT_MS``, default 200 ms), only when the encoded frames differ from the
+  last ones sent on this connection (a reconnect, seen as a new ``session()``, resends).
+  A failed send is retried on the next offer or tick. Building (the OFFLINE_HANDLES table
+  can be large) happens on that thread, never on the engine's.
+- :func:`handle_messages` — a :class:`memory.Snapshot` → OFFLINE_HANDLES frames (RESET
+  first) for GPU index 0 of the hook's HELLO.
+- :class:`OnlineMemoryPolicy` — whether an online engine reports ONLINE_MEMORY now: on the
+  first call, when used bytes moved by at least one page (2 MiB) since the last report, or
+  when ``period_s`` (1 s) passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from gleaner.agent import protocol as p
+from gleaner.agent.vllm_hook import pages as pg
+from gleaner.agent.vllm_hook.memory import Snapshot
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_REPORT_MS = 200
+PAGE_BYTES = 2 << 20
+
+
+def report_interval_s(env: Mapping[str, str] | None = None) -> float:
+    e = os.environ if env is None else env
+    try:
+        ms = int(e.get("GLEANER_KV_REPORT_MS", DEFAULT_REPORT_MS))
+    except ValueError:
+        ms = DEFAULT_REPORT_MS
+    return max(0, ms) / 1000.0
+
+
+def handle_messages(snap: Snapshot, gpu: int = 0) -> list[p.Message]:
+    entries = pg.handle_entries(snap.table, snap.requests, snap.block_size, snap.quarantined)
+    return list(pg.handle_frames(gpu, entries))
+
+
+class Reporter(Generic[T]):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        build: Callable[[T], list[p.Message]],
+        send: Callable[[list[p.Message]], bool],
+        session: Callable[[], int],
+        min_interval_s: float = DEFAULT_REPORT_MS / 1000.0,
+        tick_s: float = 1.0,
+    ) -> None:
+        self.build = build
+        self.send = send
+        self.session = session
+        self.min_interval_s = min_interval_s
+        self.tick_s = tick_s
+        self.sent_frames = 0
+        self.builds = 0
+        self._latest: T | None = None
+        self._version = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gleaner-kv-report", daemon=True)
+        self._thread.start()
+
+    def offer(self, value: T) -> None:
+        with self._lock:
+            self._latest = value
+            self._version += 1
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        last_bytes: bytes | None = None
+        last_session = -1
+        last_version = -1
+        last_at = -1e9
+        while not self._stop.is_set():
+            self._wake.wait(self.tick_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            wait = last_at + self.min_interval_s - time.monotonic()
+            if wait > 0 and self._stop.wait(wait):
+                return
+            with self._lock:
+                value, version = self._latest, self._version
+            session = self.session()
+            if value is None or (version == last_version and session == last_session):
+                continue
+            try:
+                msgs = self.build(value)
+            except Exception:  # a bad snapshot must not kill the reporter
+                log.exception("gleaner: building a report failed")
+                last_version = version
+                continue
+            self.builds += 1
+            wire = b"".join(m.encode(0) for m in msgs)
+            if wire == last_bytes and session == last_session:
+                last_version = version
+                continue
+            if self.send(msgs):
+                self.sent_frames += len(msgs)
+                last_bytes, last_session, last_version = wire, session, version
+                last_at = time.monotonic()
+
+
+@dataclass
+class OnlineMemoryPolicy:
+    """See the module docstring."""
+
+    step_bytes: int = PAGE_BYTES
+    period_s: float = 1.0
+    _last_used: int | None = None
+    _last_at: float = 0.0
+
+    def due(self, now: float, used: int) -> bool:
+        if (
+            self._last_used is None
+            or abs(used - self._last_used) >= self.step_bytes
+            or now - self._last_at >= self.period_s
+        ):
+            self._last_used = used
+            self._last_at = now
+            return True
+        return False
+
+
+def online_usage(sched: object) -> tuple[int, int] | None:
+    """(kv_used_bytes, kv_reserved_bytes) of a vLLM scheduler, or None if not readable:
+    used blocks (all but the free ones and the null block) × bytes per block; reserved =
+    the KV tensors' total size (``kv_cache_config.kv_cache_tensors[*].size``)."""
+    try:
+        pool = sched.kv_cache_manager.block_pool  # type: ignore[attr-defined]
+        cfg = sched.kv_cache_config  # type: ignore[attr-defined]
+        reserved = sum(int(t.size) for t in cfg.kv_cache_tensors)
+        total = int(pool.num_gpu_blocks)
+        used_blocks = max(0, total - 1 - int(pool.get_num_free_blocks()))
+    except (AttributeError, TypeError):
+        return None
+    per_block = reserved // total if total else 0
+    return used_blocks * per_block, reserved
