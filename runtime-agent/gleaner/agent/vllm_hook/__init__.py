@@ -5,5 +5,5 @@ An opt-in vLLM general plugin (entry point ``vllm.general_plugins`` → ``gleane
 connects to the agent as a FRAMEWORK peer, receives INVALIDATE_BLOCKS frames, and after
 every scheduler step merges those block IDs into vLLM's own recompute path
 (``Scheduler._handle_invalid_blocks``), so the affected requests recompute from their last
-valid block. See docs/shim.md for the pinned vLLM version and what was tested.
+valid block, and carries the KV memory path (memory.py). See docs/vllm-hook.md.
 """
