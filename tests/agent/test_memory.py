@@ -273,6 +273,10 @@ class _Recorder:
         self.log.append(("reclaim", plan.gpu, plan))
         return True
 
+    def restore(self, gpu: int, owner: str, handles: tuple[int, ...], t: float) -> bool:
+        self.log.append(("restore", gpu, handles))
+        return True
+
 
 def test_node_agent_turns_compute_off_before_it_hands_memory_over() -> None:
     from gleaner.agent.core import NodeAgent

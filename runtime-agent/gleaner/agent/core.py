@@ -9,6 +9,21 @@ decode gaps, online memory use, offline job placement, and :meth:`NodeAgent.tick
 :class:`Sink`: gate commands (``set_gate``) and reclamation plans (``reclaim``), accounting
 for each (preemptions, offline-enabled time, reclaimed bytes, invalidated blocks).
 
+Memory given back. Pages a reclamation took stay *quarantined* in the offline process that
+held them (the shim mapped them to its quarantine page), tracked here per GPU in reclamation
+order with the process that holds them (``owner``, named by the sink in
+:meth:`NodeAgent.reclaim_completed`). At each :class:`~gleaner.agent.policy.Release` of a GPU
+with quarantined pages the agent restores one page, the oldest, to its owner through
+``Sink.restore`` — only when free memory covers it, if free memory is known
+(``free_bytes``) — one restore at a time per GPU. An ok completion
+(:meth:`NodeAgent.restore_completed`) forgets the page (the framework hook reports it again,
+empty); a failure keeps it quarantined for a later Release, unless the owner said the page is
+not quarantined there (``forget``); :meth:`NodeAgent.drop_quarantine` forgets an owner that
+went away. Restores are counted per GPU in :attr:`NodeAgent.restores` (not part of the
+NodeTrace accounting). The harvestable memory is the reservation's complement either way:
+a restore moves memory from online's released headroom back to offline, which the
+reservation already counted as harvestable at the Release.
+
 A command leaves through the sink before its accounting is written (the reaction path is
 busy edge → gate → ``set_gate``). A shell with one timer per GPU uses
 :meth:`NodeAgent.tick_gate` / :meth:`NodeAgent.tick_memory` and
@@ -62,6 +77,13 @@ class Sink(Protocol):
         when it could not be).
         """
 
+    def restore(self, gpu: int, owner: str, handles: tuple[int, ...], t: float) -> bool:
+        """Back quarantined ``handles`` of ``owner`` on ``gpu`` with memory again.
+
+        True: done now. False: the sink finishes it later and calls
+        :meth:`NodeAgent.restore_completed` (ok or not; it may do so before returning).
+        """
+
 
 class NullSink:
     """A sink that does nothing (metrics-only runs, tests)."""
@@ -71,6 +93,35 @@ class NullSink:
 
     def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
         return True
+
+    def restore(self, gpu: int, owner: str, handles: tuple[int, ...], t: float) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedPage:
+    """A page reclaimed from an offline process and not yet given back to it."""
+
+    handle: int
+    """The page's handle (its virtual address in the offline process)."""
+    owner: str
+    """The process holding it, as the sink named it ("" when it named none)."""
+    nbytes: int
+    since: float
+    """When its reclamation completed."""
+
+
+@dataclass(slots=True)
+class RestoreTotals:
+    """Restores of one GPU since the agent started."""
+
+    events: int = 0
+    """Pages given back (RESTORE acknowledged ok)."""
+    restored_bytes: int = 0
+    failures: int = 0
+    """Restores that failed (the page stays quarantined unless its owner lost it)."""
+    deferred: int = 0
+    """Releases that restored nothing because free memory did not cover the page."""
 
 
 @dataclass(slots=True)
@@ -96,9 +147,11 @@ class NodeAgent:
     """GPU → the offline handle table (for reclamation); None: nothing reclaimable."""
     selector: Selector = select_handles_greedy
     memory_step_gib: float = 0.5
-    free_bytes: Callable[[int], int] | None = None
-    """GPU → bytes neither online nor offline holds now; a pressure event reclaims only what
-    that free memory cannot cover. None: unknown, taken as 0 (every growth reclaims)."""
+    free_bytes: Callable[[int], int | None] | None = None
+    """GPU → bytes neither online nor offline holds now (None: unknown for that GPU); a
+    pressure event reclaims only what that free memory cannot cover, a restore waits until
+    it covers the page. Unknown: taken as 0 for growth (every growth reclaims) and as enough
+    for restores (the owner's allocation fails harmlessly if it is not)."""
 
     gates: dict[int, ComputeGate] = field(init=False)
     memory: dict[int, MemoryReservation] = field(init=False)
@@ -107,6 +160,11 @@ class NodeAgent:
     offline_jobs: dict[int, str] = field(init=False, default_factory=dict)
     """GPU → ``namespace/name`` of the offline job placed on it."""
     gate_commands: int = field(init=False, default=0)
+    quarantine: dict[int, list[QuarantinedPage]] = field(init=False)
+    """GPU → its quarantined pages, oldest reclamation first."""
+    restores: dict[int, RestoreTotals] = field(init=False)
+    _restoring: dict[int, QuarantinedPage] = field(init=False, default_factory=dict)
+    """GPU → the page whose restore the sink is carrying out."""
     _busy_sources: dict[int, set[str]] = field(init=False)
     _changed: set[int] = field(init=False)
     _memory_changed: bool = field(init=False, default=True)
@@ -131,6 +189,8 @@ class NodeAgent:
         }
         self.accounting = Accounting(gpus, start=self.start, memory_step_gib=self.memory_step_gib)
         self._busy_sources = {g: set() for g in gpus}
+        self.quarantine = {g: [] for g in gpus}
+        self.restores = {g: RestoreTotals() for g in gpus}
         self._changed = set(gpus)
         for g in gpus:
             self._refresh_harvestable(self.start, g)
@@ -303,11 +363,16 @@ class NodeAgent:
 
     def _apply_memory(self, t: float, actions: list[MemoryAction]) -> None:
         for a in actions:
-            if not isinstance(a, Grow) or self.offline_handles is None:
+            if not isinstance(a, Grow):  # a Release: online gave a headroom handle back
+                if self.quarantine[a.gpu]:
+                    self._restore_oldest(t, a.gpu)
+                continue
+            if self.offline_handles is None:
                 continue
             table = self.offline_handles(a.gpu)
             hb = self.memory_config.handle_bytes
-            free = 0 if self.free_bytes is None else max(0, self.free_bytes(a.gpu))
+            known = None if self.free_bytes is None else self.free_bytes(a.gpu)
+            free = 0 if known is None else max(0, known)
             short = a.handles - free // hb  # handles free memory cannot cover
             k = min(short, len(table))
             if k <= 0:
@@ -325,9 +390,78 @@ class NodeAgent:
             if self.sink.reclaim(plan, t):
                 self.reclaim_completed(t, plan)
 
-    def reclaim_completed(self, t: float, plan: ReclaimPlan) -> None:
-        """A reclamation the sink finished: count its bytes and invalidated blocks."""
+    def reclaim_completed(
+        self, t: float, plan: ReclaimPlan, owners: Mapping[int, str] | None = None
+    ) -> None:
+        """A reclamation the sink finished: count its bytes and invalidated blocks, and keep
+        its pages quarantined (``owners``: page handle → the process holding it)."""
         self.accounting.add_reclamation(plan.gpu, plan.reclaimed_bytes, plan.blocks_invalidated)
+        pages = self.quarantine[self._gpu(plan.gpu)]
+        for h in plan.handles:
+            owner = "" if owners is None else owners.get(h, "")
+            pages.append(QuarantinedPage(h, owner, plan.handle_bytes, t))
+
+    # -- memory given back (restore) ------------------------------------------------------
+
+    def quarantined_bytes(self, gpu: int) -> int:
+        """Bytes reclaimed from offline on ``gpu`` and not given back yet."""
+        return sum(page.nbytes for page in self.quarantine[self._gpu(gpu)])
+
+    def restore_completed(
+        self, t: float, gpu: int, handles: Sequence[int], ok: bool, forget: bool = False
+    ) -> None:
+        """The sink finished a restore of ``handles`` on ``gpu``.
+
+        ok: the pages are backed again (forgotten here, counted). Not ok: they stay
+        quarantined for a later Release, unless ``forget`` (the owner holds no such
+        quarantined page: retrying could never succeed).
+        """
+        gpu = self._gpu(gpu)
+        wanted = set(handles)
+        pending = self._restoring.get(gpu)
+        if pending is not None and pending.handle in wanted:
+            del self._restoring[gpu]
+        totals = self.restores[gpu]
+        if not ok:
+            totals.failures += 1
+            if not forget:
+                return
+        kept: list[QuarantinedPage] = []
+        for page in self.quarantine[gpu]:
+            if page.handle not in wanted:
+                kept.append(page)
+            elif ok:
+                totals.events += 1
+                totals.restored_bytes += page.nbytes
+        self.quarantine[gpu] = kept
+
+    def drop_quarantine(self, owner: str, gpu: int | None = None) -> int:
+        """Forget the pages ``owner`` holds (on ``gpu``, or on every GPU): it went away, and
+        its quarantined pages with it. Returns how many were forgotten."""
+        dropped = 0
+        for g, pages in self.quarantine.items():
+            if gpu is not None and g != gpu:
+                continue
+            kept = [page for page in pages if page.owner != owner]
+            dropped += len(pages) - len(kept)
+            self.quarantine[g] = kept
+            pending = self._restoring.get(g)
+            if pending is not None and pending.owner == owner:
+                del self._restoring[g]  # its completion, if one comes, finds nothing
+        return dropped
+
+    def _restore_oldest(self, t: float, gpu: int) -> None:
+        """A Release on ``gpu``: give its oldest quarantined page back if memory allows."""
+        if gpu in self._restoring:
+            return  # one at a time; the next Release tries again
+        page = self.quarantine[gpu][0]
+        free = None if self.free_bytes is None else self.free_bytes(gpu)
+        if free is not None and free < page.nbytes:
+            self.restores[gpu].deferred += 1
+            return
+        self._restoring[gpu] = page
+        if self.sink.restore(gpu, page.owner, (page.handle,), t):
+            self.restore_completed(t, gpu, (page.handle,), ok=True)
 
     def _refresh_harvestable(self, t: float, gpu: int) -> None:
         m = self.memory_model[gpu]

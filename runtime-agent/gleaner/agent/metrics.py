@@ -6,7 +6,9 @@ the per-GPU policies of a :class:`~gleaner.agent.core.NodeAgent`. It holds no co
 own: the accounting is the single source, so a scrape can never disagree with a NodeTrace
 report. ``refresh`` is called first (the daemon brings the agent's time up to now there).
 Per-GPU families carry ``node`` and ``gpu`` labels; pair families ``node, gpu_a, gpu_b``;
-the per-job family ``node, namespace, job``.
+the per-job family ``node, namespace, job``. The restore families (memory given back to
+offline work, and what is still quarantined) come from the NodeAgent's own restore totals,
+which NodeTrace reports do not carry.
 
 One deviation forced by the exposition format: a gauge and a histogram cannot share the name
 ``gleaner_gpu_harvestable_memory_bytes`` (one ``# TYPE`` per name), so the gauge has that
@@ -71,6 +73,24 @@ class AgentCollector(Collector):
         reclaims = counter("gleaner_memory_reclaim_events", "Memory reclamations.")
         reclaimed = counter("gleaner_memory_reclaimed_bytes", "Bytes reclaimed from offline.")
         blocks = counter("gleaner_kv_blocks_invalidated", "Offline KV blocks invalidated.")
+        restores = counter(
+            "gleaner_memory_restore_events", "Reclaimed pages given back to offline work."
+        )
+        restored = counter(
+            "gleaner_memory_restored_bytes", "Bytes given back to offline work (RESTORE)."
+        )
+        restore_failed = counter(
+            "gleaner_memory_restore_failures", "Restores that failed (the page stays reclaimed)."
+        )
+        restore_deferred = counter(
+            "gleaner_memory_restore_deferred",
+            "Releases that restored nothing: free memory did not cover the page.",
+        )
+        quarantined = GaugeMetricFamily(
+            "gleaner_memory_quarantined_bytes",
+            "Bytes reclaimed from offline work and not given back yet.",
+            labels=gl,
+        )
         harvest = GaugeMetricFamily(
             "gleaner_gpu_harvestable_memory_bytes",
             "Memory offline work may use now.",
@@ -114,6 +134,12 @@ class AgentCollector(Collector):
             reclaims.add_metric(lv, t.reclamations)
             reclaimed.add_metric(lv, t.reclaimed_bytes)
             blocks.add_metric(lv, t.kv_blocks_invalidated)
+            rt = agent.restores[gpu]
+            restores.add_metric(lv, rt.events)
+            restored.add_metric(lv, rt.restored_bytes)
+            restore_failed.add_metric(lv, rt.failures)
+            restore_deferred.add_metric(lv, rt.deferred)
+            quarantined.add_metric(lv, agent.quarantined_bytes(gpu))
             harvest.add_metric(lv, agent.harvestable_bytes(gpu))
             cum = 0.0
             hb: list[tuple[str, float]] = []
@@ -161,6 +187,7 @@ class AgentCollector(Collector):
         yield from (enabled, busy, overlap, union, requests, preempt, reclaims, reclaimed)
         yield from (blocks, jobs, harvest, harvest_hist, req_hist, headroom, interval)
         yield from (gate_open, online_busy, cooldown)
+        yield from (restores, restored, restore_failed, restore_deferred, quarantined)
         if self._extra is not None:
             yield from self._extra()
 

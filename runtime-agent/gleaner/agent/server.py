@@ -50,6 +50,15 @@ carried out in DESIGN.md's order, asynchronously, one at a time per GPU:
 A failed ack (``ok=0``), a vanished owner or no ack within ``reclaim_timeout_s`` abandons the
 reclamation: nothing is reported invalidated and nothing counted (``reclaims_failed``).
 
+A completed reclamation names, per page, the offline process that released it (its busy-source
+name, ``conn-<id>``): the agent keeps the page quarantined under it. As the sink's
+``restore``, the server sends RESTORE for those pages to that process (no gate needed: the
+pages hold no live blocks) and reports the RESTORE_ACK through
+:meth:`NodeAgent.restore_completed`: ok → the page is back; ``ok=0`` → it stays quarantined,
+except with ``ENOENT`` (the process holds no such quarantined page: forgotten); no ack within
+``reclaim_timeout_s`` counts as a failure (a late ack is ignored). An offline process that
+disconnects takes its quarantined pages with it (:meth:`NodeAgent.drop_quarantine`).
+
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
 """
 
@@ -59,6 +68,7 @@ import array
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import itertools
 import logging
 import os
@@ -144,6 +154,17 @@ class PendingReclaim:
     timer: asyncio.TimerHandle | None = None
 
 
+@dataclass(slots=True)
+class PendingRestore:
+    """A RESTORE sent to one offline process, waiting for its RESTORE_ACK."""
+
+    gpu: int
+    conn_id: int
+    handles: tuple[int, ...]
+    restore_seq: int
+    timer: asyncio.TimerHandle | None = None
+
+
 class ShimServer:
     """See the module docstring."""
 
@@ -183,6 +204,11 @@ class ShimServer:
         self._reclaim_seq = itertools.count(1)
         self.reclaims_done = 0
         self.reclaims_failed = 0
+        self._restores: dict[int, PendingRestore] = {}
+        """restore_seq → a RESTORE waiting for its ack."""
+        self._restore_seq = itertools.count(1)
+        self.restores_done = 0
+        self.restores_failed = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -264,6 +290,57 @@ class ShimServer:
             self._start_reclaim(plan.gpu)
         return False
 
+    def restore(self, gpu: int, owner: str, handles: tuple[int, ...], t: float) -> bool:
+        """Send RESTORE to ``owner`` (module docstring); False: its ack finishes it."""
+        proc = next((q for q in self.processes.values() if q.offline and q.source == owner), None)
+        if proc is None:
+            self.restores_failed += 1
+            self.agent.restore_completed(self.clock(), gpu, handles, ok=False, forget=True)
+            return False
+        pending = PendingRestore(gpu, proc.conn_id, handles, next(self._restore_seq))
+        self._restores[pending.restore_seq] = pending
+        if self._loop is not None:
+            pending.timer = self._loop.call_later(
+                self.reclaim_timeout_s, self._restore_timed_out, pending.restore_seq
+            )
+        self._send(proc, p.Restore(pending.restore_seq, gpu, handles))
+        return False
+
+    def _restore_ack(self, proc: Process, msg: p.RestoreAck) -> None:
+        pending = self._restores.get(msg.restore_seq)
+        if pending is None or pending.conn_id != proc.conn_id:
+            return  # late (timed out) or not ours
+        self._end_restore(pending)
+        ok = msg.ok and msg.restored >= len(pending.handles)
+        if ok:
+            self.restores_done += 1
+        else:
+            self.restores_failed += 1
+            log.warning("RESTORE on GPU %s refused (err %s)", pending.gpu, msg.err)
+        self.agent.restore_completed(
+            self.clock(),
+            pending.gpu,
+            pending.handles,
+            ok=ok,
+            forget=not msg.ok and msg.err == errno.ENOENT,
+        )
+
+    def _restore_timed_out(self, restore_seq: int) -> None:
+        pending = self._restores.get(restore_seq)
+        if pending is None:
+            return
+        pending.timer = None
+        self._end_restore(pending)
+        self.restores_failed += 1
+        log.warning("RESTORE on GPU %s not acknowledged in time", pending.gpu)
+        self.agent.restore_completed(self.clock(), pending.gpu, pending.handles, ok=False)
+
+    def _end_restore(self, pending: PendingRestore) -> None:
+        self._restores.pop(pending.restore_seq, None)
+        if pending.timer is not None:
+            pending.timer.cancel()
+            pending.timer = None
+
     def offline_handle_map(self, gpu: int) -> HandleMap:
         """The offline page handles on ``gpu`` (report order), minus those being reclaimed."""
         busy = {h for r in self._reclaims.get(gpu, ()) for h in r.plan.handles}
@@ -335,7 +412,13 @@ class ShimServer:
                     for h in gone & table.keys():
                         del table[h]
             self.send_invalidations(plan)
-            self.agent.reclaim_completed(now, plan)
+            owners: dict[int, str] = {}
+            for conn_id, handles in pending.targets.items():
+                proc = self.processes.get(conn_id)
+                for h in handles:
+                    if proc is not None:
+                        owners.setdefault(h, proc.source)
+            self.agent.reclaim_completed(now, plan, owners)
         else:
             self.reclaims_failed += 1
             log.warning("reclamation on GPU %s abandoned: %s", gpu, error)
@@ -555,6 +638,10 @@ class ShimServer:
             self.agent.drop_source(self.clock(), proc.source)
         if proc.role == p.Role.OFFLINE:
             self._refresh_jobs()
+            self.agent.drop_quarantine(proc.source)  # its quarantined pages went with it
+            for pending_restore in list(self._restores.values()):
+                if pending_restore.conn_id == proc.conn_id:
+                    self._end_restore(pending_restore)
         for gpu in proc.kv_used:
             self._online_memory(gpu, self.clock())
         for gpu, queue in list(self._reclaims.items()):
@@ -592,6 +679,8 @@ class ShimServer:
                 self._gate_acked(proc)
         elif isinstance(msg, p.ReclaimAck):
             self._reclaim_ack(proc, msg)
+        elif isinstance(msg, p.RestoreAck):
+            self._restore_ack(proc, msg)
         elif isinstance(msg, p.OnlineMemory):
             for gpu in self._edge_gpus(proc, msg.gpu):
                 proc.kv_used[gpu] = msg.kv_used_bytes

@@ -17,8 +17,10 @@ comes from one of:
 
 Offline work is modeled per GPU that holds an offline job: it fills the harvestable memory
 with KV handles of its requests (4 handles per request, 16 blocks per handle), loses the
-handles a reclamation plan takes and recomputes those tokens (``recomputed_tokens``). The
-GPU inventory is synthetic (:func:`synthetic_inventory`), UUIDs derived from the node name.
+handles a reclamation plan takes and recomputes those tokens (``recomputed_tokens``); a
+restore gives a lost handle back (``restored_bytes``), and the pages of a job that leaves a GPU
+are dropped from the agent's quarantine. The GPU inventory is synthetic
+(:func:`synthetic_inventory`), UUIDs derived from the node name.
 """
 
 from __future__ import annotations
@@ -264,6 +266,7 @@ class OfflineModel:
     lost_handles: set[int] = field(default_factory=set)
     recomputed_tokens: int = 0
     reclaimed_bytes: int = 0
+    restored_bytes: int = 0
 
     def handle_table(self, n_handles: int) -> HandleMap:
         table: dict[int, list[KvSpan]] = {}
@@ -382,6 +385,7 @@ class SimulatedNode:
         for g in list(self.offline):
             if jobs_by_gpu.get(g) != self.offline[g].job:
                 del self.offline[g]
+                self.agent.drop_quarantine("", g)  # its quarantined pages left with it
         for g, job in jobs_by_gpu.items():
             if g in self.agent.gates and g not in self.offline:
                 self.offline[g] = OfflineModel(job)
@@ -399,6 +403,13 @@ class SimulatedNode:
         model.lost_handles.update(plan.handles)
         model.recomputed_tokens += plan.tokens_to_recompute
         model.reclaimed_bytes += plan.reclaimed_bytes
+        return True
+
+    def restore(self, gpu: int, owner: str, handles: tuple[int, ...], t: float) -> bool:
+        model = self.offline.get(gpu)
+        if model is not None:
+            model.lost_handles.difference_update(handles)
+            model.restored_bytes += len(handles) * self.agent.memory_config.handle_bytes
         return True
 
     def _offline_handles(self, gpu: int) -> HandleMap:
