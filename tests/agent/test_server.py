@@ -29,6 +29,7 @@ from gleaner.agent.policy import (
 from gleaner.agent.policy.reclaim import Selector
 from gleaner.agent.server import UNREPORTED, OfflineStatus, ShimServer, summarize_offline_status
 from gleaner.agent.simulated import synthetic_inventory
+from gleaner.testing.kube import wait_for
 
 M = TypeVar("M", bound=p.Message)
 NODE = "node-s"
@@ -44,6 +45,7 @@ class Harness:
         memory_config: MemoryConfig | None = None,
         selector: Selector = select_handles_greedy,
         reclaim_timeout_s: float = 5.0,
+        restore_timeout_s: float = 5.0,
     ) -> None:
         self.loop = asyncio.new_event_loop()
         self.agent = NodeAgent(
@@ -60,6 +62,7 @@ class Harness:
             clock=self.loop.time,
             on_event=self.rearm,
             reclaim_timeout_s=reclaim_timeout_s,
+            restore_timeout_s=restore_timeout_s,
         )
         self.agent.sink = self.server
         self.agent.offline_handles = self.server.offline_handle_map
@@ -540,6 +543,122 @@ def test_a_reclaim_never_acknowledged_times_out(tmp_path: Path) -> None:
         s.off.expect(p.Reclaim)
         assert s.off.expect(p.Gate).enable
         assert s.silent(s.hook) == [] and h.server.reclaims_failed == 1
+        s.close()
+    finally:
+        h.stop()
+
+
+# -- memory given back: RESTORE ---------------------------------------------------------------
+
+RESTORE_MEMORY = MemoryConfig(
+    initial_handles=4,
+    min_handles=4,  # no release before the pressure event
+    alpha=4.0,  # 4 → 16 handles: all 6 pages are reclaimed, and 12 Releases follow
+    initial_interval_s=0.2,
+    min_interval_s=0.2,
+    max_interval_s=0.2,
+)
+
+
+def _reclaimed(tmp_path: Path, restore_timeout: float = 5.0) -> tuple[Harness, _Reclaiming]:
+    """A harness whose GPU 0 had all 6 pages reclaimed, online now using none."""
+    h = Harness(tmp_path, memory_config=RESTORE_MEMORY, restore_timeout_s=restore_timeout)
+    h.start()
+    s = _Reclaiming(h)
+    gate = s.pressure()
+    s.off.send(p.GateAck(gate_seq=gate.gate_seq, enabled=False, ok=True))
+    rec = s.off.expect(p.Reclaim)
+    assert rec.handles == tuple(PAGE + i * MIB2 for i in (2, 3, 4, 5, 0, 1))  # cheapest first
+    assert s.silent(s.off, 0.5) == []  # nothing is restored before the RECLAIM_ACK
+    s.off.send(p.ReclaimAck(reclaim_seq=rec.reclaim_seq, gpu=0, released=6))
+    assert s.off.expect(p.Gate).enable
+    for _ in range(6):
+        s.hook.expect(p.InvalidateBlocks)
+    assert [q.handle for q in h.agent.quarantine[0]] == list(rec.handles)
+    s.on.send(p.OnlineMemory(gpu=0, kv_used_bytes=0, kv_reserved_bytes=64 * MIB2))
+    return h, s
+
+
+def _samples(h: Harness) -> dict[tuple[str, str | None], float]:
+    return {
+        (smp.name, smp.labels.get("gpu")): smp.value
+        for fam in text_string_to_metric_families(
+            generate_latest(build_registry(lambda: h.agent)).decode()
+        )
+        for smp in fam.samples
+    }
+
+
+def test_released_headroom_restores_the_oldest_page_to_the_process_that_holds_it(
+    tmp_path: Path,
+) -> None:
+    h, s = _reclaimed(tmp_path)
+    try:
+        first = s.off.expect(p.Restore)
+        assert first.gpu == 0 and first.handles == (PAGE + 2 * MIB2,)
+        # One restore at a time: nothing more while the first is unacknowledged.
+        assert [m for m in s.silent(s.off, 0.5) if isinstance(m, p.Restore)] == []
+        s.off.send(p.RestoreAck(restore_seq=first.restore_seq, gpu=0, restored=1))
+        second = s.off.expect(p.Restore)
+        assert second.handles == (PAGE + 3 * MIB2,) and second.restore_seq != first.restore_seq
+        s.off.send(
+            p.RestoreAck(restore_seq=second.restore_seq, gpu=0, restored=0, ok=False, err=12)
+        )
+        retry = s.off.expect(p.Restore)  # out of memory: the same page, at a later Release
+        assert retry.handles == second.handles
+        s.off.send(p.RestoreAck(restore_seq=retry.restore_seq, gpu=0, restored=1))
+        third = s.off.expect(p.Restore)
+        assert third.handles == (PAGE + 4 * MIB2,)
+        left = [PAGE + i * MIB2 for i in (4, 5, 0, 1)]
+        wait_for(lambda: [q.handle for q in h.agent.quarantine[0]] == left)
+        assert h.server.restores_done == 2 and h.server.restores_failed == 1
+        m = _samples(h)
+        assert m[("gleaner_memory_restore_events_total", "0")] == 2
+        assert m[("gleaner_memory_restored_bytes_total", "0")] == 2 * MIB2
+        assert m[("gleaner_memory_restore_failures_total", "0")] == 1
+        assert m[("gleaner_memory_quarantined_bytes", "0")] == 4 * MIB2
+        assert m[("gleaner_memory_reclaimed_bytes_total", "0")] == 6 * MIB2
+        assert s.silent(s.hook, 0.2) == []  # restores invalidate nothing
+        s.close()
+    finally:
+        h.stop()
+
+
+def test_enoent_forgets_the_page_and_a_silent_process_is_retried(tmp_path: Path) -> None:
+    h, s = _reclaimed(tmp_path, restore_timeout=0.3)
+    try:
+        first = s.off.expect(p.Restore)
+        s.off.send(p.RestoreAck(restore_seq=first.restore_seq, gpu=0, restored=0, ok=False, err=2))
+        second = s.off.expect(p.Restore)
+        assert second.handles == (PAGE + 3 * MIB2,)  # page 2 is not quarantined there: gone
+        # No ack: after the timeout the restore failed, the page is still quarantined.
+        again = s.off.expect(p.Restore)
+        assert again.handles == second.handles and again.restore_seq > second.restore_seq
+        s.off.send(p.RestoreAck(restore_seq=second.restore_seq, gpu=0, restored=1))  # too late
+        s.off.send(p.RestoreAck(restore_seq=again.restore_seq, gpu=0, restored=1))
+        wait_for(lambda: PAGE + 3 * MIB2 not in {q.handle for q in h.agent.quarantine[0]})
+        assert PAGE + 2 * MIB2 not in {q.handle for q in h.agent.quarantine[0]}
+        tot = h.agent.restores[0]
+        assert tot.events >= 1 and tot.failures == 2 and tot.restored_bytes == tot.events * MIB2
+        s.close()
+    finally:
+        h.stop()
+
+
+def test_an_offline_process_that_goes_away_takes_its_quarantined_pages(tmp_path: Path) -> None:
+    h, s = _reclaimed(tmp_path)
+    try:
+        s.off.expect(p.Restore)  # under way when the process goes
+        s.off.close()
+        wait_for(lambda: h.agent.quarantine[0] == [])
+        assert h.agent.restores[0].events == 0
+        m = _samples(h)
+        assert m[("gleaner_memory_quarantined_bytes", "0")] == 0
+        # A new offline process of the same job is not sent the old process's pages.
+        off2 = _offline(h)
+        off2.expect(p.HelloAck)
+        assert [m for m in s.silent(off2, 0.6) if isinstance(m, p.Restore)] == []
+        off2.close()
         s.close()
     finally:
         h.stop()

@@ -56,7 +56,7 @@ name, ``conn-<id>``): the agent keeps the page quarantined under it. As the sink
 pages hold no live blocks) and reports the RESTORE_ACK through
 :meth:`NodeAgent.restore_completed`: ok → the page is back; ``ok=0`` → it stays quarantined,
 except with ``ENOENT`` (the process holds no such quarantined page: forgotten); no ack within
-``reclaim_timeout_s`` counts as a failure (a late ack is ignored). An offline process that
+``restore_timeout_s`` counts as a failure (a late ack is ignored). An offline process that
 disconnects takes its quarantined pages with it (:meth:`NodeAgent.drop_quarantine`).
 
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
@@ -177,6 +177,7 @@ class ShimServer:
         on_event: Callable[[], None] | None = None,
         offline_poll_s: float = 0.02,
         reclaim_timeout_s: float = 5.0,
+        restore_timeout_s: float = 5.0,
     ) -> None:
         self.agent = agent
         self.path = Path(socket_dir) / SOCKET_NAME
@@ -204,6 +205,7 @@ class ShimServer:
         self._reclaim_seq = itertools.count(1)
         self.reclaims_done = 0
         self.reclaims_failed = 0
+        self.restore_timeout_s = restore_timeout_s
         self._restores: dict[int, PendingRestore] = {}
         """restore_seq → a RESTORE waiting for its ack."""
         self._restore_seq = itertools.count(1)
@@ -301,7 +303,7 @@ class ShimServer:
         self._restores[pending.restore_seq] = pending
         if self._loop is not None:
             pending.timer = self._loop.call_later(
-                self.reclaim_timeout_s, self._restore_timed_out, pending.restore_seq
+                self.restore_timeout_s, self._restore_timed_out, pending.restore_seq
             )
         self._send(proc, p.Restore(pending.restore_seq, gpu, handles))
         return False
