@@ -23,7 +23,6 @@ from gleaner.testing.shim import AgentStub
 MiB = 1 << 20
 PAGE = 2 * MiB
 CUDA_ERROR_INVALID_VALUE = 1
-CUDA_ERROR_OUT_OF_MEMORY = 2
 BACKED, QUARANTINED = 0, 1
 
 KvFactory = Callable[..., Any]  # conftest.KvProcess (not importable under importlib mode)
@@ -209,7 +208,8 @@ def test_restore_out_of_memory_leaves_the_page_quarantined(
     g = kp.generation()
     kp.call("device_bytes", bytes=kp.counts()["used"])  # the device is full
     ack = _restore(agent, 2, (ptr + PAGE,))
-    assert not ack.ok and ack.restored == 0 and ack.err == CUDA_ERROR_OUT_OF_MEMORY
+    # CUDA_ERROR_OUT_OF_MEMORY (2) would read as ENOENT (2, "forget the page"): ENOMEM.
+    assert not ack.ok and ack.restored == 0 and ack.err == errno.ENOMEM
     assert kp.pages()[1] == (ptr + PAGE, QUARANTINED) and kp.generation() == g
     assert kp.mapping(ptr + PAGE) == (quarantine, True)
     assert _gate(agent, 2, enable=True).ok  # not fail closed

@@ -36,6 +36,7 @@
 typedef int CUresult;
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
 #define CU_MEM_ALLOCATION_TYPE_PINNED 1
@@ -440,7 +441,9 @@ static int restore_one(const vmm_fns *f, vmm_map *m, int32_t *err) {
   int device = m->prop.location_id;
   CUresult cr = f->create(&h, m->size, &m->prop, 0);
   if (cr != CUDA_SUCCESS) {
-    *err = cr;
+    /* CUDA_ERROR_OUT_OF_MEMORY is 2, which is also ENOENT ("not quarantined: forget it" to
+     * the agent): answer the errno for out of memory instead, so the agent retries later. */
+    *err = cr == CUDA_ERROR_OUT_OF_MEMORY ? ENOMEM : cr;
     return 1;
   }
   cr = f->unmap(m->va, m->size);
