@@ -8,7 +8,10 @@ one event loop:
   end) and one for the memory release intervals; after each event only the timers of the
   policies it touched are looked at (``NodeAgent.take_changed``), and a timer is replaced only
   when its deadline moved earlier (one that fires early re-arms); the shim library is copied
-  to the host path offline Pods mount;
+  to the host path offline Pods mount; free memory per GPU comes from NVML
+  (:class:`~gleaner.agent.nvml.NvmlFreeMemory`, by the inventory's UUIDs, cached 100 ms) as
+  ``NodeAgent.free_bytes`` (a pressure event reclaims only what free memory cannot cover, a
+  restore waits until it covers the page); without NVML it stays unknown (logged once);
 - backend ``simulated``: a :class:`~gleaner.agent.simulated.SimulatedNode` (synthetic online
   load seeded by the node name, or ``--trace``) advanced to the monotonic clock every
   ``sim_step_s``; offline jobs come from the node's Pods (``gleaner.dev/role=offline``);
@@ -44,6 +47,7 @@ from typing import Any
 
 from gleaner.agent.core import NodeAgent
 from gleaner.agent.kube import PodWatcher, ReportError, load_api_client, write_nodetrace
+from gleaner.agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
 from gleaner.agent.policy import GateConfig, MemoryConfig
 from gleaner.agent.reporting import ReportWindow
 from gleaner.agent.server import ShimServer
@@ -103,6 +107,10 @@ class AgentOptions:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     shim_source: Path = SHIM_SOURCE
     shim_dest_dir: Path = SHIM_DEST_DIR
+    nvml: bool = True
+    """Read free GPU memory from NVML (nvidia backend)."""
+    nvml_ttl_s: float = DEFAULT_TTL_S
+    """How long one NVML free-memory reading is reused."""
 
 
 def agent_version() -> str:
@@ -151,6 +159,7 @@ class AgentDaemon:
         self.started = clock()
         self.sim: SimulatedNode | None = None
         self.server: ShimServer | None = None
+        self.nvml: NvmlFreeMemory | None = None
         o = options
         if o.backend == "simulated":
             inventory = synthetic_inventory(o.node, o.gpus or 4, o.gpu_memory_gib)
@@ -181,6 +190,10 @@ class AgentDaemon:
             self.server = ShimServer(self.agent, o.socket_dir, clock=clock, on_event=self._rearm)
             self.agent.sink = self.server
             self.agent.offline_handles = self.server.offline_handle_map
+            if o.nvml:
+                self.nvml = NvmlFreeMemory.open(inventory, ttl_s=o.nvml_ttl_s)
+            if self.nvml is not None:
+                self.agent.free_bytes = self.nvml.free_bytes
             source = TraceSource.AGENT
         else:
             raise AgentError(f"unknown backend {o.backend!r} (nvidia or simulated)")
@@ -323,6 +336,9 @@ class AgentDaemon:
                 self._watcher.stop()
             if self.server is not None:
                 self.server.close()
+            if self.nvml is not None:
+                self.nvml.close()
+                self.nvml = None
             for timer in [*self._gate_timers.values(), self._memory_timer]:
                 if timer is not None:
                     timer.cancel()
