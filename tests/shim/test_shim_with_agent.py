@@ -249,3 +249,114 @@ def test_reclamation_end_to_end_through_the_real_shim(sock_path: Path) -> None:
     finally:
         d.stop()
         runner.join(10)
+
+
+def _vmm_maps(sp: ShimProcess) -> dict[int, str]:
+    """Page VA → the fake libcuda allocation mapped there."""
+    state = sp.cmd("vmm-state")
+    return {int(va, 16): h for va, h in (pair.split(":") for pair in state["maps"].split(","))}
+
+
+def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> None:
+    """Pressure → RECLAIM (4 pages quarantined in the shim) → online gives its headroom back →
+    one RESTORE per Release, oldest page first → fresh allocations mapped in the fake libcuda
+    → RESTORE_ACK → /metrics; the hook reports the pages again (empty) and the next pressure
+    event takes those, costing no recomputation."""
+    options = AgentOptions(
+        backend="nvidia",
+        node=NODE,
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+        socket_dir=sock_path.parent,
+        gpus=4,
+        kube=False,
+        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
+        # No release before the first pressure event (min = initial); then one every 0.3 s.
+        memory=MemoryConfig(
+            initial_handles=4,
+            min_handles=4,
+            initial_interval_s=0.3,
+            min_interval_s=0.3,
+            max_interval_s=0.3,
+        ),
+        shim_source=sock_path.parent / "absent.so",
+        nvml=False,  # free memory unknown: every growth reclaims, every Release restores
+    )
+    d = AgentDaemon(options)
+    runner = threading.Thread(target=lambda: asyncio.run(d.run()), daemon=True)
+    runner.start()
+    tmp = sock_path.parent / "round"
+    tmp.mkdir()
+    labels = (("gpu", str(GPU)), ("node", NODE))
+    pages = [BASE + i * PAGE for i in range(6)]
+    try:
+        assert wait_until(lambda: sock_path.exists() and d.metrics_port is not None, timeout=20)
+        server = d.server
+        assert server is not None
+        with ShimProcess(tmp, role="offline", socket_path=sock_path) as sp:
+            h = _setup(sp)
+            assert wait_until(lambda: _registered(d, h["chan"]))
+            assert sp.cmd("vmm-map-rel 6")["rc"] == "0"
+            original = _vmm_maps(sp)
+            hook = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            hook.settimeout(5)
+            hook.connect(str(sock_path))
+            p.send_message(
+                hook,
+                p.Hello(
+                    pid=sp.proc.pid, role=p.Role.FRAMEWORK, job="team-a/job-1", gpu_indices=(GPU,)
+                ),
+            )
+            entries = tuple(
+                p.HandleSpan(va, PAGE, f"req-{i}", tokens=t, block_ids=(i,))
+                for i, (va, t) in enumerate(zip(pages, TOKENS, strict=True))
+            )
+            p.send_message(hook, p.OfflineHandles(gpu=0, entries=entries))
+            assert wait_until(lambda: len(server.offline_handle_map(GPU)) == 6)
+            assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
+            on = _online(sock_path)
+            # 7 of 4 handles: H → 8, 4 reclaimed; at 7 of 8 no Release is due yet.
+            p.send_message(on, p.OnlineMemory(gpu=p.GPU_ALL, kv_used_bytes=7 * PAGE))
+            taken = [pages[i] for i in (2, 3, 4, 5)]  # Algorithm 1's choice
+            assert wait_until(lambda: server.reclaims_done == 1, timeout=10)
+            maps = _vmm_maps(sp)
+            quarantine = maps[taken[0]]
+            assert {maps[va] for va in taken} == {quarantine}
+            assert [q.handle for q in d.agent.quarantine[GPU]] == taken
+            # Online's KV use falls: the headroom is released a handle at a time, and each
+            # Release gives the oldest quarantined page back to the shim that holds it.
+            p.send_message(on, p.OnlineMemory(gpu=p.GPU_ALL, kv_used_bytes=0))
+            assert wait_until(lambda: server.restores_done == 4, timeout=15), (
+                f"restores: {server.restores_done} ok, {server.restores_failed} failed"
+            )
+            assert server.restores_failed == 0 and d.agent.quarantine[GPU] == []
+            maps = _vmm_maps(sp)
+            backed = [maps[va] for va in taken]
+            assert quarantine not in backed and len(set(backed)) == 4  # fresh allocations
+            assert not set(backed) & {original[va] for va in taken}  # the old ones were freed
+            assert all(maps[pages[i]] == original[pages[i]] for i in (0, 1))  # untouched
+            m = _metrics(d)
+            assert m[("gleaner_memory_restore_events_total", labels)] == 4
+            assert m[("gleaner_memory_restored_bytes_total", labels)] == 4 * PAGE
+            assert m[("gleaner_memory_quarantined_bytes", labels)] == 0
+            assert m[("gleaner_memory_reclaimed_bytes_total", labels)] == 4 * PAGE
+            # The hook reports the restored pages again, empty; the next pressure event takes
+            # them first (they cost no recomputation) and the shim quarantines them again.
+            empty = tuple(p.HandleSpan(va, PAGE) for va in taken)
+            p.send_message(hook, p.OfflineHandles(gpu=0, entries=entries[:2] + empty))
+            assert wait_until(lambda: len(server.offline_handle_map(GPU)) == 6)
+            assert wait_until(lambda: d.agent.memory[GPU].headroom == 4)
+            p.send_message(on, p.OnlineMemory(gpu=p.GPU_ALL, kv_used_bytes=7 * PAGE))
+            assert wait_until(lambda: server.reclaims_done == 2, timeout=10)
+            maps = _vmm_maps(sp)
+            assert {maps[va] for va in taken} == {quarantine}
+            assert [q.handle for q in d.agent.quarantine[GPU]] == taken
+            m = _metrics(d)
+            assert m[("gleaner_kv_blocks_invalidated_total", labels)] == 4  # none the 2nd time
+            assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
+            assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
+            hook.close()
+            on.close()
+    finally:
+        d.stop()
+        runner.join(10)
