@@ -11,6 +11,10 @@ reserved ranges, bytes in use) show what the shim left behind.
 from __future__ import annotations
 
 import errno
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,7 @@ from typing import Any
 import pytest
 
 from gleaner.agent import protocol as p
-from gleaner.testing.shim import AgentStub
+from gleaner.testing.shim import AgentStub, build_shim
 
 MiB = 1 << 20
 PAGE = 2 * MiB
@@ -260,3 +264,99 @@ def test_reclaim_with_the_gate_open_is_refused_for_kv_pages(
     ack = _reclaim(agent, 1, (ptr,))
     assert not ack.ok and ack.released == 0 and ack.err == errno.EBUSY
     assert kp.pages()[0] == (ptr, BACKED) and kp.generation() == g
+
+
+# --- page epochs (gleaner_kv_page_epochs), read in the process through ctypes --------
+
+EPOCH_DRIVER = r"""
+import ctypes as C, json, sys
+from gleaner.agent.vllm_hook import shimapi
+shim = C.CDLL(None)
+shim.gleaner_kv_malloc.restype = C.c_void_p
+shim.gleaner_kv_malloc.argtypes = [C.c_ssize_t, C.c_int, C.c_void_p]
+shim.gleaner_kv_page_epochs.restype = C.c_size_t
+shim.gleaner_kv_page_epochs.argtypes = [C.c_void_p, C.c_size_t]
+kv = shimapi.load()
+for line in sys.stdin:
+    a = json.loads(line)
+    if a["op"] == "malloc":
+        out = {"ptr": shim.gleaner_kv_malloc(a["size"], 0, None) or 0}
+    else:  # the C function with a capped buffer, and the hook's binding
+        buf = (C.c_uint32 * 8)(*([0xFFFFFFFF] * 8))
+        total = shim.gleaner_kv_page_epochs(buf, a.get("cap", 8))
+        out = {"total": total, "buf": list(buf), "binding": kv.epochs(), "pages": kv.pages(),
+               "gen": kv.generation()}
+    print(json.dumps(out), flush=True)
+"""
+
+
+class EpochProcess:
+    """A Python process with the shim preloaded (fake libcuda), reading page epochs."""
+
+    def __init__(self, tmp: Path, sock: Path) -> None:
+        build = build_shim()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": os.pathsep.join(sys.path),
+            "LD_PRELOAD": str(build / "libgleaner_shim.so"),
+            "GLEANER_LIBCUDA": str(build / "libfake_cuda.so"),
+            "GLEANER_ROLE": "offline",
+            "GLEANER_SOCKET": str(sock),
+            "NVIDIA_VISIBLE_DEVICES": "GPU-11111111-2222-3333-4444-555555555555",
+            "GLEANER_GPU_INDICES": "0",
+            "GLEANER_NVIDIACTL_PATH": str(tmp / "nvidiactl"),
+            "GLEANER_SHIM_RECONNECT_MS": "50",
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", EPOCH_DRIVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+
+    def call(self, **args: int | str) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(args) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()  # the child answers every line (or dies: "")
+        assert line, "the child process died"
+        out: dict[str, Any] = json.loads(line)
+        return out
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def test_page_epochs_count_reclaims_so_a_reclaim_restore_pair_shows(
+    tmp_path: Path, sock_path: Path, agent: AgentStub
+) -> None:
+    ep = EpochProcess(tmp_path, sock_path)
+    try:
+        ptr = int(ep.call(op="malloc", size=3 * PAGE)["ptr"])
+        assert ptr
+        agent.wait_for(p.Hello)
+        first = ep.call(op="epochs")
+        assert first["total"] == 3 and first["buf"][:3] == [0, 0, 0]
+        assert first["buf"][3:] == [0xFFFFFFFF] * 5  # only `total` entries written
+        assert first["binding"] == [0, 0, 0]
+        _gate(agent, 1, enable=False)
+        # Page 1 reclaimed and restored, page 2 reclaimed twice around a restore.
+        assert _reclaim(agent, 1, (ptr + PAGE, ptr + 2 * PAGE)).ok
+        assert _restore(agent, 2, (ptr + PAGE, ptr + 2 * PAGE)).ok
+        assert _reclaim(agent, 3, (ptr + 2 * PAGE,)).ok
+        assert _restore(agent, 4, (ptr + PAGE,)).err == errno.ENOENT  # not quarantined: no bump
+        got = ep.call(op="epochs")
+        assert got["buf"][:3] == [0, 1, 2] and got["binding"] == [0, 1, 2]
+        # Page 1's state is as before: only its epoch tells its content is gone.
+        assert got["pages"] == [[ptr, BACKED], [ptr + PAGE, BACKED], [ptr + 2 * PAGE, QUARANTINED]]
+        assert got["gen"] > first["gen"]
+        capped = ep.call(op="epochs", cap=1)
+        assert capped["total"] == 3 and capped["buf"][:2] == [0, 0xFFFFFFFF]
+        ptr2 = int(ep.call(op="malloc", size=PAGE)["ptr"])  # a new allocation starts at 0
+        order = sorted([(ptr, 0), (ptr + PAGE, 1), (ptr + 2 * PAGE, 2), (ptr2, 0)])
+        assert ep.call(op="epochs")["binding"] == [e for _, e in order]
+    finally:
+        ep.close()

@@ -4,6 +4,8 @@ reclaimed pages, so a wrong recompute shows as a different sampled token."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gleaner.agent.vllm_hook import memory
 from gleaner.agent.vllm_hook.pages import KvLayout
 from gleaner.testing import vllm_fake as v
@@ -15,8 +17,13 @@ NBLOCKS = 64
 PAGE = 4 * BPB  # 4 blocks per page
 
 
-def _engine(hooked: bool) -> tuple[v.EngineScheduler, v.FakeRunner, v.FakeKvPages, list[object]]:
-    shim = v.FakeKvPages(BASE, NBLOCKS * BPB, PAGE)
+Drain = Callable[[], dict[str, set[int]]]
+
+
+def _engine(
+    hooked: bool, with_epochs: bool = True, drain: Drain = dict
+) -> tuple[v.EngineScheduler, v.FakeRunner, v.FakeKvPages, list[object]]:
+    shim = v.FakeKvPages(BASE, NBLOCKS * BPB, PAGE, with_epochs=with_epochs)
     hooks: list[object] = []
 
     class Sched(v.EngineScheduler):
@@ -29,7 +36,7 @@ def _engine(hooked: bool) -> tuple[v.EngineScheduler, v.FakeRunner, v.FakeKvPage
             h = memory.MemoryHook(shim, [layout], publish=hooks.append)
             return h
 
-        assert memory.install(Sched, dict, make)
+        assert memory.install(Sched, lambda: drain(), make)
     s = Sched(num_blocks=NBLOCKS, block_size=BS, bytes_per_block=BPB)
     r = v.FakeRunner(BS, lost=lambda b: shim.quarantined(BASE + b * BPB, BASE + (b + 1) * BPB))
     shim.on_restore = lambda vas: r.forget(
@@ -40,8 +47,27 @@ def _engine(hooked: bool) -> tuple[v.EngineScheduler, v.FakeRunner, v.FakeKvPage
     return s, r, shim, hooks
 
 
-def _run(hooked: bool, events: dict[int, object]) -> tuple[dict[str, list[int]], v.EngineScheduler]:
-    s, r, shim, _ = _engine(hooked)
+def _run(
+    hooked: bool,
+    events: dict[int, object],
+    with_epochs: bool = True,
+    invalidate_at: int | None = None,
+) -> tuple[dict[str, list[int]], v.EngineScheduler]:
+    box: list[object] = []
+
+    def drain() -> dict[str, set[int]]:
+        # The agent's RECLAIM lands after the step boundary read the shim, and its
+        # INVALIDATE_BLOCKS for the page's blocks arrive before the hook drains them.
+        s_ = box[0]
+        assert isinstance(s_, v.EngineScheduler)
+        if s_.steps != invalidate_at:
+            return {}
+        shim.reclaim([BASE + 5 * PAGE])
+        blocks = set(range(5 * PAGE // BPB, 6 * PAGE // BPB))
+        return {q.request_id: blocks for q in s_.running}
+
+    s, r, shim, _ = _engine(hooked, with_epochs, drain)
+    box.append(s)
     for step in range(200):
         ev = events.get(step)
         if ev == "reclaim":
@@ -104,3 +130,28 @@ def test_a_page_reclaimed_and_restored_between_steps_is_caught() -> None:
     assert _run(False, {5: "flap"})[0] != ref  # restored memory is fresh: content gone
     got, s = _run(True, {5: "flap"})
     assert got == ref and s.preempted > 0
+
+
+def _memory(s: v.EngineScheduler) -> memory.MemoryHook:
+    mem = s.__dict__["_gleaner_memory"]
+    assert isinstance(mem, memory.MemoryHook)
+    return mem
+
+
+def test_page_epochs_limit_a_flap_to_the_requests_holding_that_page() -> None:
+    ref, _ = _run(False, {})
+    got, s = _run(True, {5: "flap"})
+    blind, s_blind = _run(True, {5: "flap"}, with_epochs=False)  # a shim without epochs
+    assert got == ref and blind == ref
+    assert _memory(s).resets == 0 and _memory(s_blind).resets == 1
+    # Page 3 holds blocks 12..15 only: with epochs only their holders recompute; without,
+    # every running request does.
+    assert 0 < s.preempted < s_blind.preempted
+
+
+def test_invalidations_never_truncate_into_a_quarantined_page() -> None:
+    ref, _ = _run(False, {})
+    for step in (2, 4, 6):
+        got, s = _run(True, {}, invalidate_at=step)  # _run asserts no quarantined block is held
+        assert got == ref
+        assert _memory(s).rechecks == 1 and s.preempted > 0

@@ -577,11 +577,14 @@ def reference_token(tokens: list[int]) -> int:
 class FakeKvPages:
     """The shim's page API over one KV allocation (``shimapi.KvPages``): every page backed
     at first; :meth:`reclaim` / :meth:`restore` change states and bump the generation once
-    per call, as the shim does per RECLAIM / RESTORE."""
+    per call, as the shim does per RECLAIM / RESTORE; a reclaim bumps each page's epoch.
+    ``with_epochs=False`` models a shim without ``gleaner_kv_page_epochs``."""
 
-    def __init__(self, base: int, nbytes: int, page: int) -> None:
+    def __init__(self, base: int, nbytes: int, page: int, with_epochs: bool = True) -> None:
         self.base, self.page = base, page
         self.state = {base + i * page: 0 for i in range(-(-nbytes // page))}
+        self.epoch = dict.fromkeys(self.state, 0)
+        self.with_epochs = with_epochs
         self.gen = 1
         self.on_restore: Callable[[list[int]], None] = lambda vas: None
 
@@ -594,9 +597,13 @@ class FakeKvPages:
     def pages(self) -> list[tuple[int, int]]:
         return sorted(self.state.items())
 
+    def epochs(self) -> list[int] | None:
+        return [self.epoch[va] for va in sorted(self.state)] if self.with_epochs else None
+
     def reclaim(self, vas: Iterable[int]) -> None:
         for va in vas:
             self.state[va] = 1
+            self.epoch[va] += 1
         self.gen += 1
 
     def restore(self, vas: Iterable[int]) -> None:

@@ -35,6 +35,11 @@ uint64_t gleaner_kv_generation(void);
 /* The pages of live allocations in address order: va[i], state[i] (GLEANER_KV_PAGE_*).
  * Fills at most `cap` entries (either array may be NULL); returns the total count. */
 size_t gleaner_kv_pages(uint64_t *va, uint8_t *state, size_t cap);
+/* Per page, in gleaner_kv_pages' order: how many times it was reclaimed (its epoch; 0 for a
+ * page never reclaimed). A page reclaimed and restored between two reads shows a moved epoch
+ * although its state is the same. Fills at most `cap` entries (`epoch` may be NULL);
+ * returns the total count. */
+size_t gleaner_kv_page_epochs(uint32_t *epoch, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -16,8 +16,9 @@
  *   mapped again) and stops; only a quarantine that cannot be put back answers -2.
  * - The KV-cache allocator (gleaner_kv_*, include/gleaner_shim.h): per allocation, a VA
  *   range and one allocation per page, each page recorded exactly like an application's
- *   whole-allocation mapping so that RECLAIM and RESTORE act on it unchanged. A page-state
- *   array per allocation and a generation counter let the framework hook see changes.
+ *   whole-allocation mapping so that RECLAIM and RESTORE act on it unchanged. Page-state and
+ *   page-epoch (reclaim count) arrays per allocation and a generation counter let the
+ *   framework hook see changes, including a page reclaimed and restored between two reads.
  * - Tables are bounded (VMM_MAX_RECORDS, KV_MAX_REGIONS) and guarded by vmm_mu; the launch
  *   hooks never touch them.
  */
@@ -158,7 +159,8 @@ static void drop_alloc_if_dead(cu_handle h) {
 typedef struct kv_region {
   unsigned long long base;
   size_t size, page, npages;
-  uint8_t *state; /* per page: GLEANER_KV_PAGE_* */
+  uint8_t *state;  /* per page: GLEANER_KV_PAGE_* */
+  uint32_t *epoch; /* per page: how many times it was reclaimed (gleaner_kv_page_epochs) */
 } kv_region;
 
 #define KV_MAX_REGIONS 4096
@@ -182,12 +184,15 @@ static kv_region *kv_find(unsigned long long va) {
   return va - r->base < r->size ? r : NULL;
 }
 
-/* Record a KV page's new state; 1 if `va` is a KV page. */
+/* Record a KV page's new state (a reclaim also bumps its epoch); 1 if `va` is a KV page. */
 static int kv_set_state(unsigned long long va, uint8_t state) {
   kv_region *r = kv_find(va);
   if (!r)
     return 0;
-  r->state[(va - r->base) / r->page] = state;
+  size_t p = (va - r->base) / r->page;
+  r->state[p] = state;
+  if (state == GLEANER_KV_PAGE_QUARANTINED)
+    r->epoch[p]++;
   return 1;
 }
 
@@ -574,6 +579,19 @@ GL_API size_t gleaner_kv_pages(uint64_t *va, uint8_t *state, size_t cap) {
   return total;
 }
 
+GL_API size_t gleaner_kv_page_epochs(uint32_t *epoch, size_t cap) {
+  size_t total = 0;
+  pthread_mutex_lock(&vmm_mu);
+  for (size_t i = 0; i < nkv; i++) {
+    const kv_region *r = &kv_regions[i];
+    for (size_t p = 0; p < r->npages; p++, total++)
+      if (epoch && total < cap)
+        epoch[total] = r->epoch[p];
+  }
+  pthread_mutex_unlock(&vmm_mu);
+  return total;
+}
+
 /* Undo a partial KV allocation: unmap and release what was made, free the addresses. */
 static void kv_undo(const kv_fns *f, unsigned long long base, size_t page, const cu_handle *h,
                     size_t created, size_t mapped, size_t total) {
@@ -614,13 +632,15 @@ GL_API void *gleaner_kv_malloc(ssize_t size, int device, void *stream) {
   atomic_store(&kv_page, page);
   size_t npages = ((size_t)size + page - 1) / page, total = npages * page;
   uint8_t *state = calloc(npages, 1);
+  uint32_t *epoch = calloc(npages, sizeof *epoch);
   cu_handle *h = calloc(npages, sizeof *h);
   unsigned long long base = 0;
-  cr = state && h ? f.reserve(&base, total, page, 0, 0) : CUDA_ERROR_INVALID_VALUE;
+  cr = state && epoch && h ? f.reserve(&base, total, page, 0, 0) : CUDA_ERROR_INVALID_VALUE;
   if (cr != CUDA_SUCCESS) {
     gl_log(1, "KV allocation of %zu bytes on device %d: no address range (CUresult %d)", total,
            device, cr);
     free(state);
+    free(epoch);
     free(h);
     return NULL;
   }
@@ -645,6 +665,7 @@ GL_API void *gleaner_kv_malloc(ssize_t size, int device, void *stream) {
               "(CUresult %d)", total, device, created, npages, cr);
     kv_undo(&f, base, page, h, created, mapped, total);
     free(state);
+    free(epoch);
     free(h);
     return NULL;
   }
@@ -655,6 +676,7 @@ GL_API void *gleaner_kv_malloc(ssize_t size, int device, void *stream) {
     gl_log(1, "KV allocation of %zu bytes: page tables full", total);
     kv_undo(&f, base, page, h, npages, npages, total);
     free(state);
+    free(epoch);
     free(h);
     return NULL;
   }
@@ -670,7 +692,7 @@ GL_API void *gleaner_kv_malloc(ssize_t size, int device, void *stream) {
   while (at > 0 && kv_regions[at - 1].base > base)
     at--;
   memmove(&kv_regions[at + 1], &kv_regions[at], (nkv - at) * sizeof kv_regions[0]);
-  kv_regions[at] = (kv_region){base, total, page, npages, state};
+  kv_regions[at] = (kv_region){base, total, page, npages, state, epoch};
   nkv++;
   atomic_fetch_add(&kv_gen, 1);
   pthread_mutex_unlock(&vmm_mu);
@@ -720,6 +742,7 @@ GL_API void gleaner_kv_free(void *ptr, ssize_t size, int device, void *stream) {
   atomic_fetch_add(&kv_gen, 1);
   pthread_mutex_unlock(&vmm_mu);
   free(gone.state);
+  free(gone.epoch);
   if (failed || cr != CUDA_SUCCESS)
     gl_log(1, "gleaner_kv_free of %p: %u unmap/release call(s) failed, address free CUresult %d",
            ptr, failed, cr);

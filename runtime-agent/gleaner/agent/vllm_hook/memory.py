@@ -12,11 +12,14 @@ Contract of :meth:`MemoryHook.before_update` / :meth:`MemoryHook.after_update`, 
 around every ``update_from_output`` (the step boundary, on the engine thread):
 
 1. read ``gleaner_kv_generation()``; unchanged → nothing but the snapshot;
-2. changed → read the pages; plan with :func:`pages.plan_step`. The shim bumps the
-   generation once per operation (a RECLAIM or RESTORE of many pages is one bump), so a
-   page reclaimed *and* restored between two checks is invisible in the states: when the
-   generation moved by more than the visible kinds of change explain, every page counts as
-   lost (all running requests recompute, every prefix-cache hash is dropped) — safe, rare;
+2. changed → read the page epochs (per page, how many times the shim reclaimed it) and
+   states; plan with :func:`pages.plan_step`. A page is *lost* when it is newly
+   quarantined or its epoch moved since the last check — so a page reclaimed *and*
+   restored between two checks (same state, fresh memory) is caught, and only its blocks
+   recompute. With a shim that has no epochs (older build) the generation rule applies: the
+   shim bumps the generation once per operation, so when it moved by more than the visible
+   kinds of change explain, every page counts as lost (all running requests recompute,
+   every prefix-cache hash is dropped) — safe, rare;
 3. before vLLM's update: the sampled tokens of this step are dropped for every request
    that read a lost block (the step straddled the change);
 4. after it: hashes of lost blocks evicted; blocks in quarantined pages retired (``touch``:
@@ -28,7 +31,13 @@ around every ``update_from_output`` (the step boundary, on the engine thread):
 
 Truncating a request in place (the INVALIDATE_BLOCKS rule) is not enough here: the request
 would keep the lost block ids in its table and recompute *into the quarantine page*.
-Preemption is vLLM's own way to give a request a fresh block table.
+Preemption is vLLM's own way to give a request a fresh block table. So with the memory
+path on, INVALIDATE_BLOCKS frames are never applied by truncation: the shim's page states
+are the authority (the agent sends them only after the shim acknowledged the RECLAIM, so
+the pages already read quarantined); their arrival only triggers :meth:`MemoryHook.recheck`
+right after the update (preempt now rather than at the next step). Truncation
+(:func:`hook.apply_invalidations`) runs only for an engine without the memory path, which
+reports no handles, so none of its KV pages can be quarantined.
 """
 
 from __future__ import annotations
@@ -88,9 +97,24 @@ class MemoryHook:
         self.quarantined: frozenset[int] = frozenset()
         self.retired: set[int] = set()
         self.plan = pg.StepPlan()
+        self.epochs: dict[int, int] = {}
+        """Page VA → its reclaim count at the last check (empty without shim epochs)."""
         self.resets = 0
         self.recomputed = 0
+        self.rechecks = 0
         self._lock = threading.Lock()
+
+    def _read_pages(self) -> tuple[list[int] | None, list[tuple[int, int]]]:
+        """(epochs or None, page states), consistent in length. Epochs are read first: a
+        reclaim between the two reads then shows in the states (retired at once) and again
+        as a moved epoch at the next check (a second, harmless recompute); the other order
+        would leave a quarantined page unretired for a step."""
+        for _ in range(3):
+            epochs = self.shim.epochs()
+            states = self.shim.pages()
+            if epochs is None or len(epochs) == len(states):
+                return epochs, states
+        return None, states  # pages keep appearing: fall back to the generation rule
 
     # -- the step boundary ---------------------------------------------------------------
 
@@ -99,7 +123,7 @@ class MemoryHook:
         if gen == self.generation and self.table is not None:
             self.plan = pg.StepPlan()
             return self.plan
-        states = self.shim.pages()
+        epochs, states = self._read_pages()
         vas = [va for va, _ in states]
         now = frozenset(va for va, st in states if st == QUARANTINED)
         rebuilt = self.table is None or tuple(vas) != self.table.pages
@@ -107,13 +131,20 @@ class MemoryHook:
             self.table = pg.page_table(self.layouts, vas, self.shim.page_bytes())
         assert self.table is not None
         before = self.quarantined
-        visible = int(bool(now - before)) + int(bool(before - now))
         lost_pages: Sequence[int] = ()
-        if self.generation >= 0 and not rebuilt and gen - self.generation > max(visible, 1):
-            lost_pages = self.table.pages  # an operation we cannot see: assume the worst
-            self.resets += 1
-            log.warning("gleaner: KV pages changed more than once since the last step; "
-                        "every running request recomputes")  # fmt: skip
+        if epochs is not None:
+            # A page whose reclaim count moved lost its content, whatever its state now.
+            old = self.epochs
+            lost_pages = [va for va, e in zip(vas, epochs, strict=True) if old.get(va, e) != e]
+            self.epochs = dict(zip(vas, epochs, strict=True))
+        else:  # (stale epochs are kept: comparing against them later only over-reports)
+            visible = int(bool(now - before)) + int(bool(before - now))
+            if self.generation >= 0 and not rebuilt and gen - self.generation > max(visible, 1):
+                lost_pages = self.table.pages  # an operation we cannot see: assume the worst
+                self.resets += 1
+                log.warning("gleaner: KV pages changed more than once since the last step "
+                            "and the shim has no page epochs; every running request "
+                            "recomputes")  # fmt: skip
         holders = {
             r.request_id: sched.kv_cache_manager.get_block_ids(r.request_id)[0]
             for r in sched.running
@@ -170,6 +201,14 @@ class MemoryHook:
             self.publish(self.snapshot(sched))
         return preempted
 
+    def recheck(self, sched: Any) -> set[str]:
+        """Read the shim now and apply what changed (after vLLM's update: this step's
+        tokens stand — with synchronous scheduling its GPU work finished before the update,
+        so a reclaim seen only now cannot have touched it); the requests preempted."""
+        self.rechecks += 1
+        self.before_update(sched, None)
+        return self.after_update(sched)
+
     def snapshot(self, sched: Any) -> Snapshot:
         assert self.table is not None
         reqs = {
@@ -216,9 +255,13 @@ def install(
         if mem is not None:
             mem.before_update(self, model_runner_output)
         out = original(self, scheduler_output, model_runner_output)
+        invalid = drain()
         if mem is not None:
             mem.after_update(self)
-        affected = apply_invalidations(self, drain())
+            if invalid:  # never truncate: the page states decide (module docstring)
+                mem.recheck(self)
+            return out
+        affected = apply_invalidations(self, invalid)
         if affected:
             log.info("gleaner: %d request(s) recompute reclaimed KV blocks", len(affected))
         return out

@@ -3,9 +3,11 @@
 Contract: :func:`load` returns a :class:`ShimKv` over the ``gleaner_kv_*`` symbols of the
 shim already in this process (``LD_PRELOAD``: found through ``dlopen(NULL)``), else of
 ``GLEANER_SHIM_PATH`` (default ``/var/lib/gleaner/lib/libgleaner_shim.so``), else None.
-:meth:`ShimKv.pages` reads ``gleaner_kv_pages`` with a buffer grown until the count fits
-(pages can appear between the size probe and the read). :class:`KvPages` is the surface
-the adapter needs; tests provide it with a fake too.
+:meth:`ShimKv.pages` reads ``gleaner_kv_pages`` and :meth:`ShimKv.epochs`
+``gleaner_kv_page_epochs`` (per page, how many times it was reclaimed; None from a shim
+without that symbol), each with a buffer grown until the count fits (pages can appear
+between the size probe and the read). :class:`KvPages` is the surface the adapter needs;
+tests provide it with a fake too.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ class KvPages(Protocol):
         """(page VA, state) in address order; state 0 backed, 1 quarantined."""
         ...
 
+    def epochs(self) -> list[int] | None:
+        """Per page, in :meth:`pages` order, how many times it was reclaimed; None when
+        the shim cannot tell (then a page reclaimed and restored between two reads is
+        invisible)."""
+        ...
+
 
 class ShimKv:
     """The shim's page API through ctypes."""
@@ -52,6 +60,10 @@ class ShimKv:
             ctypes.POINTER(ctypes.c_uint8),
             ctypes.c_size_t,
         ]
+        self._epochs = getattr(lib, "gleaner_kv_page_epochs", None)
+        if self._epochs is not None:
+            self._epochs.restype = ctypes.c_size_t
+            self._epochs.argtypes = [ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t]
 
     def page_bytes(self) -> int:
         return int(self._page_bytes())
@@ -66,7 +78,19 @@ class ShimKv:
             st = (ctypes.c_uint8 * cap)()
             n = int(self._pages(va, st, cap))
             if n <= cap:
-                return [(int(va[i]), int(st[i])) for i in range(n)]
+                return list(zip(va[:n], st[:n], strict=True))
+            cap = n * 2
+
+    def epochs(self) -> list[int] | None:
+        fn = self._epochs
+        if fn is None:
+            return None
+        cap = max(16, int(fn(None, 0)))
+        while True:
+            ep = (ctypes.c_uint32 * cap)()
+            n = int(fn(ep, cap))
+            if n <= cap:
+                return ep[:n]
             cap = n * 2
 
 
