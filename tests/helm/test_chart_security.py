@@ -63,6 +63,8 @@ def test_agent_host_access_is_the_contract_paths_only(render: Render) -> None:
     assert not [name for name in requested if name.startswith("nvidia.com/")]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    # NVML (inventory and free memory) sees every GPU without requesting any.
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
 
 
 def test_agent_nvml_access_can_be_turned_off(render: Render) -> None:

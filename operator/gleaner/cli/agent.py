@@ -58,6 +58,12 @@ def parse_duration(text: str) -> float:
 @click.option("--kubeconfig", default=None, help="Kubeconfig (default: in-cluster, then usual).")
 @click.option("--cool-floor", default="2ms", show_default=True, help="Smallest T_cool.")
 @click.option("--cool-ceiling", default="500ms", show_default=True, help="Largest T_cool.")
+@click.option(
+    "--no-nvml",
+    is_flag=True,
+    help="Do not read free GPU memory from NVML (nvidia backend): every growth of the "
+    "online headroom then reclaims offline memory.",
+)
 @click.option("--log-level", default="info", show_default=True)
 @click.option(
     "--event-loop",
@@ -81,6 +87,7 @@ def command(
     kubeconfig: str | None,
     cool_floor: str,
     cool_ceiling: str,
+    no_nvml: bool,
     log_level: str,
     event_loop: str,
 ) -> None:
@@ -119,6 +126,7 @@ def command(
         kube=not no_kube,
         kubeconfig=kubeconfig,
         gate=gate,
+        nvml=not no_nvml,
     )
     try:
         loop_factory = event_loop_factory(event_loop)
