@@ -13,8 +13,10 @@ from gleaner.agent.vllm_hook.pages import (
     PageTable,
     RequestBlocks,
     block_runs,
+    encode_handles,
     handle_entries,
     handle_frames,
+    page_groups,
     page_table,
     plan_step,
 )
@@ -181,3 +183,61 @@ def test_plan_step_never_leaves_a_quarantined_block_usable(before: set[int], now
     in_quarantine = {b for va in now for b in t.page_blocks.get(va, ())} - {0}
     assert in_quarantine <= after  # every block in a quarantined page stays retired
     assert not plan.retire & retired and plan.release <= retired
+
+
+def _reference_wire(
+    t: PageTable, reqs: dict[str, RequestBlocks], bs: int, q: list[int], gpu: int
+) -> list[bytes]:
+    return [m.encode(0) for m in handle_frames(gpu, handle_entries(t, reqs, bs, q))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts(), st.data())
+def test_encode_handles_is_byte_identical_to_the_reference(
+    case: tuple[KvLayout, list[int]], data: st.DataObject
+) -> None:
+    lay, pages = case
+    t = page_table([lay], pages, PAGE)
+    nblocks = lay.num_kernel_blocks // lay.kernel_blocks_per_block
+    ids = st.lists(st.integers(0, max(0, nblocks - 1)), max_size=8)  # duplicates allowed
+    reqs = {
+        f"req-{i}": RequestBlocks(tuple(data.draw(ids)), data.draw(st.integers(0, 200)))
+        for i in range(data.draw(st.integers(0, 5)))
+    }
+    q = data.draw(st.lists(st.sampled_from(pages), max_size=3)) if pages else []
+    gpu = data.draw(st.integers(0, 7))
+    got = encode_handles(t, page_groups(t), reqs, 16, q, gpu)
+    assert got == _reference_wire(t, reqs, 16, q, gpu)
+
+
+def test_encode_handles_splits_large_spans_and_pages_across_frames() -> None:
+    # 3 groups of 2 pages; group 1 holds 40,000 blocks (a span larger than one frame).
+    r1, r2, r3 = range(0, 100), range(100, 40100), range(40100, 40300)
+    ranges = {0x1000: r1, 0x2000: r1, 0x3000: r2, 0x4000: r2, 0x5000: r3, 0x6000: r3}
+    b2p: dict[int, set[int]] = {}
+    for va, r in ranges.items():
+        for blk in r:
+            b2p.setdefault(blk, set()).add(va)
+    t = PageTable(
+        4096,
+        (*ranges, 0x7000),
+        {va: frozenset(r) for va, r in ranges.items()},
+        {b: frozenset(v) for b, v in b2p.items()},
+    )
+    g = page_groups(t)
+    assert len(g.blocks) == 3 and g.page_group[0x3000] == g.page_group[0x4000]
+    reqs = {f"r{i}": RequestBlocks(tuple(range(i * 700, i * 700 + 900)), 50_000) for i in range(58)}
+    reqs["big"] = RequestBlocks(tuple(range(40299, -1, -1)), 700_000)
+    got = encode_handles(t, g, reqs, 16, [0x2000])
+    assert len(got) > 6 and got == _reference_wire(t, reqs, 16, [0x2000], 0)
+    # One frame each, RESET first only; nothing lost in the split.
+    dec = p.FrameDecoder()
+    msgs = [m for f in got for m in dec.feed(f) if isinstance(m, p.OfflineHandles)]
+    assert len(msgs) == len(got) and [m.reset for m in msgs] == [True] + [False] * (len(got) - 1)
+    held: dict[tuple[int, str], list[int]] = {}
+    for m in msgs:
+        assert isinstance(m, p.OfflineHandles)
+        for e in m.entries:
+            held.setdefault((e.handle, e.request_id), []).extend(e.block_ids)
+    assert sorted(held[(0x3000, "big")]) == list(range(100, 40100))
+    assert (0x2000, "big") not in held and held[(0x7000, "")] == []

@@ -44,7 +44,9 @@ def test_handles_reach_the_agent_rate_limited_and_only_when_changed(
     )
     feed = InvalidationFeed(str(sock_path), job="ns/j", retry_s=0.05, gpu_uuids=uuids,
                             gpu_indices=indices)  # fmt: skip
-    rep = report.Reporter(report.handle_messages, feed.send, lambda: feed.sessions, 0.3, 0.05)
+    rep = report.Reporter(
+        report.HandleEncoder(), feed.send_frames, lambda: feed.sessions, 0.3, 0.05
+    )
     try:
         hello = agent.wait_for(p.Hello)
         assert hello.pid == os.getpid() and hello.role == p.Role.FRAMEWORK
@@ -75,7 +77,7 @@ def test_online_policy_reports_on_a_page_of_change_or_each_second() -> None:
     assert not pol.due(0.5, report.PAGE_BYTES)
     assert pol.due(1.3, report.PAGE_BYTES)
     assert report.report_interval_s({"GLEANER_KV_REPORT_MS": "50"}) == 0.05
-    assert report.report_interval_s({}) == 0.2
+    assert report.report_interval_s({}) == 1.0  # default: 1 Hz
 
 
 def test_online_memory_from_a_scheduler_reaches_the_agent(
@@ -89,7 +91,7 @@ def test_online_memory_from_a_scheduler_reaches_the_agent(
 
     feed = InvalidationFeed(str(sock_path), retry_s=0.05, role=p.Role.ONLINE, gpu_indices=(0,))
     rep: report.Reporter[p.Message] = report.Reporter(
-        lambda m: [m], feed.send, lambda: feed.sessions, 0.0, 0.05
+        report.encoded, feed.send_frames, lambda: feed.sessions, 0.0, 0.05
     )
     try:
         assert agent.wait_for(p.Hello).role == p.Role.ONLINE

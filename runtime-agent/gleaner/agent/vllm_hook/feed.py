@@ -1,5 +1,6 @@
 """InvalidationFeed: the framework side of the agent protocol (INVALIDATE_BLOCKS in,
-OFFLINE_HANDLES / ONLINE_MEMORY out through :meth:`InvalidationFeed.send`).
+OFFLINE_HANDLES / ONLINE_MEMORY out through :meth:`InvalidationFeed.send` or, already
+encoded, :meth:`InvalidationFeed.send_frames`).
 
 Contract: connects to the agent socket, says HELLO with its role (``Role.FRAMEWORK`` for
 the offline hook, ``Role.ONLINE`` for an online engine), this process's pid (how the agent
@@ -94,6 +95,20 @@ class InvalidationFeed:
             try:
                 for m in msgs:
                     p.send_message(sock, m)
+            except OSError as exc:
+                log.debug("gleaner agent feed: send failed: %s", exc)
+                return False
+        return True
+
+    def send_frames(self, frames: Iterable[bytes]) -> bool:
+        """Send already encoded frames (one ``sendall``); False when not connected or it
+        failed."""
+        with self._send_lock:
+            sock = self._sock
+            if sock is None or not self.connected.is_set():
+                return False
+            try:
+                sock.sendall(b"".join(frames))
             except OSError as exc:
                 log.debug("gleaner agent feed: send failed: %s", exc)
                 return False

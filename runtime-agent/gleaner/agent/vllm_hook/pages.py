@@ -20,7 +20,14 @@ Contracts (no I/O, no vLLM, no torch; see docs/vllm-hook.md):
   are omitted; pages in address order, requests in the given order.
 - :func:`handle_frames` — spans → OFFLINE_HANDLES messages each within one 64 KiB frame,
   the first with RESET, the rest without; a span too large for one frame is split, its
-  tokens on the first part only (the agent sums spans per page).
+  tokens on the first part only (the agent sums spans per page), greedily packed in order.
+- :func:`page_groups` — the table → groups of pages with identical block sets (every
+  layer's K and V page over one block range), block id → its groups.
+- :func:`encode_handles` — the reporter's fast path: the encoded frames, byte for byte
+  those of ``handle_frames(gpu, handle_entries(...))``, built from per-group spans (each
+  block is visited once per group, not once per page: ~64× fewer) whose entry bytes without
+  the page VA are packed once per group and joined per page; no per-entry Python objects.
+  :func:`handle_entries` / :func:`handle_frames` stay as the readable reference.
 - :func:`plan_step` — page states before and now, the retired set and the holders →
   :class:`StepPlan`: blocks to retire now (in a quarantined page, not yet retired), blocks
   to release now (retired, every page backed again), blocks whose content is gone since the
@@ -33,6 +40,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -183,13 +191,14 @@ def handle_entries(
     # page → request → [first index, block ids in request order]
     per_page: dict[int, dict[str, tuple[int, list[int]]]] = {}
     for rid, req in requests.items():
+        unique = len(set(req.block_ids)) == len(req.block_ids)
         for idx, b in enumerate(req.block_ids):
             for va in table.block_pages.get(b, ()):
                 spans = per_page.setdefault(va, {})
                 got = spans.get(rid)
                 if got is None:
                     spans[rid] = (idx, [b])
-                elif b not in got[1]:
+                elif unique or b not in got[1]:
                     got[1].append(b)
     out: list[p.HandleSpan] = []
     for va in table.pages:
@@ -251,6 +260,146 @@ def handle_frames(gpu: int, entries: Sequence[p.HandleSpan]) -> list[p.OfflineHa
     return [
         p.OfflineHandles(gpu=gpu, entries=tuple(es), reset=(i == 0)) for i, es in enumerate(frames)
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class PageGroups:
+    """Pages with identical block sets, grouped (typically every layer's K and V page over
+    one block range: 64 pages per group in a 32-layer FlashAttention layout)."""
+
+    blocks: tuple[tuple[int, ...], ...]
+    """Group → its block ids, ascending."""
+    page_group: Mapping[int, int]
+    """Page VA → its group (pages holding no block are absent)."""
+    block_groups: Mapping[int, tuple[int, ...]]
+    """Block id → the groups whose pages it has bytes in."""
+
+
+def page_groups(table: PageTable) -> PageGroups:
+    """See the module docstring."""
+    index: dict[frozenset[int], int] = {}
+    page_group: dict[int, int] = {}
+    for va in table.pages:
+        bs = table.page_blocks.get(va)
+        if bs:
+            page_group[va] = index.setdefault(bs, len(index))
+    blocks: list[tuple[int, ...]] = [()] * len(index)
+    for members, g in index.items():
+        blocks[g] = tuple(sorted(members))
+    block_groups: dict[int, list[int]] = {}
+    for g, ids in enumerate(blocks):
+        for b in ids:
+            block_groups.setdefault(b, []).append(g)
+    return PageGroups(
+        blocks=tuple(blocks),
+        page_group=page_group,
+        block_groups={b: tuple(gs) for b, gs in block_groups.items()},
+    )
+
+
+_FRAME_HEAD = struct.Struct("<IBBHII")
+"""The protocol header (docs/protocol.md): magic, version, type, flags, length, seq."""
+_OFF_HEAD = struct.Struct("<IIII")
+"""OFFLINE_HANDLES' fixed head: gpu, count, flags, reserved."""
+_ENTRY_VA = struct.Struct("<QQ")
+"""An entry's page: handle (VA), size."""
+_ENTRY_REST = struct.Struct(f"<{p.REQUEST_ID_LEN}sII")
+"""An entry's span: request id, tokens, block-id count (block ids follow)."""
+_EMPTY_REST: tuple[bytes, ...] = (_ENTRY_REST.pack(b"", 0, 0),)
+
+
+def _request_id_bytes(rid: str) -> bytes:
+    raw = rid[: p.REQUEST_ID_LEN - 1].encode()
+    return raw[: p.REQUEST_ID_LEN - 1]
+
+
+def encode_handles(
+    table: PageTable,
+    groups: PageGroups,
+    requests: Mapping[str, RequestBlocks],
+    block_size: int,
+    quarantined: Iterable[int] = (),
+    gpu: int = 0,
+) -> list[bytes]:
+    """See the module docstring: the encoded frames of
+    ``handle_frames(gpu, handle_entries(table, requests, block_size, quarantined))``."""
+    per_frame_ids = (p.MAX_PAYLOAD - _HEAD - _ENTRY) // 4
+    # Spans per group, not per page: group → request → (first index, block ids in order).
+    spans: list[dict[str, tuple[int, list[int]]] | None] = [None] * len(groups.blocks)
+    block_groups = groups.block_groups
+    for rid, req in requests.items():
+        unique = len(set(req.block_ids)) == len(req.block_ids)  # else: dedupe per span
+        for idx, b in enumerate(req.block_ids):
+            for g in block_groups.get(b, ()):
+                held = spans[g]
+                if held is None:
+                    held = spans[g] = {}
+                got = held.get(rid)
+                if got is None:
+                    held[rid] = (idx, [b])
+                elif unique or b not in got[1]:
+                    got[1].append(b)
+    # Each group's entries without their page (request id, tokens, count, block ids): the
+    # same bytes for every page of the group.
+    rests: list[tuple[bytes, ...]] = []
+    sizes: list[int] = []
+    for held in spans:
+        if not held:
+            rests.append(_EMPTY_REST)
+            sizes.append(_ENTRY)
+            continue
+        out: list[bytes] = []
+        for rid, (first, ids) in held.items():
+            tokens = max(0, requests[rid].num_computed_tokens - first * block_size)
+            rb = _request_id_bytes(rid)
+            for k in range(0, len(ids), per_frame_ids):
+                part = ids[k : k + per_frame_ids]
+                n = len(part)
+                out.append(
+                    _ENTRY_REST.pack(rb, tokens if k == 0 else 0, n) + struct.pack(f"<{n}I", *part)
+                )
+        rests.append(tuple(out))
+        sizes.append(_ENTRY_VA.size * len(out) + sum(len(r) for r in out))
+    gone = set(quarantined)
+    frames: list[bytes] = []
+    chunks: list[bytes] = []
+    count = 0
+    used = _HEAD
+
+    def flush() -> None:
+        nonlocal chunks, count, used
+        body = _OFF_HEAD.pack(gpu, count, int(not frames), 0) + b"".join(chunks)
+        head = _FRAME_HEAD.pack(p.MAGIC, p.VERSION, int(p.MsgType.OFFLINE_HANDLES), 0, len(body), 0)
+        frames.append(head + body)
+        chunks, count, used = [], 0, _HEAD
+
+    page_bytes = table.page_bytes
+    page_group = groups.page_group
+    for va in table.pages:
+        if va in gone:
+            continue
+        grp = page_group.get(va)
+        if grp is None:
+            entry_rests, total = _EMPTY_REST, _ENTRY
+        else:
+            entry_rests, total = rests[grp], sizes[grp]
+        head = _ENTRY_VA.pack(va, page_bytes)
+        if used + total <= p.MAX_PAYLOAD:  # the whole page fits: one join
+            chunks.append(head)
+            chunks.append(head.join(entry_rests))
+            count += len(entry_rests)
+            used += total
+            continue
+        for rest in entry_rests:
+            size = _ENTRY_VA.size + len(rest)
+            if used + size > p.MAX_PAYLOAD:
+                flush()
+            chunks.append(head)
+            chunks.append(rest)
+            count += 1
+            used += size
+    flush()
+    return frames
 
 
 @dataclass(frozen=True, slots=True)

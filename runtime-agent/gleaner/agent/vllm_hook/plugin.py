@@ -54,12 +54,15 @@ def register() -> None:
     )
     if online:
         rep: report.Reporter[Any] = report.Reporter(
-            lambda m: [m], feed.send, lambda: feed.sessions, 0.0
+            report.encoded, feed.send_frames, lambda: feed.sessions, 0.0
         )
         ok = install_online(module.Scheduler, rep)
     else:
         rep = report.Reporter(
-            report.handle_messages, feed.send, lambda: feed.sessions, report.report_interval_s()
+            report.HandleEncoder(),
+            feed.send_frames,
+            lambda: feed.sessions,
+            report.report_interval_s(),
         )
         try:
             runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
