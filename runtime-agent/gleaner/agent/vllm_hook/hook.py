@@ -14,6 +14,12 @@ truncates requests whose externally loaded (prefix-cached) blocks were hit, asyn
 included; blocks computed locally after the prefix are outside that path's scan, so the
 same truncation rule (back to the first invalid block) is applied to them directly. The
 scheduler then re-schedules the truncated tokens: vLLM recomputes them.
+
+Truncation keeps a request's block ids, so it must never run on blocks in a quarantined KV
+page (the request would recompute into the quarantine). It therefore runs only for an
+engine without the memory path (:mod:`memory`), which reports no OFFLINE_HANDLES, so none of
+its pages is reclaimed; with the memory path on, :func:`memory.install` never calls it and
+re-reads the shim instead (preemption gives fresh blocks).
 """
 
 from __future__ import annotations
