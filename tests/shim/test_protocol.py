@@ -64,6 +64,19 @@ SAMPLES: list[p.Message] = [
         ),
     ),
     p.OfflineHandles(gpu=0, entries=(), reset=False),
+    p.OfflinePageGroups(
+        gpu=2,
+        groups=(
+            p.PageGroup(
+                2 << 20,
+                (0x7F0000000000, 0x7F0000400000),
+                (p.GroupSpan("req-a", 512, (0, 1, 2)), p.GroupSpan("req-b", 16, (3,))),
+            ),
+            p.PageGroup(2 << 20, (0x7F0000200000,)),
+            p.PageGroup(2 << 20, (0x7F0000600000, 0x7F0000800000), quarantined=True),
+        ),
+    ),
+    p.OfflinePageGroups(gpu=0, groups=(), reset=False),
     p.Reclaim(reclaim_seq=5, gpu=1, handles=(0x7F0000000000, 0x7F0000200000)),
     p.ReclaimAck(reclaim_seq=5, gpu=1, released=2),
     p.ReclaimAck(reclaim_seq=6, gpu=0, released=0, ok=False, err=38),
@@ -201,3 +214,106 @@ def test_reclaim_count_must_fill_the_payload() -> None:
     header = struct.pack("<IBBHII", p.MAGIC, p.VERSION, int(p.MsgType.RECLAIM), 0, len(body), 0)
     with pytest.raises(p.ProtocolError, match="RECLAIM"):
         p.decode(header + body)
+
+
+def _frame(kind: p.MsgType, body: bytes) -> bytes:
+    return struct.pack("<IBBHII", p.MAGIC, p.VERSION, int(kind), 0, len(body), 0) + body
+
+
+_GROUPS = p.OfflinePageGroups(
+    gpu=0,
+    groups=(
+        p.PageGroup(4096, (0x1000, 0x2000), (p.GroupSpan("r", 3, (4, 5)),)),
+        p.PageGroup(4096, (0x3000,)),
+    ),
+)
+
+
+# _GROUPS' payload: head 16; group 0 head at 16, 2 page VAs at 40, span at 56, its 2 block
+# ids at 128; group 1 head at 136, its page VA at 160; 168 bytes in all.
+@pytest.mark.parametrize(
+    ("length", "match"),
+    [
+        (132, "2 block ids overrun"),  # the span's last block id is missing
+        (100, "1 spans overrun"),  # the span record is cut
+        (40, "2 pages overrun"),  # group 0 ends after its head
+        (150, "2 groups overrun"),  # group 1's head is cut
+        (160, "1 pages overrun"),  # group 1's page VA is missing
+    ],
+)
+def test_offline_page_groups_truncated_is_refused(length: int, match: str) -> None:
+    body = _GROUPS.encode()[p.HEADER_SIZE :]
+    assert len(body) == 168
+    with pytest.raises(p.ProtocolError, match=match):
+        p.decode(_frame(p.MsgType.OFFLINE_PAGE_GROUPS, body[:length]))
+
+
+def test_offline_page_groups_counts_must_fill_the_payload() -> None:
+    body = bytearray(_GROUPS.encode()[p.HEADER_SIZE :])
+    # One group fewer than the records that follow: the rest does not fill.
+    struct.pack_into("<I", body, 4, 1)
+    with pytest.raises(p.ProtocolError, match="do not fill"):
+        p.decode(_frame(p.MsgType.OFFLINE_PAGE_GROUPS, bytes(body)))
+    # One group more than there are: it overruns.
+    struct.pack_into("<I", body, 4, 3)
+    with pytest.raises(p.ProtocolError, match="overrun"):
+        p.decode(_frame(p.MsgType.OFFLINE_PAGE_GROUPS, bytes(body)))
+    # A span count that claims more spans than there are bytes.
+    body = bytearray(_GROUPS.encode()[p.HEADER_SIZE :])
+    struct.pack_into("<I", body, 16 + 12, 500)
+    with pytest.raises(p.ProtocolError, match="spans overrun"):
+        p.decode(_frame(p.MsgType.OFFLINE_PAGE_GROUPS, bytes(body)))
+    # A head shorter than 16 bytes is refused by the header check.
+    with pytest.raises(p.ProtocolError, match="shorter"):
+        p.decode(_frame(p.MsgType.OFFLINE_PAGE_GROUPS, b"\0" * 12))
+
+
+def test_offline_page_groups_quarantined_group_has_no_spans() -> None:
+    body = bytearray(_GROUPS.encode()[p.HEADER_SIZE :])
+    struct.pack_into("<I", body, 16 + 16, p.PAGE_GROUP_QUARANTINED)  # group 0 gflags
+    with pytest.raises(p.ProtocolError, match="quarantined"):
+        p.decode(_frame(p.MsgType.OFFLINE_PAGE_GROUPS, bytes(body)))
+    bad = p.PageGroup(4096, (1,), (p.GroupSpan("r", 1, ()),), quarantined=True)
+    with pytest.raises(p.ProtocolError, match="quarantined"):
+        p.OfflinePageGroups(gpu=0, groups=(bad,)).encode()
+
+
+_u32 = st.integers(0, 2**32 - 1)
+_spans = st.builds(
+    p.GroupSpan,
+    st.text(st.characters(blacklist_characters="\0"), max_size=20),
+    _u32,
+    st.lists(_u32, max_size=30).map(tuple),
+)
+_groups = st.one_of(
+    st.builds(
+        p.PageGroup,
+        st.integers(0, 2**64 - 1),
+        st.lists(st.integers(0, 2**64 - 1), max_size=20).map(tuple),
+        st.lists(_spans, max_size=5).map(tuple),
+        st.just(False),
+    ),
+    st.builds(
+        p.PageGroup,
+        st.integers(0, 2**64 - 1),
+        st.lists(st.integers(0, 2**64 - 1), max_size=20).map(tuple),
+        st.just(()),
+        st.just(True),
+    ),
+)
+
+
+@given(_u32, st.lists(_groups, max_size=8).map(tuple), st.booleans())
+def test_offline_page_groups_property(
+    gpu: int, groups: tuple[p.PageGroup, ...], reset: bool
+) -> None:
+    msg = p.OfflinePageGroups(gpu=gpu, groups=groups, reset=reset)
+    frame = msg.encode(seq=3)
+    got, used = p.decode(frame)
+    assert got == msg and used == len(frame)
+    # Every strict prefix of the payload (with the header's length fixed) is refused.
+    body = frame[p.HEADER_SIZE :]
+    for cut in {len(body) - 1, len(body) - 4, 17, len(body) // 2}:
+        if 16 <= cut < len(body):
+            with pytest.raises(p.ProtocolError):
+                p.decode(_frame(p.MsgType.OFFLINE_PAGE_GROUPS, body[:cut]))

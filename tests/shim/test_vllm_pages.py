@@ -9,11 +9,13 @@ from hypothesis import strategies as st
 
 from gleaner.agent import protocol as p
 from gleaner.agent.vllm_hook.pages import (
+    PG_SPAN_IDS,
     KvLayout,
     PageTable,
     RequestBlocks,
     block_runs,
     encode_handles,
+    encode_page_groups,
     handle_entries,
     handle_frames,
     page_groups,
@@ -241,3 +243,119 @@ def test_encode_handles_splits_large_spans_and_pages_across_frames() -> None:
             held.setdefault((e.handle, e.request_id), []).extend(e.block_ids)
     assert sorted(held[(0x3000, "big")]) == list(range(100, 40100))
     assert (0x2000, "big") not in held and held[(0x7000, "")] == []
+
+
+_PerPage = dict[int, dict[str, tuple[int, list[int]]]]
+
+
+def _reference_pages(
+    t: PageTable, reqs: dict[str, RequestBlocks], bs: int, q: list[int]
+) -> _PerPage:
+    """handle_entries (the OFFLINE_HANDLES reference) as page → request → (tokens, blocks)."""
+    out: _PerPage = {}
+    for e in handle_entries(t, reqs, bs, q):
+        per = out.setdefault(e.handle, {})
+        if e.request_id or e.block_ids:
+            per[e.request_id] = (e.tokens, list(e.block_ids))
+    return out
+
+
+def _decode_groups(frames: list[bytes], gpu: int) -> tuple[_PerPage, set[int], int]:
+    """What an agent learns from OFFLINE_PAGE_GROUPS frames, expanded per page (test only):
+    page → request → (tokens, blocks) (pieces of one request's span concatenate, same
+    tokens), the quarantined pages, and the page size."""
+    per_page: _PerPage = {}
+    quarantined: set[int] = set()
+    sizes: set[int] = set()
+    dec = p.FrameDecoder()
+    msgs = [m for f in frames for m in dec.feed(f)]
+    assert len(msgs) == len(frames)
+    assert all(len(f) - p.HEADER_SIZE <= p.MAX_PAYLOAD for f in frames)
+    for i, m in enumerate(msgs):
+        assert isinstance(m, p.OfflinePageGroups) and m.gpu == gpu and m.reset == (i == 0)
+        for g in m.groups:
+            sizes.add(g.page_bytes)
+            if g.quarantined:
+                assert not g.spans
+                quarantined.update(g.pages)
+                continue
+            for va in g.pages:
+                per = per_page.setdefault(va, {})
+                for sp in g.spans:
+                    got = per.get(sp.request_id)
+                    if got is None:
+                        per[sp.request_id] = (sp.tokens, list(sp.block_ids))
+                    else:
+                        assert got[0] == sp.tokens
+                        got[1].extend(sp.block_ids)
+    assert len(sizes) <= 1
+    return per_page, quarantined, sizes.pop() if sizes else 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts(), st.data())
+def test_encode_page_groups_carries_the_reference_table(
+    case: tuple[KvLayout, list[int]], data: st.DataObject
+) -> None:
+    lay, pages = case
+    t = page_table([lay], pages, PAGE)
+    nblocks = lay.num_kernel_blocks // lay.kernel_blocks_per_block
+    ids = st.lists(st.integers(0, max(0, nblocks - 1)), max_size=8)  # duplicates allowed
+    reqs = {
+        f"req-{i}": RequestBlocks(tuple(data.draw(ids)), data.draw(st.integers(0, 200)))
+        for i in range(data.draw(st.integers(0, 5)))
+    }
+    q = data.draw(st.lists(st.sampled_from(pages), max_size=3)) if pages else []
+    gpu = data.draw(st.integers(0, 7))
+    frames = encode_page_groups(t, page_groups(t), reqs, 16, q, gpu)
+    per_page, quarantined, size = _decode_groups(frames, gpu)
+    assert per_page == _reference_pages(t, reqs, 16, q)
+    assert quarantined == set(q)
+    assert size in ((PAGE,) if t.pages else (0,))
+
+
+def test_encode_page_groups_splits_pages_and_spans_across_frames() -> None:
+    # Group A: 5,000 pages over blocks 0..99 (its VAs alone exceed half a frame); group B:
+    # 2 pages over blocks 100..40099 (a span larger than a frame); 9,000 empty pages; 5,000
+    # pages of group A's block set quarantined (a QUARANTINED group over half a frame).
+    a = tuple(0x10_0000 + 0x1000 * i for i in range(5000))
+    b = (0x9000_0000, 0x9000_1000)
+    empty = tuple(0xA000_0000 + 0x1000 * i for i in range(9000))
+    lost = tuple(0xC000_0000 + 0x1000 * i for i in range(5000))
+    fa, fb = frozenset(range(100)), frozenset(range(100, 40100))
+    pa, pb = frozenset(a), frozenset(b)
+    t = PageTable(
+        4096,
+        tuple(sorted(a + b + empty + lost)),
+        {**{va: fa for va in a}, **{va: fb for va in b}, **{va: fa for va in lost}},
+        {**{blk: pa | frozenset(lost) for blk in fa}, **{blk: pb for blk in fb}},
+    )
+    g = page_groups(t)
+    assert len(g.blocks) == 2 and len(g.empty) == 9000
+    reqs = {f"r{i}": RequestBlocks(tuple(range(i * 700, i * 700 + 900)), 50_000) for i in range(58)}
+    reqs["big"] = RequestBlocks(tuple(range(40099, -1, -1)), 700_000)
+    frames = encode_page_groups(t, g, reqs, 16, lost, 5)
+    per_page, quarantined, size = _decode_groups(frames, 5)
+    assert size == 4096 and quarantined == set(lost)
+    assert per_page == _reference_pages(t, reqs, 16, list(lost))
+    assert sorted(per_page[b[0]]["big"][1]) == list(range(100, 40100))
+    pieces = [
+        len(sp.block_ids)
+        for f in frames
+        for m in [p.decode(f)[0]]
+        if isinstance(m, p.OfflinePageGroups)
+        for grp in m.groups
+        if b[0] in grp.pages
+        for sp in grp.spans
+        if sp.request_id == "big"
+    ]
+    assert len(pieces) >= 2 and max(pieces) <= PG_SPAN_IDS  # the big span was cut
+    # 19,002 page VAs (152 KiB) + 40,000+ block ids: at least 4 frames, at most ~2x that.
+    assert 4 <= len(frames) <= 10
+
+
+def test_encode_page_groups_of_an_empty_table_is_one_reset_frame() -> None:
+    t = PageTable(4096, (), {}, {})
+    frames = encode_page_groups(t, page_groups(t), {}, 16, (), 1)
+    msg, _ = p.decode(frames[0])
+    assert len(frames) == 1 and msg == p.OfflinePageGroups(gpu=1, groups=(), reset=True)

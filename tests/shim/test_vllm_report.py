@@ -45,7 +45,7 @@ def test_handles_reach_the_agent_rate_limited_and_only_when_changed(
     feed = InvalidationFeed(str(sock_path), job="ns/j", retry_s=0.05, gpu_uuids=uuids,
                             gpu_indices=indices)  # fmt: skip
     rep = report.Reporter(
-        report.HandleEncoder(), feed.send_frames, lambda: feed.sessions, 0.3, 0.05
+        report.HandleEncoder(fmt="handles"), feed.send_frames, lambda: feed.sessions, 0.3, 0.05
     )
     try:
         hello = agent.wait_for(p.Hello)
@@ -67,6 +67,47 @@ def test_handles_reach_the_agent_rate_limited_and_only_when_changed(
     finally:
         rep.close()
         feed.close()
+
+
+def test_page_groups_reach_the_agent_with_the_quarantined_pages(
+    agent: AgentStub, sock_path: Path
+) -> None:
+    feed = InvalidationFeed(str(sock_path), job="ns/j", retry_s=0.05, gpu_indices=(0,))
+    enc = report.HandleEncoder(fmt="groups")
+    rep = report.Reporter(enc, feed.send_frames, lambda: feed.sessions, 0.05, 0.05)
+    try:
+        assert agent.wait_for(p.Hello).role == p.Role.FRAMEWORK
+        rep.offer(_snap(20))
+        first = agent.wait_for(p.OfflinePageGroups)
+        assert first.reset and first.gpu == 0
+        assert first.groups == (
+            p.PageGroup(4096, (0x1000,), (p.GroupSpan("r", 20, (1, 2)),)),
+            p.PageGroup(4096, (0x2000,)),
+        )
+        snap = _snap(20)
+        rep.offer(memory.Snapshot(snap.table, {}, frozenset({0x1000}), 16))
+        second = agent.wait_for(p.OfflinePageGroups, lambda m: len(m.groups) == 2 and
+                                m.groups[1].quarantined)  # fmt: skip
+        assert second.reset and second.groups == (
+            p.PageGroup(4096, (0x2000,)),
+            p.PageGroup(4096, (0x1000,), (), quarantined=True),
+        )
+        assert not agent.all_of(p.OfflineHandles)
+    finally:
+        rep.close()
+        feed.close()
+
+
+def test_report_format_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GLEANER_KV_REPORT_FORMAT", "groups")
+    assert report.HandleEncoder().format == "groups"
+    monkeypatch.delenv("GLEANER_KV_REPORT_FORMAT")
+    assert report.HandleEncoder().format == "handles"  # default until the agent decodes groups
+    assert report.report_format({}) == "handles"
+    assert report.report_format({"GLEANER_KV_REPORT_FORMAT": " Groups "}) == "groups"
+    assert report.report_format({"GLEANER_KV_REPORT_FORMAT": "bogus"}) == "handles"
+    with pytest.raises(ValueError, match="format"):
+        report.HandleEncoder(fmt="bogus")
 
 
 def test_online_policy_reports_on_a_page_of_change_or_each_second() -> None:

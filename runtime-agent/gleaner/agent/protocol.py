@@ -23,7 +23,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import ClassVar, TypeVar
+from typing import ClassVar, NamedTuple, TypeVar
 
 MAGIC = 0x524E4C47  # b"GLNR" little-endian
 VERSION = 1
@@ -75,6 +75,7 @@ class MsgType(IntEnum):
     RECLAIM_ACK = 19  # offline shim→A
     RESTORE = 20  # A→offline shim
     RESTORE_ACK = 21  # offline shim→A
+    OFFLINE_PAGE_GROUPS = 22  # S→A (offline framework hook)
 
 
 class Role(IntEnum):
@@ -697,6 +698,118 @@ class OfflineHandles(Message):
         return cls(gpu=gpu, entries=tuple(entries), reset=bool(flags & OFFLINE_HANDLES_RESET))
 
 
+PAGE_GROUP_QUARANTINED = 0x0001
+"""PageGroup record ``gflags``: pages reclaimed earlier and restorable (no spans)."""
+
+_S_PG_HEAD = _S_OFF_HEAD  # gpu, count, flags, reserved
+_S_PG_GROUP = struct.Struct("<QIIII")
+_S_PG_SPAN = struct.Struct(f"<{REQUEST_ID_LEN}sII")
+_ARRAYS: dict[tuple[str, int], struct.Struct] = {}
+
+
+def _array(code: str, n: int) -> struct.Struct:
+    """A precompiled ``<nQ`` / ``<nI`` struct (at most 16384 per code: a frame's worth)."""
+    s = _ARRAYS.get((code, n))
+    if s is None:
+        s = _ARRAYS[(code, n)] = struct.Struct(f"<{n}{code}")
+    return s
+
+
+class GroupSpan(NamedTuple):
+    """One request's blocks in every page of a :class:`PageGroup`; ``tokens`` is what the
+    request recomputes if any page of the group is lost."""
+
+    request_id: str
+    tokens: int
+    block_ids: tuple[int, ...]
+
+
+class PageGroup(NamedTuple):
+    """Pages that hold the same spans (an OFFLINE_PAGE_GROUPS record). No spans and not
+    quarantined: empty pages; ``quarantined``: reclaimed earlier, restorable, no spans."""
+
+    page_bytes: int
+    pages: tuple[int, ...]
+    spans: tuple[GroupSpan, ...] = ()
+    quarantined: bool = False
+
+
+@dataclass(frozen=True)
+class OfflinePageGroups(Message):
+    """Offline framework hook → agent: its KV pages on one GPU, by group of pages holding
+    the same spans (docs/protocol.md). Decoding unpacks each group's page VAs and each
+    span's block ids with one precompiled struct call; no per-page objects."""
+
+    TYPE: ClassVar[MsgType] = MsgType.OFFLINE_PAGE_GROUPS
+    SIZE: ClassVar[int] = _S_PG_HEAD.size
+    gpu: int
+    groups: tuple[PageGroup, ...] = ()
+    reset: bool = True
+
+    def payload(self) -> bytes:
+        out = [_S_PG_HEAD.pack(self.gpu, len(self.groups), int(self.reset), 0)]
+        for g in self.groups:
+            if g.quarantined and g.spans:
+                raise ProtocolError("OFFLINE_PAGE_GROUPS: a quarantined group has no spans")
+            out.append(
+                _S_PG_GROUP.pack(
+                    g.page_bytes,
+                    len(g.pages),
+                    len(g.spans),
+                    PAGE_GROUP_QUARANTINED if g.quarantined else 0,
+                    0,
+                )
+            )
+            out.append(_array("Q", len(g.pages)).pack(*g.pages))
+            for sp in g.spans:
+                n = len(sp.block_ids)
+                out.append(_S_PG_SPAN.pack(_pad(sp.request_id, REQUEST_ID_LEN), sp.tokens, n))
+                out.append(_array("I", n).pack(*sp.block_ids))
+        return b"".join(out)
+
+    @classmethod
+    def from_payload(cls, data: bytes, seq: int) -> OfflinePageGroups:
+        gpu, count, flags, _r = _S_PG_HEAD.unpack_from(data)
+        end = len(data)
+        off = _S_PG_HEAD.size
+        group_unpack = _S_PG_GROUP.unpack_from
+        span_unpack = _S_PG_SPAN.unpack_from
+        span_size = _S_PG_SPAN.size
+        names: dict[bytes, str] = {}
+        groups: list[PageGroup] = []
+        for _ in range(count):
+            if off + _S_PG_GROUP.size > end:
+                raise ProtocolError(f"OFFLINE_PAGE_GROUPS: {count} groups overrun {end} bytes")
+            page_bytes, npages, nspans, gflags, _r2 = group_unpack(data, off)
+            off += _S_PG_GROUP.size
+            if off + 8 * npages > end:
+                raise ProtocolError(f"OFFLINE_PAGE_GROUPS: {npages} pages overrun {end} bytes")
+            pages: tuple[int, ...] = _array("Q", npages).unpack_from(data, off)
+            off += 8 * npages
+            quarantined = bool(gflags & PAGE_GROUP_QUARANTINED)
+            if quarantined and nspans:
+                raise ProtocolError("OFFLINE_PAGE_GROUPS: a quarantined group with spans")
+            if off + span_size * nspans > end:
+                raise ProtocolError(f"OFFLINE_PAGE_GROUPS: {nspans} spans overrun {end} bytes")
+            spans: list[GroupSpan] = []
+            for _s in range(nspans):
+                if off + span_size > end:
+                    raise ProtocolError(f"OFFLINE_PAGE_GROUPS: spans overrun {end} bytes")
+                raw, tokens, n = span_unpack(data, off)
+                off += span_size
+                if off + 4 * n > end:
+                    raise ProtocolError(f"OFFLINE_PAGE_GROUPS: {n} block ids overrun {end} bytes")
+                name = names.get(raw)
+                if name is None:
+                    name = names[raw] = _unpad(raw)
+                spans.append(GroupSpan(name, tokens, _array("I", n).unpack_from(data, off)))
+                off += 4 * n
+            groups.append(PageGroup(page_bytes, pages, tuple(spans), quarantined))
+        if off != end:
+            raise ProtocolError(f"OFFLINE_PAGE_GROUPS: {count} groups do not fill {end} bytes")
+        return cls(gpu=gpu, groups=tuple(groups), reset=bool(flags & OFFLINE_HANDLES_RESET))
+
+
 _S_RECLAIM_HEAD = struct.Struct("<QII")
 
 
@@ -828,6 +941,7 @@ MESSAGE_CLASSES: dict[MsgType, type[Message]] = {
     MsgType.RECLAIM_ACK: ReclaimAck,
     MsgType.RESTORE: Restore,
     MsgType.RESTORE_ACK: RestoreAck,
+    MsgType.OFFLINE_PAGE_GROUPS: OfflinePageGroups,
 }
 VARIABLE_TYPES: frozenset[MsgType] = frozenset(
     {
@@ -836,6 +950,7 @@ VARIABLE_TYPES: frozenset[MsgType] = frozenset(
         MsgType.OFFLINE_HANDLES,
         MsgType.RECLAIM,
         MsgType.RESTORE,
+        MsgType.OFFLINE_PAGE_GROUPS,
     }
 )
 
@@ -957,6 +1072,7 @@ def c_constants() -> dict[str, int]:
         "GL_REASON_LEN": REASON_LEN,
         "GL_REQUEST_ID_LEN": REQUEST_ID_LEN,
         "GL_OFFLINE_HANDLES_RESET": OFFLINE_HANDLES_RESET,
+        "GL_PAGE_GROUP_QUARANTINED": PAGE_GROUP_QUARANTINED,
     }
     out.update({f"GL_MSG_{m.name}": int(m) for m in MsgType})
     out.update({f"GL_ROLE_{r.name}": int(r) for r in Role})
@@ -989,6 +1105,9 @@ STRUCT_SIZES: dict[str, int] = {
     "gl_reclaim_ack": ReclaimAck.SIZE,
     "gl_restore": Restore.SIZE,
     "gl_restore_ack": RestoreAck.SIZE,
+    "gl_page_groups": OfflinePageGroups.SIZE,
+    "gl_page_group": _S_PG_GROUP.size,
+    "gl_group_span": _S_PG_SPAN.size,
 }
 
 

@@ -53,10 +53,13 @@
 #define GL_MSG_RECLAIM_ACK 19u      /* offline shim->A: result of a RECLAIM */
 #define GL_MSG_RESTORE 20u          /* A->offline shim: back quarantined pages with fresh memory */
 #define GL_MSG_RESTORE_ACK 21u      /* offline shim->A: result of a RESTORE */
-#define GL_MSG_MAX 21u
+#define GL_MSG_OFFLINE_PAGE_GROUPS 22u /* offline hook->A: KV page groups and their spans */
+#define GL_MSG_MAX 22u
 
 /* OFFLINE_HANDLES.flags */
 #define GL_OFFLINE_HANDLES_RESET 0x0001u /* forget this GPU's table before adding */
+/* OFFLINE_PAGE_GROUPS.flags: GL_OFFLINE_HANDLES_RESET. gl_page_group.gflags: */
+#define GL_PAGE_GROUP_QUARANTINED 0x0001u /* reclaimed earlier, restorable; no spans */
 
 /* HELLO.role */
 #define GL_ROLE_OFFLINE 1u
@@ -246,6 +249,31 @@ typedef struct gl_handle_span {
   uint32_t nblocks; /* uint32 block ids that follow */
 } gl_handle_span;
 
+/* OFFLINE_PAGE_GROUPS: gl_page_groups, then count x (gl_page_group, npages x uint64 page
+ * VA, nspans x (gl_group_span, nblocks x uint32 block id)). Every page of a group holds
+ * every span of the group; records add to what the connection reported since the last
+ * RESET (a page named in two records holds the union of their spans). */
+typedef struct gl_page_groups {
+  uint32_t gpu;
+  uint32_t count; /* gl_page_group records follow */
+  uint32_t flags; /* GL_OFFLINE_HANDLES_RESET */
+  uint32_t reserved;
+} gl_page_groups;
+
+typedef struct gl_page_group {
+  uint64_t page_bytes;
+  uint32_t npages; /* uint64 page virtual addresses follow, then the spans */
+  uint32_t nspans; /* gl_group_span records (0: empty pages, or quarantined) */
+  uint32_t gflags; /* GL_PAGE_GROUP_* */
+  uint32_t reserved;
+} gl_page_group;
+
+typedef struct gl_group_span {
+  char request_id[GL_REQUEST_ID_LEN];
+  uint32_t tokens;  /* tokens the request recomputes if any page of the group is lost */
+  uint32_t nblocks; /* uint32 block ids (that request's blocks in these pages) follow */
+} gl_group_span;
+
 typedef struct gl_reclaim {
   uint64_t reclaim_seq;
   uint32_t gpu;
@@ -288,5 +316,8 @@ _Static_assert(sizeof(gl_reclaim) == 16, "gl_reclaim");
 _Static_assert(sizeof(gl_reclaim_ack) == 24, "gl_reclaim_ack");
 _Static_assert(sizeof(gl_restore) == 16, "gl_restore");
 _Static_assert(sizeof(gl_restore_ack) == 24, "gl_restore_ack");
+_Static_assert(sizeof(gl_page_groups) == 16, "gl_page_groups");
+_Static_assert(sizeof(gl_page_group) == 24, "gl_page_group");
+_Static_assert(sizeof(gl_group_span) == 72, "gl_group_span");
 
 #endif /* GLEANER_PROTO_H */

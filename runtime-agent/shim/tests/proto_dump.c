@@ -16,8 +16,8 @@ int main(void) {
   C(GL_MSG_GATE_ACK); C(GL_MSG_FD_REQUEST); C(GL_MSG_FD_PASS); C(GL_MSG_STATUS);
   C(GL_MSG_MEM_HANDLES); C(GL_MSG_INVALIDATE_BLOCKS); C(GL_MSG_HEARTBEAT); C(GL_MSG_MAX);
   C(GL_MSG_ONLINE_MEMORY); C(GL_MSG_OFFLINE_HANDLES); C(GL_MSG_RECLAIM); C(GL_MSG_RECLAIM_ACK);
-  C(GL_MSG_RESTORE); C(GL_MSG_RESTORE_ACK);
-  C(GL_OFFLINE_HANDLES_RESET);
+  C(GL_MSG_RESTORE); C(GL_MSG_RESTORE_ACK); C(GL_MSG_OFFLINE_PAGE_GROUPS);
+  C(GL_OFFLINE_HANDLES_RESET); C(GL_PAGE_GROUP_QUARANTINED);
   C(GL_ROLE_OFFLINE); C(GL_ROLE_ONLINE); C(GL_ROLE_FRAMEWORK);
   C(GL_CAP_GATE_THREAD); C(GL_CAP_FD_PASS); C(GL_CAP_LAUNCH_HOOK); C(GL_CAP_BUSY_TRACK);
   C(GL_GATE_MODE_SHIM); C(GL_GATE_MODE_AGENT); C(GL_KIND_TSG); C(GL_KIND_CHANNEL);
@@ -30,7 +30,8 @@ int main(void) {
   S(gl_decode_gap); S(gl_gate); S(gl_gate_ack); S(gl_fd_request); S(gl_fd_pass);
   S(gl_status); S(gl_mem_handles); S(gl_mem_handle); S(gl_invalidate_blocks); S(gl_heartbeat);
   S(gl_online_memory); S(gl_offline_handles); S(gl_handle_span); S(gl_reclaim);
-  S(gl_reclaim_ack); S(gl_restore); S(gl_restore_ack);
+  S(gl_reclaim_ack); S(gl_restore); S(gl_restore_ack); S(gl_page_groups); S(gl_page_group);
+  S(gl_group_span);
   /* RM ABI */
   printf("rm:sizeof:NVOS00 %zu\n", sizeof(rm_nvos00));
   printf("rm:sizeof:NVOS21 %zu\n", sizeof(rm_nvos21));

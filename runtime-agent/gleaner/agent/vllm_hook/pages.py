@@ -28,6 +28,17 @@ Contracts (no I/O, no vLLM, no torch; see docs/vllm-hook.md):
   block is visited once per group, not once per page: ~64× fewer) whose entry bytes without
   the page VA are packed once per group and joined per page; no per-entry Python objects.
   :func:`handle_entries` / :func:`handle_frames` stay as the readable reference.
+- :func:`encode_page_groups` — the same table as OFFLINE_PAGE_GROUPS frames (RESET first,
+  each within 64 KiB), straight from the groups: per group (its pages minus the quarantined
+  ones; groups left with no page are omitted) one record of its pages and its spans (one
+  per request holding blocks in it, requests in the given order, block ids in request
+  order, tokens as above from the request's first block in the group); then one record of
+  the empty pages (no spans), then one QUARANTINED record of the quarantined pages (address
+  order). A span of more than :data:`PG_SPAN_IDS` block ids is cut into pieces (same request
+  and tokens each); a record too big for a frame is split into records with subsets of its
+  pages (chunks of at most half a frame) or of its span pieces. Records are packed greedily
+  in that order. Decoded and expanded per page it equals :func:`handle_entries` plus the
+  quarantined pages (tests/shim/test_vllm_pages.py).
 - :func:`plan_step` — page states before and now, the retired set and the holders →
   :class:`StepPlan`: blocks to retire now (in a quarantined page, not yet retired), blocks
   to release now (retired, every page backed again), blocks whose content is gone since the
@@ -273,6 +284,10 @@ class PageGroups:
     """Page VA → its group (pages holding no block are absent)."""
     block_groups: Mapping[int, tuple[int, ...]]
     """Block id → the groups whose pages it has bytes in."""
+    pages: tuple[tuple[int, ...], ...] = ()
+    """Group → its page VAs, in address order."""
+    empty: tuple[int, ...] = ()
+    """Pages holding no block, in address order."""
 
 
 def page_groups(table: PageTable) -> PageGroups:
@@ -290,10 +305,20 @@ def page_groups(table: PageTable) -> PageGroups:
     for g, ids in enumerate(blocks):
         for b in ids:
             block_groups.setdefault(b, []).append(g)
+    members_of: list[list[int]] = [[] for _ in blocks]
+    empty: list[int] = []
+    for va in table.pages:
+        grp = page_group.get(va)
+        if grp is None:
+            empty.append(va)
+        else:
+            members_of[grp].append(va)
     return PageGroups(
         blocks=tuple(blocks),
         page_group=page_group,
         block_groups={b: tuple(gs) for b, gs in block_groups.items()},
+        pages=tuple(tuple(m) for m in members_of),
+        empty=tuple(empty),
     )
 
 
@@ -313,19 +338,13 @@ def _request_id_bytes(rid: str) -> bytes:
     return raw[: p.REQUEST_ID_LEN - 1]
 
 
-def encode_handles(
-    table: PageTable,
-    groups: PageGroups,
-    requests: Mapping[str, RequestBlocks],
-    block_size: int,
-    quarantined: Iterable[int] = (),
-    gpu: int = 0,
-) -> list[bytes]:
-    """See the module docstring: the encoded frames of
-    ``handle_frames(gpu, handle_entries(table, requests, block_size, quarantined))``."""
-    per_frame_ids = (p.MAX_PAYLOAD - _HEAD - _ENTRY) // 4
-    # Spans per group, not per page: group → request → (first index, block ids in order).
-    spans: list[dict[str, tuple[int, list[int]]] | None] = [None] * len(groups.blocks)
+_GroupSpans = list[dict[str, tuple[int, list[int]]] | None]
+"""Group → request → (index of its first block in the group, its block ids there in order)."""
+
+
+def _group_spans(groups: PageGroups, requests: Mapping[str, RequestBlocks]) -> _GroupSpans:
+    """Spans per group, not per page: each block is visited once per group it lives in."""
+    spans: _GroupSpans = [None] * len(groups.blocks)
     block_groups = groups.block_groups
     for rid, req in requests.items():
         unique = len(set(req.block_ids)) == len(req.block_ids)  # else: dedupe per span
@@ -339,6 +358,21 @@ def encode_handles(
                     held[rid] = (idx, [b])
                 elif unique or b not in got[1]:
                     got[1].append(b)
+    return spans
+
+
+def encode_handles(
+    table: PageTable,
+    groups: PageGroups,
+    requests: Mapping[str, RequestBlocks],
+    block_size: int,
+    quarantined: Iterable[int] = (),
+    gpu: int = 0,
+) -> list[bytes]:
+    """See the module docstring: the encoded frames of
+    ``handle_frames(gpu, handle_entries(table, requests, block_size, quarantined))``."""
+    per_frame_ids = (p.MAX_PAYLOAD - _HEAD - _ENTRY) // 4
+    spans = _group_spans(groups, requests)
     # Each group's entries without their page (request id, tokens, count, block ids): the
     # same bytes for every page of the group.
     rests: list[tuple[bytes, ...]] = []
@@ -398,6 +432,105 @@ def encode_handles(
             chunks.append(rest)
             count += 1
             used += size
+    flush()
+    return frames
+
+
+_PG_GROUP = struct.Struct("<QIIII")
+"""An OFFLINE_PAGE_GROUPS record's head: page bytes, npages, nspans, gflags, reserved."""
+_PG_SPAN = struct.Struct(f"<{p.REQUEST_ID_LEN}sII")
+"""A group span's head: request id, tokens, block-id count (block ids follow)."""
+_PG_BUDGET = p.MAX_PAYLOAD - _HEAD
+"""Record bytes one frame holds."""
+_PG_HALF_PAGES = (_PG_BUDGET // 2 - _PG_GROUP.size) // 8
+"""Pages per record when a group's pages take more than half a frame."""
+PG_SPAN_IDS = (_PG_BUDGET // 2 - _PG_SPAN.size) // 4
+"""Block ids per span piece: a longer span is split (same request and tokens per piece)."""
+
+
+def _pg_records(
+    page_bytes: int, vas: Sequence[int], pieces: Sequence[bytes], gflags: int = 0
+) -> list[bytes]:
+    """One group's records, each within one frame: all its pages and all its span pieces
+    in one record when they fit, else subsets (pages in chunks of at most half a frame;
+    every page chunk repeated with span pieces packed into the room that is left)."""
+    npages = len(vas)
+    total = sum(len(x) for x in pieces)
+    if _PG_GROUP.size + 8 * npages + total <= _PG_BUDGET:
+        chunks: Sequence[Sequence[int]] = (vas,)
+    elif _PG_GROUP.size + 8 * npages <= _PG_BUDGET // 2:
+        chunks = (vas,)
+    else:
+        chunks = [vas[k : k + _PG_HALF_PAGES] for k in range(0, npages, _PG_HALF_PAGES)]
+    out: list[bytes] = []
+    for chunk in chunks:
+        n = len(chunk)
+        va_bytes = struct.pack(f"<{n}Q", *chunk)
+        room = _PG_BUDGET - _PG_GROUP.size - 8 * n
+        batch: list[bytes] = []
+        used = 0
+        for piece in pieces:
+            if batch and used + len(piece) > room:
+                out.append(_PG_GROUP.pack(page_bytes, n, len(batch), gflags, 0) + va_bytes
+                           + b"".join(batch))  # fmt: skip
+                batch, used = [], 0
+            batch.append(piece)
+            used += len(piece)
+        out.append(
+            _PG_GROUP.pack(page_bytes, n, len(batch), gflags, 0) + va_bytes + b"".join(batch)
+        )
+    return out
+
+
+def encode_page_groups(
+    table: PageTable,
+    groups: PageGroups,
+    requests: Mapping[str, RequestBlocks],
+    block_size: int,
+    quarantined: Iterable[int] = (),
+    gpu: int = 0,
+) -> list[bytes]:
+    """See the module docstring: the encoded OFFLINE_PAGE_GROUPS frames."""
+    spans = _group_spans(groups, requests)
+    gone = set(quarantined)
+    page_bytes = table.page_bytes
+    records: list[bytes] = []
+    for g, held in enumerate(spans):
+        vas = groups.pages[g]
+        if gone:
+            vas = tuple(va for va in vas if va not in gone)
+        if not vas:
+            continue
+        pieces: list[bytes] = []
+        for rid, (first, ids) in (held or {}).items():
+            tokens = max(0, requests[rid].num_computed_tokens - first * block_size)
+            rb = _request_id_bytes(rid)
+            for k in range(0, len(ids), PG_SPAN_IDS):
+                part = ids[k : k + PG_SPAN_IDS]
+                n = len(part)
+                pieces.append(_PG_SPAN.pack(rb, tokens, n) + struct.pack(f"<{n}I", *part))
+        records += _pg_records(page_bytes, vas, pieces)
+    empty = tuple(va for va in groups.empty if va not in gone) if gone else groups.empty
+    if empty:
+        records += _pg_records(page_bytes, empty, ())
+    lost = [va for va in table.pages if va in gone]
+    if lost:
+        records += _pg_records(page_bytes, lost, (), p.PAGE_GROUP_QUARANTINED)
+    frames: list[bytes] = []
+    batch: list[bytes] = []
+    used = _HEAD
+    kind = int(p.MsgType.OFFLINE_PAGE_GROUPS)
+
+    def flush() -> None:
+        body = _OFF_HEAD.pack(gpu, len(batch), int(not frames), 0) + b"".join(batch)
+        frames.append(_FRAME_HEAD.pack(p.MAGIC, p.VERSION, kind, 0, len(body), 0) + body)
+
+    for rec in records:
+        if batch and used + len(rec) > p.MAX_PAYLOAD:
+            flush()
+            batch, used = [], _HEAD
+        batch.append(rec)
+        used += len(rec)
     flush()
     return frames
 
