@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.operator.kube import kubeconfig_path, load_cluster_config
 
 HEADERS = (
     "TIME",
@@ -139,12 +140,11 @@ def evictions(namespace: str | None, all_namespaces: bool, since: str, output_fo
     if namespace and all_namespaces:
         fail("--namespace and --all-namespaces are mutually exclusive")
     try:
-        try:
-            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-            context_ns = "default"
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-            _, active = kubernetes.config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
+        context_ns = "default"
+        if not load_cluster_config():
+            _, active = kubernetes.config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig_path()
+            )
             context_ns = (active or {}).get("context", {}).get("namespace") or "default"
     except (kubernetes.config.ConfigException, OSError) as exc:
         fail(f"no cluster configuration: {exc}")

@@ -126,10 +126,9 @@ def _load_client() -> Any:
     """An ApiClient from the in-cluster service account, else KUBECONFIG."""
     import kubernetes
 
-    try:
-        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    from gleaner.operator.kube import load_cluster_config
+
+    load_cluster_config()
     return kubernetes.client.ApiClient()
 
 

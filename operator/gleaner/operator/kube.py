@@ -14,6 +14,7 @@ Paths are built by the helpers at the bottom (``pod_path`` etc.), never by hand 
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,31 @@ class ConflictError(KubeError):
     pass
 
 
+def kubeconfig_path() -> str | None:
+    """``KUBECONFIG`` as the environment has it *now*, else ``None`` (``~/.kube/config``).
+
+    The ``kubernetes`` package reads ``KUBECONFIG`` once, when it is first imported; passing the
+    path on every load makes a changed environment (a test, a re-exec) count.
+    """
+    return os.environ.get("KUBECONFIG") or None
+
+
+def load_cluster_config() -> bool:
+    """Configure the ``kubernetes`` package: in-cluster service account, else the kubeconfig.
+
+    Returns ``True`` in-cluster. Raises ``kubernetes.config.ConfigException`` (or ``OSError``)
+    when neither is there.
+    """
+    import kubernetes
+
+    try:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return True
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config(config_file=kubeconfig_path())  # type: ignore[no-untyped-call]
+        return False
+
+
 @dataclass(frozen=True)
 class Credentials:
     """Where the API server is and how to authenticate (from the kubernetes config loader)."""
@@ -61,10 +87,7 @@ class Credentials:
         """In-cluster service account, else ``KUBECONFIG`` / ``~/.kube/config``."""
         import kubernetes
 
-        try:
-            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+        load_cluster_config()
         config = kubernetes.client.Configuration.get_default_copy()
         header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix(
             "authorization"

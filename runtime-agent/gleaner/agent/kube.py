@@ -20,6 +20,7 @@ patch, pods list/watch).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,7 +51,9 @@ def load_api_client(kubeconfig: str | None = None) -> Any:
         return kubernetes.client.ApiClient()
     except config.ConfigException:
         cfg = kubernetes.client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        # The environment now, not as the kubernetes package saw it when first imported.
+        path = kubeconfig or os.environ.get("KUBECONFIG") or None
+        config.load_kube_config(config_file=path, client_configuration=cfg)
         return kubernetes.client.ApiClient(cfg)
 
 
