@@ -6,9 +6,12 @@ one event loop:
 - backend ``nvidia``: the shim control server (:class:`~gleaner.agent.server.ShimServer`) on
   ``<socket dir>/agent.sock``, one timer per GPU armed at its gate's deadline (the cooldown's
   end) and one for the memory release intervals; after each event only the timers of the
-  policies it touched are looked at (``NodeAgent.take_changed``), and a timer is replaced only
-  when its deadline moved earlier (one that fires early re-arms); the shim library is copied
-  to the host path offline Pods mount; free memory per GPU comes from NVML
+  policies it touched are looked at (``NodeAgent.take_changed``), and a timer is moved only
+  when its deadline moved earlier (one that fires early re-arms). The timers never fire
+  before their deadline and, on Linux, not a millisecond after it either
+  (:mod:`gleaner.agent.timers`: a timerfd per timer; the loops' own timers count whole
+  milliseconds, and uvloop's fire up to 0.5 ms early). The shim library is copied to the
+  host path offline Pods mount; free memory per GPU comes from NVML
   (:class:`~gleaner.agent.nvml.NvmlFreeMemory`, by the inventory's UUIDs, cached 100 ms) as
   ``NodeAgent.free_bytes`` (a pressure event reclaims only what free memory cannot cover, a
   restore waits until it covers the page); without NVML it stays unknown (logged once);
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shutil
 import subprocess
@@ -45,6 +49,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from gleaner.agent import timers
 from gleaner.agent.core import NodeAgent
 from gleaner.agent.kube import PodWatcher, ReportError, load_api_client, write_nodetrace
 from gleaner.agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
@@ -52,6 +57,7 @@ from gleaner.agent.policy import GateConfig, MemoryConfig
 from gleaner.agent.reporting import ReportWindow
 from gleaner.agent.server import ShimServer
 from gleaner.agent.simulated import SimulatedNode, TraceOnline, gpu_uuid, synthetic_inventory
+from gleaner.agent.timers import Timer
 from gleaner.api import GpuInfo, TraceSource
 
 log = logging.getLogger("gleaner.agent")
@@ -205,8 +211,8 @@ class AgentDaemon:
         self.last_report_error: str | None = None
         self.metrics_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._gate_timers: dict[int, asyncio.TimerHandle] = {}
-        self._memory_timer: asyncio.TimerHandle | None = None
+        self._gate_timers: dict[int, Timer] = {}
+        self._memory_timer: Timer | None = None
         self._stopping: asyncio.Event | None = None
         self._uvicorn: Any = None
         self._watcher: PodWatcher | None = None
@@ -301,6 +307,7 @@ class AgentDaemon:
         self._stopping = asyncio.Event()
         o = self.options
         if self.server is not None:
+            self._make_timers(self._loop)
             self._copy_shim()
             await self.server.start()
             self._rearm()
@@ -341,7 +348,7 @@ class AgentDaemon:
                 self.nvml = None
             for timer in [*self._gate_timers.values(), self._memory_timer]:
                 if timer is not None:
-                    timer.cancel()
+                    timer.close()
 
     def stop(self) -> None:
         if self._loop is not None and self._stopping is not None:
@@ -363,37 +370,42 @@ class AgentDaemon:
             self.sim.advance(self.clock())
             await asyncio.sleep(self.options.sim_step_s)
 
+    def _make_timers(self, loop: asyncio.AbstractEventLoop) -> None:
+        monotonic = self.clock is time.monotonic  # timerfd deadlines are on that clock
+        for gpu in self.agent.gates:
+            self._gate_timers[gpu] = timers.create(
+                loop, functools.partial(self._fire_gate, gpu), monotonic=monotonic
+            )
+        self._memory_timer = timers.create(loop, self._fire_memory, monotonic=monotonic)
+
     def _rearm(self) -> None:
         """Re-arm the timers of the policies touched since the last call (nvidia backend)."""
-        loop = self._loop
-        if loop is None:
-            return
-        gpus, memory = self.agent.take_changed()
-        for gpu in gpus:
-            deadline = self.agent.gate_deadline(gpu)
-            if deadline is None:
-                continue  # an armed timer stays: it fires, finds nothing due, re-arms
-            timer = self._gate_timers.get(gpu)
-            if timer is not None:
-                if timer.when() <= deadline:
-                    continue
-                timer.cancel()
-            self._gate_timers[gpu] = loop.call_at(deadline, self._fire_gate, gpu)
+        memory_timer = self._memory_timer
+        if memory_timer is None:
+            return  # not running
+        agent = self.agent
+        gpus, memory = agent.take_changed()
+        if gpus:
+            gate_timers = self._gate_timers
+            for gpu in gpus:
+                deadline = agent.gate_deadline(gpu)
+                if deadline is None:
+                    continue  # an armed timer stays: it fires, finds nothing due, re-arms
+                timer = gate_timers[gpu]
+                armed = timer.deadline
+                if armed is None or armed > deadline:
+                    timer.arm(deadline)
         if memory:
-            deadline = self.agent.memory_deadline()
-            timer = self._memory_timer
-            if deadline is not None and (timer is None or timer.when() > deadline):
-                if timer is not None:
-                    timer.cancel()
-                self._memory_timer = loop.call_at(deadline, self._fire_memory)
+            deadline = agent.memory_deadline()
+            armed = memory_timer.deadline
+            if deadline is not None and (armed is None or armed > deadline):
+                memory_timer.arm(deadline)
 
     def _fire_gate(self, gpu: int) -> None:
-        self._gate_timers.pop(gpu, None)
         self.agent.tick_gate(self.clock(), gpu)
         self._rearm()
 
     def _fire_memory(self) -> None:
-        self._memory_timer = None
         self.agent.tick_memory(self.clock())
         self._rearm()
 

@@ -9,7 +9,11 @@ time, fed in non-decreasing time order:
 
 and counts events (preemptions, finished online requests with their preemption counts,
 reclamations with bytes and invalidated KV blocks). Values hold from the time they are set
-until the next change. Derived totals, all cumulative since ``start``:
+until the next change. The integrals are lazy but exact: a change of one GPU's level
+integrates only what that level feeds (its own total, the pairs and jobs it belongs to) up
+to the change; everything else is integrated when read (``totals``, ``snapshot``,
+``advance``). An edge therefore costs the same on a node of 8 GPUs as on one of 1. Derived
+totals, all cumulative since ``start``:
 
 - per GPU: offline-enabled seconds, online-busy seconds, counts as above;
 - per GPU pair (a < b): busy overlap ``∫ min(b_a, b_b) dt`` and union ``∫ max(b_a, b_b) dt``
@@ -142,13 +146,24 @@ class Accounting:
     _harvestable: dict[int, int] = field(default_factory=dict)
     _bucket_of: dict[int, int] = field(default_factory=dict)
     """GPU → histogram bucket of its harvestable memory now (looked up once per change)."""
+    _busy_at: dict[int, float] = field(default_factory=dict)
+    """GPU → the time its ``online_busy_s`` is integrated up to (the same for the other
+    stamps below: integrated up to then, the levels unchanged since)."""
+    _enabled_at: dict[int, float] = field(default_factory=dict)
+    _free_at: dict[int, float] = field(default_factory=dict)
+    _pair_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    _pairs_of: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    """GPU → the pairs it belongs to."""
     _jobs: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    _job_at: dict[str, float] = field(default_factory=dict)
+    _jobs_of: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """GPU → the offline jobs placed on it."""
     _totals: Totals | None = None
     _mem_vectors: list[tuple[int, ...]] = field(default_factory=list)
     """Harvestable bytes per GPU of each closed interval of the current memory interval."""
     _mem_seconds: list[float] = field(default_factory=list)
-    _mem_open_s: float = 0.0
-    """Seconds the current harvestable vector has lasted so far."""
+    _mem_open_at: float = 0.0
+    """When the current harvestable vector started (it has lasted until now)."""
     _mem_sketch: MemoryHistogram | None = None
     """Closed intervals folded so far (since ``_mem_since``)."""
     _mem_since: float = 0.0
@@ -159,26 +174,34 @@ class Accounting:
         if self.max_memory_states < 1:
             raise ValueError("max_memory_states must be >= 1")
         self.gpus = tuple(sorted(set(self.gpus)))
-        self._now = self.start
+        start = self._now = self._mem_open_at = self.start
         self._busy = dict.fromkeys(self.gpus, 0.0)
         self._enabled = dict.fromkeys(self.gpus, 0.0)
         self._harvestable = dict.fromkeys(self.gpus, 0)
         self._bucket_of = dict.fromkeys(self.gpus, _bucket(0))
-        self._mem_since = self.start
+        self._busy_at = dict.fromkeys(self.gpus, start)
+        self._enabled_at = dict.fromkeys(self.gpus, start)
+        self._free_at = dict.fromkeys(self.gpus, start)
+        pairs = _pairs(self.gpus)
+        self._pair_at = dict.fromkeys(pairs, start)
+        self._pairs_of = {g: tuple(pr for pr in pairs if g in pr) for g in self.gpus}
+        self._jobs_of = dict.fromkeys(self.gpus, ())
+        self._mem_since = start
         self._mem_sketch = self._empty_sketch()
         self._totals = Totals(
-            start=self.start,
-            at=self.start,
+            start=start,
+            at=start,
             gpus={g: GpuTotals() for g in self.gpus},
-            pairs={pair: PairTotals() for pair in _pairs(self.gpus)},
+            pairs={pair: PairTotals() for pair in pairs},
             job_timeslice_s={},
             memory=self._mem_sketch,
-            memory_since=self.start,
+            memory_since=start,
         )
 
     @property
     def totals(self) -> Totals:
         """The live cumulative totals (``memory``: the current interval's sketch so far)."""
+        self._integrate_all()
         tot = self._tot()
         tot.memory = self._memory_sketch()
         tot.memory_since = self._mem_since
@@ -191,21 +214,37 @@ class Accounting:
     # -- levels ---------------------------------------------------------------------------
 
     def set_online_busy(self, t: float, gpu: int, level: float | bool) -> None:
-        if not self._now >= t > -math.inf:  # later, or not finite (advance raises)
-            self.advance(t)
-        self._busy[self._gpu(gpu)] = _level(level)
+        if not self._now >= t > -math.inf:  # later, or not finite (_move raises)
+            self._move(t)
+        x = _level(level)
+        try:
+            old = self._busy[gpu]
+        except KeyError:
+            raise self._unknown(gpu) from None
+        if x != old:
+            self._integrate_busy(gpu)
+            self._busy[gpu] = x
 
     def set_offline_enabled(self, t: float, gpu: int, level: float | bool) -> None:
         if not self._now >= t > -math.inf:
-            self.advance(t)
-        self._enabled[self._gpu(gpu)] = _level(level)
+            self._move(t)
+        x = _level(level)
+        try:
+            old = self._enabled[gpu]
+        except KeyError:
+            raise self._unknown(gpu) from None
+        if x != old:
+            self._integrate_enabled(gpu)
+            self._enabled[gpu] = x
 
     def set_harvestable(self, t: float, gpu: int, free_bytes: int) -> None:
-        self.advance(t)
+        if not self._now >= t > -math.inf:
+            self._move(t)
         g = self._gpu(gpu)
         value = max(0, int(free_bytes))
         if value == self._harvestable[g]:
             return
+        self._integrate_free(g)
         self._close_memory_interval()
         self._harvestable[g] = value
         self._bucket_of[g] = _bucket(value)
@@ -215,6 +254,10 @@ class Accounting:
         self.advance(t)
         self._jobs = {
             job: tuple(sorted(g for g in gpus if g in self._busy)) for job, gpus in jobs.items()
+        }
+        self._job_at = dict.fromkeys(self._jobs, self._now)
+        self._jobs_of = {
+            g: tuple(j for j, gpus in self._jobs.items() if g in gpus) for g in self.gpus
         }
         for job in self._jobs:
             self._tot().job_timeslice_s.setdefault(job, 0.0)
@@ -252,37 +295,15 @@ class Accounting:
     # -- time -----------------------------------------------------------------------------
 
     def advance(self, t: float) -> None:
-        """Integrate the current levels up to ``t`` (earlier times are ignored)."""
-        if not math.isfinite(t):
-            raise ValueError("time must be finite")
-        dt = t - self._now
-        if dt <= 0:
-            return
-        tot = self._tot()
-        busy, enabled, free = self._busy, self._enabled, self._harvestable
-        for g, gt in tot.gpus.items():
-            gt.offline_enabled_s += enabled[g] * dt
-            gt.online_busy_s += busy[g] * dt
-            gt.harvestable_byte_s += free[g] * dt
-            gt.harvestable_bucket_s[self._bucket_of[g]] += dt
-        for (a, b), pt in tot.pairs.items():
-            ba, bb = busy[a], busy[b]
-            pt.overlap_s += min(ba, bb) * dt
-            pt.union_s += max(ba, bb) * dt
-        if self._jobs:
-            slices = tot.job_timeslice_s
-            for job, gpus in self._jobs.items():
-                level = min((enabled[g] for g in gpus), default=0.0)
-                slices[job] = slices.get(job, 0.0) + level * dt
-        self._mem_open_s += dt
-        self._now = t
-        tot.at = t
+        """Integrate the current levels up to ``t`` (earlier times: up to now)."""
+        if not self._now >= t > -math.inf:
+            self._move(t)
+        self._integrate_all()
 
     def snapshot(self, t: float | None = None) -> Totals:
         """A copy of the totals up to ``t`` (default: the last event); starts a new memory
         interval, so keep every snapshot a window will span (see :func:`window_between`)."""
-        if t is not None:
-            self.advance(t)
+        self.advance(self._now if t is None else t)
         tot = self._tot()
         sketch = self._memory_sketch()
         tot.memory = self._empty_sketch()  # immutable: shared with the copy, not deep-copied
@@ -291,7 +312,7 @@ class Accounting:
         out.memory_since = self._mem_since
         self._mem_vectors.clear()
         self._mem_seconds.clear()
-        self._mem_open_s = 0.0
+        self._mem_open_at = self._now
         self._mem_sketch = self._empty_sketch()
         self._mem_since = self._now
         tot.memory, tot.memory_since = self._mem_sketch, self._mem_since
@@ -305,18 +326,86 @@ class Accounting:
 
     def _gpu(self, gpu: int) -> int:
         if gpu not in self._busy:
-            raise KeyError(f"GPU {gpu} is not in this node's inventory {list(self.gpus)}")
+            raise self._unknown(gpu)
         return gpu
+
+    def _unknown(self, gpu: int) -> KeyError:
+        return KeyError(f"GPU {gpu} is not in this node's inventory {list(self.gpus)}")
+
+    def _move(self, t: float) -> None:
+        """Now is ``t`` (later than now); nothing is integrated yet."""
+        if not math.isfinite(t):
+            raise ValueError("time must be finite")
+        self._now = t
+
+    def _integrate_busy(self, g: int) -> None:
+        """Integrate what GPU ``g``'s busy level feeds up to now (it is about to change)."""
+        now, busy = self._now, self._busy
+        tot = self._tot()
+        dt = now - self._busy_at[g]
+        if dt > 0:
+            tot.gpus[g].online_busy_s += busy[g] * dt
+            self._busy_at[g] = now
+        pair_at = self._pair_at
+        for pair in self._pairs_of[g]:
+            dt = now - pair_at[pair]
+            if dt > 0:
+                a, b = pair
+                ba, bb = busy[a], busy[b]
+                pt = tot.pairs[pair]
+                pt.overlap_s += min(ba, bb) * dt
+                pt.union_s += max(ba, bb) * dt
+                pair_at[pair] = now
+
+    def _integrate_enabled(self, g: int) -> None:
+        """Integrate what GPU ``g``'s enabled level feeds up to now (it is about to change)."""
+        now, enabled = self._now, self._enabled
+        tot = self._tot()
+        dt = now - self._enabled_at[g]
+        if dt > 0:
+            tot.gpus[g].offline_enabled_s += enabled[g] * dt
+            self._enabled_at[g] = now
+        jobs = self._jobs_of[g]
+        if jobs:
+            slices, job_at = tot.job_timeslice_s, self._job_at
+            for job in jobs:
+                dt = now - job_at[job]
+                if dt > 0:
+                    level = min((enabled[x] for x in self._jobs[job]), default=0.0)
+                    slices[job] = slices.get(job, 0.0) + level * dt
+                    job_at[job] = now
+
+    def _integrate_free(self, g: int) -> None:
+        """Integrate GPU ``g``'s harvestable memory up to now (it is about to change)."""
+        dt = self._now - self._free_at[g]
+        if dt > 0:
+            gt = self._tot().gpus[g]
+            gt.harvestable_byte_s += self._harvestable[g] * dt
+            gt.harvestable_bucket_s[self._bucket_of[g]] += dt
+            self._free_at[g] = self._now
+
+    def _integrate_all(self) -> None:
+        """Integrate every level up to now."""
+        now = self._now
+        tot = self._tot()
+        for g in self.gpus:
+            self._integrate_busy(g)
+            self._integrate_enabled(g)
+            self._integrate_free(g)
+        for job in self._jobs:  # a job placed on no GPU has timeslice 0
+            self._job_at[job] = now
+        tot.at = now
 
     def _empty_sketch(self) -> MemoryHistogram:
         return MemoryHistogram.empty(len(self.gpus), self.memory_step_gib)
 
     def _close_memory_interval(self) -> None:
         """The harvestable vector is about to change: its interval becomes one sample."""
-        if self._mem_open_s > 0 and self.gpus:
+        open_s = self._now - self._mem_open_at
+        if open_s > 0 and self.gpus:
             self._mem_vectors.append(tuple(self._harvestable[g] for g in self.gpus))
-            self._mem_seconds.append(self._mem_open_s)
-        self._mem_open_s = 0.0
+            self._mem_seconds.append(open_s)
+        self._mem_open_at = self._now
         if len(self._mem_vectors) >= _MEMORY_FOLD:
             self._mem_sketch = self._fold(self._mem_vectors, self._mem_seconds)
             self._mem_vectors.clear()
@@ -339,9 +428,10 @@ class Accounting:
     def _memory_sketch(self) -> MemoryHistogram:
         """The current memory interval's sketch, the still-open interval included."""
         vectors, seconds = list(self._mem_vectors), list(self._mem_seconds)
-        if self._mem_open_s > 0 and self.gpus:
+        open_s = self._now - self._mem_open_at
+        if open_s > 0 and self.gpus:
             vectors.append(tuple(self._harvestable[g] for g in self.gpus))
-            seconds.append(self._mem_open_s)
+            seconds.append(open_s)
         return self._fold(vectors, seconds)
 
 
