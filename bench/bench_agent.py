@@ -17,9 +17,13 @@ Measured, per run:
   need no disable, so they also cost the agent less).
 
 Runs repeat (``--runs``, default 3) and the summary gives min / median / max, because the
-development machine is shared. ``--agent-prefix "taskset -c 1 nice -n -5"`` wraps the agent
-command (CPU pinning, priority); ``--client-cpu N`` pins this process; ``--event-loop``
-chooses the agent's loop (auto: uvloop when installed).
+development machine is shared. ``--load N`` runs N CPU hogs (processes at the default
+priority that loop over ~40 MB of Python objects, so they take the caches as well as the
+CPUs) during each measurement, to see the agent on a loaded node: the hogs start after the
+clients connected and before the warm-up, and stop after the interval.
+``--agent-prefix "taskset -c 1 nice -n -5"`` wraps the agent command (CPU pinning,
+priority); ``--client-cpu N`` pins this process; ``--event-loop`` chooses the agent's loop
+(auto: uvloop when installed).
 
 Targets (issue 6): p99 < 1 ms, CPU < 10% of one core. ``python -m bench agent``, or with
 options ``python -c "from bench.bench_agent import main; main(['--runs', '5'])"``; returns 1
@@ -105,7 +109,34 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-def run_once(seconds: float, rate: float, prefix: list[str], event_loop: str) -> Run:
+HOG = """
+import random
+table = {i: i for i in range(1 << 19)}
+keys = list(table)
+random.shuffle(keys)
+while True:
+    for k in keys:
+        table[k] += 1
+"""
+"""A CPU hog that also sweeps ~40 MB of Python objects in random order, as real work on a
+loaded node does: a bare spin loop would leave the caches to the agent."""
+
+
+def _start_hogs(n: int) -> list[subprocess.Popen[bytes]]:
+    """N processes that run :data:`HOG` on a CPU until terminated."""
+    return [
+        subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL) for _ in range(n)
+    ]
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(10)
+
+
+def run_once(seconds: float, rate: float, prefix: list[str], event_loop: str, load: int = 0) -> Run:
     """Start an agent, drive it for ``seconds`` at ``rate`` transitions/s, measure."""
     period = 2.0 / rate  # one busy and one idle edge per period
     busy_for = period / 8
@@ -129,6 +160,7 @@ def run_once(seconds: float, rate: float, prefix: list[str], event_loop: str) ->
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    hogs: list[subprocess.Popen[bytes]] = []
     try:
         path = tmp / "agent.sock"
         off, off_dec = _connect(path, p.Hello(pid=os.getpid(), role=p.Role.OFFLINE, job="b/off"))
@@ -163,6 +195,7 @@ def run_once(seconds: float, rate: float, prefix: list[str], event_loop: str) ->
         on.setblocking(True)
         # The gate opens one cooldown after start (HELLO_ACK says so, or a GATE follows).
         opened.wait(20)
+        hogs = _start_hogs(load)
         busy_sent: list[int] = []
         warmup = int(0.5 / period)
         n_cycles = int(seconds / period)
@@ -181,6 +214,8 @@ def run_once(seconds: float, rate: float, prefix: list[str], event_loop: str) ->
             p.send_message(on, p.OnlineIdle(gpu=p.GPU_ALL, mono_ns=time.monotonic_ns()))
         time.sleep(0.05)
         cpu1, wall1 = _cpu_seconds(agent.pid), time.perf_counter()
+        _stop(hogs)
+        hogs = []
         stop.set()
         reader.join(1)
         lat: list[float] = []
@@ -190,6 +225,7 @@ def run_once(seconds: float, rate: float, prefix: list[str], event_loop: str) ->
             if i >= 0:
                 lat.append((d - busy_sent[i]) / 1e9)
     finally:
+        _stop(hogs)
         agent.terminate()
         agent.wait(10)
     elapsed = wall1 - wall0
@@ -222,11 +258,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--agent-prefix", default="", help='wrap the agent, e.g. "taskset -c 1"')
     ap.add_argument("--client-cpu", type=int, default=None, help="pin this process to a CPU")
     ap.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto")
+    ap.add_argument("--load", type=int, default=0, help="CPU hogs running while measuring")
     args = ap.parse_args(argv)
     if args.client_cpu is not None:
         os.sched_setaffinity(0, {args.client_cpu})
     prefix = shlex.split(args.agent_prefix)
-    runs = [run_once(args.seconds, args.rate, prefix, args.event_loop) for _ in range(args.runs)]
+    runs = [
+        run_once(args.seconds, args.rate, prefix, args.event_loop, args.load)
+        for _ in range(args.runs)
+    ]
+    if args.load:
+        print(f"(with {args.load} CPU hog{'s' if args.load > 1 else ''} running)")
     print(f"{'run':4} {'trans/s':>8} {'closed':>7} {'p50 µs':>7} {'p99 µs':>7} {'max µs':>7} "
           f"{'CPU %':>6} {'user/sys %':>11} {'µs/cycle':>9}")  # fmt: skip
     for k, r in enumerate(runs, 1):

@@ -202,7 +202,9 @@ class NodeAgent:
     # -- online events --------------------------------------------------------------------
 
     def online_busy(self, t: float, gpu: int, source: str, request: str | None = None) -> None:
-        sources = self._sources(gpu)
+        sources = self._busy_sources.get(gpu)
+        if sources is None:
+            raise self._unknown(gpu)
         was_busy = bool(sources)
         sources.add(source)
         if was_busy and request is None:
@@ -218,7 +220,9 @@ class NodeAgent:
             self._drain(gpu)
 
     def online_idle(self, t: float, gpu: int, source: str, finished: Sequence[str] = ()) -> None:
-        sources = self._sources(gpu)
+        sources = self._busy_sources.get(gpu)
+        if sources is None:
+            raise self._unknown(gpu)
         sources.discard(source)
         self._changed.add(gpu)
         gate = self.gates[gpu]
@@ -227,7 +231,9 @@ class NodeAgent:
                 self._apply(gate.request_done(t, name))
         else:
             self.accounting.set_online_busy(t, gpu, 0.0)
-            self._apply(gate.online_idle(t, finished))
+            actions = gate.online_idle(t, finished)
+            if actions:
+                self._apply(actions)
         if gate.has_finished():
             self._drain(gpu)
 
@@ -338,10 +344,13 @@ class NodeAgent:
     def _gate(self, gpu: int) -> ComputeGate:
         return self.gates[self._gpu(gpu)]
 
+    def _unknown(self, gpu: int) -> KeyError:
+        return KeyError(f"GPU {gpu} is not on node {self.node}")
+
     def _sources(self, gpu: int) -> set[str]:
         sources = self._busy_sources.get(gpu)
         if sources is None:
-            raise KeyError(f"GPU {gpu} is not on node {self.node}")
+            raise self._unknown(gpu)
         return sources
 
     def _apply(self, actions: list[GateAction]) -> None:

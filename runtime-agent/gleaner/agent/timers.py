@@ -26,11 +26,11 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import math
 import os
+import struct
 import sys
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 CLOCK_MONOTONIC: Final = 1
 TFD_TIMER_ABSTIME: Final = 1
@@ -38,30 +38,22 @@ TFD_NONBLOCK: Final = os.O_NONBLOCK
 TFD_CLOEXEC: Final = os.O_CLOEXEC
 
 
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-class _Itimerspec(ctypes.Structure):
-    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+ITIMERSPEC: Final = struct.Struct("@4q")
+"""struct itimerspec: it_interval (tv_sec, tv_nsec), then it_value (tv_sec, tv_nsec)."""
 
 
 class _Libc:
-    """timerfd_create / timerfd_settime from libc."""
+    """timerfd_create / timerfd_settime from libc.
+
+    ``settime`` is called without ctypes argument types: its arguments are ints and a
+    ``create_string_buffer`` holding the packed ``itimerspec`` (the cheapest ctypes call:
+    the timer is armed once per online idle edge).
+    """
 
     def __init__(self) -> None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        self.create = libc.timerfd_create
-        self.create.argtypes = [ctypes.c_int, ctypes.c_int]
-        self.create.restype = ctypes.c_int
-        self.settime = libc.timerfd_settime
-        self.settime.argtypes = [
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.POINTER(_Itimerspec),
-            ctypes.POINTER(_Itimerspec),
-        ]
-        self.settime.restype = ctypes.c_int
+        self.create: Callable[[int, int], int] = libc.timerfd_create
+        self.settime: Callable[[int, int, Any, None], int] = libc.timerfd_settime
 
 
 _libc: _Libc | None = None
@@ -138,27 +130,26 @@ class DeadlineTimer:
         self._libc = libc
         self._fd = fd
         self._callback = callback
-        self._spec = _Itimerspec()
-        self._ref = ctypes.byref(self._spec)
+        self._settime = libc.settime
+        self._buf = ctypes.create_string_buffer(ITIMERSPEC.size)
+        self._pack = ITIMERSPEC.pack_into
         self.deadline: float | None = None
         """The deadline armed for (None: disarmed)."""
         loop.add_reader(fd, self._fired)
 
     def arm(self, deadline: float) -> None:
         """Run the callback at ``deadline`` (``time.monotonic()`` seconds), not before."""
-        frac, whole = math.modf(max(deadline, 1e-9))
-        value = self._spec.it_value
-        value.tv_sec = int(whole)
-        value.tv_nsec = min(999_999_999, int(frac * 1e9) + 1)  # round up: never early
-        if self._libc.settime(self._fd, TFD_TIMER_ABSTIME, self._ref, None) != 0:
+        ns = int(deadline * 1e9) + 1  # rounded up: never early
+        sec, nsec = divmod(ns if ns > 0 else 1, 1_000_000_000)
+        self._pack(self._buf, 0, 0, 0, sec, nsec)
+        if self._settime(self._fd, TFD_TIMER_ABSTIME, self._buf, None) != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
         self.deadline = deadline
 
     def disarm(self) -> None:
-        value = self._spec.it_value
-        value.tv_sec = value.tv_nsec = 0
-        self._libc.settime(self._fd, 0, self._ref, None)
+        self._pack(self._buf, 0, 0, 0, 0, 0)
+        self._settime(self._fd, 0, self._buf, None)
         self.deadline = None
 
     def close(self) -> None:

@@ -158,7 +158,7 @@ class Accounting:
     _job_at: dict[str, float] = field(default_factory=dict)
     _jobs_of: dict[int, tuple[str, ...]] = field(default_factory=dict)
     """GPU → the offline jobs placed on it."""
-    _totals: Totals | None = None
+    _totals: Totals = field(init=False)
     _mem_vectors: list[tuple[int, ...]] = field(default_factory=list)
     """Harvestable bytes per GPU of each closed interval of the current memory interval."""
     _mem_seconds: list[float] = field(default_factory=list)
@@ -216,7 +216,8 @@ class Accounting:
     def set_online_busy(self, t: float, gpu: int, level: float | bool) -> None:
         if not self._now >= t > -math.inf:  # later, or not finite (_move raises)
             self._move(t)
-        x = _level(level)
+        # The shims' 0/1 levels without a call; anything else is checked by _level.
+        x = 1.0 if level == 1.0 else 0.0 if level == 0.0 else _level(level)
         try:
             old = self._busy[gpu]
         except KeyError:
@@ -228,7 +229,7 @@ class Accounting:
     def set_offline_enabled(self, t: float, gpu: int, level: float | bool) -> None:
         if not self._now >= t > -math.inf:
             self._move(t)
-        x = _level(level)
+        x = 1.0 if level == 1.0 else 0.0 if level == 0.0 else _level(level)
         try:
             old = self._enabled[gpu]
         except KeyError:
@@ -277,11 +278,17 @@ class Accounting:
     # -- events ---------------------------------------------------------------------------
 
     def add_preemption(self, gpu: int, count: int = 1) -> None:
-        self._tot().gpus[self._gpu(gpu)].preemptions += count
+        try:
+            self._totals.gpus[gpu].preemptions += count
+        except KeyError:
+            raise self._unknown(gpu) from None
 
     def add_online_request(self, gpu: int, preemptions: int) -> None:
         """An online request on ``gpu`` finished having seen ``preemptions`` preemptions."""
-        g = self._tot().gpus[self._gpu(gpu)]
+        try:
+            g = self._totals.gpus[gpu]
+        except KeyError:
+            raise self._unknown(gpu) from None
         g.online_requests += 1
         g.request_preemptions[preemptions] = g.request_preemptions.get(preemptions, 0) + 1
         g.max_preemptions_per_request = max(g.max_preemptions_per_request, preemptions)
@@ -321,7 +328,6 @@ class Accounting:
     # -- internals ------------------------------------------------------------------------
 
     def _tot(self) -> Totals:
-        assert self._totals is not None
         return self._totals
 
     def _gpu(self, gpu: int) -> int:
@@ -333,15 +339,16 @@ class Accounting:
         return KeyError(f"GPU {gpu} is not in this node's inventory {list(self.gpus)}")
 
     def _move(self, t: float) -> None:
-        """Now is ``t`` (later than now); nothing is integrated yet."""
+        """Now is ``t`` if later (nothing is integrated yet); raises if ``t`` is not finite."""
         if not math.isfinite(t):
             raise ValueError("time must be finite")
-        self._now = t
+        if t > self._now:
+            self._now = t
 
     def _integrate_busy(self, g: int) -> None:
         """Integrate what GPU ``g``'s busy level feeds up to now (it is about to change)."""
         now, busy = self._now, self._busy
-        tot = self._tot()
+        tot = self._totals
         dt = now - self._busy_at[g]
         if dt > 0:
             tot.gpus[g].online_busy_s += busy[g] * dt
@@ -360,7 +367,7 @@ class Accounting:
     def _integrate_enabled(self, g: int) -> None:
         """Integrate what GPU ``g``'s enabled level feeds up to now (it is about to change)."""
         now, enabled = self._now, self._enabled
-        tot = self._tot()
+        tot = self._totals
         dt = now - self._enabled_at[g]
         if dt > 0:
             tot.gpus[g].offline_enabled_s += enabled[g] * dt
@@ -371,7 +378,10 @@ class Accounting:
             for job in jobs:
                 dt = now - job_at[job]
                 if dt > 0:
-                    level = min((enabled[x] for x in self._jobs[job]), default=0.0)
+                    level = 1.0  # min over the job's GPUs (it has g, so at least one)
+                    for x in self._jobs[job]:
+                        if enabled[x] < level:
+                            level = enabled[x]
                     slices[job] = slices.get(job, 0.0) + level * dt
                     job_at[job] = now
 

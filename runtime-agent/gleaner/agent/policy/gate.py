@@ -143,15 +143,17 @@ class ComputeGate:
         """When a :meth:`tick` may next change something (None: only an event can)."""
         if self.enabled or self.busy:
             return None
-        if any(r.preemptions for r in self._inflight.values()):
-            timeout = self.config.request_timeout_s
+        c = self.config  # the cooldown, as cooldown_s (inline: this runs after every event)
+        cool = min(c.cool_ceiling_s, max(c.cool_floor_s, c.cool_factor * self.g_max_s))
+        if self._inflight and any(r.preemptions for r in self._inflight.values()):
+            timeout = c.request_timeout_s
             if timeout is None:
                 return None
             return max(
-                self._idle_since + self.cooldown_s,
+                self._idle_since + cool,
                 min(r.last_seen for r in self._inflight.values() if r.preemptions) + timeout,
             )
-        return self._idle_since + self.cooldown_s
+        return self._idle_since + cool
 
     def has_finished(self) -> bool:
         """Whether requests finished since the last :meth:`drain_finished` (cheap to ask)."""
@@ -191,9 +193,12 @@ class ComputeGate:
             return []
         self.enabled = False
         self.preemptions += 1
+        most = self.max_preemptions_per_request
         for r in self._inflight.values():
             r.preemptions += 1
-            self.max_preemptions_per_request = max(self.max_preemptions_per_request, r.preemptions)
+            if r.preemptions > most:
+                most = r.preemptions
+        self.max_preemptions_per_request = most
         return [Disable(self.gpu, t)]
 
     def online_idle(self, t: float, finished: Iterable[str] = ()) -> list[GateAction]:
@@ -201,12 +206,14 @@ class ComputeGate:
         t = self._advance(t)
         for name in finished:
             self._finish(name)
-        for name in [k for k, r in self._inflight.items() if r.anonymous]:
-            self._finish(name)
+        inflight = self._inflight
+        if inflight:
+            for name in [k for k, r in inflight.items() if r.anonymous]:
+                self._finish(name)
         if self.busy:
             self.busy = False
             self._idle_since = t
-            for r in self._inflight.values():
+            for r in inflight.values():
                 r.last_idle_at = t
                 r.last_seen = t
         return self._maybe_enable(t)
@@ -244,16 +251,19 @@ class ComputeGate:
     # -- internals ------------------------------------------------------------------------
 
     def _advance(self, t: float) -> float:
-        if not math.isfinite(t):
-            raise ValueError("event time must be finite")
-        t = max(t, self._now)
-        dt = t - self._now
+        now = self._now
+        if not now <= t < math.inf:  # earlier, or not finite
+            if not math.isfinite(t):
+                raise ValueError("event time must be finite")
+            return now
+        dt = t - now
         if self.enabled:
             self._enabled_s += dt
         if self.busy:
             self._busy_s += dt
         self._now = t
-        self._expire(t)
+        if self._inflight and self.config.request_timeout_s is not None:
+            self._expire(t)
         return t
 
     def _expire(self, t: float) -> None:
@@ -277,9 +287,12 @@ class ComputeGate:
     def _maybe_enable(self, t: float) -> list[GateAction]:
         if self.enabled or self.busy:
             return []
-        if t < self._idle_since + self.cooldown_s:
+        c = self.config
+        if t < self._idle_since + min(
+            c.cool_ceiling_s, max(c.cool_floor_s, c.cool_factor * self.g_max_s)
+        ):
             return []
-        if any(r.preemptions for r in self._inflight.values()):
+        if self._inflight and any(r.preemptions for r in self._inflight.values()):
             return []
         self.enabled = True
         return [Enable(self.gpu, t)]
