@@ -241,3 +241,97 @@ def test_agent_nodetrace_round_trips_to_the_factors_of_the_raw_samples() -> None
     assert status.idle_fraction == pytest.approx(float(compute_factors(raw).mean()))
     assert status.harvestable_memory_p10_gi_b == raw.memory.quantile(0.10)
     assert status.offline_jobs == 1 and status.per_gpu[0].offline_job == "ns/job"
+
+
+class _EagerReference:
+    """The accounting rule written the plain way: every level integrated at every change."""
+
+    def __init__(self, gpus: list[int]) -> None:
+        self.gpus = gpus
+        self.now = 0.0
+        self.busy = dict.fromkeys(gpus, 0.0)
+        self.enabled = dict.fromkeys(gpus, 0.0)
+        self.free = dict.fromkeys(gpus, 0)
+        self.jobs: dict[str, tuple[int, ...]] = {}
+        self.busy_s = dict.fromkeys(gpus, 0.0)
+        self.enabled_s = dict.fromkeys(gpus, 0.0)
+        self.byte_s = dict.fromkeys(gpus, 0.0)
+        self.overlap = {(a, b): 0.0 for a in gpus for b in gpus if a < b}
+        self.union = dict.fromkeys(self.overlap, 0.0)
+        self.slices: dict[str, float] = {}
+
+    def advance(self, t: float) -> None:
+        dt = t - self.now
+        if dt <= 0:
+            return
+        for g in self.gpus:
+            self.busy_s[g] += self.busy[g] * dt
+            self.enabled_s[g] += self.enabled[g] * dt
+            self.byte_s[g] += self.free[g] * dt
+        for a, b in self.overlap:
+            self.overlap[(a, b)] += min(self.busy[a], self.busy[b]) * dt
+            self.union[(a, b)] += max(self.busy[a], self.busy[b]) * dt
+        for job, gs in self.jobs.items():
+            level = min((self.enabled[g] for g in gs), default=0.0)
+            self.slices[job] = self.slices.get(job, 0.0) + level * dt
+        self.now = t
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.floats(0.0, 2.0),
+            st.sampled_from(["busy", "enabled", "free", "jobs", "read"]),
+            st.integers(0, 2),
+            st.sampled_from([0.0, 1.0, 0.25, 0.5]),
+        ),
+        max_size=60,
+    )
+)
+def test_property_lazy_integration_equals_integrating_every_level_at_every_change(
+    events: list[tuple[float, str, int, float]],
+) -> None:
+    """Integrating only what a change feeds, and the rest when read, loses nothing."""
+    gpus = [0, 1, 2]
+    a, ref = Accounting(gpus, memory_step_gib=1.0), _EagerReference(gpus)
+    t = 0.0
+    for dt, kind, gpu, level in events:
+        t += dt
+        ref.advance(t)
+        if kind == "busy":
+            a.set_online_busy(t, gpu, level)
+            ref.busy[gpu] = level
+        elif kind == "enabled":
+            a.set_offline_enabled(t, gpu, level)
+            ref.enabled[gpu] = level
+        elif kind == "free":
+            a.set_harvestable(t, gpu, int(level * 8 * GIB))
+            ref.free[gpu] = int(level * 8 * GIB)
+        elif kind == "jobs":
+            jobs = {"ns/a": [gpu], "ns/b": [g for g in gpus if g != gpu]}
+            a.set_offline_jobs(t, jobs)
+            ref.jobs = {j: tuple(gs) for j, gs in jobs.items()}
+            for job in jobs:
+                ref.slices.setdefault(job, 0.0)
+        else:  # a read in the middle integrates everything; later changes go on from there
+            a.advance(t)  # as the daemon does before a scrape or a report
+            mid = a.totals
+            assert mid.at == t
+            assert mid.gpus[gpu].online_busy_s == pytest.approx(ref.busy_s[gpu], abs=1e-9)
+    end = t + 1.0
+    ref.advance(end)
+    s = a.snapshot(end)
+    assert s.at == end
+    for g in gpus:
+        assert s.gpus[g].online_busy_s == pytest.approx(ref.busy_s[g], abs=1e-9)
+        assert s.gpus[g].offline_enabled_s == pytest.approx(ref.enabled_s[g], abs=1e-9)
+        assert s.gpus[g].harvestable_byte_s == pytest.approx(ref.byte_s[g], rel=1e-12, abs=1e-3)
+        assert sum(s.gpus[g].harvestable_bucket_s) == pytest.approx(end, abs=1e-9)
+    for pair in ref.overlap:
+        assert s.pairs[pair].overlap_s == pytest.approx(ref.overlap[pair], abs=1e-9)
+        assert s.pairs[pair].union_s == pytest.approx(ref.union[pair], abs=1e-9)
+    assert s.job_timeslice_s.keys() == ref.slices.keys()
+    for job, secs in ref.slices.items():
+        assert s.job_timeslice_s[job] == pytest.approx(secs, abs=1e-9)
+    assert s.memory.total_seconds == pytest.approx(end, abs=1e-9)

@@ -209,7 +209,7 @@ class NodeAgent:
         sources.add(source)
         if was_busy and request is None:
             return  # already busy; an anonymous edge tells the gate nothing new
-        self._changed.add(gpu)
+        # Not marked changed: a busy gate has no deadline (an armed timer just fires early).
         gate = self.gates[gpu]
         actions = gate.online_busy(t, request)
         if actions:
@@ -293,13 +293,15 @@ class NodeAgent:
     def tick_gate(self, t: float, gpu: int) -> None:
         """Let ``gpu``'s gate act if its deadline has come (a cooldown ended).
 
-        Marks the gate as changed either way: a timer that fired early must be re-armed.
+        Marks the gate as changed unless it has no deadline now (enabled, or busy): a timer
+        that fired early must be re-armed.
         """
         gate = self.gates[gpu]
-        self._changed.add(gpu)
         if (d := gate.next_deadline()) is not None and d <= t:
             self._apply(gate.tick(t))
             self._drain(gpu)
+        if not (gate.enabled or gate.busy):
+            self._changed.add(gpu)
 
     def tick_memory(self, t: float) -> None:
         """Let every memory reservation whose deadline has come act (release intervals)."""
@@ -327,11 +329,14 @@ class NodeAgent:
         """GPUs whose gate, and whether any memory reservation, was touched since the last call.
 
         Only their deadlines can have moved: a shell with one timer per GPU re-arms just those.
+        A gate left busy or enabled has no deadline and is not listed (a timer already armed
+        for it may fire early; ``tick_gate`` then lists it again).
         """
         changed, memory = self._changed, self._memory_changed
         if changed:
             self._changed = set()
-        self._memory_changed = False
+        if memory:
+            self._memory_changed = False
         return changed, memory
 
     # -- internals ------------------------------------------------------------------------
