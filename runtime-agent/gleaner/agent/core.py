@@ -25,8 +25,12 @@ a restore moves memory from online's released headroom back to offline, which th
 reservation already counted as harvestable at the Release.
 
 A command leaves through the sink before its accounting is written (the reaction path is
-busy edge → gate → ``set_gate``). A shell with one timer per GPU uses
-:meth:`NodeAgent.tick_gate` / :meth:`NodeAgent.tick_memory` and
+busy edge → gate → ``set_gate``). The accounting of the online edges and gate commands is
+deferred: each is a tuple appended to a log that :attr:`NodeAgent.accounting` replays, in
+order, before anyone reads it (and the agent replays it itself every
+:data:`ACCOUNTING_BATCH` entries, after an idle edge or a cooldown's end), so the loop
+wakeups of the reaction path do not run the accounting code; the totals are the same. A
+shell with one timer per GPU uses :meth:`NodeAgent.tick_gate` / :meth:`NodeAgent.tick_memory` and
 :meth:`NodeAgent.take_changed` (which policies were touched since it last asked, so only
 their deadlines need a look); :meth:`NodeAgent.tick` still does everything at once.
 
@@ -61,6 +65,13 @@ from gleaner.agent.policy.reclaim import Selector
 from gleaner.api import GpuInfo
 
 GIB = 1 << 30
+
+ACCOUNTING_BATCH = 256
+"""Deferred accounting entries replayed at once (see the module docstring)."""
+
+_BUSY, _ENABLED, _PREEMPTION, _REQUEST = range(4)
+"""Deferred accounting operations: set_online_busy, set_offline_enabled, add_preemption,
+add_online_request."""
 
 
 class Sink(Protocol):
@@ -155,7 +166,9 @@ class NodeAgent:
 
     gates: dict[int, ComputeGate] = field(init=False)
     memory: dict[int, MemoryReservation] = field(init=False)
-    accounting: Accounting = field(init=False)
+    _accounting: Accounting = field(init=False)
+    _deferred: list[tuple[int, float, int, float]] = field(init=False, default_factory=list)
+    """Accounting not yet applied: (operation, time, GPU, level or count), in order."""
     memory_model: dict[int, GpuMemoryModel] = field(init=False)
     offline_jobs: dict[int, str] = field(init=False, default_factory=dict)
     """GPU → ``namespace/name`` of the offline job placed on it."""
@@ -187,7 +200,7 @@ class NodeAgent:
             )
             for g, m in self.memory_model.items()
         }
-        self.accounting = Accounting(gpus, start=self.start, memory_step_gib=self.memory_step_gib)
+        self._accounting = Accounting(gpus, start=self.start, memory_step_gib=self.memory_step_gib)
         self._busy_sources = {g: set() for g in gpus}
         self.quarantine = {g: [] for g in gpus}
         self.restores = {g: RestoreTotals() for g in gpus}
@@ -198,6 +211,27 @@ class NodeAgent:
     @property
     def gpus(self) -> list[int]:
         return list(self.gates)
+
+    @property
+    def accounting(self) -> Accounting:
+        """The node's accounting, with every deferred entry applied."""
+        if self._deferred:
+            self.flush_accounting()
+        return self._accounting
+
+    def flush_accounting(self) -> None:
+        """Apply the deferred accounting entries, in order."""
+        entries, self._deferred = self._deferred, []
+        acc = self._accounting
+        for op, t, gpu, value in entries:
+            if op == _BUSY:
+                acc.set_online_busy(t, gpu, value)
+            elif op == _ENABLED:
+                acc.set_offline_enabled(t, gpu, value)
+            elif op == _PREEMPTION:
+                acc.add_preemption(gpu)
+            else:
+                acc.add_online_request(gpu, int(value))
 
     # -- online events --------------------------------------------------------------------
 
@@ -215,7 +249,7 @@ class NodeAgent:
         if actions:
             self._apply(actions)  # the disable leaves first; accounting after
         if not was_busy:
-            self.accounting.set_online_busy(t, gpu, 1.0)
+            self._deferred.append((_BUSY, t, gpu, 1.0))
         if gate.has_finished():
             self._drain(gpu)
 
@@ -230,12 +264,14 @@ class NodeAgent:
             for name in finished:
                 self._apply(gate.request_done(t, name))
         else:
-            self.accounting.set_online_busy(t, gpu, 0.0)
-            actions = gate.online_idle(t, finished)
+            actions = gate.online_idle(t, finished)  # checks t before anything is deferred
+            self._deferred.append((_BUSY, t, gpu, 0.0))
             if actions:
                 self._apply(actions)
         if gate.has_finished():
             self._drain(gpu)
+        if len(self._deferred) >= ACCOUNTING_BATCH:
+            self.flush_accounting()
 
     def drop_source(self, t: float, source: str) -> None:
         """An online source went away: whatever it kept busy is idle now."""
@@ -302,6 +338,8 @@ class NodeAgent:
             self._drain(gpu)
         if not (gate.enabled or gate.busy):
             self._changed.add(gpu)
+        if len(self._deferred) >= ACCOUNTING_BATCH:
+            self.flush_accounting()
 
     def tick_memory(self, t: float) -> None:
         """Let every memory reservation whose deadline has come act (release intervals)."""
@@ -363,17 +401,17 @@ class NodeAgent:
             if isinstance(a, Disable):
                 self.sink.set_gate(a.gpu, False, a.t)
                 self.gate_commands += 1
-                self.accounting.set_offline_enabled(a.t, a.gpu, 0.0)
+                self._deferred.append((_ENABLED, a.t, a.gpu, 0.0))
                 if a.preempted:
-                    self.accounting.add_preemption(a.gpu)
+                    self._deferred.append((_PREEMPTION, a.t, a.gpu, 1.0))
             elif isinstance(a, Enable):
                 self.sink.set_gate(a.gpu, True, a.t)
                 self.gate_commands += 1
-                self.accounting.set_offline_enabled(a.t, a.gpu, 1.0)
+                self._deferred.append((_ENABLED, a.t, a.gpu, 1.0))
 
     def _drain(self, gpu: int) -> None:
         for n in self.gates[gpu].drain_finished():
-            self.accounting.add_online_request(gpu, n)
+            self._deferred.append((_REQUEST, 0.0, gpu, n))
 
     def _apply_memory(self, t: float, actions: list[MemoryAction]) -> None:
         for a in actions:
