@@ -193,3 +193,25 @@ def test_the_simulated_backend_gives_reclaimed_handles_back() -> None:
     assert sim.agent.quarantine[0]
     sim.set_offline_jobs(31.0, {})
     assert sim.agent.quarantine[0] == []
+
+
+def test_adopted_pages_join_after_the_known_ones_and_are_never_doubled() -> None:
+    sink = Sink(done_now=False)
+    agent = _agent(sink)
+    _reclaim(agent, sink, 1.0, {h: "conn-1" for h in range(4)})
+    assert [p.handle for p in agent.quarantine[0]] == [0, 1, 2, 3]
+    _releases_until(agent, 1.0, 2.1)  # page 0 is being restored (no completion yet)
+    assert sink.restores == [(0, "conn-1", (0,))]
+    # The hook says pages 0..3 and 9 are quarantined: only 9 is new to the agent.
+    assert agent.adopt_quarantine(3.0, 0, "conn-7", {h: MIB2 for h in (9, 3, 0, 2, 1)}) == 1
+    assert [(p.handle, p.owner) for p in agent.quarantine[0]] == [
+        (0, "conn-1"),
+        (1, "conn-1"),
+        (2, "conn-1"),
+        (3, "conn-1"),
+        (9, "conn-7"),
+    ]
+    assert agent.quarantined_bytes(0) == 5 * MIB2
+    assert agent.adopt_quarantine(3.0, 0, "conn-7", {9: MIB2}) == 0
+    assert agent.adopt_quarantine(3.0, 1, "conn-7", {9: 4 * MIB2}) == 1  # per GPU
+    assert agent.quarantined_bytes(1) == 4 * MIB2

@@ -662,3 +662,147 @@ def test_an_offline_process_that_goes_away_takes_its_quarantined_pages(tmp_path:
         s.close()
     finally:
         h.stop()
+
+
+# -- OFFLINE_PAGE_GROUPS: the same table, and quarantined pages taken back after a restart ----
+
+
+def _groups_frame(gpu: int = 0, reset: bool = True) -> p.OfflinePageGroups:
+    """The pages of :func:`_handles_frame` as groups: pages 0 and 1 hold the same request."""
+    shared = p.GroupSpan("req-a", 100, (0, 1, 2, 3))
+    groups = (
+        p.PageGroup(MIB2, (PAGE, PAGE + MIB2), (shared,)),
+        p.PageGroup(MIB2, (PAGE + 2 * MIB2,), (p.GroupSpan("req-b", 1, (4, 5)),)),
+        p.PageGroup(MIB2, (PAGE + 3 * MIB2,)),  # empty
+    )
+    return p.OfflinePageGroups(gpu=gpu, groups=groups, reset=reset)
+
+
+def _hook(h: Harness, pid: int = 100) -> Client:
+    hook = Client(h.server.path)
+    hook.send(p.Hello(pid=pid, role=p.Role.FRAMEWORK, job="team/llm", gpu_indices=(0,)))
+    assert hook.expect(p.HelloAck).accepted
+    return hook
+
+
+def _sync(c: Client) -> None:
+    """Every frame ``c`` sent before has been handled."""
+    c.send(p.Heartbeat(mono_ns=1))
+    c.expect(p.Heartbeat)
+
+
+def test_page_groups_build_the_page_table_and_records_add_up(harness: Harness) -> None:
+    hook = _hook(harness)
+    hook.send(_groups_frame())
+    # A second record for page 1 (no RESET): its spans add to the first record's.
+    extra = p.PageGroup(MIB2, (PAGE + MIB2,), (p.GroupSpan("req-c", 7, (9,)),))
+    hook.send(p.OfflinePageGroups(gpu=0, groups=(extra,), reset=False))
+    _sync(hook)
+    table = harness.server.offline_handle_map(0)
+    assert {h: [(s.request, s.blocks, s.tokens) for s in spans] for h, spans in table.items()} == {
+        PAGE: [("req-a", (0, 1, 2, 3), 100)],
+        PAGE + MIB2: [("req-a", (0, 1, 2, 3), 100), ("req-c", (9,), 7)],
+        PAGE + 2 * MIB2: [("req-b", (4, 5), 1)],
+        PAGE + 3 * MIB2: [],
+    }
+    # A RESET replaces the whole table.
+    only = p.PageGroup(MIB2, (PAGE + 5 * MIB2,))
+    hook.send(p.OfflinePageGroups(gpu=0, groups=(only,)))
+    _sync(hook)
+    assert list(harness.server.offline_handle_map(0)) == [PAGE + 5 * MIB2]
+    assert harness.agent.quarantine[0] == []
+    hook.close()
+
+
+RELEASING = MemoryConfig(
+    initial_handles=12,
+    min_handles=4,
+    initial_interval_s=0.2,
+    min_interval_s=0.2,
+    max_interval_s=0.2,
+)
+
+
+def _quarantined_report(pages: tuple[int, ...], reset: bool = True) -> p.OfflinePageGroups:
+    held = p.PageGroup(MIB2, pages, quarantined=True)
+    live = p.PageGroup(MIB2, (PAGE,), (p.GroupSpan("req-a", 10, (0,)),))
+    return p.OfflinePageGroups(gpu=0, groups=(live, held), reset=reset)
+
+
+@pytest.mark.parametrize("hook_first", [True, False], ids=["hook-first", "shim-first"])
+def test_quarantined_pages_reported_after_a_restart_are_restored_to_their_process(
+    tmp_path: Path, hook_first: bool
+) -> None:
+    """A fresh agent (restarted) learns from the hook's first report which pages the offline
+    process of the same pid holds quarantined, whichever of the two connects first."""
+    h = Harness(tmp_path, memory_config=RELEASING)
+    h.start()
+    try:
+        pages = (PAGE + 4 * MIB2, PAGE + 5 * MIB2)
+        stranger = Client(h.server.path)  # another job's process with another pid
+        stranger.send(p.Hello(pid=999, role=p.Role.OFFLINE, gpu_indices=(0,), job="x/y"))
+        if hook_first:
+            hook = _hook(h)
+            hook.send(_quarantined_report(pages))
+            _sync(hook)
+            assert h.agent.quarantine[0] == []  # no holder connected yet: nothing to restore
+            off = _offline(h)
+        else:
+            off = _offline(h)
+            off.expect(p.HelloAck)
+            hook = _hook(h)
+            hook.send(_quarantined_report(pages))
+        wait_for(lambda: [q.handle for q in h.agent.quarantine[0]] == list(pages))
+        source = next(
+            q.source
+            for q in h.server.processes.values()
+            if q.hello and q.hello.pid == 100 and q.offline
+        )
+        assert {q.owner for q in h.agent.quarantine[0]} == {source}
+        assert list(h.server.offline_handle_map(0)) == [PAGE]  # quarantined: not reclaimable
+        # Online uses nothing: Releases follow, each restores the oldest page to its holder.
+        restore = off.expect(p.Restore, timeout=5)
+        assert restore.handles == (pages[0],)
+        off.send(p.RestoreAck(restore_seq=restore.restore_seq, gpu=0, restored=1))
+        restore = off.expect(p.Restore, timeout=5)
+        assert restore.handles == (pages[1],)
+        off.send(p.RestoreAck(restore_seq=restore.restore_seq, gpu=0, restored=1))
+        wait_for(lambda: h.agent.quarantine[0] == [])
+        assert h.agent.restores[0].events == 2
+        assert h.agent.restores[0].restored_bytes == 2 * MIB2
+        assert not any(isinstance(m, p.Restore) for m in stranger.inbox)
+        # Later reports are not adopted: pages reclaimed from now on are the agent's own
+        # to know, and a report racing a restore must not bring a restored page back.
+        hook.send(_quarantined_report(pages))
+        _sync(hook)
+        assert h.agent.quarantine[0] == []
+        for c in (hook, off, stranger):
+            c.close()
+    finally:
+        h.stop()
+
+
+def test_a_reconnecting_offline_process_gets_its_quarantined_pages_back(tmp_path: Path) -> None:
+    h = Harness(tmp_path, memory_config=RESTORE_MEMORY)  # no Release: nothing is restored
+    h.start()
+    try:
+        off = _offline(h)
+        off.expect(p.HelloAck)
+        hook = _hook(h)
+        pages = (PAGE + 4 * MIB2,)
+        hook.send(_quarantined_report(pages))
+        wait_for(lambda: len(h.agent.quarantine[0]) == 1)
+        off.close()  # a socket hiccup: the agent forgets the pages with the connection
+        wait_for(lambda: h.agent.quarantine[0] == [])
+        off2 = _offline(h)  # the same process (pid) again
+        off2.expect(p.HelloAck)
+        wait_for(lambda: len(h.agent.quarantine[0]) == 1)
+        owner = h.agent.quarantine[0][0].owner
+        assert owner == next(
+            q.source for q in h.server.processes.values() if q.offline and q.hello is not None
+        )
+        assert h.agent.quarantine[0][0].handle == pages[0]
+        hook.close()
+        off2.close()
+    finally:
+        h.stop()

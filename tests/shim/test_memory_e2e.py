@@ -1,14 +1,17 @@
 """The memory path end to end, no stubs between: one process with the shim LD_PRELOADed (over
 the fake libcuda) runs the fake vLLM engine (``gleaner.testing.vllm_fake``) with the hook —
-its KV cache allocated through ``gleaner_kv_malloc``, OFFLINE_HANDLES sent by the hook's
-reporter — connected to the real ``AgentDaemon`` (nvidia backend, synthetic inventory).
+its KV cache allocated through ``gleaner_kv_malloc``, its page table sent by the hook's
+reporter (OFFLINE_PAGE_GROUPS, the default format) — connected to the real ``AgentDaemon``
+(nvidia backend, synthetic inventory).
 
 An online client reports memory in use past the MIAD headroom (and turns busy); the agent
-picks pages with Algorithm 1 from the hook's OFFLINE_HANDLES and reclaims them through the
+picks pages with Algorithm 1 from the hook's page table and reclaims them through the
 shim. The hook retires those pages' blocks, the requests that held them recompute, and the
 engine's output equals a run without reclamation; /metrics count it. Online's memory then
 drops: the headroom's releases RESTORE the pages one by one, and the hook gives their blocks
-back to the pool (a second batch of requests runs on them).
+back to the pool (a second batch of requests runs on them). A second test restarts the
+agent while pages are quarantined: the new agent learns them from the hook's first report
+and restores them.
 
 The engine only steps when the test says so (``step`` commands), so what happens between
 steps (the agent reclaiming or restoring) is an event the hook sees at the next boundary;
@@ -18,6 +21,7 @@ every wait polls with a generous deadline (a loaded 2-core machine), nothing ass
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -195,8 +199,17 @@ class Engine:
         self._stderr.close()
 
 
-@pytest.fixture
-def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
+NO_RELEASE = MemoryConfig(
+    initial_handles=RECLAIM,
+    min_handles=RECLAIM,  # no release before the pressure event
+    initial_interval_s=0.3,
+    min_interval_s=0.3,
+    max_interval_s=0.3,
+)
+
+
+@contextlib.contextmanager
+def running_agent(sock_path: Path, memory: MemoryConfig) -> Iterator[AgentDaemon]:
     options = AgentOptions(
         backend="nvidia",
         node=NODE,
@@ -206,13 +219,7 @@ def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
         gpus=4,
         kube=False,
         gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
-        memory=MemoryConfig(
-            initial_handles=RECLAIM,
-            min_handles=RECLAIM,  # no release before the pressure event
-            initial_interval_s=0.3,
-            min_interval_s=0.3,
-            max_interval_s=0.3,
-        ),
+        memory=memory,
         shim_source=sock_path.parent / "absent.so",
     )
     d = AgentDaemon(options)
@@ -224,6 +231,12 @@ def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
     finally:
         d.stop()
         runner.join(10)
+
+
+@pytest.fixture
+def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
+    with running_agent(sock_path, NO_RELEASE) as d:
+        yield d
 
 
 def _metrics(d: AgentDaemon) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -318,6 +331,66 @@ def test_reclaim_recompute_and_restore_end_to_end(
         m = _metrics(daemon)
         assert m[("gleaner_memory_restore_events_total", labels)] == RECLAIM
         assert m[("gleaner_memory_restored_bytes_total", labels)] == RECLAIM * PAGE
+    finally:
+        on.close()
+        eng.close()
+
+
+def test_a_restarted_agent_restores_the_pages_the_old_one_reclaimed(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """The agent restarts while pages are quarantined: the shim and the hook reconnect, the
+    hook's first report (OFFLINE_PAGE_GROUPS) names the quarantined pages, and the new agent
+    gives them back at its releases — to the same process, which then uses their blocks."""
+    first = _batch("a", 12, 36, 24)
+    eng = Engine(tmp_path, sock_path)
+    on = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with running_agent(sock_path, NO_RELEASE) as old:
+            before = old.server
+            assert before is not None
+            eng.call(op="add", requests=first)
+            eng.call(op="step", n=3)
+            assert wait_until(lambda: len(before.offline_handle_map(GPU)) == NPAGES, timeout=60)
+            assert wait_until(lambda: old.health()["gates"][str(GPU)] is True, timeout=60)
+            on.settimeout(30)
+            on.connect(str(sock_path))
+            p.send_message(on, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
+            p.send_message(on, p.OnlineMemory(gpu=0, kv_used_bytes=RECLAIM * PAGE))
+            assert wait_until(lambda: before.reclaims_done == 1, timeout=60), eng.stderr()
+            on.close()
+        end = eng.run_to_end()
+        reclaimed = {va for va, state in end["pages"] if state == 1}
+        assert len(reclaimed) == RECLAIM and end["retired"]
+
+        # A new agent that releases headroom from the start (online reports no use).
+        releasing = MemoryConfig(
+            initial_handles=2 * RECLAIM,
+            min_handles=RECLAIM,
+            initial_interval_s=0.3,
+            min_interval_s=0.3,
+            max_interval_s=0.3,
+        )
+        with running_agent(sock_path, releasing) as new:
+            server = new.server
+            assert server is not None
+
+            def restored() -> bool:
+                return all(state == 0 for _, state in eng.call(op="step", n=0)["pages"])
+
+            assert wait_until(restored, timeout=60), eng.stderr()
+            assert wait_until(lambda: server.restores_done == RECLAIM, timeout=60)
+            assert server.restores_failed == 0 and new.agent.quarantine[GPU] == []
+            labels = (("gpu", str(GPU)), ("node", NODE))
+            m = _metrics(new)
+            assert m[("gleaner_memory_restore_events_total", labels)] == RECLAIM
+            assert m[("gleaner_memory_restored_bytes_total", labels)] == RECLAIM * PAGE
+            second = _batch("b", 12, 36, 8)
+            eng.call(op="add", requests=second)
+            end2 = eng.run_to_end()
+            assert end2["retired"] == [] and end2["free"] == NBLOCKS - 1
+            ref2 = _reference(second)
+            assert {k: o for k, o in end2["outputs"].items() if k in ref2} == ref2
     finally:
         on.close()
         eng.close()

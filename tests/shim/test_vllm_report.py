@@ -102,10 +102,11 @@ def test_report_format_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("GLEANER_KV_REPORT_FORMAT", "groups")
     assert report.HandleEncoder().format == "groups"
     monkeypatch.delenv("GLEANER_KV_REPORT_FORMAT")
-    assert report.HandleEncoder().format == "handles"  # default until the agent decodes groups
-    assert report.report_format({}) == "handles"
+    assert report.HandleEncoder().format == "groups"  # the default
+    assert report.report_format({}) == "groups"
     assert report.report_format({"GLEANER_KV_REPORT_FORMAT": " Groups "}) == "groups"
-    assert report.report_format({"GLEANER_KV_REPORT_FORMAT": "bogus"}) == "handles"
+    assert report.report_format({"GLEANER_KV_REPORT_FORMAT": "bogus"}) == "groups"
+    assert report.report_format({"GLEANER_KV_REPORT_FORMAT": "handles"}) == "handles"
     with pytest.raises(ValueError, match="format"):
         report.HandleEncoder(fmt="bogus")
 

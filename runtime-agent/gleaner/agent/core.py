@@ -19,9 +19,11 @@ with quarantined pages the agent restores one page, the oldest, to its owner thr
 (:meth:`NodeAgent.restore_completed`) forgets the page (the framework hook reports it again,
 empty); a failure keeps it quarantined for a later Release, unless the owner said the page is
 not quarantined there (``forget``); :meth:`NodeAgent.drop_quarantine` forgets an owner that
-went away. Restores are counted per GPU in :attr:`NodeAgent.restores` (not part of the
-NodeTrace accounting). The harvestable memory is the reservation's complement either way:
-a restore moves memory from online's released headroom back to offline, which the
+went away; :meth:`NodeAgent.adopt_quarantine` takes back pages a process reports
+quarantined that the agent does not know (after an agent restart or a reconnection).
+Restores are counted per GPU in :attr:`NodeAgent.restores` (not part of the NodeTrace
+accounting). The harvestable memory is the reservation's complement either way: a restore
+moves memory from online's released headroom back to offline, which the
 reservation already counted as harvestable at the Release.
 
 A command leaves through the sink before its accounting is written (the reaction path is
@@ -486,6 +488,24 @@ class NodeAgent:
                 totals.events += 1
                 totals.restored_bytes += page.nbytes
         self.quarantine[gpu] = kept
+
+    def adopt_quarantine(self, t: float, gpu: int, owner: str, pages: Mapping[int, int]) -> int:
+        """Quarantined pages ``owner`` holds that the agent does not know (page handle →
+        bytes): it lost them in a restart, or when the owner reconnected. They are kept like
+        a reclamation's, after the pages already known, so Releases give them back. Pages
+        known already (or being restored) are left as they are. Returns how many were new."""
+        gpu = self._gpu(gpu)
+        known = {page.handle for page in self.quarantine[gpu]}
+        restoring = self._restoring.get(gpu)
+        if restoring is not None:
+            known.add(restoring.handle)
+        new = [
+            QuarantinedPage(h, owner, nbytes, t)
+            for h, nbytes in sorted(pages.items())
+            if h not in known
+        ]
+        self.quarantine[gpu].extend(new)
+        return len(new)
 
     def drop_quarantine(self, owner: str, gpu: int | None = None) -> int:
         """Forget the pages ``owner`` holds (on ``gpu``, or on every GPU): it went away, and

@@ -33,8 +33,9 @@ Online and framework connections, and every connection until its HELLO, are even
 
 Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
 connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation sees pressure;
-OFFLINE_HANDLES frames build each offline hook's page table, served to the agent as
-:meth:`ShimServer.offline_handle_map` (``NodeAgent.offline_handles``). A reclamation plan is
+OFFLINE_PAGE_GROUPS frames (or OFFLINE_HANDLES, the older per-page form) build each
+offline hook's page table (:func:`fold_page_groups`, :func:`fold_handles`), served to the
+agent as :meth:`ShimServer.offline_handle_map` (``NodeAgent.offline_handles``). A reclamation plan is
 carried out in DESIGN.md's order, asynchronously, one at a time per GPU:
 
 1. compute off: the agent's forced disable sent GATE; wait until every offline process on the
@@ -59,6 +60,15 @@ except with ``ENOENT`` (the process holds no such quarantined page: forgotten); 
 ``restore_timeout_s`` counts as a failure (a late ack is ignored). An offline process that
 disconnects takes its quarantined pages with it (:meth:`NodeAgent.drop_quarantine`).
 
+What a restart forgets comes back from the hooks. OFFLINE_PAGE_GROUPS names the pages the
+engine holds quarantined; those of a hook connection's first report (up to its second
+RESET), and the hook's latest ones when an offline process connects, are given to
+:meth:`NodeAgent.adopt_quarantine` under the offline process on that GPU with the hook's pid
+(the shim and the hook share the process). Later reports are not adopted: the agent knows
+what it reclaimed since, and a report sent while a restore was under way would bring a
+restored page back (were one adopted anyway, its RESTORE answers ``ENOENT`` and it is
+forgotten).
+
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
 """
 
@@ -74,7 +84,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +100,39 @@ SOCKET_NAME = "agent.sock"
 MAX_FDS = 8
 _ANCILLARY = socket.CMSG_SPACE(MAX_FDS * 4)
 _RECV_SIZE = 65536
+
+
+PageTable = dict[int, Sequence[KvSpan]]
+"""Page handle → the spans it holds (one hook connection, one GPU)."""
+
+
+def fold_handles(table: PageTable, entries: Sequence[p.HandleSpan]) -> None:
+    """Add OFFLINE_HANDLES entries to ``table`` (an entry with no request and no blocks is
+    an empty page)."""
+    for span in entries:
+        spans = table.get(span.handle)
+        if not isinstance(spans, list):  # new, or a group's shared tuple: a list of its own
+            spans = table[span.handle] = list(spans or ())
+        if span.request_id or span.block_ids:
+            spans.append(KvSpan(span.request_id, span.block_ids, span.tokens))
+
+
+def fold_page_groups(
+    table: PageTable, quarantined: dict[int, int], groups: Sequence[p.PageGroup]
+) -> None:
+    """Add OFFLINE_PAGE_GROUPS records to ``table``: one span tuple per group, shared by its
+    pages (nothing per page but the dict entry); a page in several records holds all their
+    spans. Quarantined records go to ``quarantined`` (page → bytes), out of the table."""
+    for group in groups:
+        if group.quarantined:
+            for page in group.pages:
+                quarantined[page] = group.page_bytes
+                table.pop(page, None)
+            continue
+        spans = tuple(KvSpan(sp.request_id, sp.block_ids, sp.tokens) for sp in group.spans)
+        for page in group.pages:
+            old = table.get(page)
+            table[page] = spans if not old else (*old, *spans)
 
 
 @dataclass(slots=True)
@@ -120,8 +163,15 @@ class Process:
     last_ack_ok: bool = True
     kv_used: dict[int, int] = field(default_factory=dict)
     """GPU → online KV bytes in use (ONLINE_MEMORY)."""
-    handles: dict[int, dict[int, list[KvSpan]]] = field(default_factory=dict)
-    """GPU → page handle → the spans it holds, in report order (OFFLINE_HANDLES)."""
+    handles: dict[int, PageTable] = field(default_factory=dict)
+    """GPU → page handle → the spans it holds, in report order (OFFLINE_HANDLES, or
+    OFFLINE_PAGE_GROUPS: one span tuple shared by every page of a group)."""
+    quarantined: dict[int, dict[int, int]] = field(default_factory=dict)
+    """GPU → page → bytes: pages the hook reports quarantined (OFFLINE_PAGE_GROUPS)."""
+    resets: dict[int, int] = field(default_factory=dict)
+    """GPU → OFFLINE_PAGE_GROUPS frames with RESET so far (the first report ends at the
+    second): quarantined pages of the first report are offered for adoption."""
+    page_bytes_warned: bool = False
     last_ack_failed: p.GateAck | None = None
     last_status: p.Status | None = None
     last_status_at: float = 0.0
@@ -692,10 +742,9 @@ class ShimServer:
                 table = proc.handles.setdefault(gpu, {})
                 if msg.reset:
                     table.clear()
-                for span in msg.entries:
-                    spans = table.setdefault(span.handle, [])
-                    if span.request_id or span.block_ids:
-                        spans.append(KvSpan(span.request_id, span.block_ids, span.tokens))
+                fold_handles(table, msg.entries)
+        elif isinstance(msg, p.OfflinePageGroups):
+            self._page_groups(proc, msg, now)
         elif isinstance(msg, p.ChannelFree):
             proc.channels.pop((msg.h_client, msg.h_object), None)
         elif isinstance(msg, p.Channel):
@@ -715,6 +764,58 @@ class ShimServer:
         elif isinstance(msg, p.Heartbeat):
             proc.last_heartbeat = now
             self._send(proc, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))
+
+    def _page_groups(self, proc: Process, msg: p.OfflinePageGroups, now: float) -> None:
+        """OFFLINE_PAGE_GROUPS: the hook's page table by group; quarantined groups are kept
+        apart, and those of the connection's first report are offered for adoption (later
+        ones the agent knows: it reclaimed them; a report racing a restore is not trusted)."""
+        handle_bytes = self.agent.memory_config.handle_bytes
+        odd = next((g.page_bytes for g in msg.groups if g.page_bytes != handle_bytes), None)
+        if odd is not None and not proc.page_bytes_warned:
+            proc.page_bytes_warned = True
+            log.warning(
+                "%s reports %d-byte KV pages; the agent plans in %d-byte handles, so its "
+                "reclaimed and restored byte counts will be off (leave GLEANER_KV_PAGE_BYTES "
+                "at its default)",
+                proc.source,
+                odd,
+                handle_bytes,
+            )
+        for gpu in self._edge_gpus(proc, msg.gpu):
+            table = proc.handles.setdefault(gpu, {})
+            held = proc.quarantined.setdefault(gpu, {})
+            if msg.reset:
+                table.clear()
+                held.clear()
+                proc.resets[gpu] = proc.resets.get(gpu, 0) + 1
+            fold_page_groups(table, held, msg.groups)
+            if held and proc.resets.get(gpu, 0) <= 1:
+                self._adopt(proc, gpu, now)
+
+    def _adopt(self, hook: Process, gpu: int, now: float) -> None:
+        """Give the agent the quarantined pages ``hook`` reported on ``gpu`` that it does not
+        know, under the offline process of the same pid (the one that holds them)."""
+        pages = hook.quarantined.get(gpu)
+        if not pages or hook.hello is None:
+            return
+        owner = next(
+            (
+                q
+                for q in self._offline_by_gpu.get(gpu, [])
+                if q.hello is not None and q.hello.pid == hook.hello.pid
+            ),
+            None,
+        )
+        if owner is None:
+            return  # its HELLO adopts them when it (re)connects
+        adopted = self.agent.adopt_quarantine(now, gpu, owner.source, pages)
+        if adopted:
+            log.info(
+                "GPU %s: %d quarantined pages of pid %d taken back (agent restart or reconnect)",
+                gpu,
+                adopted,
+                hook.hello.pid,
+            )
 
     def _gate_acked(self, proc: Process) -> None:
         for g in proc.gpus:
@@ -750,6 +851,13 @@ class ShimServer:
             for g in proc.gpus:
                 self._offline_by_gpu.setdefault(g, []).append(proc)
             self._refresh_jobs()
+            # A reconnecting process: its hook still knows the pages it holds quarantined.
+            now = self.clock()
+            for hook in list(self.processes.values()):
+                hello = hook.hello
+                if hello is not None and hello.role == p.Role.FRAMEWORK and hello.pid == msg.pid:
+                    for g in proc.gpus:
+                        self._adopt(hook, g, now)
 
     def _unindex(self, proc: Process) -> None:
         for procs in self._offline_by_gpu.values():

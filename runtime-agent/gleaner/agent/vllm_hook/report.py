@@ -12,10 +12,11 @@ Contracts:
 - :class:`HandleEncoder` — a :class:`memory.Snapshot` → encoded frames (RESET first) for
   GPU index 0 of the hook's HELLO, page groups computed once per page table. The format is
   ``GLEANER_KV_REPORT_FORMAT`` (:func:`report_format`, read once at construction):
-  ``"handles"`` (default until the agent server decodes the other) — OFFLINE_HANDLES through
-  :func:`pages.encode_handles`; ``"groups"`` — OFFLINE_PAGE_GROUPS through
-  :func:`pages.encode_page_groups` (~30× fewer bytes, ~100× cheaper for the agent to decode;
-  docs/benchmarks.md). :func:`handle_messages` is the OFFLINE_HANDLES reference (message
+  ``"groups"`` (default) — OFFLINE_PAGE_GROUPS through :func:`pages.encode_page_groups`
+  (~30× fewer bytes than OFFLINE_HANDLES, ~100× cheaper for the agent to decode, and it
+  names the quarantined pages, which a restarted agent adopts; docs/benchmarks.md);
+  ``"handles"`` — OFFLINE_HANDLES through :func:`pages.encode_handles` (for an agent older
+  than OFFLINE_PAGE_GROUPS). :func:`handle_messages` is the OFFLINE_HANDLES reference (message
   objects, ~50× slower).
 - :class:`OnlineMemoryPolicy` — whether an online engine reports ONLINE_MEMORY now: on the
   first call, when used bytes moved by at least one page (2 MiB) since the last report, or
@@ -53,7 +54,7 @@ def report_interval_s(env: Mapping[str, str] | None = None) -> float:
 
 
 FORMATS = ("handles", "groups")
-DEFAULT_FORMAT = "handles"
+DEFAULT_FORMAT = "groups"
 
 
 def report_format(env: Mapping[str, str] | None = None) -> str:
