@@ -3,6 +3,8 @@
 These models are the single source of truth: the CRD manifests in ``crds/`` are
 generated from them (``python -m gleaner.api.crdgen``) and a test fails on drift.
 They import nothing but pydantic, so every component (pure or shell) may use them.
+``gleaner.api.kubeconfig`` (how a process finds the API server) imports the ``kubernetes``
+client lazily, only when called.
 """
 
 from gleaner.api.common import (

@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
+from gleaner.api.kubeconfig import kubeconfig_path, load_cluster_config
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
-from gleaner.operator.kube import kubeconfig_path, load_cluster_config
 
 HEADERS = (
     "TIME",

@@ -126,7 +126,7 @@ def _load_client() -> Any:
     """An ApiClient from the in-cluster service account, else KUBECONFIG."""
     import kubernetes
 
-    from gleaner.operator.kube import load_cluster_config
+    from gleaner.api.kubeconfig import load_cluster_config
 
     load_cluster_config()
     return kubernetes.client.ApiClient()

@@ -14,7 +14,6 @@ Paths are built by the helpers at the bottom (``pod_path`` etc.), never by hand 
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from urllib.parse import quote
 import aiohttp
 
 from gleaner.api import GROUP, VERSION
+from gleaner.api.kubeconfig import load_cluster_config
 
 JSON = dict[str, Any]
 
@@ -44,31 +44,6 @@ class NotFoundError(KubeError):
 
 class ConflictError(KubeError):
     pass
-
-
-def kubeconfig_path() -> str | None:
-    """``KUBECONFIG`` as the environment has it *now*, else ``None`` (``~/.kube/config``).
-
-    The ``kubernetes`` package reads ``KUBECONFIG`` once, when it is first imported; passing the
-    path on every load makes a changed environment (a test, a re-exec) count.
-    """
-    return os.environ.get("KUBECONFIG") or None
-
-
-def load_cluster_config() -> bool:
-    """Configure the ``kubernetes`` package: in-cluster service account, else the kubeconfig.
-
-    Returns ``True`` in-cluster. Raises ``kubernetes.config.ConfigException`` (or ``OSError``)
-    when neither is there.
-    """
-    import kubernetes
-
-    try:
-        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return True
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(config_file=kubeconfig_path())  # type: ignore[no-untyped-call]
-        return False
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ patch, pods list/watch).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gleaner.api import GROUP, VERSION, NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
+from gleaner.api.kubeconfig import kubeconfig_path
 
 log = logging.getLogger("gleaner.agent.kube")
 
@@ -51,8 +51,7 @@ def load_api_client(kubeconfig: str | None = None) -> Any:
         return kubernetes.client.ApiClient()
     except config.ConfigException:
         cfg = kubernetes.client.Configuration()
-        # The environment now, not as the kubernetes package saw it when first imported.
-        path = kubeconfig or os.environ.get("KUBECONFIG") or None
+        path = kubeconfig or kubeconfig_path()
         config.load_kube_config(config_file=path, client_configuration=cfg)
         return kubernetes.client.ApiClient(cfg)
 
