@@ -220,6 +220,52 @@ def test_property_greedy_is_optimal_when_requests_do_not_share_handles(
         assert reclaim_cost(handles, select_handles_greedy(handles, k)) == best
 
 
+def _greedy_by_definition(handles: dict[int, list[KvSpan]], k: int) -> list[int]:
+    """Algorithm 1 as written: k times, the handle whose pick adds the fewest tokens (the
+    earliest on a tie); FIFO if that is cheaper."""
+    chosen: list[int] = []
+    for _ in range(k):
+        base = reclaim_cost(handles, chosen)
+        rest = [h for h in handles if h not in chosen]
+        chosen.append(min(rest, key=lambda h: reclaim_cost(handles, [*chosen, h]) - base))
+    fifo = list(handles)[:k]
+    return fifo if reclaim_cost(handles, fifo) < reclaim_cost(handles, chosen) else chosen
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pool=st.lists(spans, min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_property_greedy_over_shared_span_objects_picks_as_by_definition(
+    pool: list[list[KvSpan]], data: st.DataObject
+) -> None:
+    """Pages that share one spans object (a page group) are a class in the heap; the picks
+    must be exactly those of the handle-by-handle definition, order included."""
+    picks = data.draw(st.lists(st.integers(0, len(pool) - 1), min_size=1, max_size=14))
+    copies = data.draw(st.lists(st.booleans(), min_size=len(picks), max_size=len(picks)))
+    # Some pages share the pool's object, others hold an equal copy of their own.
+    handles = {
+        100 + 3 * i: (list(pool[j]) if copy else pool[j])
+        for i, (j, copy) in enumerate(zip(picks, copies, strict=True))
+    }
+    for k in range(len(handles) + 1):
+        assert select_handles_greedy(handles, k) == _greedy_by_definition(handles, k)
+
+
+def test_greedy_takes_a_whole_group_once_its_requests_are_lost() -> None:
+    group = [KvSpan("a", (0, 1), 50)]
+    handles = {1: group, 2: [KvSpan("d", (5,), 80)], 3: group, 4: group, 5: [KvSpan("b", (2,), 10)]}
+    # The cheapest page, then the group's first page; its other pages then cost nothing.
+    assert select_handles_greedy(handles, 3) == [5, 1, 3]
+    assert select_handles_greedy(handles, 4) == [5, 1, 3, 4]
+    assert select_handles_greedy(handles, 5) == [5, 1, 3, 4, 2]
+    plan = plan_reclamation(0, handles, 4, handle_bytes=2 << 20)
+    assert plan.invalidated == {"a": (0, 1), "b": (2,)}
+    assert plan.tokens_to_recompute == 60
+    assert reclaim_cost(handles, [1, 3, 4]) == reclaim_cost(handles, [1]) == 50
+
+
 def _late_pressure_rate(cfg: MemoryConfig, hours: float = 4.0, seed: int = 7) -> float:
     """Pressure events per second over the second half of a run where online uses a random
     0..20 handles every 0.5 s (a stationary load: the headroom shrinks until it meets it)."""

@@ -26,7 +26,7 @@ Pure functions of their arguments; no I/O.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -47,11 +47,20 @@ HandleMap = Mapping[int, Sequence[KvSpan]]
 Selector = Callable[[HandleMap, int], list[int]]
 
 
+def _distinct(handles: HandleMap, chosen: Iterable[int]) -> list[Sequence[KvSpan]]:
+    """The span sequences of ``chosen``, each object once (the pages of a group share one)."""
+    seen: dict[int, Sequence[KvSpan]] = {}  # the values keep the objects (and their ids) alive
+    for h in chosen:
+        spans = handles.get(h, ())
+        seen.setdefault(id(spans), spans)
+    return list(seen.values())
+
+
 def reclaim_cost(handles: HandleMap, chosen: Sequence[int]) -> int:
     """Tokens to recompute if ``chosen`` handles are reclaimed."""
     worst: dict[str, int] = {}
-    for h in chosen:
-        for span in handles.get(h, ()):
+    for spans in _distinct(handles, chosen):
+        for span in spans:
             if span.tokens > worst.get(span.request, 0):
                 worst[span.request] = span.tokens
     return sum(worst.values())
@@ -67,48 +76,72 @@ def select_handles_greedy(handles: HandleMap, k: int) -> list[int]:
     """Algorithm 1: ``k`` handles by lowest marginal recompute cost (never worse than FIFO).
 
     Marginal costs are kept exact as handles are picked (a pick lowers the marginal cost of
-    every other handle sharing a request with it) in a heap with lazy deletion, so the
-    selection costs O((n + spans) log n) rather than O(k · n).
+    every other handle sharing a request with it) in a heap with lazy deletion. Handles whose
+    span sequence is one object (the pages of a group, OFFLINE_PAGE_GROUPS: every layer's
+    pages over one block range) form a class: they have the same marginal cost at every step,
+    and once one is picked the rest cost nothing, so the heap holds classes, each keyed by
+    its next handle's position. The picks are exactly those of a heap over single handles,
+    in O((classes + spans) log classes + k).
     """
     _check_k(handles, k)
     order = list(handles)
-    # tokens[h][request]: the most a request loses if handle h goes.
-    tokens: dict[int, dict[str, int]] = {}
-    holders: dict[str, list[int]] = {}
+    position = {h: i for i, h in enumerate(order)}
+    members: list[list[int]] = []  # class → its handles, in map order
+    keep: list[Sequence[KvSpan]] = []  # class → its spans (also keeps the ids unique)
+    class_of: dict[int, int] = {}
     for h in order:
+        spans = handles[h]
+        c = class_of.get(id(spans))
+        if c is None:
+            c = class_of[id(spans)] = len(members)
+            members.append([])
+            keep.append(spans)
+        members[c].append(h)
+    # tokens[c][request]: the most a request loses if a handle of class c goes.
+    tokens: list[dict[str, int]] = []
+    holders: dict[str, list[int]] = {}
+    for c, spans in enumerate(keep):
         per: dict[str, int] = {}
-        for span in handles[h]:
+        for span in spans:
             if span.tokens > per.get(span.request, 0):
                 per[span.request] = span.tokens
-        tokens[h] = per
+        tokens.append(per)
         for r in per:
-            holders.setdefault(r, []).append(h)
-    marginal = {h: sum(per.values()) for h, per in tokens.items()}
-    heap = [(marginal[h], i, h) for i, h in enumerate(order)]
+            holders.setdefault(r, []).append(c)
+    marginal = [sum(per.values()) for per in tokens]
+    version = [0] * len(members)
+    taken = [0] * len(members)  # handles picked from each class
+    heap = [(marginal[c], position[hs[0]], c, 0) for c, hs in enumerate(members)]
     heapq.heapify(heap)
-    position = {h: i for i, h in enumerate(order)}
     worst: dict[str, int] = {}
-    picked: set[int] = set()
     chosen: list[int] = []
     while len(chosen) < k:
-        cost, _, h = heapq.heappop(heap)
-        if h in picked or cost != marginal[h]:
+        _, _, c, ver = heapq.heappop(heap)
+        if ver != version[c]:
             continue  # a stale entry
-        picked.add(h)
-        chosen.append(h)
-        for r, tok in tokens[h].items():
-            old = worst.get(r, 0)
-            if tok <= old:
-                continue
-            worst[r] = tok
-            for other in holders[r]:
-                if other in picked:
+        chosen.append(members[c][taken[c]])
+        taken[c] += 1
+        if taken[c] == 1:
+            for r, tok in tokens[c].items():
+                old = worst.get(r, 0)
+                if tok <= old:
                     continue
-                t_other = tokens[other][r]
-                drop = max(0, t_other - old) - max(0, t_other - tok)
-                if drop:
-                    marginal[other] -= drop
-                    heapq.heappush(heap, (marginal[other], position[other], other))
+                worst[r] = tok
+                for other in holders[r]:
+                    if other == c:
+                        continue
+                    t_other = tokens[other][r]
+                    drop = max(0, t_other - old) - max(0, t_other - tok)
+                    if drop:
+                        marginal[other] -= drop
+                        version[other] += 1
+                        if taken[other] < len(members[other]):
+                            nxt = position[members[other][taken[other]]]
+                            heapq.heappush(heap, (marginal[other], nxt, other, version[other]))
+            marginal[c] = 0  # its requests are lost already: the rest of the class is free
+        version[c] += 1
+        if taken[c] < len(members[c]):
+            heapq.heappush(heap, (0, position[members[c][taken[c]]], c, version[c]))
     fifo = order[:k]
     if reclaim_cost(handles, fifo) < sum(worst.values()):
         return fifo
@@ -168,8 +201,8 @@ def plan_reclamation(
     """Select ``k`` handles with ``selector`` and lay out the reclamation steps in order."""
     chosen = selector(handles, k)
     lost: dict[str, set[int]] = {}
-    for h in chosen:
-        for span in handles[h]:
+    for spans in _distinct(handles, chosen):
+        for span in spans:
             lost.setdefault(span.request, set()).update(span.blocks)
     invalidated = {r: tuple(sorted(b)) for r, b in sorted(lost.items())}
     chosen_t = tuple(chosen)
