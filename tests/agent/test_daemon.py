@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from gleaner.cli.agent import parse_duration
 from gleaner.cli.main import main as cli_main
 from gleaner.testing.agent import simulated_agent
 from gleaner.testing.kube import KubeEmulator, wait_for
+from gleaner.testing.net import free_port
 
 NODE = "sim-node-1"
 T = TypeVar("T")
@@ -255,3 +258,64 @@ def test_online_process_gone_while_busy_reenables_on_the_cooldown_timer(tmp_path
         off.close()
         daemon.stop()
         runner.join(10)
+
+
+def test_without_any_cluster_configuration(tmp_path: Path) -> None:
+    """No service account, no kubeconfig: the nvidia agent exits with one clear line (and
+    leaves no socket behind); the simulated one runs locally, metrics only, with a warning."""
+    env = {
+        **os.environ,
+        "KUBERNETES_SERVICE_HOST": "",
+        "KUBECONFIG": str(tmp_path / "absent.yaml"),
+        "HOME": str(tmp_path),
+    }
+    base = [sys.executable, "-m", "gleaner.cli.main", "agent", "--node", "n",
+            "--metrics-host", "127.0.0.1"]  # fmt: skip
+    sockets = tmp_path / "run"
+    sockets.mkdir()
+    gpu = subprocess.run(
+        [
+            *base,
+            "--backend",
+            "nvidia",
+            "--gpus",
+            "1",
+            "--no-nvml",
+            "--socket-dir",
+            str(sockets),
+            "--metrics-port",
+            str(free_port()),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert gpu.returncode == 2, gpu.stderr
+    assert "error: no cluster configuration" in gpu.stderr and "--no-kube" in gpu.stderr
+    assert "Traceback" not in gpu.stderr and list(sockets.iterdir()) == []
+    port = free_port()
+    log = tmp_path / "sim.log"
+    with log.open("wb") as out:
+        sim = subprocess.Popen(
+            [*base, "--backend", "simulated", "--gpus", "1", "--metrics-port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def metrics() -> str | None:
+            if sim.poll() is not None:
+                raise AssertionError(log.read_text())
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            except httpx.HTTPError:
+                return None
+
+        text = wait_for(metrics, timeout=30, message="the simulated agent's /metrics")
+        assert "gleaner_gpu_offline_enabled_seconds_total" in text
+        assert "running without a cluster, metrics only" in log.read_text()
+    finally:
+        sim.terminate()
+        sim.wait(10)

@@ -139,4 +139,7 @@ def command(
         err=True,
     )
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(daemon.run())
+        try:
+            runner.run(daemon.run())
+        except AgentError as exc:
+            fail(str(exc))

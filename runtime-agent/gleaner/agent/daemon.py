@@ -306,16 +306,16 @@ class AgentDaemon:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         o = self.options
+        if o.kube:  # first: an agent that cannot start leaves nothing behind
+            self._api_client = await asyncio.to_thread(self._cluster_client)
         if self.server is not None:
             self._make_timers(self._loop)
             self._copy_shim()
             await self.server.start()
             self._rearm()
-        if o.kube:
-            self._api_client = await asyncio.to_thread(load_api_client, o.kubeconfig)
-            if self.sim is not None:
-                self._watcher = PodWatcher(self._api_client, o.node, self._jobs_changed)
-                self._watcher.start()
+        if self._api_client is not None and self.sim is not None:
+            self._watcher = PodWatcher(self._api_client, o.node, self._jobs_changed)
+            self._watcher.start()
         config = uvicorn.Config(
             build_app(self),
             host=o.metrics_host,
@@ -432,11 +432,34 @@ class AgentDaemon:
                 self.last_report_error = f"{type(exc).__name__}: {exc}"
                 log.exception("NodeTrace report failed unexpectedly (the next one covers it)")
 
+    def _cluster_client(self) -> Any:
+        """The cluster's ApiClient. No cluster configuration at all: the simulated backend
+        runs on without one (metrics only, a warning), the nvidia backend cannot start."""
+        o = self.options
+        try:
+            return load_api_client(o.kubeconfig)
+        except Exception as exc:
+            import kubernetes
+
+            if not isinstance(exc, kubernetes.config.ConfigException | OSError):
+                raise
+            if o.backend == "simulated" and o.kubeconfig is None:
+                log.warning(
+                    "no cluster configuration (%s): running without a cluster, metrics only "
+                    "(--kubeconfig PATH to report NodeTraces, --no-kube to silence this)",
+                    exc,
+                )
+                return None
+            raise AgentError(
+                f"no cluster configuration ({exc}): run in the cluster, set KUBECONFIG or "
+                "--kubeconfig, or pass --no-kube to run without one (metrics only)"
+            ) from exc
+
     async def report_once(self) -> bool:
         """Snapshot now and, with Kubernetes on, write the window's NodeTrace status."""
         wall = datetime.now(UTC)
         self.reports.add(wall, self.refresh().accounting.snapshot())
-        if not self.options.kube:
+        if not self.options.kube or self._api_client is None:
             return True
         status = self.reports.status(self.inventory, self.agent.offline_jobs)
         if status is None:
