@@ -3,21 +3,15 @@ that drives the shim's exported KV-cache allocator through ctypes (:class:`KvPro
 
 from __future__ import annotations
 
-import json
-import os
-import queue
 import shutil
-import subprocess
-import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gleaner.testing.shim import build_shim
+from gleaner.testing.shim import PreloadedPython, build_shim
 
 # Runs in the child: `python -c DRIVER` with the shim LD_PRELOADed and the fake libcuda
 # named by GLEANER_LIBCUDA. One JSON command per stdin line, one JSON reply per line.
@@ -84,54 +78,16 @@ for line in sys.stdin:
 """
 
 
-class KvProcess:
+class KvProcess(PreloadedPython):
     """A Python process with the shim preloaded over the fake libcuda, driven by commands."""
 
     def __init__(
         self, tmp: Path, *, role: str, socket_path: Path, extra_env: dict[str, str] | None = None
     ) -> None:
-        build = build_shim()
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "LD_PRELOAD": str(build / "libgleaner_shim.so"),
-            "GLEANER_LIBCUDA": str(build / "libfake_cuda.so"),
-            "GLEANER_ROLE": role,
-            "GLEANER_SOCKET": str(socket_path),
-            "GLEANER_JOB": "team-a/job-1",
-            "NVIDIA_VISIBLE_DEVICES": "GPU-11111111-2222-3333-4444-555555555555",
-            "GLEANER_GPU_INDICES": "0",
-            "GLEANER_NVIDIACTL_PATH": str(tmp / "nvidiactl"),
-            "GLEANER_SHIM_RECONNECT_MS": "50",
-            **(extra_env or {}),
-        }
-        self.stderr_path = tmp / f"kv_stderr_{id(self)}.log"
-        self._stderr = self.stderr_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", DRIVER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=env,
-            text=True,
-            bufsize=1,
-        )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
+        super().__init__(tmp, DRIVER, socket_path=socket_path, role=role, env=extra_env)
 
     def call(self, op: str, timeout: float = 10.0, **args: int) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.proc.stdin.flush()
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no reply to {op}; stderr: {self.stderr()}") from None
-        out: dict[str, Any] = json.loads(line)
+        out = self.request({"op": op, **args}, timeout)
         if "error" in out:
             raise RuntimeError(out["error"])
         return out
@@ -155,16 +111,6 @@ class KvProcess:
     def mapping(self, va: int) -> tuple[int, bool]:
         r = self.call("mapping", va=va)
         return int(r["handle"]), bool(r["access"])
-
-    def stderr(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=5)
-        self._stderr.close()
 
 
 @pytest.fixture(scope="session")

@@ -20,28 +20,18 @@ every wait polls with a generous deadline (a loaded 2-core machine), nothing ass
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-import os
-import queue
 import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.agent import protocol as p
-from gleaner.agent.daemon import AgentDaemon, AgentOptions
-from gleaner.agent.policy import GateConfig, MemoryConfig
+from gleaner.agent.daemon import AgentDaemon
+from gleaner.agent.policy import MemoryConfig
 from gleaner.testing import vllm_fake as v
-from gleaner.testing.shim import build_shim, wait_until
+from gleaner.testing.shim import PreloadedPython, agent_metrics, running_agent, wait_until
 
 NODE = "e2e-node"
 GPU = 3
@@ -129,56 +119,22 @@ for line in sys.stdin:
 """
 
 
-class Engine:
+class Engine(PreloadedPython):
     """The child process (shim preloaded) running the fake engine with the hook."""
 
     def __init__(self, tmp: Path, sock: Path) -> None:
-        build = build_shim()
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "PYTHONPATH": os.pathsep.join(sys.path),
-            "LD_PRELOAD": str(build / "libgleaner_shim.so"),
-            "GLEANER_LIBCUDA": str(build / "libfake_cuda.so"),
-            "GLEANER_ROLE": "offline",
-            "GLEANER_SOCKET": str(sock),
-            "GLEANER_JOB": "team-a/job-1",
-            "GLEANER_GPU_INDICES": str(GPU),
-            "GLEANER_NVIDIACTL_PATH": str(tmp / "nvidiactl"),
-            "GLEANER_SHIM_RECONNECT_MS": "50",
             "GLEANER_KV_REPORT_MS": "100",
             "E2E_NBLOCKS": str(NBLOCKS),
             "E2E_BPB": str(BPB),
             "E2E_BS": str(BS),
         }
-        self.stderr_path = tmp / "engine_stderr.log"
-        self._stderr = self.stderr_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", DRIVER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=env,
-            text=True,
-            bufsize=1,
+        super().__init__(
+            tmp, DRIVER, socket_path=sock, gpu_index=GPU, visible_devices=None, env=env
         )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
 
     def call(self, timeout: float = 60.0, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"engine: no reply to {cmd}; stderr: {self.stderr()}") from None
-        out: dict[str, Any] = json.loads(line)
-        return out
+        return self.request(cmd, timeout)
 
     def run_to_end(self) -> dict[str, Any]:
         st = self.call(op="step", n=1)
@@ -187,16 +143,6 @@ class Engine:
                 return st
             st = self.call(op="step", n=20)
         raise AssertionError(f"the engine did not finish: {st}")
-
-    def stderr(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text(errors="replace")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        self._stderr.close()
 
 
 NO_RELEASE = MemoryConfig(
@@ -208,44 +154,10 @@ NO_RELEASE = MemoryConfig(
 )
 
 
-@contextlib.contextmanager
-def running_agent(sock_path: Path, memory: MemoryConfig) -> Iterator[AgentDaemon]:
-    options = AgentOptions(
-        backend="nvidia",
-        node=NODE,
-        metrics_host="127.0.0.1",
-        metrics_port=0,
-        socket_dir=sock_path.parent,
-        gpus=4,
-        kube=False,
-        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
-        memory=memory,
-        shim_source=sock_path.parent / "absent.so",
-    )
-    d = AgentDaemon(options)
-    runner = threading.Thread(target=lambda: asyncio.run(d.run()), daemon=True)
-    runner.start()
-    assert wait_until(lambda: sock_path.exists() and d.metrics_port is not None, timeout=30)
-    try:
-        yield d
-    finally:
-        d.stop()
-        runner.join(10)
-
-
 @pytest.fixture
 def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
-    with running_agent(sock_path, NO_RELEASE) as d:
+    with running_agent(sock_path, node=NODE, memory=NO_RELEASE) as d:
         yield d
-
-
-def _metrics(d: AgentDaemon) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"http://127.0.0.1:{d.metrics_port}/metrics", timeout=30).text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-    }
 
 
 def _batch(tag: str, n: int, prompt: int, out: int) -> list[tuple[str, list[int], int]]:
@@ -309,7 +221,7 @@ def test_reclaim_recompute_and_restore_end_to_end(
         assert end["preempted"] > 0  # requests that held reclaimed blocks recomputed
         assert {k: o for k, o in end["outputs"].items() if k in ref} == ref
         assert end["free"] == NBLOCKS - 1 - len(end["retired"])  # retired stay out of the pool
-        m = _metrics(daemon)
+        m = agent_metrics(daemon)
         assert m[("gleaner_memory_reclaim_events_total", labels)] == 1
         assert m[("gleaner_memory_reclaimed_bytes_total", labels)] == RECLAIM * PAGE
         assert server.reclaims_failed == 0
@@ -328,7 +240,7 @@ def test_reclaim_recompute_and_restore_end_to_end(
         assert end2["retired"] == [] and end2["free"] == NBLOCKS - 1  # all blocks are back
         ref2 = _reference(second)
         assert {k: o for k, o in end2["outputs"].items() if k in ref2} == ref2
-        m = _metrics(daemon)
+        m = agent_metrics(daemon)
         assert m[("gleaner_memory_restore_events_total", labels)] == RECLAIM
         assert m[("gleaner_memory_restored_bytes_total", labels)] == RECLAIM * PAGE
     finally:
@@ -346,7 +258,7 @@ def test_a_restarted_agent_restores_the_pages_the_old_one_reclaimed(
     eng = Engine(tmp_path, sock_path)
     on = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with running_agent(sock_path, NO_RELEASE) as old:
+        with running_agent(sock_path, node=NODE, memory=NO_RELEASE) as old:
             before = old.server
             assert before is not None
             eng.call(op="add", requests=first)
@@ -371,7 +283,7 @@ def test_a_restarted_agent_restores_the_pages_the_old_one_reclaimed(
             min_interval_s=0.3,
             max_interval_s=0.3,
         )
-        with running_agent(sock_path, releasing) as new:
+        with running_agent(sock_path, node=NODE, memory=releasing) as new:
             server = new.server
             assert server is not None
 
@@ -382,7 +294,7 @@ def test_a_restarted_agent_restores_the_pages_the_old_one_reclaimed(
             assert wait_until(lambda: server.restores_done == RECLAIM, timeout=60)
             assert server.restores_failed == 0 and new.agent.quarantine[GPU] == []
             labels = (("gpu", str(GPU)), ("node", NODE))
-            m = _metrics(new)
+            m = agent_metrics(new)
             assert m[("gleaner_memory_restore_events_total", labels)] == RECLAIM
             assert m[("gleaner_memory_restored_bytes_total", labels)] == RECLAIM * PAGE
             second = _batch("b", 12, 36, 8)

@@ -11,10 +11,6 @@ reserved ranges, bytes in use) show what the shim left behind.
 from __future__ import annotations
 
 import errno
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +18,7 @@ from typing import Any
 import pytest
 
 from gleaner.agent import protocol as p
-from gleaner.testing.shim import AgentStub, build_shim
+from gleaner.testing.shim import AgentStub, PreloadedPython
 
 MiB = 1 << 20
 PAGE = 2 * MiB
@@ -290,44 +286,14 @@ for line in sys.stdin:
 """
 
 
-class EpochProcess:
+class EpochProcess(PreloadedPython):
     """A Python process with the shim preloaded (fake libcuda), reading page epochs."""
 
     def __init__(self, tmp: Path, sock: Path) -> None:
-        build = build_shim()
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "PYTHONPATH": os.pathsep.join(sys.path),
-            "LD_PRELOAD": str(build / "libgleaner_shim.so"),
-            "GLEANER_LIBCUDA": str(build / "libfake_cuda.so"),
-            "GLEANER_ROLE": "offline",
-            "GLEANER_SOCKET": str(sock),
-            "NVIDIA_VISIBLE_DEVICES": "GPU-11111111-2222-3333-4444-555555555555",
-            "GLEANER_GPU_INDICES": "0",
-            "GLEANER_NVIDIACTL_PATH": str(tmp / "nvidiactl"),
-            "GLEANER_SHIM_RECONNECT_MS": "50",
-        }
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", EPOCH_DRIVER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            text=True,
-            bufsize=1,
-        )
+        super().__init__(tmp, EPOCH_DRIVER, socket_path=sock, job=None)
 
     def call(self, **args: int | str) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(args) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()  # the child answers every line (or dies: "")
-        assert line, "the child process died"
-        out: dict[str, Any] = json.loads(line)
-        return out
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
+        return self.request(args)
 
 
 def test_page_epochs_count_reclaims_so_a_reclaim_restore_pair_shows(

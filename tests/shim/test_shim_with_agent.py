@@ -9,21 +9,17 @@ held (fail closed) and the agent's /metrics say so (status and ack-failure count
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.agent import protocol as p
-from gleaner.agent.daemon import AgentDaemon, AgentOptions
-from gleaner.agent.policy import GateConfig, MemoryConfig
-from gleaner.testing.shim import ShimProcess, wait_until
+from gleaner.agent.daemon import AgentDaemon
+from gleaner.agent.policy import MemoryConfig
+from gleaner.testing.shim import ShimProcess, agent_metrics, running_agent, wait_until
 
 NODE = "shim-node"
 GPU = 3  # rm_client's GLEANER_GPU_INDICES; its UUID is unknown to the synthetic inventory
@@ -31,36 +27,9 @@ GPU = 3  # rm_client's GLEANER_GPU_INDICES; its UUID is unknown to the synthetic
 
 @pytest.fixture
 def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
-    options = AgentOptions(
-        backend="nvidia",
-        node=NODE,
-        metrics_host="127.0.0.1",
-        metrics_port=0,
-        socket_dir=sock_path.parent,
-        gpus=4,
-        kube=False,
-        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
-        shim_source=sock_path.parent / "absent.so",
-    )
-    d = AgentDaemon(options)
-    runner = threading.Thread(target=lambda: asyncio.run(d.run()), daemon=True)
-    runner.start()
-    assert wait_until(lambda: sock_path.exists() and d.metrics_port is not None, timeout=20)
-    assert wait_until(lambda: all(d.health()["gates"].values()))  # one cooldown after start
-    try:
+    with running_agent(sock_path, node=NODE) as d:
+        assert wait_until(lambda: all(d.health()["gates"].values()))  # one cooldown after start
         yield d
-    finally:
-        d.stop()
-        runner.join(10)
-
-
-def _metrics(d: AgentDaemon) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"http://127.0.0.1:{d.metrics_port}/metrics").text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-    }
 
 
 def _setup(sp: ShimProcess) -> dict[str, int]:
@@ -84,6 +53,16 @@ def _online(sock_path: Path) -> socket.socket:
     s.settimeout(5)
     s.connect(str(sock_path))
     p.send_message(s, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
+    return s
+
+
+def _hook(sock_path: Path, sp: ShimProcess) -> socket.socket:
+    """A framework hook's connection for ``sp``'s process (job team-a/job-1)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(str(sock_path))
+    hello = p.Hello(pid=sp.proc.pid, role=p.Role.FRAMEWORK, job="team-a/job-1", gpu_indices=(GPU,))
+    p.send_message(s, hello)
     return s
 
 
@@ -127,13 +106,13 @@ def test_online_busy_gates_the_shims_channel_group_and_cooldown_releases_it(
             assert time.monotonic() - t_gone < 0.5  # the memory timer (T = 1 s) is later
         finally:
             online.close()
-        m = _metrics(daemon)
+        m = agent_metrics(daemon)
         assert m[("gleaner_preemptions_total", (("gpu", str(GPU)), ("node", NODE)))] == 2
         assert m[("gleaner_gate_ack_failures_total", (("node", NODE),))] == 0
         assert m[("gleaner_agent_connections", (("node", NODE), ("role", "offline")))] == 1
 
 
-def test_refused_control_keeps_work_held_and_shows_in_the_agents_metrics(
+def test_refused_control_keeps_work_held_and_shows_in_the_agentsagent_metrics(
     tmp_path: Path, sock_path: Path, daemon: AgentDaemon
 ) -> None:
     env = {"GLEANER_FAKE_RM_FAIL_CMDS": "a06c0101,a06f0103"}
@@ -147,8 +126,8 @@ def test_refused_control_keeps_work_held_and_shows_in_the_agents_metrics(
                 lambda: daemon.server is not None and daemon.server.gate_acks_failed > 0
             )
             key = ("gleaner_offline_processes", (("node", NODE), ("status", "control_refused")))
-            assert wait_until(lambda: _metrics(daemon).get(key) == 1)
-            m = _metrics(daemon)
+            assert wait_until(lambda: agent_metrics(daemon).get(key) == 1)
+            m = agent_metrics(daemon)
             assert m[("gleaner_gate_ack_failures_total", (("node", NODE),))] == 1
             assert m[("gleaner_offline_processes", (("node", NODE), ("status", "ok")))] == 0
             sp.send("launch 1")
@@ -161,7 +140,7 @@ def test_refused_control_keeps_work_held_and_shows_in_the_agents_metrics(
         assert sp.reply()["rc"] == "0"
         assert wait_until(
             lambda: (
-                _metrics(daemon).get(
+                agent_metrics(daemon).get(
                     ("gleaner_offline_processes", (("node", NODE), ("status", "ok")))
                 )
                 == 1
@@ -177,78 +156,52 @@ TOKENS = (100, 100, 1, 1, 1, 1)
 def test_reclamation_end_to_end_through_the_real_shim(sock_path: Path) -> None:
     """Online memory pressure → GATE off → RECLAIM → the shim quarantines pages in the fake
     libcuda → RECLAIM_ACK → INVALIDATE_BLOCKS to the job's hook, counted in /metrics."""
-    options = AgentOptions(
-        backend="nvidia",
-        node=NODE,
-        metrics_host="127.0.0.1",
-        metrics_port=0,
-        socket_dir=sock_path.parent,
-        gpus=4,
-        kube=False,
-        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
-        memory=MemoryConfig(initial_handles=4, initial_interval_s=60.0, max_interval_s=60.0),
-        shim_source=sock_path.parent / "absent.so",
-    )
-    d = AgentDaemon(options)
-    runner = threading.Thread(target=lambda: asyncio.run(d.run()), daemon=True)
-    runner.start()
+    memory = MemoryConfig(initial_handles=4, initial_interval_s=60.0, max_interval_s=60.0)
     tmp = sock_path.parent / "e2e"
     tmp.mkdir()
-    try:
-        assert wait_until(lambda: sock_path.exists() and d.metrics_port is not None, timeout=20)
-        with ShimProcess(tmp, role="offline", socket_path=sock_path) as sp:
-            h = _setup(sp)
-            assert wait_until(lambda: _registered(d, h["chan"]))
-            assert sp.cmd("vmm-map-rel 6")["rc"] == "0"
-            hook = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            hook.settimeout(5)
-            hook.connect(str(sock_path))
-            p.send_message(
-                hook,
-                p.Hello(
-                    pid=sp.proc.pid, role=p.Role.FRAMEWORK, job="team-a/job-1", gpu_indices=(GPU,)
-                ),
-            )
-            entries = tuple(
-                p.HandleSpan(BASE + i * PAGE, PAGE, f"req-{i}", tokens=t, block_ids=(i,))
-                for i, t in enumerate(TOKENS)
-            )
-            p.send_message(hook, p.OfflineHandles(gpu=0, entries=entries))
-            server = d.server
-            assert server is not None
-            assert wait_until(lambda: len(server.offline_handle_map(GPU)) == 6)
-            assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
-            on = _online(sock_path)
-            p.send_message(on, p.OnlineMemory(gpu=p.GPU_ALL, kv_used_bytes=4 * PAGE))
-            dec = p.FrameDecoder()
-            got: dict[str, tuple[int, ...]] = {}
-            deadline = time.monotonic() + 10
-            while len(got) < 4 and time.monotonic() < deadline:
-                for m in p.recv_messages(hook, dec) or []:
-                    if isinstance(m, p.InvalidateBlocks):
-                        got[m.request_id] = m.block_ids
-            assert got == {f"req-{i}": (i,) for i in (2, 3, 4, 5)}  # Algorithm 1's choice
-            state = sp.cmd("vmm-state")
-            maps = dict(pair.split(":") for pair in state["maps"].split(","))
-            quarantine = {maps[hex(BASE + i * PAGE)] for i in (2, 3, 4, 5)}
-            assert len(quarantine) == 1 and quarantine.isdisjoint(
-                {maps[hex(BASE + i * PAGE)] for i in (0, 1)}
-            )
-            assert state["live"] == "3"  # pages 0 and 1, and the quarantine allocation
-            labels = (("gpu", str(GPU)), ("node", NODE))
-            metrics = _metrics(d)
-            assert metrics[("gleaner_memory_reclaim_events_total", labels)] == 1
-            assert metrics[("gleaner_memory_reclaimed_bytes_total", labels)] == 4 * PAGE
-            assert metrics[("gleaner_kv_blocks_invalidated_total", labels)] == 4
-            # The gate comes back after the reclamation, in the agent and in the shim.
-            assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
-            assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
-            assert server.reclaims_done == 1 and server.reclaims_failed == 0
-            hook.close()
-            on.close()
-    finally:
-        d.stop()
-        runner.join(10)
+    agent = running_agent(sock_path, node=NODE, memory=memory)
+    with agent as d, ShimProcess(tmp, role="offline", socket_path=sock_path) as sp:
+        h = _setup(sp)
+        assert wait_until(lambda: _registered(d, h["chan"]))
+        assert sp.cmd("vmm-map-rel 6")["rc"] == "0"
+        hook = _hook(sock_path, sp)
+        entries = tuple(
+            p.HandleSpan(BASE + i * PAGE, PAGE, f"req-{i}", tokens=t, block_ids=(i,))
+            for i, t in enumerate(TOKENS)
+        )
+        p.send_message(hook, p.OfflineHandles(gpu=0, entries=entries))
+        server = d.server
+        assert server is not None
+        assert wait_until(lambda: len(server.offline_handle_map(GPU)) == 6)
+        assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
+        on = _online(sock_path)
+        p.send_message(on, p.OnlineMemory(gpu=p.GPU_ALL, kv_used_bytes=4 * PAGE))
+        dec = p.FrameDecoder()
+        got: dict[str, tuple[int, ...]] = {}
+        deadline = time.monotonic() + 10
+        while len(got) < 4 and time.monotonic() < deadline:
+            for m in p.recv_messages(hook, dec) or []:
+                if isinstance(m, p.InvalidateBlocks):
+                    got[m.request_id] = m.block_ids
+        assert got == {f"req-{i}": (i,) for i in (2, 3, 4, 5)}  # Algorithm 1's choice
+        state = sp.cmd("vmm-state")
+        maps = dict(pair.split(":") for pair in state["maps"].split(","))
+        quarantine = {maps[hex(BASE + i * PAGE)] for i in (2, 3, 4, 5)}
+        assert len(quarantine) == 1 and quarantine.isdisjoint(
+            {maps[hex(BASE + i * PAGE)] for i in (0, 1)}
+        )
+        assert state["live"] == "3"  # pages 0 and 1, and the quarantine allocation
+        labels = (("gpu", str(GPU)), ("node", NODE))
+        metrics = agent_metrics(d)
+        assert metrics[("gleaner_memory_reclaim_events_total", labels)] == 1
+        assert metrics[("gleaner_memory_reclaimed_bytes_total", labels)] == 4 * PAGE
+        assert metrics[("gleaner_kv_blocks_invalidated_total", labels)] == 4
+        # The gate comes back after the reclamation, in the agent and in the shim.
+        assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
+        assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
+        assert server.reclaims_done == 1 and server.reclaims_failed == 0
+        hook.close()
+        on.close()
 
 
 def _vmm_maps(sp: ShimProcess) -> dict[int, str]:
@@ -262,15 +215,13 @@ def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> No
     one RESTORE per Release, oldest page first → fresh allocations mapped in the fake libcuda
     → RESTORE_ACK → /metrics; the hook reports the pages again (empty) and the next pressure
     event takes those, costing no recomputation."""
-    options = AgentOptions(
-        backend="nvidia",
+    tmp = sock_path.parent / "round"
+    tmp.mkdir()
+    labels = (("gpu", str(GPU)), ("node", NODE))
+    pages = [BASE + i * PAGE for i in range(6)]
+    with running_agent(
+        sock_path,
         node=NODE,
-        metrics_host="127.0.0.1",
-        metrics_port=0,
-        socket_dir=sock_path.parent,
-        gpus=4,
-        kube=False,
-        gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
         # No release before the first pressure event (min = initial); then one every 0.3 s.
         memory=MemoryConfig(
             initial_handles=4,
@@ -279,18 +230,8 @@ def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> No
             min_interval_s=0.3,
             max_interval_s=0.3,
         ),
-        shim_source=sock_path.parent / "absent.so",
         nvml=False,  # free memory unknown: every growth reclaims, every Release restores
-    )
-    d = AgentDaemon(options)
-    runner = threading.Thread(target=lambda: asyncio.run(d.run()), daemon=True)
-    runner.start()
-    tmp = sock_path.parent / "round"
-    tmp.mkdir()
-    labels = (("gpu", str(GPU)), ("node", NODE))
-    pages = [BASE + i * PAGE for i in range(6)]
-    try:
-        assert wait_until(lambda: sock_path.exists() and d.metrics_port is not None, timeout=20)
+    ) as d:
         server = d.server
         assert server is not None
         with ShimProcess(tmp, role="offline", socket_path=sock_path) as sp:
@@ -298,15 +239,7 @@ def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> No
             assert wait_until(lambda: _registered(d, h["chan"]))
             assert sp.cmd("vmm-map-rel 6")["rc"] == "0"
             original = _vmm_maps(sp)
-            hook = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            hook.settimeout(5)
-            hook.connect(str(sock_path))
-            p.send_message(
-                hook,
-                p.Hello(
-                    pid=sp.proc.pid, role=p.Role.FRAMEWORK, job="team-a/job-1", gpu_indices=(GPU,)
-                ),
-            )
+            hook = _hook(sock_path, sp)
             entries = tuple(
                 p.HandleSpan(va, PAGE, f"req-{i}", tokens=t, block_ids=(i,))
                 for i, (va, t) in enumerate(zip(pages, TOKENS, strict=True))
@@ -335,7 +268,7 @@ def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> No
             assert quarantine not in backed and len(set(backed)) == 4  # fresh allocations
             assert not set(backed) & {original[va] for va in taken}  # the old ones were freed
             assert all(maps[pages[i]] == original[pages[i]] for i in (0, 1))  # untouched
-            m = _metrics(d)
+            m = agent_metrics(d)
             assert m[("gleaner_memory_restore_events_total", labels)] == 4
             assert m[("gleaner_memory_restored_bytes_total", labels)] == 4 * PAGE
             assert m[("gleaner_memory_quarantined_bytes", labels)] == 0
@@ -351,12 +284,9 @@ def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> No
             maps = _vmm_maps(sp)
             assert {maps[va] for va in taken} == {quarantine}
             assert [q.handle for q in d.agent.quarantine[GPU]] == taken
-            m = _metrics(d)
+            m = agent_metrics(d)
             assert m[("gleaner_kv_blocks_invalidated_total", labels)] == 4  # none the 2nd time
             assert wait_until(lambda: d.health()["gates"][str(GPU)] is True)
             assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
             hook.close()
             on.close()
-    finally:
-        d.stop()
-        runner.join(10)
