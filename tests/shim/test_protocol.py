@@ -281,7 +281,7 @@ def test_offline_page_groups_quarantined_group_has_no_spans() -> None:
 _u32 = st.integers(0, 2**32 - 1)
 _spans = st.builds(
     p.GroupSpan,
-    st.text(st.characters(blacklist_characters="\0"), max_size=20),
+    st.text(st.characters(codec="utf-8", blacklist_characters="\0"), max_size=20),
     _u32,
     st.lists(_u32, max_size=30).map(tuple),
 )

@@ -359,3 +359,23 @@ def test_encode_page_groups_of_an_empty_table_is_one_reset_frame() -> None:
     frames = encode_page_groups(t, page_groups(t), {}, 16, (), 1)
     msg, _ = p.decode(frames[0])
     assert len(frames) == 1 and msg == p.OfflinePageGroups(gpu=1, groups=(), reset=True)
+
+
+def test_a_request_id_utf8_cannot_encode_is_reported_not_raised() -> None:
+    """A lone surrogate (possible in a client-supplied request id) must not stop the reports:
+    it goes out as ``?``; an id longer than the field is cut to 63 bytes."""
+    pages = [0x10_0000, 0x20_0000]
+    t = PageTable(PAGE, tuple(pages), {pages[0]: frozenset({0})}, {0: frozenset({pages[0]})})
+    long = "x" * 100
+    reqs = {"a\ud800b": RequestBlocks((0,), 16), long: RequestBlocks((0,), 8)}
+    frames = encode_page_groups(t, page_groups(t), reqs, 16)
+    decoded = [m for f in frames for m in p.FrameDecoder().feed(f)]
+    assert all(isinstance(m, p.OfflinePageGroups) for m in decoded)
+    ids = {
+        sp.request_id
+        for m in decoded
+        if isinstance(m, p.OfflinePageGroups)
+        for g in m.groups
+        for sp in g.spans
+    }
+    assert ids == {"a?b", "x" * 63}

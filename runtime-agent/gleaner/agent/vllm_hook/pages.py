@@ -334,7 +334,9 @@ _EMPTY_REST: tuple[bytes, ...] = (_ENTRY_REST.pack(b"", 0, 0),)
 
 
 def _request_id_bytes(rid: str) -> bytes:
-    raw = rid[: p.REQUEST_ID_LEN - 1].encode()
+    """At most 63 bytes of UTF-8; what cannot be encoded (a lone surrogate) becomes ``?``
+    rather than an exception on the reporter's thread."""
+    raw = rid[: p.REQUEST_ID_LEN - 1].encode(errors="replace")
     return raw[: p.REQUEST_ID_LEN - 1]
 
 
