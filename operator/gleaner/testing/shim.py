@@ -157,7 +157,10 @@ class AgentStub:
                         gate_mode=self.gate_mode,
                         heartbeat_ms=self.heartbeat_ms,
                     )
-                    p.send_message(c, ack)
+                    try:
+                        p.send_message(c, ack)
+                    except OSError:
+                        return  # the shim went away before its ack (a process that exited)
                 with self._cv:
                     self.messages.append((idx, msg))
                     self._cv.notify_all()
