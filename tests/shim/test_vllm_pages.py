@@ -193,11 +193,10 @@ def _reference_wire(
     return [m.encode(0) for m in handle_frames(gpu, handle_entries(t, reqs, bs, q))]
 
 
-@settings(max_examples=100, deadline=None)
-@given(layouts(), st.data())
-def test_encode_handles_is_byte_identical_to_the_reference(
+def _draw_report(
     case: tuple[KvLayout, list[int]], data: st.DataObject
-) -> None:
+) -> tuple[PageTable, dict[str, RequestBlocks], list[int], int]:
+    """A page table, up to 5 requests on it, up to 3 quarantined pages and a GPU index."""
     lay, pages = case
     t = page_table([lay], pages, PAGE)
     nblocks = lay.num_kernel_blocks // lay.kernel_blocks_per_block
@@ -208,6 +207,15 @@ def test_encode_handles_is_byte_identical_to_the_reference(
     }
     q = data.draw(st.lists(st.sampled_from(pages), max_size=3)) if pages else []
     gpu = data.draw(st.integers(0, 7))
+    return t, reqs, q, gpu
+
+
+@settings(max_examples=100, deadline=None)
+@given(layouts(), st.data())
+def test_encode_handles_is_byte_identical_to_the_reference(
+    case: tuple[KvLayout, list[int]], data: st.DataObject
+) -> None:
+    t, reqs, q, gpu = _draw_report(case, data)
     got = encode_handles(t, page_groups(t), reqs, 16, q, gpu)
     assert got == _reference_wire(t, reqs, 16, q, gpu)
 
@@ -297,16 +305,7 @@ def _decode_groups(frames: list[bytes], gpu: int) -> tuple[_PerPage, set[int], i
 def test_encode_page_groups_carries_the_reference_table(
     case: tuple[KvLayout, list[int]], data: st.DataObject
 ) -> None:
-    lay, pages = case
-    t = page_table([lay], pages, PAGE)
-    nblocks = lay.num_kernel_blocks // lay.kernel_blocks_per_block
-    ids = st.lists(st.integers(0, max(0, nblocks - 1)), max_size=8)  # duplicates allowed
-    reqs = {
-        f"req-{i}": RequestBlocks(tuple(data.draw(ids)), data.draw(st.integers(0, 200)))
-        for i in range(data.draw(st.integers(0, 5)))
-    }
-    q = data.draw(st.lists(st.sampled_from(pages), max_size=3)) if pages else []
-    gpu = data.draw(st.integers(0, 7))
+    t, reqs, q, gpu = _draw_report(case, data)
     frames = encode_page_groups(t, page_groups(t), reqs, 16, q, gpu)
     per_page, quarantined, size = _decode_groups(frames, gpu)
     assert per_page == _reference_pages(t, reqs, 16, q)
