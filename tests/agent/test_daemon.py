@@ -24,7 +24,7 @@ from gleaner.agent.policy import GateConfig, MemoryConfig
 from gleaner.api import NodeTraceStatus, TraceSource
 from gleaner.cli.agent import parse_duration
 from gleaner.cli.main import main as cli_main
-from gleaner.testing.agent import simulated_agent
+from gleaner.testing.agent import agent_process, simulated_agent
 from gleaner.testing.kube import KubeEmulator, wait_for
 from gleaner.testing.net import free_port
 
@@ -294,28 +294,8 @@ def test_without_any_cluster_configuration(tmp_path: Path) -> None:
     assert gpu.returncode == 2, gpu.stderr
     assert "error: no cluster configuration" in gpu.stderr and "--no-kube" in gpu.stderr
     assert "Traceback" not in gpu.stderr and list(sockets.iterdir()) == []
-    port = free_port()
-    log = tmp_path / "sim.log"
-    with log.open("wb") as out:
-        sim = subprocess.Popen(
-            [*base, "--backend", "simulated", "--gpus", "1", "--metrics-port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-
-        def metrics() -> str | None:
-            if sim.poll() is not None:
-                raise AssertionError(log.read_text())
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-            except httpx.HTTPError:
-                return None
-
-        text = wait_for(metrics, timeout=30, message="the simulated agent's /metrics")
+    sim = [*base[1:], "--backend", "simulated", "--gpus", "1", "--metrics-port", "{port}"]
+    with agent_process(sim, tmp_path / "sim.log", env=env) as running:
+        text = httpx.get(f"{running.base}/metrics", timeout=10).text
         assert "gleaner_gpu_offline_enabled_seconds_total" in text
-        assert "running without a cluster, metrics only" in log.read_text()
-    finally:
-        sim.terminate()
-        sim.wait(10)
+        assert "running without a cluster, metrics only" in running.log.read_text()

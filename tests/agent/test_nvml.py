@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.agent import protocol as p
 from gleaner.agent.simulated import gpu_uuid
+from gleaner.testing.agent import agent_process
 from gleaner.testing.kube import wait_for
-from gleaner.testing.net import free_port
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -186,32 +185,11 @@ def nvml_daemon(fake_nvml: Path, tmp_path: Path) -> Iterator[tuple[Path, str, Pa
     sock_dir = Path(tempfile.mkdtemp(prefix="glnv", dir="/tmp"))  # sun_path is short
     state = tmp_path / "state"
     _write_state(state, [(gpu_uuid(NODE, 0), 80 * GIB, GIB)])
-    port = free_port()
-    log_path = tmp_path / "agent.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", DAEMON, str(sock_dir), str(port), NODE],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=_env(fake_nvml, state),
-        )
-    base = f"http://127.0.0.1:{port}"
+    args = ["-c", DAEMON, str(sock_dir), "{port}", NODE]
     try:
-
-        def healthy() -> bool:
-            assert proc.poll() is None, log_path.read_text()
-            return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-
-        wait_for(healthy, timeout=30, message=lambda: log_path.read_text()[-2000:])
-        yield sock_dir / "agent.sock", base, state
+        with agent_process(args, tmp_path / "agent.log", env=_env(fake_nvml, state)) as agent:
+            yield sock_dir / "agent.sock", agent.base, state
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        print(log_path.read_text())
         shutil.rmtree(sock_dir, ignore_errors=True)
 
 
