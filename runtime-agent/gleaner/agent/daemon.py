@@ -435,14 +435,12 @@ class AgentDaemon:
     def _cluster_client(self) -> Any:
         """The cluster's ApiClient. No cluster configuration at all: the simulated backend
         runs on without one (metrics only, a warning), the nvidia backend cannot start."""
+        import kubernetes
+
         o = self.options
         try:
             return load_api_client(o.kubeconfig)
-        except Exception as exc:
-            import kubernetes
-
-            if not isinstance(exc, kubernetes.config.ConfigException | OSError):
-                raise
+        except (kubernetes.config.ConfigException, OSError) as exc:
             if o.backend == "simulated" and o.kubeconfig is None:
                 log.warning(
                     "no cluster configuration (%s): running without a cluster, metrics only "
