@@ -70,6 +70,16 @@ class Cluster:
             message=lambda: f"{name} not in {phases}: {self.status(name)}\n{self.logs()}",
         )
 
+    def wait_valid(self, name: str) -> dict[str, Any]:
+        """Wait until the operator validated ``name``; its status then."""
+
+        def valid() -> dict[str, Any]:
+            status = self.status(name)
+            conds = [c for c in status.get("conditions", []) if c["type"] == "Valid"]
+            return status if conds and conds[0]["status"] == "True" else {}
+
+        return wait_for(valid, message=lambda: f"{name}: {self.status(name)}\n{self.logs()}")
+
     def pods_of(self, job: str) -> list[Any]:
         return self.api.pods(selector=f"gleaner.dev/job={job}")
 
@@ -395,11 +405,16 @@ def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) 
     cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=4))
     first = cluster.start_operator(env={"GLEANER_OPERATOR_BIND_DELAY": "120"})
     names = [f"r{i}" for i in range(4)]
-    for name in names:
+    # r0's placement is recorded, and its pass sleeps before creating the Pod, holding the
+    # scheduling lock: r1-r3 are validated but wait (which jobs one pass sees depends on
+    # timing, so the test sets the split up instead of hoping all four land in one pass).
+    cluster.api.create_job(offlinejob_manifest("r0"))
+    recorded = cluster.wait_phase("r0", "Scheduled")["placement"]
+    for name in names[1:]:
         cluster.api.create_job(offlinejob_manifest(name))
-    # Every placement is recorded in the API server, and no Pod exists yet: kill it now.
-    for name in names:
-        cluster.wait_phase(name, "Scheduled")
+    for name in names[1:]:
+        waiting = cluster.wait_valid(name)
+        assert waiting["phase"] == "Pending", waiting
     assert cluster.api.pods() == []
     first.kill()
 
@@ -411,12 +426,20 @@ def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) 
         assert cluster.status(name)["pods"] == [f"{name}-0"]
     held = sorted(p.metadata.annotations["gleaner.dev/gpus"] for p in cluster.api.pods())
     assert held == ["0", "1", "2", "3"]
+    # The recorded placement is the one bound; the waiting jobs got the other GPUs.
+    [r0_pod] = cluster.pods_of("r0")
+    assert r0_pod.spec.node_name == recorded["node"]
+    assert [int(r0_pod.metadata.annotations["gleaner.dev/gpus"])] == recorded["gpuIndices"]
 
     # And restarting once more changes nothing: the resumed jobs are seen, nothing is added.
     cluster.operators[-1].stop()
     third = cluster.start_operator()
     wait_for(lambda: third.log().count("validated: valid") >= 4, timeout=60, message=third.log)
     assert sorted(p.metadata.name for p in cluster.api.pods()) == [f"{n}-0" for n in names]
+    # The requeue timer fires every second for each Scheduled job; its successes are not
+    # logged (four lines a second here, thousands a minute in a busy cluster).
+    time.sleep(2.5)
+    assert "Timer 'requeue'" not in third.log()
 
 
 def test_two_replicas_one_active_and_the_standby_takes_over(cluster: Cluster) -> None:

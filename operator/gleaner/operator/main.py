@@ -226,6 +226,21 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
             server.stop()
 
 
+class QuietTimers(logging.Filter):
+    """Drops kopf's "Timer 'requeue' succeeded." and "Timer 'sla' succeeded." lines.
+
+    Both timers fire for every waiting / running job, every interval: at INFO their
+    successes would be most of the log. Failures, retries and everything else stay.
+    """
+
+    ROUTINE = frozenset(f"Timer {name!r} succeeded." for name in ("requeue", "sla"))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() not in self.ROUTINE
+
+
 def run(config: OperatorConfig) -> None:
     kopf.configure(verbose=config.verbose, debug=config.verbose)
+    if not config.verbose:
+        logging.getLogger("kopf.objects").addFilter(QuietTimers())
     asyncio.run(run_async(config))
