@@ -83,6 +83,10 @@ class Cluster:
     def pods_of(self, job: str) -> list[Any]:
         return self.api.pods(selector=f"gleaner.dev/job={job}")
 
+    def wait_pods(self, job: str) -> list[Any]:
+        """The job's Pods once there are any: Scheduled is recorded before the Pod is made."""
+        return wait_for(lambda: self.pods_of(job), message=self.logs)
+
     def condition(self, name: str, type_: str) -> dict[str, Any]:
         for cond in self.status(name).get("conditions", []):
             if cond["type"] == type_:
@@ -117,7 +121,7 @@ def test_apply_binds_a_pod_that_follows_the_contract(cluster: Cluster) -> None:
     cluster.api.create_job(offlinejob_manifest("llama", sla=0.5))
 
     status = cluster.wait_phase("llama", "Scheduled")
-    pods = wait_for(lambda: cluster.pods_of("llama"), message=cluster.logs)
+    pods = cluster.wait_pods("llama")
     assert [p.metadata.name for p in pods] == ["llama-0"]
     pod = pods[0]
     gpu = int(pod.metadata.annotations["gleaner.dev/gpus"])
@@ -287,7 +291,7 @@ def test_unschedulable_says_why_and_is_retried_when_nodetraces_change(cluster: C
     # The node's online load drops (its agent reports a new window): the job fits now.
     cluster.api.apply_nodetrace(nodetrace_manifest("busy", gpus=2, offline_enabled=0.95))
     cluster.wait_phase("picky", "Scheduled")
-    assert [p.spec.node_name for p in cluster.pods_of("picky")] == ["busy"]
+    assert [p.spec.node_name for p in cluster.wait_pods("picky")] == ["busy"]
 
 
 def test_gpu_selector_matches_node_labels_and_follows_relabelling(cluster: Cluster) -> None:
@@ -315,7 +319,7 @@ def test_gpu_selector_matches_node_labels_and_follows_relabelling(cluster: Clust
     cluster.api.apply_node("node-a", {"pool": "l4"})
     status = cluster.wait_phase("nowhere", "Scheduled")
     assert status["placement"]["node"] == "node-a"
-    assert [p.spec.node_name for p in cluster.pods_of("nowhere")] == ["node-a"]
+    assert [p.spec.node_name for p in cluster.wait_pods("nowhere")] == ["node-a"]
 
 
 def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> None:
@@ -327,7 +331,7 @@ def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> 
     first = cluster.wait_phase("victim", "Scheduled")["placement"]["node"]
     other = {"node-a": "node-b", "node-b": "node-a"}[first]
     # The placement is recorded before the Pod is created: wait for the Pod first.
-    wait_for(lambda: cluster.pods_of("victim"), message=cluster.logs)
+    cluster.wait_pods("victim")
     cluster.api.set_pod_phase("victim-0", "Running")
     cluster.wait_phase("victim", "Running")
 
@@ -351,7 +355,7 @@ def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> 
     # After the backoff it runs again, on the other node, as attempt 1.
     status = cluster.wait_phase("victim", "Scheduled")
     assert status["placement"]["node"] == other
-    pods = wait_for(lambda: cluster.pods_of("victim"), message=cluster.logs)
+    pods = cluster.wait_pods("victim")
     assert [(p.metadata.name, p.spec.node_name) for p in pods] == [("victim-1", other)]
 
     # `gleaner report evictions` reads the report back from the cluster.
@@ -393,7 +397,7 @@ def test_deleting_a_job_deletes_its_pods(cluster: Cluster) -> None:
     cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1))
     cluster.start_operator()
     cluster.api.create_job(offlinejob_manifest("doomed"))
-    wait_for(lambda: cluster.pods_of("doomed"), message=cluster.logs)
+    cluster.wait_pods("doomed")
     assert cluster.job("doomed")["metadata"]["finalizers"] == ["gleaner.dev/finalizer"]
 
     cluster.api.delete_job("doomed")

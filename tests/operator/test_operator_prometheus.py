@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,10 @@ def run_scenario(api: KubeApi, operator: OperatorProcess, metrics_url: str) -> N
         assert placement["compute"] == pytest.approx(0.9, abs=1e-6)
         assert placement["throughputFraction"] == pytest.approx(0.9, abs=1e-6)
         [gpus[name]] = placement["gpuIndices"]
-        [pod] = api.pods(selector=f"gleaner.dev/job={name}")
+        # Scheduled is recorded first, the Pod is created right after: wait for it.
+        [pod] = wait_for(
+            partial(api.pods, selector=f"gleaner.dev/job={name}"), message=operator.log
+        )
         env = {e.name: e.value for e in pod.spec.containers[0].env}
         assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid("prom-good", gpus[name])
         api.set_pod_phase(pod.metadata.name, "Running")
