@@ -1,9 +1,9 @@
 """Scenario 7: the operator reads the agents' metrics from Prometheus (``--prometheus-url``).
 
 Instead of NodeTraces, the operator takes its node summaries and its SLA observations from
-the real Prometheus that scrapes the agents. ``gleaner place --prometheus`` asks the same
-Prometheus and must agree on where the Mistral example goes; the SLA monitor must observe
-the job's throughput from the agent's per-job timeslice counter.
+the real Prometheus that scrapes the agents. ``gleaner place --prometheus --at`` asks the
+same Prometheus about the same window and must agree on where the Mistral example goes; the
+SLA monitor must observe the job's throughput from the agent's per-job timeslice counter.
 """
 
 from __future__ import annotations
@@ -30,8 +30,17 @@ def test_operator_on_prometheus(start_system: Callable[..., GleanerSystem], exam
     placement = job["status"]["placement"]
     assert placement["throughputFraction"] >= SLA
 
+    # Asked about the same window as the operator's pass (which ends at decidedAt): the
+    # agents' metrics keep moving, and a later window may well choose another GPU.
     done = system.gleaner(
-        "place", "--prometheus", system.prom.url, "--format", "json", str(manifest)
+        "place",
+        "--prometheus",
+        system.prom.url,
+        "--at",
+        placement["decidedAt"],
+        "--format",
+        "json",
+        str(manifest),
     )
     assert done.returncode == 0, done.stderr
     [expected] = json.loads(done.stdout)["placements"]

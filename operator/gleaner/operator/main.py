@@ -226,14 +226,19 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
             server.stop()
 
 
-class QuietTimers(logging.Filter):
-    """Drops kopf's "Timer 'requeue' succeeded." and "Timer 'sla' succeeded." lines.
+class QuietRoutine(logging.Filter):
+    """Drops kopf's success lines of the handlers that run for every object, all the time.
 
-    Both timers fire for every waiting / running job, every interval: at INFO their
-    successes would be most of the log. Failures, retries and everything else stay.
+    The ``requeue`` and ``sla`` timers fire for every waiting / running job each interval,
+    ``nodetrace`` for every agent report, ``follow`` and ``nodes`` for every Pod and Node
+    change: at INFO their successes would be most of the log. Their failures and retries,
+    and every other line, stay; ``--verbose`` shows everything.
     """
 
-    ROUTINE = frozenset(f"Timer {name!r} succeeded." for name in ("requeue", "sla"))
+    ROUTINE = frozenset(
+        [f"Timer {name!r} succeeded." for name in ("requeue", "sla")]
+        + [f"Handler {name!r} succeeded." for name in ("nodetrace", "follow", "nodes")]
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.getMessage() not in self.ROUTINE
@@ -242,5 +247,5 @@ class QuietTimers(logging.Filter):
 def run(config: OperatorConfig) -> None:
     kopf.configure(verbose=config.verbose, debug=config.verbose)
     if not config.verbose:
-        logging.getLogger("kopf.objects").addFilter(QuietTimers())
+        logging.getLogger("kopf.objects").addFilter(QuietRoutine())
     asyncio.run(run_async(config))
