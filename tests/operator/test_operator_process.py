@@ -75,8 +75,8 @@ class Cluster:
 
         def valid() -> dict[str, Any]:
             status = self.status(name)
-            conds = [c for c in status.get("conditions", []) if c["type"] == "Valid"]
-            return status if conds and conds[0]["status"] == "True" else {}
+            cond = _condition(status, "Valid")
+            return status if cond is not None and cond["status"] == "True" else {}
 
         return wait_for(valid, message=lambda: f"{name}: {self.status(name)}\n{self.logs()}")
 
@@ -88,15 +88,23 @@ class Cluster:
         return wait_for(lambda: self.pods_of(job), message=self.logs)
 
     def condition(self, name: str, type_: str) -> dict[str, Any]:
-        for cond in self.status(name).get("conditions", []):
-            if cond["type"] == type_:
-                return dict(cond)
-        raise AssertionError(f"{name} has no condition {type_}: {self.status(name)}")
+        status = self.status(name)
+        cond = _condition(status, type_)
+        if cond is None:
+            raise AssertionError(f"{name} has no condition {type_}: {status}")
+        return cond
 
     def events_for(self, name: str, reason: str) -> list[Any]:
         return [
             e for e in self.api.events() if e.involved_object.name == name and e.reason == reason
         ]
+
+
+def _condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in status.get("conditions", []):
+        if cond["type"] == type_:
+            return dict(cond)
+    return None
 
 
 @pytest.fixture
