@@ -18,13 +18,16 @@ RUN make -C runtime-agent/shim \
  && install -D -m 0755 "$shim" /out/lib/libgleaner_shim.so
 
 COPY pyproject.toml README.md ./
-COPY crds crds
+COPY api api
+COPY protocol protocol
 COPY perfmodel perfmodel
 COPY scheduler scheduler
 COPY operator operator
+COPY cli cli
+COPY dashboard dashboard
 COPY runtime-agent runtime-agent
 COPY simulator simulator
-RUN pip wheel --no-cache-dir --wheel-dir /out/wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /out/wheels ./protocol .
 
 # ---- runtime: the wheels installed into a slim Python, run as a non-root user ------------
 FROM ${PYTHON_IMAGE}

@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gleaner.agent import protocol as p
+from gleaner.protocol import wire as p
 
 TARGET_P99_S = 1e-3
 TARGET_CPU = 0.10

@@ -38,12 +38,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from gleaner.agent import protocol as p
-from gleaner.agent.policy.reclaim import reclaim_cost, select_handles_greedy
-from gleaner.agent.server import PageTable, fold_handles, fold_page_groups
-from gleaner.agent.vllm_hook import memory, report
-from gleaner.agent.vllm_hook import pages as pg
+from gleaner.protocol import wire as p
+from gleaner.runtime_agent.policy.reclaim import reclaim_cost, select_handles_greedy
+from gleaner.runtime_agent.server import PageTable, fold_handles, fold_page_groups
 from gleaner.testing import vllm_fake as v
+from gleaner.vllm_hook import memory, report
+from gleaner.vllm_hook import pages as pg
 
 REPORT_TARGET_MS = 50.0
 DECODE_TARGET_MS = 10.0

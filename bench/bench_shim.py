@@ -9,7 +9,7 @@ Measures, with the fake libcuda (kernels of zero length) and the fake RM of the 
 
 Targets: online launch overhead < 1 us per launch; offline gate-open overhead < 0.5 us;
 GATE round trip (median) < 1 ms. The GPU-side preemption latency needs hardware:
-tests/shim/test_gpu_hardware.py.
+tests/runtime-agent/shim/test_gpu_hardware.py.
 
 Run: ``python -m bench shim`` (``--quick``: fewer launches and gates).
 """
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gleaner.agent import protocol as p
+from gleaner.protocol import wire as p
 from gleaner.testing.shim import AgentStub, ShimProcess
 
 ONLINE_TARGET_US = 1.0

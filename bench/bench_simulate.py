@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from gleaner.sim.runner import run_scenario
-from gleaner.sim.scenario import load_scenario
+from gleaner.simulator.runner import run_scenario
+from gleaner.simulator.scenario import load_scenario
 
 TARGETS_S = {"cluster-1000": 300.0, "default": 120.0}
 

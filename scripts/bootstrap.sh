@@ -32,10 +32,16 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.gleaner-installed
-if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
-  echo "bootstrap: installing gleaner[dev] into .venv"
+# Four distributions from this checkout, editable: gleaner itself, the node protocol, the
+# vLLM hook and the test harnesses (the last three are not part of the gleaner wheel).
+projects=(pyproject.toml protocol/pyproject.toml vllm-hook/pyproject.toml testing/pyproject.toml)
+stale=0
+[[ -f $stamp ]] || stale=1
+for f in "${projects[@]}"; do [[ $f -nt $stamp ]] && stale=1; done
+if [[ $stale == 1 ]]; then
+  echo "bootstrap: installing gleaner[dev] and its sibling distributions into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -e ./protocol -e ./vllm-hook -e '.[dev]' -e ./testing
   touch "$stamp"
 fi
 

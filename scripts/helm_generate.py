@@ -4,7 +4,7 @@
 Contract:
 - ``helm/gleaner/files/rbac/operator-rules.yaml`` and ``agent-rules.yaml`` hold exactly
   ``OPERATOR_RULES`` (operator/gleaner/operator/rbac.py) and ``AGENT_RULES``
-  (runtime-agent/gleaner/agent/rbac.py). The modules are loaded from their files, not
+  (runtime-agent/gleaner/runtime_agent/rbac.py). The modules are loaded from their files, not
   imported as packages, so nothing but the standard library runs.
 - ``helm/gleaner/README.md`` holds, between ``<!-- values-table:start -->`` and
   ``<!-- values-table:end -->``, one table row per documented key of ``values.yaml``: every
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "gleaner"
 RULE_SOURCES: dict[str, tuple[Path, str]] = {
     "operator-rules.yaml": (ROOT / "operator/gleaner/operator/rbac.py", "OPERATOR_RULES"),
-    "agent-rules.yaml": (ROOT / "runtime-agent/gleaner/agent/rbac.py", "AGENT_RULES"),
+    "agent-rules.yaml": (ROOT / "runtime-agent/gleaner/runtime_agent/rbac.py", "AGENT_RULES"),
 }
 TABLE_START = "<!-- values-table:start -->"
 TABLE_END = "<!-- values-table:end -->"

@@ -1,4 +1,4 @@
-"""The simulator's dashboard record (gleaner.sim.snapshot) is what the dashboard reads."""
+"""The simulator's dashboard record (gleaner.simulator.snapshot) is what the dashboard reads."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from gleaner.dashboard.build import build_dashboard
 from gleaner.dashboard.model import ClusterRecord
 from gleaner.dashboard.sources import SnapshotSource, StaticSource
 from gleaner.scheduler import EvictionReport
-from gleaner.sim.cluster import ClusterScenario, run_cluster
-from gleaner.sim.records import snapshot
-from gleaner.sim.snapshot import dashboard_record, write_dashboard_record
+from gleaner.simulator.cluster import ClusterScenario, run_cluster
+from gleaner.simulator.records import snapshot
+from gleaner.simulator.snapshot import dashboard_record, write_dashboard_record
 from gleaner.testing.dashboard import example_record
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gleaner.agent.rbac import AGENT_RULES
+from gleaner.runtime_agent.rbac import AGENT_RULES
 from gleaner.operator.rbac import OPERATOR_RULES
 
 Manifest = dict[str, Any]
@@ -107,7 +107,7 @@ def test_agent_cannot_touch_offline_jobs_or_create_pods() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["operator/gleaner/operator/rbac.py", "runtime-agent/gleaner/agent/rbac.py"]
+    "path", ["operator/gleaner/operator/rbac.py", "runtime-agent/gleaner/runtime_agent/rbac.py"]
 )
 def test_rbac_modules_import_only_the_standard_library(path: str) -> None:
     tree = ast.parse((ROOT / path).read_text())

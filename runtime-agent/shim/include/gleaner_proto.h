@@ -2,8 +2,8 @@
  * gleaner_proto.h - the agent <-> shim wire protocol (version 1).
  *
  * The single source of the protocol's numbers for C. The Python codec
- * (runtime-agent/gleaner/agent/protocol.py) defines the same values; a test
- * (tests/shim/test_protocol_c_parity.py) compiles a program that prints every
+ * (protocol/gleaner/protocol/wire.py) defines the same values; a test
+ * (tests/protocol/test_protocol_c_parity.py) compiles a program that prints every
  * constant and size below and checks them against the codec.
  *
  * Transport: Unix SOCK_STREAM socket (the agent listens on $GLEANER_SOCKET,

@@ -7,7 +7,7 @@
  *   their _ptsz variants) on libcuda's handle return our wrappers; the CUDA
  *   runtime (static or shared) finds every driver function that way. Lookups
  *   through RTLD_NEXT are forwarded as a sibling call so that glibc still sees
- *   the original caller (tests/shim checks this).
+ *   the original caller (tests/runtime-agent/shim checks this).
  * - cuGetProcAddress wrappers hand out the same launch wrappers.
  * - Offline: each launch wrapper first waits while the gate is closed
  *   (gl_offline_hold). Online: each successful launch marks its stream busy;

@@ -1,5 +1,5 @@
 /* proto_dump.c - print every protocol constant and struct size, and the RM ABI facts,
- * one "NAME VALUE" per line, for tests/shim/test_protocol_c_parity.py. */
+ * one "NAME VALUE" per line, for tests/protocol/test_protocol_c_parity.py. */
 #include <stdio.h>
 
 #include "gleaner_proto.h"

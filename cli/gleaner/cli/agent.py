@@ -1,0 +1,150 @@
+"""``gleaner agent``: run the per-node runtime agent (compute gate, memory, accounting).
+
+Thin shell: parses options into :class:`gleaner.runtime_agent.daemon.AgentOptions` and runs the
+daemon until SIGINT/SIGTERM. Bad options exit 2 with one line (``gleaner.cli.common.fail``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+
+import click
+
+from gleaner.cli.common import fail
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``15s``, ``500ms``, ``2m``, ``1h`` or plain seconds → seconds (> 0)."""
+    m = _DURATION.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"bad duration {text!r} (examples: 15s, 500ms, 2m)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+@click.command(name="agent")
+@click.option(
+    "--backend",
+    type=click.Choice(["nvidia", "simulated"]),
+    required=True,
+    help="nvidia: govern shims over the socket; simulated: model online and offline work.",
+)
+@click.option("--node", required=True, help="This node's name (the NodeTrace's name).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=9464, show_default=True)
+@click.option("--metrics-host", default="0.0.0.0", show_default=True)
+@click.option(
+    "--socket-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/run/gleaner"),
+    show_default=True,
+    help="Directory of the control socket agent.sock (nvidia backend).",
+)
+@click.option("--report-interval", default="15s", show_default=True, help="NodeTrace period.")
+@click.option("--window", default="1h", show_default=True, help="Window each report covers.")
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Online trace to replay (CSV/Parquet, DESIGN format; simulated backend).",
+)
+@click.option("--gpus", type=click.IntRange(1, 16), default=None, help="Synthetic GPU count.")
+@click.option("--gpu-memory-gib", type=click.FloatRange(min=1), default=80.0, show_default=True)
+@click.option("--no-kube", is_flag=True, help="Run without a cluster (metrics only).")
+@click.option("--kubeconfig", default=None, help="Kubeconfig (default: in-cluster, then usual).")
+@click.option("--cool-floor", default="2ms", show_default=True, help="Smallest T_cool.")
+@click.option("--cool-ceiling", default="500ms", show_default=True, help="Largest T_cool.")
+@click.option(
+    "--no-nvml",
+    is_flag=True,
+    help="Do not read free GPU memory from NVML (nvidia backend): every growth of the "
+    "online headroom then reclaims offline memory.",
+)
+@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--event-loop",
+    type=click.Choice(["auto", "asyncio", "uvloop"]),
+    default="auto",
+    show_default=True,
+    help="auto: uvloop when installed, else asyncio.",
+)
+def command(
+    backend: str,
+    node: str,
+    metrics_port: int,
+    metrics_host: str,
+    socket_dir: Path,
+    report_interval: str,
+    window: str,
+    trace: Path | None,
+    gpus: int | None,
+    gpu_memory_gib: float,
+    no_kube: bool,
+    kubeconfig: str | None,
+    cool_floor: str,
+    cool_ceiling: str,
+    no_nvml: bool,
+    log_level: str,
+    event_loop: str,
+) -> None:
+    """Run the per-node runtime agent."""
+    from gleaner.runtime_agent.daemon import (
+        AgentDaemon,
+        AgentError,
+        AgentOptions,
+        event_loop_factory,
+    )
+    from gleaner.runtime_agent.policy import GateConfig
+
+    try:
+        interval = parse_duration(report_interval)
+        window_s = parse_duration(window)
+        gate = GateConfig(
+            cool_floor_s=parse_duration(cool_floor), cool_ceiling_s=parse_duration(cool_ceiling)
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    if not node.strip():
+        fail("--node must not be empty")
+    if trace is not None and backend != "simulated":
+        fail("--trace needs --backend simulated")
+    if trace is not None and not trace.is_file():
+        fail(f"trace file {trace} does not exist")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = AgentOptions(
+        backend=backend,
+        node=node,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        socket_dir=socket_dir,
+        report_interval_s=interval,
+        window_s=window_s,
+        trace=trace,
+        gpus=gpus,
+        gpu_memory_gib=gpu_memory_gib,
+        kube=not no_kube,
+        kubeconfig=kubeconfig,
+        gate=gate,
+        nvml=not no_nvml,
+    )
+    try:
+        loop_factory = event_loop_factory(event_loop)
+        daemon = AgentDaemon(options)
+    except (AgentError, ValueError, OSError) as exc:
+        fail(str(exc))
+    click.echo(
+        f"gleaner agent: node {node}, backend {backend}, {len(daemon.inventory)} GPUs, "
+        f"metrics on :{metrics_port}",
+        err=True,
+    )
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        try:
+            runner.run(daemon.run())
+        except AgentError as exc:
+            fail(str(exc))

@@ -1,0 +1,71 @@
+"""The agent's HTTP face on the metrics port (FastAPI): /metrics, /healthz, /simulate/burst.
+
+Contract. :func:`build_app` serves, for one :class:`~gleaner.runtime_agent.daemon.AgentDaemon`:
+
+- ``GET /metrics`` — the agent's own registry (:mod:`gleaner.runtime_agent.metrics`) in the
+  Prometheus text format;
+- ``GET /healthz`` — JSON: node, backend, GPU UUIDs, gate states, offline jobs, report counts;
+- ``POST /simulate/burst?gpus=0,1&seconds=60&busy=1.0`` — simulated backend only: make those
+  GPUs' online side busy for ``seconds`` at duty cycle ``busy``; 400 with a one-line
+  ``detail`` on bad input, 409 for the nvidia backend.
+
+Handlers are ``async`` so they run on the loop thread that owns the agent's state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, HTTPException, Query, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gleaner.runtime_agent.metrics import build_registry
+
+if TYPE_CHECKING:
+    from gleaner.runtime_agent.daemon import AgentDaemon
+
+
+def parse_gpus(text: str, known: list[int]) -> list[int]:
+    """``"0,1"`` → [0, 1], every index known; raises ValueError with a one-line message."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise ValueError(f"bad GPU index {part!r} in {text!r}")
+        g = int(part)
+        if g not in known:
+            raise ValueError(f"GPU {g} is not on this node (GPUs {known})")
+        out.append(g)
+    if not out:
+        raise ValueError("no GPUs given")
+    return sorted(set(out))
+
+
+def build_app(daemon: AgentDaemon) -> FastAPI:
+    app = FastAPI(title="gleaner agent", docs_url=None, redoc_url=None, openapi_url=None)
+    registry = build_registry(daemon.refresh, daemon.extra_metrics)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return daemon.health()
+
+    @app.post("/simulate/burst")
+    async def burst(
+        gpus: str = Query(..., description="Comma-separated GPU indices."),
+        seconds: float = Query(60.0, gt=0, le=86400),
+        busy: float = Query(1.0, gt=0, le=1),
+    ) -> dict[str, Any]:
+        if daemon.sim is None:
+            raise HTTPException(409, "bursts exist only in the simulated backend")
+        try:
+            indices = parse_gpus(gpus, daemon.agent.gpus)
+            daemon.burst(indices, seconds, busy)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        return {"node": daemon.options.node, "gpus": indices, "seconds": seconds, "busy": busy}
+
+    return app

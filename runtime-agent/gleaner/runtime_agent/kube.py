@@ -1,0 +1,217 @@
+"""The agent's Kubernetes I/O: write its node's NodeTrace; learn its node's offline Pods.
+
+Contract.
+- :func:`write_nodetrace` creates-or-patches the cluster-scoped NodeTrace named after the
+  node (JSON merge patch of ``/status``; a missing object is created first; 409 conflicts
+  and 5xx answers are retried with backoff, up to ``attempts``, the create included). It
+  raises :class:`ReportError` and nothing else when the write fails (API unreachable, or
+  an answer such as 403 that no retry fixes); the caller keeps accumulating and the next
+  report covers the gap (:mod:`gleaner.runtime_agent.reporting`).
+- :func:`offline_jobs_from_pods` (pure) maps Pods labelled ``gleaner.dev/role=offline`` on
+  the node to ``{gpu: "namespace/job"}`` from the label ``gleaner.dev/job`` and the
+  annotation ``gleaner.dev/gpus``; finished Pods are skipped.
+- :class:`PodWatcher` lists, then watches those Pods (``spec.nodeName=<node>``) in a thread
+  and calls back with the new mapping on every change; errors re-list after a pause.
+
+RBAC: ``gleaner.runtime_agent.rbac.AGENT_RULES`` (nodetraces get/create/patch, nodetraces/status
+patch, pods list/watch).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gleaner.api import GROUP, VERSION, NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
+from gleaner.api.kubeconfig import kubeconfig_path
+
+log = logging.getLogger("gleaner.runtime_agent.kube")
+
+PLURAL = "nodetraces"
+ROLE_LABEL = "gleaner.dev/role"
+JOB_LABEL = "gleaner.dev/job"
+GPUS_ANNOTATION = "gleaner.dev/gpus"
+NULLABLE_STATUS_KEYS = ("window", "memory", "idleFraction", "harvestableMemoryP10GiB")
+
+
+class ReportError(RuntimeError):
+    """The NodeTrace could not be written."""
+
+
+def load_api_client(kubeconfig: str | None = None) -> Any:
+    """A ``kubernetes`` ApiClient: in-cluster config, else the kubeconfig."""
+    import kubernetes
+
+    config: Any = kubernetes.config  # untyped in the client
+    try:
+        config.load_incluster_config()
+        return kubernetes.client.ApiClient()
+    except config.ConfigException:
+        cfg = kubernetes.client.Configuration()
+        path = kubeconfig or kubeconfig_path()
+        config.load_kube_config(config_file=path, client_configuration=cfg)
+        return kubernetes.client.ApiClient(cfg)
+
+
+def status_patch(status: NodeTraceStatus) -> dict[str, Any]:
+    """The merge patch body: the status, with absent optional fields cleared explicitly."""
+    body = status.to_k8s()
+    for key in NULLABLE_STATUS_KEYS:
+        body.setdefault(key, None)
+    return {"status": body}
+
+
+def write_nodetrace(
+    api_client: Any,
+    node: str,
+    status: NodeTraceStatus,
+    *,
+    attempts: int = 5,
+    backoff_s: float = 0.2,
+    timeout_s: float = 10.0,
+) -> None:
+    """Create-or-patch the node's NodeTrace status (see the module docstring)."""
+    import kubernetes
+
+    api = kubernetes.client.CustomObjectsApi(api_client)
+    body = status_patch(status)
+    last: Exception | None = None
+    missing = False
+    for attempt in range(attempts):
+        try:
+            if missing:
+                _create(api, node, timeout_s)
+                missing = False
+            api.patch_cluster_custom_object_status(
+                GROUP, VERSION, PLURAL, node, body, _request_timeout=timeout_s
+            )
+            return
+        except kubernetes.client.ApiException as exc:
+            last = exc
+            if exc.status == 404 and not missing:
+                missing = True  # create it first, at once
+                continue
+            if exc.status not in (409, 429) and not 500 <= (exc.status or 0) < 600:
+                raise ReportError(f"NodeTrace {node}: HTTP {exc.status} {exc.reason}") from exc
+        except Exception as exc:  # connection refused, timeouts: the API is down
+            last = exc
+        time.sleep(backoff_s * (2**attempt))
+    raise ReportError(f"NodeTrace {node}: giving up after {attempts} attempts: {last}")
+
+
+def _create(api: Any, node: str, timeout_s: float) -> None:
+    """Create the node's NodeTrace (no status); one that exists already is fine."""
+    import kubernetes
+
+    obj = NodeTrace(metadata=ObjectMeta(name=node), spec=NodeTraceSpec(node_name=node)).to_k8s()
+    obj.pop("status", None)
+    try:
+        api.create_cluster_custom_object(GROUP, VERSION, PLURAL, obj, _request_timeout=timeout_s)
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 409:  # 409: created meanwhile, fine
+            raise
+
+
+def offline_jobs_from_pods(pods: Sequence[Mapping[str, Any]], node: str) -> dict[int, str]:
+    """``{gpu: "namespace/job"}`` of the node's running or pending offline Pods."""
+    out: dict[int, str] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        labels = meta.get("labels") or {}
+        if labels.get(ROLE_LABEL) != "offline" or spec.get("nodeName") != node:
+            continue
+        if phase in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
+            continue
+        job = labels.get(JOB_LABEL)
+        if not job:
+            continue
+        annotation = (meta.get("annotations") or {}).get(GPUS_ANNOTATION, "")
+        for part in annotation.split(","):
+            part = part.strip()
+            if part.isdigit():
+                out[int(part)] = f"{meta.get('namespace', 'default')}/{job}"
+    return out
+
+
+class PodWatcher:
+    """List+watch the node's offline Pods in a daemon thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        node: str,
+        on_change: Callable[[dict[int, str]], None],
+        *,
+        watch_timeout_s: int = 60,
+        retry_s: float = 2.0,
+    ) -> None:
+        self.api_client = api_client
+        self.node = node
+        self.on_change = on_change
+        self.watch_timeout_s = watch_timeout_s
+        self.retry_s = retry_s
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-watcher", daemon=True)
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._last: dict[int, str] | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        import kubernetes
+
+        api: Any = kubernetes.client.CoreV1Api(self.api_client)
+        kwargs: dict[str, Any] = {
+            "label_selector": f"{ROLE_LABEL}=offline",
+            "field_selector": f"spec.nodeName={self.node}",
+        }
+        while not self._stop.is_set():
+            try:
+                listed = self.api_client.sanitize_for_serialization(
+                    api.list_pod_for_all_namespaces(**kwargs)
+                )
+                self._pods = {_key(p): p for p in listed.get("items") or []}
+                self._publish()
+                version = (listed.get("metadata") or {}).get("resourceVersion")
+                watch_mod: Any = kubernetes.watch  # untyped in the client
+                w = watch_mod.Watch()
+                for event in w.stream(
+                    api.list_pod_for_all_namespaces,
+                    resource_version=version,
+                    timeout_seconds=self.watch_timeout_s,
+                    **kwargs,
+                ):
+                    if self._stop.is_set():
+                        w.stop()
+                        break
+                    obj = self.api_client.sanitize_for_serialization(event["object"])
+                    if event["type"] == "DELETED":
+                        self._pods.pop(_key(obj), None)
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        self._pods[_key(obj)] = obj
+                    self._publish()
+            except Exception as exc:
+                self.errors += 1
+                log.warning("pod watch on %s failed: %s; re-listing", self.node, exc)
+                self._stop.wait(self.retry_s)
+
+    def _publish(self) -> None:
+        jobs = offline_jobs_from_pods(list(self._pods.values()), self.node)
+        if jobs != self._last:
+            self._last = jobs
+            self.on_change(jobs)
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

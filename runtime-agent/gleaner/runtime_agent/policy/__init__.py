@@ -1,0 +1,76 @@
+"""Agent policies: pure, typed state machines (no I/O, no clocks: times are arguments).
+
+The same classes run in the agent daemon, in the simulator and in tests
+(DESIGN.md, "Runtime agent policies"):
+
+- :class:`ComputeGate` (per GPU): disable offline channels at once when online turns busy,
+  re-enable after ``T_cool = 2·G_max`` of idleness, at most one preemption per online request.
+- :class:`MemoryReservation` (per GPU): MIAD online headroom in handles, MIAD release interval.
+- :func:`select_handles_greedy` (Algorithm 1) / :func:`select_handles_fifo` and
+  :func:`plan_reclamation` → :class:`ReclaimPlan` (compute off, quarantine, release, report).
+- :class:`Accounting` (per node): offline-enabled and online-busy seconds, pairwise busy
+  overlap/union, the joint harvestable-memory sketch (perfmodel's ``MemoryHistogram``),
+  preemptions per request, reclamations; :func:`window_between` cuts a window,
+  :func:`window_summary` makes it perfmodel's ``NodeSummary`` and :func:`to_nodetrace_status`
+  writes its NodeTrace status through perfmodel.
+"""
+
+from gleaner.runtime_agent.policy.accounting import (
+    HARVESTABLE_BUCKETS_GIB,
+    Accounting,
+    GpuTotals,
+    PairTotals,
+    Totals,
+    to_nodetrace_status,
+    window_between,
+    window_summary,
+)
+from gleaner.runtime_agent.policy.gate import ComputeGate, Disable, Enable, GateAction, GateConfig
+from gleaner.runtime_agent.policy.memory import (
+    Grow,
+    MemoryAction,
+    MemoryConfig,
+    MemoryReservation,
+    Release,
+)
+from gleaner.runtime_agent.policy.reclaim import (
+    HandleMap,
+    KvSpan,
+    ReclaimPlan,
+    ReclaimStep,
+    StepKind,
+    plan_reclamation,
+    reclaim_cost,
+    select_handles_fifo,
+    select_handles_greedy,
+)
+
+__all__ = [
+    "HARVESTABLE_BUCKETS_GIB",
+    "Accounting",
+    "ComputeGate",
+    "Disable",
+    "Enable",
+    "GateAction",
+    "GateConfig",
+    "GpuTotals",
+    "Grow",
+    "HandleMap",
+    "KvSpan",
+    "MemoryAction",
+    "MemoryConfig",
+    "MemoryReservation",
+    "PairTotals",
+    "ReclaimPlan",
+    "ReclaimStep",
+    "Release",
+    "StepKind",
+    "Totals",
+    "plan_reclamation",
+    "reclaim_cost",
+    "select_handles_fifo",
+    "select_handles_greedy",
+    "to_nodetrace_status",
+    "window_between",
+    "window_summary",
+]

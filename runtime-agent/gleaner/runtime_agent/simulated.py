@@ -1,0 +1,425 @@
+"""The simulated backend: an online workload and offline work, modeled, driving a NodeAgent.
+
+Contract. :class:`SimulatedNode` owns a :class:`~gleaner.runtime_agent.core.NodeAgent` and a
+discrete-event queue. :meth:`SimulatedNode.advance` processes every event up to a time (the
+daemon calls it with its monotonic clock; the simulator may call it as fast as it likes), so
+the whole agent runs without a GPU and the same policies decide as in a cluster. Online load
+comes from one of:
+
+- :class:`SyntheticOnline` — a continuous-batching server per GPU: Gamma-distributed request
+  arrivals, each request a prefill and a number of decode iterations separated by short
+  decode gaps, KV memory growing with the tokens in flight; seeded by the node name, so a node
+  always sees the same load;
+- :class:`TraceOnline` — a DESIGN-format trace (``timestamp, node, gpu, online_busy,
+  free_memory_gib``): each sample of length Δ is busy for ``online_busy · Δ`` at its start;
+  free memory sets the online memory use; the trace loops;
+- injected bursts (:meth:`SimulatedNode.inject_burst`), on top of either.
+
+Offline work is modeled per GPU that holds an offline job: it fills the harvestable memory
+with KV handles of its requests (4 handles per request, 16 blocks per handle), loses the
+handles a reclamation plan takes and recomputes those tokens (``recomputed_tokens``); a
+restore gives a lost handle back (``restored_bytes``), and the pages of a job that leaves a GPU
+are dropped from the agent's quarantine. The GPU inventory is synthetic
+(:func:`synthetic_inventory`), UUIDs derived from the node name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import math
+import random
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gleaner.api import GpuInfo
+from gleaner.runtime_agent.core import GIB, NodeAgent
+from gleaner.runtime_agent.policy import GateConfig, HandleMap, KvSpan, MemoryConfig, ReclaimPlan
+
+SIM_PRODUCT = "Simulated GPU"
+BLOCKS_PER_HANDLE = 16
+TOKENS_PER_BLOCK = 16
+HANDLES_PER_REQUEST = 4
+
+
+def node_seed(node: str) -> int:
+    """A stable 64-bit seed from a node name (same node, same synthetic load)."""
+    return int.from_bytes(hashlib.sha256(node.encode()).digest()[:8], "little")
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A deterministic ``GPU-<uuid>`` for GPU ``index`` of ``node``."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{index}.{node}.gleaner.dev')}"
+
+
+def synthetic_inventory(node: str, gpus: int, memory_gib: float) -> list[GpuInfo]:
+    """``gpus`` identical simulated GPUs with UUIDs derived from the node name."""
+    if not 1 <= gpus <= 16:
+        raise ValueError("a node has 1 to 16 GPUs")
+    if memory_gib <= 0:
+        raise ValueError("GPU memory must be positive")
+    return [
+        GpuInfo(index=i, uuid=gpu_uuid(node, i), product=SIM_PRODUCT, memory_gi_b=memory_gib)
+        for i in range(gpus)
+    ]
+
+
+Event = tuple[float, int, Callable[[float], None]]
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticConfig:
+    """The synthetic online workload of one GPU (a continuous-batching LLM server)."""
+
+    request_rate_per_s: float = 0.25
+    arrival_shape: float = 0.5
+    """Gamma shape of inter-arrival times (< 1: burstier than Poisson)."""
+    prefill_s: float = 0.04
+    iteration_s: float = 0.02
+    decode_gap_s: float = 0.002
+    min_tokens: int = 16
+    max_tokens: int = 160
+    prompt_tokens: int = 512
+    kv_bytes_per_token: int = 160 * 1024
+    weights_fraction: float = 0.35
+    """Fraction of GPU memory the online model's weights take."""
+
+
+@dataclass(slots=True)
+class _ActiveRequest:
+    name: str
+    remaining: int
+    tokens: int
+
+
+class SyntheticOnline:
+    """Continuous-batching online server on each GPU, seeded by node (see module doc)."""
+
+    def __init__(self, node: str, config: SyntheticConfig | None = None) -> None:
+        self.config = config or SyntheticConfig()
+        self.node = node
+        self._rngs: dict[int, random.Random] = {}
+        self._active: dict[int, list[_ActiveRequest]] = {}
+        self._running: dict[int, bool] = {}
+        self._seq = itertools.count()
+
+    def attach(self, sim: SimulatedNode) -> None:
+        c = self.config
+        for gpu in sim.agent.gpus:
+            rng = random.Random(node_seed(self.node) ^ (gpu * 0x9E3779B97F4A7C15))
+            self._rngs[gpu] = rng
+            self._active[gpu] = []
+            self._running[gpu] = False
+            total = sim.agent.memory_model[gpu].total_bytes
+            sim.agent.set_online_memory(sim.now, gpu, base_bytes=int(total * c.weights_fraction))
+            sim.schedule(sim.now + self._interarrival(gpu), self._arrival(sim, gpu))
+
+    def _interarrival(self, gpu: int) -> float:
+        c = self.config
+        mean = 1.0 / c.request_rate_per_s
+        return self._rngs[gpu].gammavariate(c.arrival_shape, mean / c.arrival_shape)
+
+    def _arrival(self, sim: SimulatedNode, gpu: int) -> Callable[[float], None]:
+        def run(t: float) -> None:
+            c = self.config
+            rng = self._rngs[gpu]
+            name = f"online-{gpu}-{next(self._seq)}"
+            n = rng.randint(c.min_tokens, c.max_tokens)
+            self._active[gpu].append(_ActiveRequest(name, n, c.prompt_tokens))
+            sim.agent.online_busy(t, gpu, "synthetic", name)
+            if not self._running[gpu]:
+                self._running[gpu] = True
+                sim.schedule(t + c.prefill_s, self._iteration_end(sim, gpu))
+            sim.schedule(t + self._interarrival(gpu), self._arrival(sim, gpu))
+
+        return run
+
+    def _iteration_end(self, sim: SimulatedNode, gpu: int) -> Callable[[float], None]:
+        def run(t: float) -> None:
+            c = self.config
+            active = self._active[gpu]
+            finished = []
+            for r in active:
+                r.remaining -= 1
+                r.tokens += 1
+                if r.remaining <= 0:
+                    finished.append(r.name)
+            self._active[gpu] = [r for r in active if r.remaining > 0]
+            sim.agent.online_idle(t, gpu, "synthetic", finished)
+            kv = sum(r.tokens for r in self._active[gpu]) * c.kv_bytes_per_token
+            sim.agent.set_online_memory(t, gpu, dynamic_bytes=kv)
+            if not self._active[gpu]:
+                self._running[gpu] = False
+                return
+            gap = c.decode_gap_s * (0.5 + self._rngs[gpu].random())
+            sim.schedule(t + gap, self._iteration_start(sim, gpu))
+
+        return run
+
+    def _iteration_start(self, sim: SimulatedNode, gpu: int) -> Callable[[float], None]:
+        def run(t: float) -> None:
+            active = self._active[gpu]
+            if not active:
+                self._running[gpu] = False
+                return
+            sim.agent.online_busy(t, gpu, "synthetic", active[0].name)
+            sim.schedule(t + self.config.iteration_s, self._iteration_end(sim, gpu))
+
+        return run
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSample:
+    t: float
+    busy: float
+    free_gib: float
+    duration: float
+
+
+class TraceOnline:
+    """Replay of one node's rows of a DESIGN-format trace, looped (see module doc)."""
+
+    def __init__(self, samples: dict[int, list[TraceSample]]) -> None:
+        if not samples or not any(samples.values()):
+            raise ValueError("the trace has no samples for this node")
+        self.samples = samples
+        self.span = max(s[-1].t + s[-1].duration for s in samples.values() if s) - min(
+            s[0].t for s in samples.values() if s
+        )
+        self.t0 = min(s[0].t for s in samples.values() if s)
+        self._seq = itertools.count()
+
+    @classmethod
+    def from_file(cls, path: Path, node: str) -> TraceOnline:
+        """Load ``node``'s rows (all rows when the file holds one node only)."""
+        import pandas as pd
+
+        if path.suffix.lower() in (".parquet", ".pq"):
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path)
+        missing = {"timestamp", "node", "gpu", "online_busy", "free_memory_gib"} - set(df.columns)
+        if missing:
+            raise ValueError(f"trace {path} lacks columns {sorted(missing)}")
+        nodes = sorted(df["node"].astype(str).unique())
+        if node in nodes:
+            df = df[df["node"].astype(str) == node]
+        elif len(nodes) == 1:
+            pass
+        else:
+            raise ValueError(f"trace {path} has no rows for node {node!r} (nodes: {nodes[:5]})")
+        out: dict[int, list[TraceSample]] = {}
+        for gpu, rows in df.sort_values("timestamp").groupby("gpu"):
+            ts = [float(x) for x in rows["timestamp"]]
+            busy = [min(1.0, max(0.0, float(x))) for x in rows["online_busy"]]
+            free = [max(0.0, float(x)) for x in rows["free_memory_gib"]]
+            steps = [b - a for a, b in itertools.pairwise(ts) if b > a]
+            default = sorted(steps)[len(steps) // 2] if steps else 1.0
+            durs = [*(b - a for a, b in itertools.pairwise(ts)), default]
+            out[int(str(gpu))] = [
+                TraceSample(t, b, f, d)
+                for t, b, f, d in zip(ts, busy, free, durs, strict=True)
+                if d > 0
+            ]
+        return cls(out)
+
+    def attach(self, sim: SimulatedNode) -> None:
+        for gpu, samples in self.samples.items():
+            if gpu not in sim.agent.gates or not samples:
+                continue
+            peak_free = max(s.free_gib for s in samples)
+            total = sim.agent.memory_model[gpu].total_bytes
+            base = max(0, total - int(peak_free * GIB))
+            sim.agent.set_online_memory(sim.now, gpu, base_bytes=base)
+            sim.schedule(sim.now, self._sample(sim, gpu, 0, 0, sim.now, peak_free))
+
+    def _sample(
+        self, sim: SimulatedNode, gpu: int, i: int, cycle: int, origin: float, peak: float
+    ) -> Callable[[float], None]:
+        def run(t: float) -> None:
+            s = self.samples[gpu][i]
+            sim.agent.set_online_memory(t, gpu, dynamic_bytes=int((peak - s.free_gib) * GIB))
+            if s.busy > 0:
+                name = f"trace-{gpu}-{next(self._seq)}"
+                sim.agent.online_busy(t, gpu, "trace", name)
+                sim.schedule(
+                    t + s.busy * s.duration,
+                    lambda te: sim.agent.online_idle(te, gpu, "trace", [name]),
+                )
+            j, c = i + 1, cycle
+            if j >= len(self.samples[gpu]):
+                j, c = 0, cycle + 1
+            nxt = origin + c * self.span + (self.samples[gpu][j].t - self.t0)
+            sim.schedule(max(nxt, t), self._sample(sim, gpu, j, c, origin, peak))
+
+        return run
+
+
+@dataclass(slots=True)
+class OfflineModel:
+    """Offline work on one GPU: KV handles filling its harvestable memory."""
+
+    job: str
+    lost_handles: set[int] = field(default_factory=set)
+    recomputed_tokens: int = 0
+    reclaimed_bytes: int = 0
+    restored_bytes: int = 0
+
+    def handle_table(self, n_handles: int) -> HandleMap:
+        table: dict[int, list[KvSpan]] = {}
+        for h in range(n_handles):
+            if h in self.lost_handles:
+                continue
+            req, part = divmod(h, HANDLES_PER_REQUEST)
+            first = part * BLOCKS_PER_HANDLE
+            blocks = tuple(range(first, first + BLOCKS_PER_HANDLE))
+            tokens = (HANDLES_PER_REQUEST - part) * BLOCKS_PER_HANDLE * TOKENS_PER_BLOCK
+            table[h] = [KvSpan(f"{self.job}/req-{req}", blocks, tokens)]
+        return table
+
+
+class SimulatedNode:
+    """A NodeAgent driven by modeled online and offline work (see module doc)."""
+
+    def __init__(
+        self,
+        node: str,
+        inventory: Sequence[GpuInfo],
+        *,
+        start: float = 0.0,
+        online: SyntheticOnline | TraceOnline | None = None,
+        gate_config: GateConfig | None = None,
+        memory_config: MemoryConfig | None = None,
+    ) -> None:
+        self.now = start
+        self._queue: list[Event] = []
+        self._seq = itertools.count()
+        self.offline: dict[int, OfflineModel] = {}
+        self.agent = NodeAgent(
+            node=node,
+            inventory=inventory,
+            start=start,
+            gate_config=gate_config or GateConfig(),
+            memory_config=memory_config or MemoryConfig(),
+            sink=self,
+            offline_handles=self._offline_handles,
+        )
+        self.gate_open: dict[int, bool] = dict.fromkeys(self.agent.gpus, False)
+        self.bursts = 0
+        self.online = online if online is not None else SyntheticOnline(node)
+        self.online.attach(self)
+
+    # -- the event queue ------------------------------------------------------------------
+
+    def schedule(self, t: float, fn: Callable[[float], None]) -> None:
+        heapq.heappush(self._queue, (t, next(self._seq), fn))
+
+    def advance(self, t: float) -> int:
+        """Process every event up to ``t`` (and the agent's deadlines); returns events run."""
+        n = 0
+        while True:
+            deadline = self.agent.next_deadline()
+            nxt = self._queue[0][0] if self._queue else math.inf
+            if deadline is not None and deadline <= min(nxt, t):
+                self.now = max(self.now, deadline)
+                self.agent.tick(self.now)
+                continue
+            if nxt > t:
+                break
+            et, _, fn = heapq.heappop(self._queue)
+            self.now = max(self.now, et)
+            fn(self.now)
+            n += 1
+        self.now = max(self.now, t)
+        self.agent.tick(self.now)
+        return n
+
+    def events(self) -> Iterator[float]:
+        """Times of the queued events, earliest first (for inspection)."""
+        return iter(sorted(e[0] for e in self._queue))
+
+    # -- bursts and offline placement -----------------------------------------------------
+
+    def inject_burst(self, t: float, gpus: Sequence[int], seconds: float, busy: float) -> None:
+        """Make ``gpus`` online-busy for ``seconds`` (``busy`` < 1: that duty cycle)."""
+        if seconds <= 0 or not 0 < busy <= 1:
+            raise ValueError("a burst needs seconds > 0 and 0 < busy <= 1")
+        for g in gpus:
+            if g not in self.agent.gates:
+                raise ValueError(f"GPU {g} is not on this node")
+        self.bursts += 1
+        source = f"burst-{self.bursts}"
+        agent = self.agent
+
+        def busy_at(gpu: int, request: str | None) -> Callable[[float], None]:
+            return lambda te: agent.online_busy(te, gpu, source, request)
+
+        def idle_at(gpu: int, finished: Sequence[str]) -> Callable[[float], None]:
+            return lambda te: agent.online_idle(te, gpu, source, finished)
+
+        if busy >= 1.0:
+            # One request per GPU for the whole burst: it is preempted at most once.
+            for g in gpus:
+                name = f"{source}-{g}"
+                busy_at(g, name)(t)
+                self.schedule(t + seconds, idle_at(g, [name]))
+            return
+        # A duty cycle: each busy period is its own (anonymous) request.
+        period = 0.1
+        end = t + seconds
+        k = 0
+        while t + k * period < end:
+            on = t + k * period
+            off = min(end, on + busy * period)
+            for g in gpus:
+                self.schedule(on, busy_at(g, None))
+                self.schedule(off, idle_at(g, ()))
+            k += 1
+
+    def set_offline_jobs(self, t: float, jobs_by_gpu: dict[int, str]) -> None:
+        """Offline jobs placed on this node now (GPU → ``namespace/name``)."""
+        self.advance(t)
+        for g in list(self.offline):
+            if jobs_by_gpu.get(g) != self.offline[g].job:
+                del self.offline[g]
+                self.agent.drop_quarantine("", g)  # its quarantined pages left with it
+        for g, job in jobs_by_gpu.items():
+            if g in self.agent.gates and g not in self.offline:
+                self.offline[g] = OfflineModel(job)
+        self.agent.set_offline_jobs(t, jobs_by_gpu)
+
+    # -- Sink -----------------------------------------------------------------------------
+
+    def set_gate(self, gpu: int, enable: bool, t: float) -> None:
+        self.gate_open[gpu] = enable
+
+    def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
+        model = self.offline.get(plan.gpu)
+        if model is None:
+            return True
+        model.lost_handles.update(plan.handles)
+        model.recomputed_tokens += plan.tokens_to_recompute
+        model.reclaimed_bytes += plan.reclaimed_bytes
+        return True
+
+    def restore(self, gpu: int, owner: str, handles: tuple[int, ...], t: float) -> bool:
+        model = self.offline.get(gpu)
+        if model is not None:
+            model.lost_handles.difference_update(handles)
+            model.restored_bytes += len(handles) * self.agent.memory_config.handle_bytes
+        return True
+
+    def _offline_handles(self, gpu: int) -> HandleMap:
+        model = self.offline.get(gpu)
+        if model is None:
+            return {}
+        n = self.agent.harvestable_bytes(gpu) // self.agent.memory_config.handle_bytes
+        table = model.handle_table(int(n))
+        # Handles lost earlier were recomputed into fresh ones: start a new generation.
+        if not table:
+            model.lost_handles.clear()
+            table = model.handle_table(int(n))
+        return table

@@ -1,0 +1,668 @@
+"""Node-level simulation: one continuous-batching online engine per GPU, an offline batch job
+filling its idle time, and one compute + one memory policy (millisecond resolution).
+
+Contract. :func:`run_node` simulates every run of a :class:`NodeScenario` on the *same*
+request stream (same seed) and returns a JSON-ready dict: per run the online latency
+(TTFT/TPOT mean and P99, and their increase over the ``online-only`` run), preemptions per
+online request, reclamation events per minute, offline tokens/s normalized to the
+``gate + no reclamation`` bound, and time series for the report. The simulation is
+event-driven: the clock jumps from one online iteration to the next (iteration latency from
+``gleaner.simulator.latency``), through the CPU gaps between iterations and through idle periods;
+policies see exactly those events.
+
+Engine (vLLM-like): each iteration decodes one token for every running request whose prompt
+is done and spends the rest of a token budget on chunked prefill; a request is admitted
+when its prompt's KV blocks fit the capacity the memory policy grants; when decode growth
+does not fit, the newest request is preempted and recomputed later (vLLM's default).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from gleaner.runtime_agent.policy.gate import GateConfig
+from gleaner.runtime_agent.policy.memory import MIB, MemoryConfig
+from gleaner.simulator.latency import GIB, MODELS, LatencyModel
+from gleaner.simulator.offline import BLOCK_TOKENS, OfflineJobConfig, OfflineKV, memory_curve
+from gleaner.simulator.policies import (
+    SELECTORS,
+    ComputePolicy,
+    GleanerGate,
+    GleanerMemory,
+    GPreempt,
+    IterationLevel,
+    MemoryEnv,
+    MemoryPolicy,
+    NoOffline,
+    OnlineOnly,
+    PrismMemory,
+    StaticMemory,
+    UvmMemory,
+)
+from gleaner.simulator.workload import ArrivalConfig, LengthConfig, Requests, generate_requests
+
+ComputeName = Literal["online-only", "gleaner", "gpreempt", "iteration"]
+MemoryName = Literal["none", "gleaner", "uvm", "prism", "static"]
+
+
+class GapConfig(BaseModel):
+    """CPU gap between two online iterations (scheduling, sampling, detokenization)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean_ms: float = Field(default=0.4, gt=0)
+    sigma: float = Field(default=0.5, ge=0)
+    max_ms: float = Field(default=2.0, gt=0)
+
+
+class OnlineConfig(BaseModel):
+    """The online service on each GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arrival: ArrivalConfig = Field(default_factory=lambda: ArrivalConfig(rate_per_s=0.3, cv=2.0))
+    prompt_tokens: LengthConfig = Field(
+        default_factory=lambda: LengthConfig(mean=2747, sigma=1.0, max=32768)
+    )
+    output_tokens: LengthConfig = Field(
+        default_factory=lambda: LengthConfig(mean=267, sigma=1.0, max=4096)
+    )
+    max_batch_tokens: int = Field(default=8192, ge=1, description="Token budget per iteration.")
+    max_seqs: int = Field(default=256, ge=1)
+    fixed_gib: float = Field(
+        default=18.0, gt=0, description="Weights + activations + CUDA graphs, GiB."
+    )
+    memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Share of the GPU the engine may use when alone."
+    )
+    gap: GapConfig = Field(default_factory=GapConfig)
+
+
+class PreemptionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fast_latency_ms: float = Field(
+        default=0.05, ge=0, description="Channel disable / timeslice preemption latency."
+    )
+    wake_latency_ms: float = Field(default=0.02, ge=0, description="GPreempt wake-up latency.")
+    kernel_mean_ms: float = Field(
+        default=1.0, gt=0, description="Mean offline kernel duration (kernel-boundary waits)."
+    )
+    kernel_sigma: float = Field(default=1.0, ge=0)
+
+
+class NodeMemoryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_gib: float = Field(default=80.0, gt=0, description="GPU memory, GiB.")
+    usable_gib: float = Field(default=76.0, gt=0, description="Usable by the two workloads.")
+    handle_mib: int = Field(default=128, ge=2, description="Reclamation handle size, MiB.")
+    initial_headroom_gib: float = Field(default=2.0, gt=0)
+    alpha: float = Field(default=2.0, gt=1)
+    release_interval_s: float = Field(default=1.0, gt=0)
+    reclaim_latency_ms: float = Field(
+        default=1.0, ge=0, description="Online stall when it outgrows its headroom."
+    )
+    uvm_bandwidth_gbps: float = Field(default=12.0, gt=0, description="UVM fault migration GB/s.")
+    prism_release_s: float = Field(
+        default=20.0, gt=0, description="Offline memory release time constant without reclaim."
+    )
+    static_window_s: float = Field(
+        default=3600.0, gt=0, description="Static share: min free over this warm-up window."
+    )
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    compute: ComputeName
+    memory: MemoryName
+    selector: Literal["greedy", "fifo"] = "greedy"
+
+
+DEFAULT_RUNS: tuple[RunSpec, ...] = (
+    RunSpec(name="online-only", compute="online-only", memory="none"),
+    RunSpec(name="gleaner", compute="gleaner", memory="gleaner"),
+    RunSpec(name="gleaner-fifo", compute="gleaner", memory="gleaner", selector="fifo"),
+    RunSpec(name="iteration", compute="iteration", memory="gleaner"),
+    RunSpec(name="gpreempt", compute="gpreempt", memory="gleaner"),
+    RunSpec(name="uvm", compute="gleaner", memory="uvm"),
+    RunSpec(name="prism", compute="gleaner", memory="prism"),
+    RunSpec(name="static", compute="gleaner", memory="static"),
+)
+
+
+class NodeScenario(BaseModel):
+    """Node-level part of a scenario file (see docs/simulator.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    duration_s: float = Field(default=1200.0, gt=0, description="Seconds of online arrivals.")
+    gpus: int = Field(default=1, ge=1, le=16, description="GPUs (one online engine each).")
+    model: str = Field(default="llama-3.1-8b-h100", description="Latency model name.")
+    latency: LatencyModel | None = Field(default=None, description="Override the coefficients.")
+    online: OnlineConfig = Field(default_factory=OnlineConfig)
+    offline: OfflineJobConfig = Field(default_factory=OfflineJobConfig)
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
+    memory: NodeMemoryConfig = Field(default_factory=NodeMemoryConfig)
+    runs: list[RunSpec] = Field(default_factory=lambda: list(DEFAULT_RUNS))
+    series_step_s: float = Field(default=1.0, gt=0, description="Time-series resolution.")
+
+    def latency_model(self) -> LatencyModel:
+        if self.latency is not None:
+            return self.latency
+        if self.model not in MODELS:
+            raise ValueError(f"unknown latency model {self.model!r}; known: {sorted(MODELS)}")
+        return MODELS[self.model]
+
+
+# -- the engine ---------------------------------------------------------------------------
+
+
+@dataclass
+class EngineResult:
+    ttft: np.ndarray[Any, np.dtype[np.float64]]
+    tpot: np.ndarray[Any, np.dtype[np.float64]]
+    preemptions: np.ndarray[Any, np.dtype[np.int64]]
+    horizon_s: float
+    busy_s: float
+    offline_run_s: float
+    offline_tokens: float
+    bound_tokens: float
+    kv_preemptions: int
+    max_used_blocks: int
+    series: dict[str, list[float]]
+
+
+def _blocks(tokens: int) -> int:
+    return -(-tokens // BLOCK_TOKENS)
+
+
+def simulate_engine(
+    reqs: Requests,
+    duration_s: float,
+    model: LatencyModel,
+    online: OnlineConfig,
+    compute: ComputePolicy,
+    memory: MemoryPolicy,
+    gaps: np.ndarray[Any, np.dtype[np.float64]],
+    bound_rate: float,
+    series_step_s: float = 1.0,
+) -> EngineResult:
+    """Run one online engine against one compute and one memory policy."""
+    n = len(reqs)
+    arrival = reqs.arrival.tolist()
+    prompt = reqs.prompt.tolist()
+    output = reqs.output.tolist()
+    todo = list(prompt)  # tokens left to prefill in the current attempt
+    done_pf = [0] * n  # tokens prefilled in the current attempt
+    kv = [0] * n  # tokens with KV in the cache
+    gen = [0] * n
+    blocks = [0] * n
+    first = [-1.0] * n
+    finish = [-1.0] * n
+    pre = [0] * n
+    names = [str(i) for i in range(n)]
+    running: list[int] = []
+    waiting: deque[int] = deque()
+    k1k3 = model.k1 + model.k3
+    k2, k4, k5 = model.k2, model.k4, model.k5
+    budget_max = online.max_batch_tokens
+    t = 0.0
+    nxt = 0
+    used = 0
+    max_used = 0
+    busy_s = 0.0
+    offline_run = 0.0
+    offline_tokens = 0.0
+    kv_preempt = 0
+    gi = 0
+    n_gaps = len(gaps)
+    series: dict[str, list[float]] = {
+        "t": [],
+        "online_kv_gib": [],
+        "offline_memory_gib": [],
+        "busy": [],
+        "offline_run": [],
+    }
+    next_sample = 0.0
+    busy_acc = 0.0
+    run_acc = 0.0
+    block_gib = BLOCK_TOKENS * model.kv_bytes_per_token / GIB
+    last_end = 0.0
+
+    def idle(t0: float, t1: float) -> None:
+        nonlocal offline_run, offline_tokens, run_acc
+        if t1 <= t0:
+            return
+        run = compute.idle(t0, t1)
+        offline_run += run
+        run_acc += run
+        offline_tokens += memory.advance(t0, t1, run)
+
+    while True:
+        while nxt < n and arrival[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        if not running and not waiting:
+            if nxt >= n:
+                break
+            t_next = arrival[nxt]
+            idle(t, t_next)
+            t = t_next
+            continue
+        waiting_need = _blocks(todo[waiting[0]] + kv[waiting[0]]) if waiting else 0
+        cap = memory.capacity_blocks(t, used, waiting_need)
+        # Decode growth must fit; otherwise preempt the newest request (recompute later).
+        dec = [r for r in running if todo[r] == 0]
+        grow = sum(1 for r in dec if kv[r] % BLOCK_TOKENS == 0)
+        while running and used + grow > cap:
+            r = running.pop()
+            used -= blocks[r]
+            blocks[r] = 0
+            todo[r] = kv[r] + todo[r]
+            kv[r] = 0
+            done_pf[r] = 0
+            waiting.appendleft(r)
+            kv_preempt += 1
+            dec = [x for x in running if todo[x] == 0]
+            grow = sum(1 for x in dec if kv[x] % BLOCK_TOKENS == 0)
+        budget = budget_max - len(dec)
+        sum_p = float(len(dec))
+        sum_pc = 0.0
+        sum_tot = 0.0
+        for r in dec:
+            c = kv[r] + 1
+            sum_pc += c
+            sum_tot += c
+        chunks: list[tuple[int, int]] = []
+        for r in running:
+            if todo[r] > 0 and budget > 0:
+                c = min(todo[r], budget)
+                chunks.append((r, c))
+                budget -= c
+        while waiting and budget > 0 and len(running) < online.max_seqs:
+            r = waiting[0]
+            need = _blocks(todo[r] + kv[r])
+            # Admit only with a block of growth room per running request (vLLM's watermark).
+            if used + grow + need + len(running) > cap:
+                break
+            waiting.popleft()
+            running.append(r)
+            blocks[r] = need
+            used += need
+            c = min(todo[r], budget)
+            chunks.append((r, c))
+            budget -= c
+        for r, c in chunks:
+            ctx = done_pf[r]
+            sum_p += c
+            sum_pc += c * (c + ctx)
+            sum_tot += c + ctx
+        if not dec and not chunks:
+            # Blocked on memory with nothing running: wait for capacity or an arrival.
+            t_next = t + 0.005
+            if nxt < n:
+                t_next = min(t_next, max(arrival[nxt], t + 1e-6))
+            idle(t, t_next)
+            t = t_next
+            continue
+        used += grow
+        for r in dec:
+            if kv[r] % BLOCK_TOKENS == 0:
+                blocks[r] += 1
+        max_used = max(max_used, used)
+        batch = [names[r] for r in dec] + [names[r] for r, _ in chunks]
+        stall = memory.observe(t, used, compute)
+        delay, preempted, extra_run = compute.launch(t, batch)
+        if extra_run > 0:
+            offline_run += extra_run
+            run_acc += extra_run
+            offline_tokens += memory.advance(t, t, extra_run)
+        if preempted:
+            for r in dec:
+                pre[r] += 1
+            for r, _ in chunks:
+                pre[r] += 1
+        latency = (k1k3 * sum_p + k2 * sum_pc + k4 * sum_tot + k5) if sum_p > 0 else 0.0
+        start = t + delay + stall
+        end = start + latency
+        busy_s += latency
+        busy_acc += latency
+        finished: list[str] = []
+        for r in dec:
+            kv[r] += 1
+            gen[r] += 1
+            if gen[r] >= output[r]:
+                finish[r] = end
+                finished.append(names[r])
+        for r, c in chunks:
+            todo[r] -= c
+            done_pf[r] += c
+            kv[r] += c
+            if todo[r] == 0:
+                if first[r] < 0:
+                    first[r] = end
+                    gen[r] = 1
+                if gen[r] >= output[r]:
+                    finish[r] = end
+                    finished.append(names[r])
+        if finished:
+            keep = []
+            for r in running:
+                if finish[r] >= 0:
+                    used -= blocks[r]
+                    blocks[r] = 0
+                else:
+                    keep.append(r)
+            running = keep
+        compute.done(end, finished)
+        last_end = end
+        while next_sample <= end:
+            series["t"].append(next_sample)
+            series["online_kv_gib"].append(used * block_gib)
+            series["offline_memory_gib"].append(memory.offline_memory_gib())
+            series["busy"].append(min(1.0, busy_acc / series_step_s))
+            series["offline_run"].append(min(1.0, run_acc / series_step_s))
+            busy_acc = 0.0
+            run_acc = 0.0
+            next_sample += series_step_s
+        if running or waiting:
+            g = float(gaps[gi % n_gaps])
+            gi += 1
+            idle(end, end + g)
+            t = end + g
+        else:
+            t = end
+    horizon = max(duration_s, last_end)
+    idle(t, horizon)
+    ok = [i for i in range(n) if finish[i] >= 0]
+    ttft = np.array([first[i] - arrival[i] for i in ok])
+    tpot = np.array([(finish[i] - first[i]) / (output[i] - 1) for i in ok if output[i] > 1])
+    return EngineResult(
+        ttft=ttft,
+        tpot=tpot,
+        preemptions=np.array([pre[i] for i in ok], dtype=np.int64),
+        horizon_s=horizon,
+        busy_s=busy_s,
+        offline_run_s=offline_run,
+        offline_tokens=offline_tokens,
+        bound_tokens=offline_run * bound_rate,
+        kv_preemptions=kv_preempt,
+        max_used_blocks=max_used,
+        series=series,
+    )
+
+
+# -- running a scenario -------------------------------------------------------------------
+
+
+def _gaps(
+    rng: np.random.Generator, cfg: GapConfig, n: int
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    mu = np.log(cfg.mean_ms) - 0.5 * cfg.sigma**2
+    g = rng.lognormal(mu, cfg.sigma, size=n) if cfg.sigma > 0 else np.full(n, cfg.mean_ms)
+    return np.minimum(g, cfg.max_ms) / 1000.0
+
+
+@dataclass
+class _Gpu:
+    reqs: Requests
+    warmup: Requests
+    gaps: np.ndarray[Any, np.dtype[np.float64]]
+    seed: int
+
+
+def _stats(x: np.ndarray[Any, np.dtype[np.float64]]) -> dict[str, float]:
+    if x.size == 0:
+        return {"mean": 0.0, "p50": 0.0, "p99": 0.0}
+    return {
+        "mean": float(x.mean()),
+        "p50": float(np.percentile(x, 50)),
+        "p99": float(np.percentile(x, 99)),
+    }
+
+
+def _increase(value: float, ref: float) -> float:
+    return (value - ref) / ref if ref > 0 else 0.0
+
+
+def run_node(
+    scenario: NodeScenario,
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Simulate every run of ``scenario``; JSON-ready results (see module docstring)."""
+    model = scenario.latency_model()
+    mem = scenario.memory
+    on = scenario.online
+    block_bytes = BLOCK_TOKENS * model.kv_bytes_per_token
+    pool = int((mem.usable_gib - on.fixed_gib) * GIB)
+    alone = int((mem.gpu_gib * on.memory_utilization - on.fixed_gib) * GIB) // block_bytes
+    curve = memory_curve(model, scenario.offline, mem.usable_gib - on.fixed_gib)
+    per_token = (model.k1 + model.k3 + model.k4) + model.k2 * scenario.offline.prompt_tokens.mean
+    env = MemoryEnv(
+        block_bytes=block_bytes,
+        pool_bytes=pool,
+        online_alone_blocks=alone,
+        curve=curve,
+        offline=model,
+        recompute_s_per_token=per_token,
+    )
+    handle_bytes = mem.handle_mib * MIB
+    mem_cfg = MemoryConfig(
+        handle_bytes=handle_bytes,
+        alpha=mem.alpha,
+        initial_handles=max(1, int(mem.initial_headroom_gib * GIB // handle_bytes)),
+        initial_interval_s=mem.release_interval_s,
+        min_interval_s=min(0.05, mem.release_interval_s),
+        max_interval_s=max(60.0, mem.release_interval_s),
+    )
+    m0_kv = pool - env.offline_weights_bytes - mem_cfg.initial_handles * handle_bytes
+    bound_rate = env.offline_rate(m0_kv)
+
+    master = np.random.default_rng(seed)
+    gpus: list[_Gpu] = []
+    for _ in range(scenario.gpus):
+        s = int(master.integers(0, 2**31 - 1))
+        rng = np.random.default_rng(s)
+        reqs = generate_requests(
+            rng, on.arrival, on.prompt_tokens, on.output_tokens, scenario.duration_s
+        )
+        warm = generate_requests(
+            rng, on.arrival, on.prompt_tokens, on.output_tokens, mem.static_window_s
+        )
+        gpus.append(_Gpu(reqs, warm, _gaps(rng, on.gap, 1 << 16), s))
+
+    # The static share: minimum free memory over a warm-up window of online-only load.
+    static_kv: list[int] = []
+    for g in gpus:
+        if any(r.memory == "static" for r in scenario.runs):
+            res = simulate_engine(
+                g.warmup,
+                mem.static_window_s,
+                model,
+                on,
+                OnlineOnly(),
+                NoOffline(env),
+                g.gaps,
+                0.0,
+                scenario.series_step_s,
+            )
+            static_kv.append(
+                max(0, pool - env.offline_weights_bytes - res.max_used_blocks * block_bytes)
+            )
+        else:
+            static_kv.append(0)
+
+    pre = scenario.preemption
+    runs: dict[str, dict[str, Any]] = {}
+    raw: dict[str, list[EngineResult]] = {}
+    for spec in scenario.runs:
+        if progress is not None:
+            progress(spec.name)
+        results: list[EngineResult] = []
+        extras: dict[str, float] = {"invalidated_blocks": 0.0}
+        reclaims = 0
+        reclaimed = 0
+        recompute = 0
+        for gi, g in enumerate(gpus):
+            rng = np.random.default_rng(g.seed + 1)
+            compute = _compute(spec.compute, pre, rng)
+            memory = _memory(spec, env, mem_cfg, mem, scenario.offline, rng, static_kv[gi])
+            res = simulate_engine(
+                g.reqs,
+                scenario.duration_s,
+                model,
+                on,
+                compute,
+                memory,
+                g.gaps,
+                bound_rate,
+                scenario.series_step_s,
+            )
+            results.append(res)
+            reclaims += memory.reclamations
+            reclaimed += memory.reclaimed_bytes
+            recompute += memory.recompute_tokens
+            if isinstance(memory, GleanerMemory):
+                extras["invalidated_blocks"] += memory.invalidated_blocks
+        raw[spec.name] = results
+        runs[spec.name] = _summarize(spec, results, reclaims, reclaimed, recompute, extras)
+    _compare(runs, raw)
+    return {
+        "scenario": scenario.model_dump(mode="json"),
+        "seed": seed,
+        "offline_profile": {
+            "standalone_tokens_per_second": curve.standalone,
+            "required_memory_gib": curve.required_memory_gib,
+            "memory_curve": [
+                {"memoryGiB": m, "tokensPerSecond": r}
+                for m, r in zip(curve.memory_gib, curve.tokens_per_second, strict=True)
+            ],
+        },
+        "bound": {
+            "name": "gate + no reclamation",
+            "offline_memory_gib": curve.weights_gib + m0_kv / GIB,
+            "tokens_per_second_while_running": bound_rate,
+        },
+        "runs": runs,
+    }
+
+
+def _compute(name: str, pre: PreemptionConfig, rng: np.random.Generator) -> ComputePolicy:
+    fast = pre.fast_latency_ms / 1000.0
+    if name == "online-only":
+        return OnlineOnly()
+    if name == "gleaner":
+        return GleanerGate(preempt_latency_s=fast, config=GateConfig())
+    if name == "gpreempt":
+        return GPreempt(preempt_latency_s=fast, wake_latency_s=pre.wake_latency_ms / 1000.0)
+    return IterationLevel(
+        rng=rng, kernel_mean_s=pre.kernel_mean_ms / 1000.0, kernel_sigma=pre.kernel_sigma
+    )
+
+
+def _memory(
+    spec: RunSpec,
+    env: MemoryEnv,
+    mem_cfg: MemoryConfig,
+    mem: NodeMemoryConfig,
+    offline: OfflineJobConfig,
+    rng: np.random.Generator,
+    static_kv: int,
+) -> MemoryPolicy:
+    if spec.memory == "none" or spec.compute == "online-only":
+        return NoOffline(env)
+    if spec.memory == "gleaner":
+        kv = OfflineKV(
+            handle_tokens=mem_cfg.handle_bytes // (env.block_bytes // BLOCK_TOKENS),
+            job=offline,
+            rng=rng,
+        )
+        return GleanerMemory(
+            env=env,
+            config=mem_cfg,
+            kv=kv,
+            selector=SELECTORS[spec.selector],
+            reclaim_latency_s=mem.reclaim_latency_ms / 1000.0,
+            name=f"gleaner-{spec.selector}",
+        )
+    if spec.memory == "uvm":
+        return UvmMemory(env=env, bandwidth_bytes_per_s=mem.uvm_bandwidth_gbps * 1e9)
+    if spec.memory == "prism":
+        return PrismMemory(env=env, release_s=mem.prism_release_s)
+    return StaticMemory(env=env, offline_kv_bytes=static_kv)
+
+
+def _summarize(
+    spec: RunSpec,
+    results: list[EngineResult],
+    reclaims: int,
+    reclaimed: int,
+    recompute: int,
+    extras: dict[str, float],
+) -> dict[str, Any]:
+    ttft = np.concatenate([r.ttft for r in results])
+    tpot = np.concatenate([r.tpot for r in results])
+    pre = np.concatenate([r.preemptions for r in results])
+    horizon = sum(r.horizon_s for r in results)
+    minutes = horizon / 60.0
+    qs = np.linspace(0, 100, 101)
+    return {
+        "compute": spec.compute,
+        "memory": spec.memory,
+        "selector": spec.selector,
+        "requests": int(ttft.size),
+        "ttft_s": _stats(ttft),
+        "tpot_s": _stats(tpot),
+        "ttft_cdf_s": np.percentile(ttft, qs).tolist() if ttft.size else [],
+        "tpot_cdf_s": np.percentile(tpot, qs).tolist() if tpot.size else [],
+        "preemptions_per_request": float(pre.mean()) if pre.size else 0.0,
+        "max_preemptions_per_request": int(pre.max()) if pre.size else 0,
+        "share_requests_preempted_more_than_once": float((pre > 1).mean()) if pre.size else 0.0,
+        "preemptions": int(pre.size and sum(int(x) for x in pre)),
+        "reclamations": reclaims,
+        "reclamations_per_minute": reclaims / minutes if minutes > 0 else 0.0,
+        "reclaimed_gib": reclaimed / GIB,
+        "recompute_tokens": recompute,
+        "invalidated_blocks": int(extras["invalidated_blocks"]),
+        "online_kv_preemptions": sum(r.kv_preemptions for r in results),
+        "online_busy_fraction": sum(r.busy_s for r in results) / horizon if horizon else 0.0,
+        "offline_run_fraction": sum(r.offline_run_s for r in results) / horizon if horizon else 0.0,
+        "offline_tokens": sum(r.offline_tokens for r in results),
+        "offline_tokens_per_second": sum(r.offline_tokens for r in results) / horizon
+        if horizon
+        else 0.0,
+        "bound_tokens_per_second": sum(r.bound_tokens for r in results) / horizon
+        if horizon
+        else 0.0,
+        "horizon_s": horizon,
+        "series": results[0].series,
+    }
+
+
+def _compare(runs: dict[str, dict[str, Any]], raw: dict[str, list[EngineResult]]) -> None:
+    """Add increases over online-only and throughput normalized to the gleaner-gate bound."""
+    ref = runs.get("online-only")
+    gate_runs = [r for r in runs.values() if r["compute"] == "gleaner"]
+    bound = gate_runs[0]["bound_tokens_per_second"] if gate_runs else 0.0
+    for run in runs.values():
+        if ref is not None:
+            run["ttft_increase"] = {
+                k: _increase(run["ttft_s"][k], ref["ttft_s"][k]) for k in ("mean", "p99")
+            }
+            run["tpot_increase"] = {
+                k: _increase(run["tpot_s"][k], ref["tpot_s"][k]) for k in ("mean", "p99")
+            }
+        run["offline_normalized"] = run["offline_tokens_per_second"] / bound if bound > 0 else 0.0
+        run["throughput_loss"] = (
+            1.0 - run["offline_normalized"] if run["compute"] != "online-only" else 0.0
+        )

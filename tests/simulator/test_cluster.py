@@ -1,0 +1,115 @@
+"""Cluster level on a small cluster: summaries, real scheduler placements, monitor, baselines."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gleaner.perfmodel import multi_gpu_factor
+from gleaner.perfmodel.model import compute_factors
+from gleaner.simulator.cluster import (
+    EPOCH,
+    ClusterScenario,
+    generate_online,
+    node_summary,
+    run_cluster,
+    trailing_idle,
+)
+
+
+def _cfg(**kw: Any) -> ClusterScenario:
+    base: dict[str, Any] = {"nodes": 4, "duration_h": 6.0, "history_h": 2.0, "window_h": 2.0}
+    base.update(kw)
+    return ClusterScenario(**base)
+
+
+def test_summaries_follow_the_alignment_model() -> None:
+    cfg = _cfg()
+    online = generate_online(cfg, np.random.default_rng(3))
+    for n in range(cfg.nodes):
+        s = node_summary(online, n, 0, 120, 0.95)
+        rows = online.rows(n)
+        svc = online.service[rows]
+        for a in range(8):
+            for b in range(a + 1, 8):
+                score = multi_gpu_factor(s, [a, b])
+                if svc[a] == svc[b] and online.alignment[svc[a]] == 1.0:
+                    mins = np.minimum(online.busy[rows][a, :120], online.busy[rows][b, :120])
+                    maxs = np.maximum(online.busy[rows][a, :120], online.busy[rows][b, :120])
+                    assert score == pytest.approx(mins.sum() / maxs.sum(), rel=1e-9)
+                elif svc[a] != svc[b]:
+                    assert score < 0.95
+        assert s.offline_enabled_seconds is not None
+        assert (s.offline_enabled_seconds <= s.window_seconds - s.online_busy_seconds + 1e-6).all()
+
+
+@pytest.fixture(scope="module")
+def run() -> dict[str, Any]:
+    return run_cluster(_cfg(), seed=5, gate_efficiency=0.96)
+
+
+def test_no_gpu_holds_two_jobs_at_once(run: dict[str, Any]) -> None:
+    for policy, jobs in run["jobs"].items():
+        stays: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+        for job in jobs:
+            for p in job.placements:
+                for g in p["gpus"]:
+                    stays[(p["node"], g)].append((p["t"], p["end"]))
+        for intervals in stays.values():
+            intervals.sort()
+            for (_, end), (start, _) in itertools.pairwise(intervals):
+                assert start >= end, policy
+
+
+def test_placements_respect_sla_predictions_and_overlap(run: dict[str, Any]) -> None:
+    for job in run["jobs"]["gleaner"]:
+        for p in job.placements:
+            assert p["predicted"] >= job.sla * 0.999
+    multi = [j for j in run["jobs"]["gleaner"] if j.gpus > 1 and j.placements]
+    online = run["online"]
+    for j in multi:
+        for p in j.placements:
+            node = online.node_names.index(p["node"])
+            svcs = {int(online.service[node * 8 + g]) for g in p["gpus"]}
+            # The PairOverlap filter keeps multi-GPU jobs on one well-aligned service.
+            assert len(svcs) == 1
+
+
+def test_baselines_and_metrics(run: dict[str, Any]) -> None:
+    pols = run["policies"]
+    assert pols["no-harvest"]["gpus_saved"] == 0 and pols["no-harvest"]["utilization_gain"] == 0
+    assert pols["gleaner"]["gpus_saved"] > 0
+    assert pols["first-fit"]["prediction_error"]["placements"] == 0
+    assert pols["gleaner"]["prediction_error"]["placements"] > 0
+    for name in ("gleaner", "first-fit", "no-multi-filter"):
+        m = pols[name]
+        assert 0 <= m["sla_attainment"] <= 1
+        assert len(m["_reports"]) == m["evictions"]
+        assert m["utilization_with_offline"] <= 1.0 + 1e-9
+        for r in m["_reports"]:
+            assert r.to_json()["job"].startswith("batch/")
+
+
+def test_trailing_idle_is_what_the_agent_reports() -> None:
+    cfg = _cfg()
+    online = generate_online(cfg, np.random.default_rng(4))
+    idle = trailing_idle(online, 120, 0.95)
+    for end in (1, 60, 120, 300):
+        start = max(0, end - 120)
+        for n in range(cfg.nodes):
+            p_compute = compute_factors(node_summary(online, n, start, end, 0.95))
+            assert idle[online.rows(n), end] == pytest.approx(p_compute, abs=1e-9)
+
+
+def test_eviction_reports_are_on_the_epoch_clock(run: dict[str, Any]) -> None:
+    reports = [r for m in run["policies"].values() for r in m.get("_reports", [])]
+    assert reports
+    for r in reports:
+        assert r.time >= EPOCH.timestamp()
+        if r.next_attempt_after is not None:
+            assert r.next_attempt_after >= r.time  # not seconds since the start
+        assert len(r.gpu_uuids) == len(r.gpus)
