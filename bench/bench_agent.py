@@ -25,7 +25,7 @@ clients connected and before the warm-up, and stop after the interval.
 priority); ``--client-cpu N`` pins this process; ``--event-loop`` chooses the agent's loop
 (auto: uvloop when installed).
 
-Targets (issue 6): p99 < 1 ms, CPU < 10% of one core. ``python -m bench agent``, or with
+Targets (docs/benchmarks.md): p99 < 1 ms, CPU < 10% of one core. ``python -m bench agent``, or with
 options ``python -c "from bench.bench_agent import main; main(['--runs', '5'])"``; returns 1
 when the median run misses a target.
 """

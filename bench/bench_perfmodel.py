@@ -1,6 +1,6 @@
-"""Benchmark the performance model (issue 3 targets; results in docs/benchmarks.md).
+"""Benchmark the performance model (targets and results in docs/benchmarks.md).
 
-1. Summarize one day of 1-second samples of one 8-GPU node (691,200 rows, the DESIGN.md
+1. Summarize one day of 1-second samples of one 8-GPU node (691,200 rows, the trace file
    trace format) with ``summarize_samples``: target < 2 s and < 500 MB peak (tracemalloc,
    in a second run, so tracing does not slow the timed one). Two memory patterns: a
    realistic one (online memory moves in steps, GPUs of a tensor-parallel service move

@@ -1,4 +1,4 @@
-"""Benchmark the scheduler (issue 4 targets; results in docs/benchmarks.md).
+"""Benchmark the scheduler (targets and results in docs/benchmarks.md).
 
 One scheduling cycle places 1,000 pending jobs (1/2/4/8 GPUs: 50/25/15/10%, SLAs 0.2-0.9,
 six model profiles, 15% with a gpuSelector) onto synthetic clusters of 2,500, 5,000 and

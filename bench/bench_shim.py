@@ -1,4 +1,4 @@
-"""Benchmark the shim's CPU-side costs without a GPU (issue 7; results in docs/benchmarks.md).
+"""Benchmark the shim's CPU-side costs without a GPU (targets and results in docs/benchmarks.md).
 
 Measures, with the fake libcuda (kernels of zero length) and the fake RM of the shim tests:
 - per-launch overhead of the interposed ``cuLaunchKernel`` in an online process (busy

@@ -1,4 +1,4 @@
-"""Simulator speed: the 1,000-GPU, 24-hour cluster scenario in under 5 minutes (issue 8),
+"""Simulator speed: the 1,000-GPU, 24-hour cluster scenario in under 5 minutes,
 and the default `gleaner simulate` scenario in under 2 minutes.
 
 ``python -m bench simulate`` prints wall-clock times, their ratio to the targets, and the

@@ -1,6 +1,6 @@
 """NodeTrace (cluster-scoped, one per GPU node, named after the node): what the node's agent saw.
 
-Contract (../shared/DESIGN.md, "API"): the status summarizes one window of the node's
+Contract (docs/api.md, "NodeTrace"): the status summarizes one window of the node's
 online load in *seconds and counts* rather than ratios, so that two windows merge by
 addition and the scheduler never rescans raw samples:
 

@@ -1,6 +1,6 @@
 """OfflineJob (namespaced, short name ``oj``): an offline LLM inference job to harvest GPUs for.
 
-Contract (see ../shared/DESIGN.md, "API"): ``spec`` says what to run (a Pod template),
+Contract (docs/api.md, "OfflineJob"): ``spec`` says what to run (a Pod template),
 how many GPUs in lockstep, the throughput SLA as a fraction of standalone throughput,
 and the one-time profile measured on a monopolized GPU (inline, or in a ConfigMap
 named by ``profileFrom``). ``status`` is written by the operator only.

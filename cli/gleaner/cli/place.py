@@ -7,7 +7,7 @@ kinds of documents are skipped, ConfigMaps are kept to resolve ``spec.profileFro
 loads node summaries from a trace file or Prometheus, runs one scheduling cycle and prints
 the placements and, for every job that fits nowhere, the reasons per node class. A job
 whose profile ConfigMap is not among the given files (or is not a valid profile) is
-reported unschedulable with that reason. JSON output is DESIGN.md's:
+reported unschedulable with that reason. JSON output (docs/scheduler.md):
 ``{"placements": [{job, node, gpus, compute, memory, multi_gpu, throughput_fraction}],
 "unschedulable": [{job, reasons}]}``. Bad input (unreadable or invalid manifests,
 duplicate jobs, malformed trace, unreachable Prometheus) prints one ``error: ...`` line

@@ -4,7 +4,7 @@ A thin shell: it reads the OfflineJob YAML and its profile (inline, from ``--pro
 from the ConfigMap that ``spec.profileFrom`` names when the job's own file holds it), loads
 node summaries from a trace file or Prometheus, calls ``gleaner.perfmodel.predict`` and
 prints the three factors, their product, tokens/s, the SLA and the verdict. JSON output
-has exactly DESIGN.md's keys. Bad input (unreadable or invalid job, unknown node, GPU count
+has docs/perfmodel.md's keys. Bad input (unreadable or invalid job, unknown node, GPU count
 not matching the job, empty window, malformed trace, unreachable Prometheus, a profile
 ConfigMap that is missing or names another) prints one ``error: ...`` line and exits 2.
 """

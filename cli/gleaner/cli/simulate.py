@@ -100,7 +100,7 @@ def _print_tables(results: dict[str, Any]) -> None:
                     [t["name"], f"{t['value']:.4g}", t["target"], "met" if t["met"] else "NOT MET"]
                     for t in targets
                 ],
-                title="Node-level targets (issue 8)",
+                title="Node-level targets (docs/simulator.md)",
             )
     cluster = results.get("cluster")
     if cluster is not None:
@@ -156,7 +156,7 @@ def _print_tables(results: dict[str, Any]) -> None:
     "--trace",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Replay a trace file (DESIGN.md format, CSV/Parquet) as the cluster's online load.",
+    help="Replay a trace file (CSV/Parquet, docs/architecture.md) as the cluster's online load.",
 )
 @click.option("--quick", is_flag=True, help="A reduced run (smoke tests, CI).")
 @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")

@@ -1,6 +1,6 @@
 """Pure builders: the Kubernetes objects the operator creates, from typed inputs.
 
-Contract (DESIGN.md "Binding contract", and the lead's cross-component contract):
+Contract (docs/architecture.md, "Binding"; docs/operator.md, "Binding contract"):
 
 ``build_offline_pod(job, placement, attempt)`` returns the Pod manifest (a plain dict) for
 one attempt of an OfflineJob on the GPUs the scheduler chose:

@@ -6,7 +6,7 @@ The public facade; the modules behind it are:
   weighted memory values);
 - ``sketch``: ``MemoryHistogram``, the joint harvestable-memory sketch with its error bound;
 - ``summary``: ``NodeSummary`` (a node's window in seconds and counts; merges by
-  addition), ``summarize_samples`` for the DESIGN.md trace format;
+  addition), ``summarize_samples`` for the trace file format (docs/architecture.md);
 - ``model``: ``ModelConfig``, ``Prediction``, ``predict`` and the factor functions
   (scalar per GPU set, vectorized per node and per subset);
 - ``fleet``: ``GpuFleet``, single-GPU scoring over thousands of GPUs at once;

@@ -2,7 +2,7 @@
 
 Contract: ``JobProfile`` is immutable and carries exactly what the model needs.
 ``throughput_at`` interpolates the curve linearly, is 0 below the first point and flat
-above the last (DESIGN.md, "Performance model"). ``memory_factor_of`` turns a weighted
+above the last (docs/perfmodel.md, "The math"). ``memory_factor_of`` turns a weighted
 set of harvestable-memory values M into P_memory:
 
     P_memory = (E[Thrput(M)] - MAC * E[max(0, M_req - M)]) / Thrput(M_max), clipped to [0, 1]

@@ -3,7 +3,7 @@
 Contract. A source's ``load()`` returns ``{node name: NodeSummary}`` and raises
 ``TraceFormatError`` (a ValueError) with a one-line message for malformed input.
 
-- ``FileTraceSource``: a CSV or Parquet file in the DESIGN.md trace format (the format
+- ``FileTraceSource``: a CSV or Parquet file in the trace file format (the format
   is told by the suffix, else by Parquet's ``PAR1`` magic);
 - ``NodeTraceListSource``: NodeTrace objects (models or the API server's dicts), the
   embedded default in a cluster;
@@ -83,7 +83,7 @@ def read_trace_frame(path: str | Path) -> pd.DataFrame:
 
 
 class FileTraceSource:
-    """Node summaries from a CSV or Parquet trace file (DESIGN.md "Trace file format")."""
+    """Node summaries from a CSV or Parquet trace file (docs/architecture.md)."""
 
     def __init__(
         self,

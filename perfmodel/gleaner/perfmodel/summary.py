@@ -11,13 +11,13 @@ same node merge by addition (``merge``) and the scheduler never rescans raw samp
 
 GPUs are always kept sorted by index; "position" means the place in that order.
 Sources of summaries: raw samples (``from_samples`` / ``summarize_samples`` for the
-DESIGN.md trace format), counter totals plus memory samples (``from_totals``, what the
+docs/architecture.md's trace format), counter totals plus memory samples (``from_totals``, what the
 Prometheus source reads), and NodeTrace objects (``from_nodetrace``). ``to_nodetrace_status``
 writes the NodeTrace status an agent or the simulator publishes.
 
 From samples, every sample lasts the node's sample period (the median gap between its
 timestamps, 1 s for a single timestamp, or ``sample_seconds``): expectations are plain
-time averages over the window's samples, as DESIGN.md asks. Overlap of GPUs a and b is
+time averages over the window's samples, as docs/perfmodel.md says. Overlap of GPUs a and b is
 sum min(b_a, b_b) and union sum max(b_a, b_b), times the period (exact for 0/1 samples).
 """
 
@@ -47,7 +47,7 @@ MAX_GPU_INDEX = 15
 
 
 class TraceFormatError(ValueError):
-    """A trace (file, frame or object) that does not follow the DESIGN.md format."""
+    """A trace (file, frame or object) that does not follow the trace file format."""
 
 
 @dataclass(frozen=True)
@@ -597,7 +597,7 @@ def _column_error(frame: pd.DataFrame, name: str, bad: npt.NDArray[np.bool_], wh
 
 
 def validate_trace_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Check a DESIGN.md trace frame; return it with clean dtypes. TraceFormatError if bad."""
+    """Check a trace frame (docs/architecture.md); return it with clean dtypes, or raise."""
     import pandas as pd
 
     missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
@@ -654,7 +654,7 @@ def summarize_samples(
     sample_seconds: float | None = None,
     window_seconds: float | None = None,
 ) -> dict[str, NodeSummary]:
-    """Summarize a DESIGN.md trace frame (one row per timestamp, node, gpu) per node.
+    """Summarize a trace frame (one row per timestamp, node, gpu) per node.
 
     ``window_seconds`` keeps only each node's last that many seconds of samples. Every
     node's samples must be aligned: each timestamp has exactly one row per GPU of that

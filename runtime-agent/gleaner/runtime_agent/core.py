@@ -432,7 +432,7 @@ class NodeAgent:
             k = min(short, len(table))
             if k <= 0:
                 continue
-            # Reclamation order (DESIGN.md): compute off first, then remap/release/report.
+            # Reclamation order (docs/agent.md): compute off first, then remap/release/report.
             self._changed.add(a.gpu)
             self._apply(self.gates[a.gpu].force_disable(t))
             plan = plan_reclamation(

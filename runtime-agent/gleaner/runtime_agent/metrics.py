@@ -1,7 +1,7 @@
 """Prometheus metrics of the agent: a custom collector over the NodeAgent's state.
 
-Contract. :class:`AgentCollector` yields, at each scrape, the metric families of DESIGN.md
-("Agent metrics") from the cumulative :class:`~gleaner.runtime_agent.policy.Accounting`
+Contract. :class:`AgentCollector` yields, at each scrape, the metric families of docs/agent.md
+("Metrics") from the cumulative :class:`~gleaner.runtime_agent.policy.Accounting`
 totals and the per-GPU policies of a :class:`~gleaner.runtime_agent.core.NodeAgent`. It holds
 no counters of its own: the accounting is the single source, so a scrape can never
 disagree with a NodeTrace report. ``refresh`` is called first (the daemon brings the

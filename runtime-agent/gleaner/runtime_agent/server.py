@@ -36,7 +36,7 @@ connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation s
 OFFLINE_PAGE_GROUPS frames (or OFFLINE_HANDLES, the older per-page form) build each
 offline hook's page table (:func:`fold_page_groups`, :func:`fold_handles`), served to the
 agent as :meth:`ShimServer.offline_handle_map` (``NodeAgent.offline_handles``). A
-reclamation plan is carried out in DESIGN.md's order, asynchronously, one at a time per GPU:
+reclamation plan is carried out in docs/agent.md's order, asynchronously, one at a time per GPU:
 
 1. compute off: the agent's forced disable sent GATE; wait until every offline process on the
    GPU acknowledged a disable (GATE_ACK ``enabled=0``, ``ok=1``) — re-enables of that GPU are

@@ -10,7 +10,7 @@ comes from one of:
   arrivals, each request a prefill and a number of decode iterations separated by short
   decode gaps, KV memory growing with the tokens in flight; seeded by the node name, so a node
   always sees the same load;
-- :class:`TraceOnline` — a DESIGN-format trace (``timestamp, node, gpu, online_busy,
+- :class:`TraceOnline` — a trace file (``timestamp, node, gpu, online_busy,
   free_memory_gib``): each sample of length Δ is busy for ``online_busy · Δ`` at its start;
   free memory sets the online memory use; the trace loops;
 - injected bursts (:meth:`SimulatedNode.inject_burst`), on top of either.
@@ -180,7 +180,7 @@ class TraceSample:
 
 
 class TraceOnline:
-    """Replay of one node's rows of a DESIGN-format trace, looped (see module doc)."""
+    """Replay of one node's rows of a trace file, looped (see module doc)."""
 
     def __init__(self, samples: dict[int, list[TraceSample]]) -> None:
         if not samples or not any(samples.values()):

@@ -48,7 +48,7 @@ def _epoch(value: Any) -> float:
 
 @dataclass(frozen=True)
 class PredictedFactors:
-    """What the model predicted for the placement (DESIGN.md's three factors)."""
+    """What the model predicted for the placement (the three factors of docs/perfmodel.md)."""
 
     compute: float
     memory: float

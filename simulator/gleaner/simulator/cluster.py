@@ -252,10 +252,10 @@ def generate_online(cfg: ClusterScenario, rng: np.random.Generator) -> OnlineClu
 
 
 def online_from_trace(frame: Any, history_h: float) -> OnlineCluster:
-    """An :class:`OnlineCluster` from a DESIGN.md trace frame (validated by the perfmodel).
+    """An :class:`OnlineCluster` from a trace frame (validated by the perfmodel).
 
     Each node's GPUs are treated as one aligned service (ρ = 1: the trace format's overlap
-    rule). The first ``history_h`` hours (at most half the trace) are history.
+    rule, docs/architecture.md). The first ``history_h`` hours (at most half the trace) are history.
     """
     nodes = sorted(str(n) for n in frame["node"].unique())
     times = np.sort(frame["timestamp"].unique())

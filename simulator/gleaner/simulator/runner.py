@@ -5,7 +5,7 @@ the cluster-level part (``gleaner.simulator.cluster.run_cluster``, fed the gate 
 node level measured) of a :class:`~gleaner.simulator.scenario.Scenario` and returns
 :class:`SimulationOutput`: ``results`` is JSON-ready (what ``results.json`` holds and the
 report plots), ``cluster_raw`` keeps the objects behind the dashboard snapshot.
-:func:`check_targets` evaluates issue 8's node-level targets on ``results`` and says, for
+:func:`check_targets` evaluates docs/simulator.md's node-level targets on ``results`` and says, for
 each, the value, the target and whether it is met — the tests read the same JSON.
 """
 
@@ -95,7 +95,7 @@ def _target(name: str, value: float, target: str, met: bool, why: str = "") -> d
 
 
 def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 8's node-level targets, evaluated on the results JSON."""
+    """The node-level targets of docs/simulator.md, evaluated on the results JSON."""
     runs = results["node"]["runs"]
     out: list[dict[str, Any]] = []
     g = runs.get("gleaner")

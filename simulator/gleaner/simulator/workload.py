@@ -8,7 +8,7 @@ seed gives the same requests, so every policy of one scenario sees the identical
   al., arXiv:2401.17644) fits its request arrivals with Gamma distributions.
 - Lengths: lognormal with the given *mean* and log-space sigma (mu = ln(mean) − sigma²/2),
   rounded and clipped to [1, max]. The defaults reproduce the BurstGPT means quoted in
-  issue 8 (2,747 input / 267 output tokens); clipping moves the mean by < 1% for the
+  docs/simulator.md (2,747 input / 267 output tokens); clipping moves the mean by < 1% for the
   shipped sigmas (``tests/simulator`` checks it).
 """
 

@@ -5,7 +5,7 @@ Contract. ``GleanerSystem(workdir, nodes)`` starts, in this order,
 1. the Kubernetes API: kmock's emulator over HTTP (``gleaner.testing.kube.KubeEmulator``,
    in this process), with the CRDs from ``crds/`` and namespaces ``default`` and ``batch``;
 2. one ``gleaner agent --backend simulated`` process per ``SimNode``, each replaying its own
-   online trace (a DESIGN-format CSV written by ``write_traces`` from a seeded generator),
+   online trace (a trace-format CSV written by ``write_traces`` from a seeded generator),
    reporting its NodeTrace every ``agent_report_interval`` over a short ``agent_window``;
 3. the real ``prometheus`` scraping every agent and the operator every second
    (``gleaner.testing.processes.ScrapingPrometheus``);
@@ -108,7 +108,7 @@ TRACE_COLUMNS = ("timestamp", "node", "gpu", "online_busy", "free_memory_gib")
 def trace_rows(
     node: SimNode, *, seconds: int = 60, step: float = 1.0, seed: int = 0, jitter: float = 0.02
 ) -> list[tuple[float, str, int, float, float]]:
-    """DESIGN-format samples of ``node`` (seeded: same arguments, same rows)."""
+    """Trace-format samples of ``node`` (seeded: same arguments, same rows)."""
     rng = random.Random(f"{seed}/{node.name}")
     rows: list[tuple[float, str, int, float, float]] = []
     for i in range(round(seconds / step)):

@@ -3,7 +3,7 @@
 Contract. ``PrometheusTraceSource(url, window_seconds, step_seconds, end).load()`` returns
 ``{node: NodeSummary}`` for the window (end - window, end]:
 
-- Nodes with Gleaner agent metrics (DESIGN.md "Agent metrics"): per-GPU
+- Nodes with Gleaner agent metrics (docs/architecture.md, "Metric names"): per-GPU
   ``gleaner_gpu_online_busy_seconds_total`` and ``gleaner_gpu_offline_enabled_seconds_total``,
   per-pair ``gleaner_gpu_pair_busy_{overlap,union}_seconds_total{gpu_a,gpu_b}`` are read as
   raw samples of the window (an instant query of a range selector) and reduced to their

@@ -1,7 +1,7 @@
 """Agent policies: pure, typed state machines (no I/O, no clocks: times are arguments).
 
 The same classes run in the agent daemon, in the simulator and in tests
-(DESIGN.md, "Runtime agent policies"):
+(docs/agent.md, "Policies"):
 
 - :class:`ComputeGate` (per GPU): disable offline channels at once when online turns busy,
   re-enable after ``T_cool = 2·G_max`` of idleness, at most one preemption per online request.

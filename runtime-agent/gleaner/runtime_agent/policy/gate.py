@@ -1,4 +1,4 @@
-"""The compute gate of one GPU: when offline channels may run (DESIGN.md, "Runtime agent policies").
+"""The compute gate of one GPU: when offline channels may run (docs/agent.md, "Policies").
 
 Contract. A :class:`ComputeGate` is an event-driven state machine fed, in non-decreasing
 time order, by

@@ -1,4 +1,4 @@
-"""MIAD online memory headroom of one GPU (DESIGN.md, "Runtime agent policies").
+"""MIAD online memory headroom of one GPU (docs/agent.md, "Policies").
 
 Contract. The online workload keeps a headroom of ``H`` pre-mapped memory handles (units of
 ``handle_bytes``, 2 MiB by default) that it can grow into without waiting for offline work to

@@ -1,4 +1,4 @@
-"""Selective reclamation of offline memory handles (DESIGN.md, Algorithm 1) and its plan.
+"""Selective reclamation of offline memory handles (Algorithm 1, docs/agent.md) and its plan.
 
 Contract. Offline work holds memory handles; each handle may hold KV-cache blocks of
 several offline requests (:class:`KvSpan`: the request, its block ids in the handle, and the
@@ -17,7 +17,7 @@ S of handles is
 - :func:`select_handles_fifo` is the baseline: the first k handles in the given order
   (allocation order, oldest first).
 - :func:`plan_reclamation` turns a selection into a :class:`ReclaimPlan` whose steps follow
-  the order of DESIGN.md: disable offline compute, remap the pages to the quarantine page,
+  the order of docs/agent.md: disable offline compute, remap the pages to the quarantine page,
   release the handles to online, report the invalidated block ids per request.
 
 Pure functions of their arguments; no I/O.

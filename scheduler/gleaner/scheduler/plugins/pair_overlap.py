@@ -1,6 +1,6 @@
 """PairOverlap filter: every GPU pair of a multi-GPU set must overlap >= the threshold.
 
-DESIGN.md's admission rule: a k-GPU job may use a set only if each pair's online busy
+docs/perfmodel.md's admission rule: a k-GPU job may use a set only if each pair's online busy
 overlap / union is at least ``ModelConfig.min_pair_overlap`` (0.95). This filter defines
 the alignment graph (``pair_threshold``), so the search only ever proposes its cliques;
 nodes where no k free allowed GPUs form one get ``no k aligned free GPUs (pair overlap <
