@@ -2,10 +2,10 @@
 
 Contract: nothing a user can read (the product folders' sources, help text, chart and
 examples; README.md and docs/*.md) cites a team-internal design note (``DESIGN.md``, a bare
-"DESIGN" as a name) or an issue number ("issue 8"). Every ``docs/<name>.md`` it mentions
-exists, every section it quotes as ``docs/<name>.md, "Section"`` opens a heading or a
-paragraph of that page, and every relative Markdown link in README.md and docs/*.md
-resolves to a file.
+"DESIGN" as a name), an issue number ("issue 8") or a file outside the repository. Every
+``docs/<name>.md`` and every repository path (``tests/.../x.py``) it mentions exists; every
+section it quotes as ``docs/<name>.md, "Section"`` opens a heading or a paragraph of that
+page; every relative Markdown link in README.md and docs/*.md resolves to a file.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 EXTRA_PRODUCT_FOLDERS = ("helm", "examples", "bench", "scripts")
 TEXT_SUFFIXES = {
     ".py", ".c", ".h", ".md", ".yaml", ".yml", ".tpl", ".txt", ".json", ".sh", ".toml",
-    ".html", ".js", ".css", ".j2",
+    ".html", ".js", ".css", ".j2", ".cu",
 }
 TEXT_NAMES = {"Makefile", "Dockerfile"}
 SKIP_DIRS = {"__pycache__", "build", "dist", ".venv", "node_modules", ".mypy_cache"}
 
 DESIGN_RE = re.compile(r"\bDESIGN\b")
 ISSUE_RE = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+OUTSIDE_RE = re.compile(r"(?:\.\./)+shared/|/work/")
 DOC_PATH_RE = re.compile(r"(?<![\w/.-])(?:\.\./)?(docs/[\w.-]+\.md)")
 DOC_SECTION_RE = re.compile(r"(docs/[\w.-]+\.md)(?:'s)?,?\s+\(?\"([^\"]+)\"")
 MD_LINK_RE = re.compile(r"\]\(([^)\s]+)\)")
@@ -62,6 +63,23 @@ def user_facing_files() -> list[Path]:
 FILES = user_facing_files()
 
 
+# Top-level folders that hold build or run outputs: paths there are written, not shipped.
+OUTPUT_FOLDERS = {"out", "build", "dist"}
+
+
+def repo_path_re() -> re.Pattern[str]:
+    """Paths that start with one of the repository's top-level folders."""
+    tops = sorted(
+        p.name
+        for p in ROOT.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.name not in OUTPUT_FOLDERS
+    )
+    alt = "|".join(re.escape(t) for t in tops)
+    return re.compile(
+        rf"(?<![\w/.-])((?:{alt})/[\w./-]*\w\.(?:py|md|c|h|cu|yaml|yml|sh|json|toml))\b"
+    )
+
+
 def rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
@@ -90,7 +108,7 @@ def test_nothing_cites_design_notes_or_issue_numbers() -> None:
     bad = []
     for path in FILES:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if DESIGN_RE.search(line) or ISSUE_RE.search(line):
+            if DESIGN_RE.search(line) or ISSUE_RE.search(line) or OUTSIDE_RE.search(line):
                 bad.append(f"{rel(path)}:{n}: {line.strip()}")
     assert not bad, "cite docs/*.md instead of:\n" + "\n".join(bad)
 
@@ -113,6 +131,20 @@ def test_every_quoted_docs_section_is_a_heading() -> None:
             if doc.is_file() and not any(s.startswith(section) for s in sections(doc)):
                 missing.append(f'{rel(path)}: {m.group(1)}, "{section}"')
     assert not missing, "no such section:\n" + "\n".join(missing)
+
+
+def test_every_repository_path_mentioned_exists() -> None:
+    # Relative to the repository root, or to a folder above the file that mentions it
+    # (the shim's Makefile and sources name paths from runtime-agent/shim/).
+    pattern, missing = repo_path_re(), []
+    for path in FILES:
+        bases = [d for d in path.parents if d == ROOT or ROOT in d.parents]
+        for m in pattern.finditer(path.read_text(encoding="utf-8")):
+            if "/build/" in m.group(1):
+                continue  # written by a build or a test run
+            if not any((base / m.group(1)).exists() for base in bases):
+                missing.append(f"{rel(path)}: {m.group(1)}")
+    assert not missing, "no such path:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize(
@@ -138,6 +170,9 @@ def test_the_checks_catch_what_they_claim() -> None:
     assert ISSUE_RE.search("Targets (Issue #6)")
     assert not ISSUE_RE.search("the agent issues the controls on that descriptor")
     assert not DESIGN_RE.search("the design of the Valve paper")
+    assert OUTSIDE_RE.search("see ../../../shared/RUNTIME-NOTES.md")
+    assert OUTSIDE_RE.search("Contract: /work/notes/memory-contract.md")
+    assert repo_path_re().search("the hardware test (tests/shim/test_gpu_hardware.py).")
     assert [m.group(1) for m in DOC_PATH_RE.finditer("see docs/agent.md and ../docs/x.md")] == [
         "docs/agent.md",
         "docs/x.md",

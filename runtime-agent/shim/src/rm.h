@@ -4,7 +4,7 @@
  * Our own definitions of the public ABI documented in NVIDIA's
  * open-gpu-kernel-modules (nv_escape.h, nv-ioctl-numbers.h, nvos.h, class and
  * ctrl headers). Sizes are pinned with _Static_assert; see
- * ../../../shared/RUNTIME-NOTES.md and docs/shim.md for where each fact comes from.
+ * docs/shim.md ("Where the RM facts come from") for where each fact comes from.
  */
 #ifndef GLEANER_RM_H
 #define GLEANER_RM_H

@@ -1,4 +1,5 @@
-// gpu_busy.cu - the offline workload of the hardware test (tests/shim/test_gpu_hardware.py).
+// gpu_busy.cu - the offline workload of the hardware test
+// (tests/runtime-agent/shim/test_gpu_hardware.py).
 //
 // One persistent kernel increments a counter in mapped (zero-copy) host memory as fast as
 // it can until told to stop. A host thread samples that counter and records when it last

@@ -19,8 +19,8 @@
 Both child processes pump their stdout into a queue on a thread (a wait has a deadline and
 a timeout names the child's stderr, kept in a file) and are killed on ``close()``.
 
-No GPU is involved: the fake RM (``tests/fake_rm.c``) answers RM ioctls on a regular file
-that stands in for /dev/nvidiactl and logs every call it receives.
+No GPU is involved: the fake RM (``runtime-agent/shim/tests/fake_rm.c``) answers RM ioctls
+on a regular file that stands in for /dev/nvidiactl and logs every call it receives.
 """
 
 from __future__ import annotations
