@@ -28,7 +28,8 @@ TEXT_NAMES = {"Makefile", "Dockerfile"}
 SKIP_DIRS = {"__pycache__", "build", "dist", ".venv", "node_modules", ".mypy_cache"}
 
 DESIGN_RE = re.compile(r"\bDESIGN\b")
-ISSUE_RE = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+# "issue 8", "Issue #8", "issues #3"; not the verb ("the shim issues 2 controls").
+ISSUE_RE = re.compile(r"\bissue\s+#?\d+|\bissues\s+#\d+", re.IGNORECASE)
 OUTSIDE_RE = re.compile(r"(?:\.\./)+shared/|/work/")
 DOC_PATH_RE = re.compile(r"(?<![\w/.-])(?:\.\./)?(docs/[\w.-]+\.md)")
 DOC_SECTION_RE = re.compile(r"(docs/[\w.-]+\.md)(?:'s)?,?\s+\(?\"([^\"]+)\"")
@@ -169,6 +170,8 @@ def test_the_checks_catch_what_they_claim() -> None:
     assert ISSUE_RE.search('title="Node-level targets (issue 8)"')
     assert ISSUE_RE.search("Targets (Issue #6)")
     assert not ISSUE_RE.search("the agent issues the controls on that descriptor")
+    assert not ISSUE_RE.search("the control thread issues 2 controls per group")
+    assert ISSUE_RE.search("see issues #3 and #4")
     assert not DESIGN_RE.search("the design of the Valve paper")
     assert OUTSIDE_RE.search("see ../../../shared/RUNTIME-NOTES.md")
     assert OUTSIDE_RE.search("Contract: /work/notes/memory-contract.md")
