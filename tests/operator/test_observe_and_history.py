@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gleaner.api import Placement
-from gleaner.operator.observe import (
+from gleaner.operator.observation import (
     fraction_from_vector,
     observe_from_nodetrace,
     timeslice_query,
