@@ -273,3 +273,29 @@ def test_sync_from_config(kube: KubeEmulator) -> None:
         assert client.list(nodetraces_path()) == []
     with pytest.raises(KubeConfigError):
         SyncKubeClient.from_config(str(kube.kubeconfig) + ".absent")
+
+
+def test_a_sync_face_can_share_a_client_running_on_another_loop(kube: KubeEmulator) -> None:
+    """The operator's dashboard: threaded code over the operator's own client and loop."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    owner = KubeClient(kube.credentials())
+    try:
+        face = SyncKubeClient.sharing(owner, loop)
+        face.create(configmaps_path("team"), configmap("shared"))
+        assert face.get(configmaps_path("team", "shared")) is not None
+        assert face.credentials is owner.credentials
+        face.close()  # the owner's client and loop stay up
+        session = owner._session
+        assert session is not None and not session.closed
+        assert face.list(configmaps_path("team"))[0]["metadata"]["name"] == "shared"
+        asyncio.run_coroutine_threadsafe(owner.close(), loop).result(10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+    # the owner's loop has stopped: a call fails at once instead of waiting forever
+    with pytest.raises(KubeError) as stopped:
+        face.get(configmaps_path("team", "shared"))
+    assert stopped.value.status == 0
+    loop.close()

@@ -21,7 +21,9 @@ Contract.
 - :class:`SyncKubeClient` is the same client for threaded callers (the agent's reporter
   and Pod watcher, the dashboard, ``gleaner report``): it runs one :class:`KubeClient` on
   an event loop of its own, in a daemon thread started on first use, and blocks on each
-  call. A watch is a plain iterator over the same events.
+  call. A watch is a plain iterator over the same events. :meth:`SyncKubeClient.sharing`
+  puts the face over a client that already runs on another thread's loop (the operator's
+  dashboard uses the operator's client that way: one connection pool per process).
 - Paths are built by the helpers at the bottom (``pods_path`` etc.), never by hand.
 
 Every request carries the User-Agent ``gleaner/<version>``, which is how the API server's
@@ -446,12 +448,18 @@ class KubeClient:
 
 
 class _LoopThread:
-    """An event loop running in a daemon thread, started on first use."""
+    """The event loop a sync face runs its client on: a daemon thread of its own, started
+    on first use, or an existing loop that another thread runs (``shared``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: asyncio.AbstractEventLoop | None = None) -> None:
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shared = shared
+        self._loop: asyncio.AbstractEventLoop | None = shared
         self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -465,9 +473,15 @@ class _LoopThread:
             return self._loop
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._running_loop()).result()
+        loop = self._running_loop()
+        if loop.is_closed() or not loop.is_running():
+            coro.close()  # never awaited: say so instead of waiting forever
+            raise KubeError(0, "the client's event loop is not running", "")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def stop(self) -> None:
+        if self._shared is not None:
+            return  # its owner stops it
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
@@ -505,6 +519,18 @@ class SyncKubeClient:
             credentials, timeout=timeout, retries=retries, user_agent=user_agent
         )
         self._portal = _LoopThread()
+        self._owns_client = True
+
+    @classmethod
+    def sharing(cls, client: KubeClient, loop: asyncio.AbstractEventLoop) -> SyncKubeClient:
+        """A sync face over ``client``, which runs on ``loop`` in another thread (the
+        operator's): threaded code of that process shares its connections. Closing this
+        face leaves the client and the loop to their owner."""
+        face = cls.__new__(cls)
+        face._client = client
+        face._portal = _LoopThread(shared=loop)
+        face._owns_client = False
+        return face
 
     @classmethod
     def from_config(
@@ -575,7 +601,9 @@ class SyncKubeClient:
 
     def close(self) -> None:
         """Close the connections and stop the loop thread (a later call starts them again)."""
-        if self._portal._loop is not None:
+        if not self._owns_client:
+            return
+        if self._portal.started:
             self._portal.run(self._client.close())
         self._portal.stop()
 

@@ -40,7 +40,7 @@ from typing import Any
 import kopf
 
 from gleaner.api import GROUP, VERSION, Phase
-from gleaner.clients.kube import Credentials, KubeClient
+from gleaner.clients.kube import Credentials, KubeClient, SyncKubeClient
 from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.builders import LABEL_ROLE, ROLE_OFFLINE
 from gleaner.operator.config import ANNOTATION_PREFIX, FINALIZER, OperatorConfig
@@ -229,7 +229,9 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
     if config.http_port:
         from gleaner.operator.http import extra_routers
 
-        app = build_app(health, metrics.registry, extra_routers())
+        # The dashboard reads the cluster through the operator's own client (one pool).
+        kube = SyncKubeClient.sharing(ctx.client, asyncio.get_running_loop())
+        app = build_app(health, metrics.registry, extra_routers(kube))
         server = serve_in_thread(app, config.http_host, config.http_port)
     try:
         await kopf.operator(
