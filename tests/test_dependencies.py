@@ -63,9 +63,7 @@ def imported_names(files: Iterable[Path]) -> dict[str, Path]:
 
 
 def third_party(names: Mapping[str, Path]) -> dict[str, Path]:
-    return {
-        n: p for n, p in names.items() if n not in sys.stdlib_module_names and n != "gleaner"
-    }
+    return {n: p for n, p in names.items() if n not in sys.stdlib_module_names and n != "gleaner"}
 
 
 def undeclared(

@@ -85,8 +85,10 @@ def test_credentials_from_a_kubeconfig_file(kube: KubeEmulator) -> None:
     assert creds.server == kube.url
     assert creds.token == "kmock-test-token"
     assert creds.namespace == "default"
-    assert not creds.in_cluster and creds.kubeconfig == str(kube.kubeconfig)
+    assert creds.source == "kubeconfig" and creds.kubeconfig == str(kube.kubeconfig)
     assert creds.reload() == creds
+    given = Credentials(server="http://127.0.0.1:1")
+    assert given.source == "given" and given.reload() is given
 
 
 @pytest.mark.usefixtures("outside_a_cluster")

@@ -38,9 +38,7 @@ def prometheus() -> Iterator[PrometheusServer]:
 
 def test_instant_query_at_a_time(prometheus: PrometheusServer) -> None:
     client = PrometheusClient(prometheus.url)
-    result = client.query(
-        'rate(gleaner_offline_job_timeslice_seconds_total{job="llm"}[300s])', END
-    )
+    result = client.query('rate(gleaner_offline_job_timeslice_seconds_total{job="llm"}[300s])', END)
     assert len(result) == 1
     assert result[0]["metric"]["namespace"] == "team"
     assert float(result[0]["value"][1]) == pytest.approx(0.25)

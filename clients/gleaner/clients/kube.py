@@ -41,7 +41,7 @@ from collections.abc import AsyncIterator, Coroutine, Generator, Mapping
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -109,8 +109,9 @@ class Credentials:
     """Where the API server is and how to authenticate.
 
     ``namespace`` is the kubeconfig context's namespace (``default`` in-cluster or when the
-    context names none). ``kubeconfig``/``context``/``in_cluster`` remember where the
-    credentials came from, so :meth:`reload` reads the same place again.
+    context names none). ``source`` (with ``kubeconfig`` and ``context``) remembers where
+    the credentials came from, so :meth:`reload` reads the same place again; credentials
+    built by hand (``source="given"``) reload to themselves.
     """
 
     server: str
@@ -122,7 +123,7 @@ class Credentials:
     namespace: str = "default"
     kubeconfig: str | None = None
     context: str | None = None
-    in_cluster: bool = True
+    source: Literal["given", "in-cluster", "kubeconfig"] = "given"
 
     @classmethod
     def load(
@@ -141,7 +142,7 @@ class Credentials:
             except config.ConfigException:
                 pass
             else:
-                return cls._from(target, namespace="default", in_cluster=True)
+                return cls._from(target, namespace="default", source="in-cluster")
         path = kubeconfig or kubeconfig_path() or str(Path("~/.kube/config").expanduser())
         try:
             config.load_kube_config(config_file=path, context=context, client_configuration=target)
@@ -153,7 +154,7 @@ class Credentials:
             chosen = next((c for c in contexts or [] if c.get("name") == context), active)
         namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
         return cls._from(
-            target, namespace=namespace, in_cluster=False, kubeconfig=kubeconfig, context=context
+            target, namespace=namespace, source="kubeconfig", kubeconfig=kubeconfig, context=context
         )
 
     @classmethod
@@ -162,7 +163,7 @@ class Credentials:
         config: Any,
         *,
         namespace: str,
-        in_cluster: bool,
+        source: Literal["in-cluster", "kubeconfig"],
         kubeconfig: str | None = None,
         context: str | None = None,
     ) -> Credentials:
@@ -180,12 +181,16 @@ class Credentials:
             namespace=namespace,
             kubeconfig=kubeconfig,
             context=context,
-            in_cluster=in_cluster,
+            source=source,
         )
 
     def reload(self) -> Credentials:
         """Read the same source again (a rotated token, a refreshed exec credential)."""
-        return Credentials.load(self.kubeconfig, self.context, in_cluster=self.in_cluster)
+        if self.source == "given":
+            return self
+        return Credentials.load(
+            self.kubeconfig, self.context, in_cluster=self.source == "in-cluster"
+        )
 
     def at(self, server: str) -> Credentials:
         """The same credentials for another server URL (tests, port-forwards)."""

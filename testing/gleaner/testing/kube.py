@@ -670,7 +670,7 @@ class KubeEmulator:
 
     def credentials(self) -> Credentials:
         """Credentials of this emulator (what the written kubeconfig says)."""
-        return Credentials(server=self.url, token="kmock-test-token", in_cluster=False)
+        return Credentials(server=self.url, token="kmock-test-token")
 
     def client(self, **kwargs: Any) -> SyncKubeClient:
         """Gleaner's own client (``gleaner.clients.kube``) bound to this emulator."""
