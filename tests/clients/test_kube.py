@@ -4,6 +4,7 @@ client's calls and errors, watches, and the synchronous face."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import kmock
 import pytest
 
 from gleaner.clients.kube import (
+    JSON,
     USER_AGENT,
     ConflictError,
     Credentials,
@@ -301,3 +303,31 @@ def test_a_sync_face_can_share_a_client_running_on_another_loop(kube: KubeEmulat
         face.get(configmaps_path("team", "shared"))
     assert stopped.value.status == 0
     loop.close()
+
+
+@pytest.mark.usefixtures("outside_a_cluster")
+def test_a_401_reloads_the_credentials_from_their_source(kube: KubeEmulator) -> None:
+    """A rotated token: the server refuses the old one; the client reads the kubeconfig
+    again and retries with the new one."""
+    kube.emulator[lambda request: request.headers.get("Authorization") == "Bearer old"] << 401
+    loaded = Credentials.load(str(kube.kubeconfig))
+    stale = dataclasses.replace(loaded, token="old")
+
+    async def scenario() -> tuple[JSON | None, str | None]:
+        async with KubeClient(stale) as client:
+            got = await client.get(nodetraces_path())
+            return got, client.credentials.token
+
+    got, token = asyncio.run(scenario())
+    assert got is not None and got.get("items") == []
+    assert token == "kmock-test-token"
+    # hand-built credentials have nowhere to reload from: the 401 is the answer
+    given = Credentials(server=kube.url, token="old")
+
+    async def refused() -> KubeError:
+        async with KubeClient(given) as client:
+            with pytest.raises(KubeError) as err:
+                await client.get(nodetraces_path())
+            return err.value
+
+    assert asyncio.run(refused()).status == 401
