@@ -19,6 +19,7 @@ RUN make -C runtime-agent/shim \
 
 COPY pyproject.toml README.md ./
 COPY api api
+COPY clients clients
 COPY protocol protocol
 COPY perfmodel perfmodel
 COPY scheduler scheduler

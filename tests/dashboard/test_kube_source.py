@@ -83,7 +83,7 @@ def seed(kube: KubeEmulator) -> None:
 def test_kube_source_reads_the_cluster(kube: KubeEmulator) -> None:
     seed(kube)
     clock = [1_000_000.0]
-    source = KubeSource(kube.api_client(), ttl_seconds=10, clock=lambda: clock[0])
+    source = KubeSource(kube.client(), ttl_seconds=10, clock=lambda: clock[0])
     snap = source.data().snapshot
     assert snap.source == "cluster" and snap.warnings == []
     assert [n.name for n in snap.nodes] == ["gpu-node-a", "gpu-node-b", "gpu-node-c"]
@@ -106,7 +106,7 @@ def test_kube_source_reads_the_cluster(kube: KubeEmulator) -> None:
 
 def test_kube_source_namespace_filter(kube: KubeEmulator) -> None:
     seed(kube)
-    snap = KubeSource(kube.api_client(), namespace="research").data().snapshot
+    snap = KubeSource(kube.client(), namespace="research").data().snapshot
     assert {j.namespace for j in snap.jobs} == {"research"}
     assert [e.namespace for e in snap.evictions] == ["research"]
 
@@ -114,12 +114,12 @@ def test_kube_source_namespace_filter(kube: KubeEmulator) -> None:
 def test_kube_source_keeps_last_data_when_the_cluster_goes_away(tmp_path: Path) -> None:
     clock = [0.0]
     with KubeEmulator(tmp_path) as kube:
-        source = KubeSource(kube.api_client(), ttl_seconds=1, clock=lambda: clock[0])
+        source = KubeSource(kube.client(), ttl_seconds=1, clock=lambda: clock[0])
         assert source.data().snapshot.nodes == []
     clock[0] = 100.0
     snap = source.data().snapshot
     assert any("cannot read the cluster" in w for w in snap.warnings)
-    fresh = KubeSource(kube.api_client())
+    fresh = KubeSource(kube.client())
     with pytest.raises(SourceError, match="cannot read the cluster"):
         fresh.data()
 

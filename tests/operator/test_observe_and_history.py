@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from gleaner.api import Placement
-from gleaner.operator.observe import (
+from gleaner.operator.observation import (
     fraction_from_vector,
     observe_from_nodetrace,
     timeslice_query,
+    window_from_fraction,
 )
 from gleaner.operator.slahistory import dump_history, has_window, history_for
 from gleaner.testing.kube import nodetrace_manifest
@@ -52,6 +53,13 @@ def test_prometheus_vector_reduction() -> None:
     assert fraction_from_vector(result, 0.5) == pytest.approx(0.15)
     assert fraction_from_vector([], 0.5) is None
     assert fraction_from_vector([{"value": [0, "7"]}], 1.0) == 1.0
+
+
+def test_a_prometheus_fraction_is_a_window_ending_at_the_query_time() -> None:
+    obs = window_from_fraction(0.15, 0.5, NOW, 120.0)
+    assert (obs.end, obs.seconds, obs.throughput_fraction) == (NOW, 120.0, 0.15)
+    assert obs.compute == pytest.approx(0.3) and obs.multi_gpu == 1.0
+    assert window_from_fraction(0.0, 0.0, NOW, 60.0).compute == 0.0  # no memory predicted
 
 
 PLACEMENT = Placement(

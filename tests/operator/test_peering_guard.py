@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gleaner.clients.kube import Credentials, KubeClient
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.scheduling import replica_verdict
 from gleaner.operator.http import Health
-from gleaner.operator.kube import Credentials, KubeClient
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.peering import peering_paths, peering_verdict
 from gleaner.testing.kube import KubeApi, KubeEmulator

@@ -39,7 +39,7 @@ from gleaner.testing.net import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 # The tests' own client (kubernetes' generated Python client); everything else is the
-# operator: kopf's client ("kopf") and the operator's aiohttp client ("Python").
+# operator: kopf's client ("kopf") and gleaner.clients.kube ("gleaner").
 TEST_CLIENT = "OpenAPI-Generator"
 
 

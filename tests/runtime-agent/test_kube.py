@@ -15,6 +15,7 @@ import kmock
 import pytest
 
 from gleaner.api import NodeTraceStatus
+from gleaner.clients.kube import Credentials, SyncKubeClient
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
 from gleaner.runtime_agent.kube import (
     PodWatcher,
@@ -56,7 +57,7 @@ def _trace(kube: KubeEmulator) -> dict[str, Any]:
 
 
 def test_create_then_patch_nodetrace_status(kube: KubeEmulator) -> None:
-    client = kube.api_client()
+    client = kube.client()
     first = _status(15.0, busy_until=5.0)
     assert first is not None
     write_nodetrace(client, NODE, first)
@@ -79,11 +80,7 @@ def test_api_outage_raises_and_the_next_report_covers_the_gap(kube: KubeEmulator
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]
-    import kubernetes
-
-    cfg = kubernetes.client.Configuration()
-    cfg.host = f"http://127.0.0.1:{dead_port}"
-    dead = kubernetes.client.ApiClient(cfg)
+    dead = SyncKubeClient(Credentials(server=f"http://127.0.0.1:{dead_port}"))
     acc = Accounting([0])
     rep = ReportWindow(window_s=3600)
     rep.add(T0, acc.snapshot(0.0))
@@ -99,7 +96,7 @@ def test_api_outage_raises_and_the_next_report_covers_the_gap(kube: KubeEmulator
     rep.add(T0 + timedelta(seconds=60), acc.snapshot(60.0))
     st = rep.status(inv, {})
     assert st is not None
-    write_nodetrace(kube.api_client(), NODE, st)
+    write_nodetrace(kube.client(), NODE, st)
     got = NodeTraceStatus.model_validate(_trace(kube)["status"])
     assert got.window is not None and got.window.seconds == pytest.approx(60.0)
     assert got.per_gpu[0].offline_enabled_seconds == pytest.approx(60.0)
@@ -160,7 +157,7 @@ def test_pod_watcher_follows_the_nodes_offline_pods(kube: KubeEmulator) -> None:
         seen.append(jobs)
         changed.set()
 
-    watcher = PodWatcher(kube.api_client(), NODE, on_change, watch_timeout_s=2, retry_s=0.2)
+    watcher = PodWatcher(kube.client(), NODE, on_change, watch_timeout_s=2, retry_s=0.2)
     watcher.start()
     try:
         assert changed.wait(10)
@@ -193,23 +190,19 @@ def test_daemon_reporter_survives_refusals_and_an_outage(tmp_path: Path) -> None
     assert asyncio.run(daemon.report_once())  # the first snapshot: nothing to write yet
     with KubeEmulator(tmp_path / "refusing") as refusing:
         refusing.emulator[kmock.method("post")] << 403  # NodeTraces cannot be created
-        daemon._api_client = refusing.api_client()
+        daemon._api_client = refusing.client()
         t[0] = 15.0
         assert not asyncio.run(daemon.report_once())
         assert daemon.last_report_error is not None and "403" in daemon.last_report_error
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]
-    import kubernetes
-
-    cfg = kubernetes.client.Configuration()
-    cfg.host = f"http://127.0.0.1:{dead_port}"
-    daemon._api_client = kubernetes.client.ApiClient(cfg)
+    daemon._api_client = SyncKubeClient(Credentials(server=f"http://127.0.0.1:{dead_port}"))
     for k in (2, 3):
         t[0] = 15.0 * k
         assert not asyncio.run(daemon.report_once())
     with KubeEmulator(tmp_path / "live") as live:
-        daemon._api_client = live.api_client()
+        daemon._api_client = live.client()
         t[0] = 60.0
         assert asyncio.run(daemon.report_once())
         got = NodeTraceStatus.model_validate(_trace(live)["status"])

@@ -26,7 +26,7 @@ from gleaner.testing.kube import KubeEmulator, ungranted, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 NODE = "gpu-rbac-1"
-AGENT_CLIENT = "OpenAPI-Generator"  # the kubernetes Python client the agent uses
+AGENT_CLIENT = "gleaner"  # the User-Agent product of gleaner.clients.kube, the agent's client
 T = TypeVar("T")
 
 

@@ -2,8 +2,9 @@
 
 The operator writes one ConfigMap per SLA eviction, labelled
 ``gleaner.dev/report=sla-eviction`` and ``gleaner.dev/job=<name>``, with the scheduler's
-``EvictionReport`` as JSON under ``report.json``. This command lists them (kubernetes client;
-in-cluster or ``KUBECONFIG``), newest first, filtered by age, as a table, CSV, JSON or a
+``EvictionReport`` as JSON under ``report.json``. This command lists them
+(``gleaner.clients.kube``; in-cluster or ``KUBECONFIG``, the namespace of its context by
+default), newest first, filtered by age, as a table, CSV, JSON or a
 Markdown table. Unreadable reports are skipped with a warning on stderr.
 """
 
@@ -18,8 +19,14 @@ from typing import Any
 
 import click
 
-from gleaner.api.kubeconfig import kubeconfig_path, load_cluster_config
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.clients.kube import (
+    Credentials,
+    KubeConfigError,
+    KubeError,
+    SyncKubeClient,
+    configmaps_path,
+)
 
 HEADERS = (
     "TIME",
@@ -75,31 +82,29 @@ def parse_since(text: str) -> float:
 
 
 def read_reports(
-    core: Any, namespace: str | None, since_seconds: float, now: datetime
+    client: SyncKubeClient, namespace: str | None, since_seconds: float, now: datetime
 ) -> list[Row]:
+    """The reports of ``namespace`` (None: all) at most ``since_seconds`` old, newest first."""
     from gleaner.operator.builders import LABEL_REPORT, REPORT_KEY, REPORT_SLA_EVICTION
     from gleaner.scheduler import EvictionReport
 
     selector = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
-    if namespace is None:
-        items = core.list_config_map_for_all_namespaces(label_selector=selector).items
-    else:
-        items = core.list_namespaced_config_map(namespace, label_selector=selector).items
+    items = client.list(configmaps_path(namespace), label_selector=selector)
     rows: list[Row] = []
     cutoff = now.timestamp() - since_seconds
     for cm in items:
-        name = cm.metadata.name
-        labels = cm.metadata.labels or {}
-        if labels.get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+        meta = cm.get("metadata") or {}
+        name, cm_namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+        if (meta.get("labels") or {}).get(LABEL_REPORT) != REPORT_SLA_EVICTION:
             continue  # a server that ignores label selectors must not fool us
-        raw = (cm.data or {}).get(REPORT_KEY)
+        raw = (cm.get("data") or {}).get(REPORT_KEY)
         try:
             report = EvictionReport.from_json(raw or "")
         except ValueError as exc:
-            click.echo(f"warning: {cm.metadata.namespace}/{name}: {exc}", err=True)
+            click.echo(f"warning: {cm_namespace}/{name}: {exc}", err=True)
             continue
         if report.time >= cutoff:
-            rows.append(Row(cm.metadata.namespace or "", name, report))
+            rows.append(Row(cm_namespace, name, report))
     rows.sort(key=lambda r: r.report.time, reverse=True)
     return rows
 
@@ -134,28 +139,23 @@ def command() -> None:
 @format_option("table", "csv", "json", "markdown")
 def evictions(namespace: str | None, all_namespaces: bool, since: str, output_format: str) -> None:
     """SLA eviction reports: where each job missed its SLA, and what happens next."""
-    import kubernetes
-
     since_seconds = parse_since(since)
     if namespace and all_namespaces:
         fail("--namespace and --all-namespaces are mutually exclusive")
     try:
-        context_ns = "default"
-        if not load_cluster_config():
-            _, active = kubernetes.config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig_path()
-            )
-            context_ns = (active or {}).get("context", {}).get("namespace") or "default"
-    except (kubernetes.config.ConfigException, OSError) as exc:
+        credentials = Credentials.load()
+    except KubeConfigError as exc:
         fail(f"no cluster configuration: {exc}")
-    core = kubernetes.client.CoreV1Api()
-    target = None if all_namespaces else (namespace or context_ns)
-    try:
-        rows = read_reports(core, target, since_seconds, datetime.now(UTC))
-    except kubernetes.client.ApiException as exc:
-        fail(f"cannot list ConfigMaps: {exc.status} {exc.reason}")
-    except Exception as exc:  # connection errors from urllib3
-        fail(f"cannot reach the cluster: {str(exc).splitlines()[0]}")
+    target = None if all_namespaces else (namespace or credentials.namespace)
+    with SyncKubeClient(credentials) as client:
+        try:
+            rows = read_reports(client, target, since_seconds, datetime.now(UTC))
+        except KubeError as exc:
+            if exc.status == 0:
+                fail(f"cannot reach the cluster: {exc.message}")
+            fail(f"cannot list ConfigMaps: {exc.status} {exc.message}")
+        except Exception as exc:  # timeouts
+            fail(f"cannot reach the cluster: {str(exc).splitlines()[0] if str(exc) else exc!r}")
 
     if output_format == "json":
         echo_json(

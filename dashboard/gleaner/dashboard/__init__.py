@@ -3,8 +3,9 @@
 The public API:
 
 - ``routers()`` — what the operator mounts on its HTTP server (pages at ``/``, JSON at
-  ``/api``) over a :class:`~gleaner.dashboard.sources.KubeSource` (in-cluster credentials,
-  else ``KUBECONFIG``; read lazily on the first request);
+  ``/api``) over a :class:`~gleaner.dashboard.sources.KubeSource` (the operator's client,
+  or else its own: in-cluster credentials, else ``KUBECONFIG``, read lazily on the first
+  request);
 - :func:`gleaner.dashboard.app.create_router` / :func:`~gleaner.dashboard.app.create_app`
   over any :class:`~gleaner.dashboard.sources.DashboardSource`;
 - :class:`~gleaner.dashboard.sources.SnapshotSource` (a JSON file such as
@@ -26,10 +27,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
+    from gleaner.clients.kube import SyncKubeClient
 
-def routers(namespace: str | None = None) -> list[APIRouter]:
-    """The dashboard's router over the live cluster, for the operator's HTTP server."""
+
+def routers(
+    namespace: str | None = None, client: SyncKubeClient | None = None
+) -> list[APIRouter]:
+    """The dashboard's router over the live cluster, for the operator's HTTP server (through
+    ``client``, the operator's own; without one, a client of its own on first use)."""
     from gleaner.dashboard.app import create_router
     from gleaner.dashboard.sources import KubeSource
 
-    return [create_router(KubeSource(namespace=namespace))]
+    return [create_router(KubeSource(client, namespace=namespace))]

@@ -11,10 +11,11 @@ result until it is stale.
   with one line that names the file.
 - :class:`KubeSource` lists NodeTraces, OfflineJobs (all namespaces, or one), the
   ConfigMaps named by ``spec.profileFrom`` and the SLA eviction-report ConfigMaps
-  (``gleaner.dev/report=sla-eviction``, key ``report.json``) through the ``kubernetes``
-  client, at most once per ``ttl_seconds``. The cluster keeps no history of the dashboard's
-  series, so the source appends one point per refresh to a bounded in-memory history (the
-  plots of a freshly started operator are short). A failed refresh serves the last good
+  (``gleaner.dev/report=sla-eviction``, key ``report.json``) through
+  ``gleaner.clients.kube`` (its synchronous client), at most once per ``ttl_seconds``.
+  The cluster keeps no history of the dashboard's series, so the source appends one
+  point per refresh to a bounded in-memory history (the plots of a freshly started
+  operator are short). A failed refresh serves the last good
   data with a warning; with none, it raises :class:`SourceError`.
 """
 
@@ -31,6 +32,15 @@ from typing import Any, Protocol, runtime_checkable
 import yaml
 from pydantic import ValidationError
 
+from gleaner.clients.kube import (
+    Credentials,
+    KubeConfigError,
+    KubeError,
+    SyncKubeClient,
+    configmaps_path,
+    nodetraces_path,
+    offlinejobs_path,
+)
 from gleaner.dashboard.build import DashboardData, build_dashboard, series_with_point
 from gleaner.dashboard.model import (
     ClusterRecord,
@@ -44,8 +54,6 @@ LABEL_REPORT = "gleaner.dev/report"
 REPORT_SLA_EVICTION = "sla-eviction"
 REPORT_KEY = "report.json"
 """The eviction-report ConfigMap contract (gleaner.operator.builders holds the same)."""
-
-GROUP, VERSION = "gleaner.dev", "v1alpha1"
 
 
 class SourceError(Exception):
@@ -122,22 +130,17 @@ class SnapshotSource:
             return self._data
 
 
-def _load_client() -> Any:
-    """An ApiClient from the in-cluster service account, else KUBECONFIG."""
-    import kubernetes
-
-    from gleaner.api.kubeconfig import load_cluster_config
-
-    load_cluster_config()
-    return kubernetes.client.ApiClient()
+def _load_client() -> SyncKubeClient:
+    """A client from the in-cluster service account, else KUBECONFIG."""
+    return SyncKubeClient(Credentials.load())
 
 
 class KubeSource:
-    """A live cluster through the ``kubernetes`` client (see the module docstring)."""
+    """A live cluster through ``gleaner.clients.kube`` (see the module docstring)."""
 
     def __init__(
         self,
-        api_client: Any | Callable[[], Any] | None = None,
+        client: SyncKubeClient | Callable[[], SyncKubeClient] | None = None,
         *,
         namespace: str | None = None,
         ttl_seconds: float = 15.0,
@@ -145,8 +148,8 @@ class KubeSource:
         title: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._client_or_factory = api_client if api_client is not None else _load_client
-        self._client: Any = None
+        self._client_or_factory = client if client is not None else _load_client
+        self._client: SyncKubeClient | None = None
         self.namespace = namespace
         self.ttl_seconds = ttl_seconds
         self.max_points = max_points
@@ -162,52 +165,31 @@ class KubeSource:
         cls, kubeconfig: str | None, context: str | None = None, **kwargs: Any
     ) -> KubeSource:
         """Bound to a kubeconfig file (and context); raises SourceError if it is unusable."""
-        import kubernetes
-
         try:
-            client = kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context
-            )
-        except (kubernetes.config.ConfigException, OSError, TypeError) as exc:
+            client = SyncKubeClient.from_config(kubeconfig, context, in_cluster=False)
+        except KubeConfigError as exc:
             raise SourceError(f"kubeconfig {kubeconfig or '(default)'}: {exc}") from exc
         return cls(client, **kwargs)
 
-    def _api(self) -> Any:
+    def _api(self) -> SyncKubeClient:
         if self._client is None:
             target = self._client_or_factory
-            self._client = target() if callable(target) else target
+            self._client = target if isinstance(target, SyncKubeClient) else target()
         return self._client
 
     def record(self) -> ClusterRecord:
         """One read of the cluster (no history attached)."""
-        import kubernetes
-
         client = self._api()
-        custom = kubernetes.client.CustomObjectsApi(client)
-        core = kubernetes.client.CoreV1Api(client)
-        traces: Any = custom.list_cluster_custom_object(GROUP, VERSION, "nodetraces")
-        jobs: Any
-        cms: Any
-        if self.namespace is None:
-            jobs = custom.list_cluster_custom_object(GROUP, VERSION, "offlinejobs")
-            cms = core.list_config_map_for_all_namespaces(
-                label_selector=f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
-            )
-        else:
-            jobs = custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "offlinejobs"
-            )
-            cms = core.list_namespaced_config_map(
-                self.namespace, label_selector=f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
-            )
-        job_items: list[dict[str, Any]] = list(jobs.get("items", []))
+        selector = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
+        traces = client.list(nodetraces_path())
+        job_items = client.list(offlinejobs_path(self.namespace))
+        cms = client.list(configmaps_path(self.namespace), label_selector=selector)
         reports: list[RecordedReport] = []
-        for item in cms.items:
-            cm: Any = item
-            labels = cm.metadata.labels or {}
-            if labels.get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+        for cm in cms:
+            meta = cm.get("metadata") or {}
+            if (meta.get("labels") or {}).get(LABEL_REPORT) != REPORT_SLA_EVICTION:
                 continue
-            raw = (cm.data or {}).get(REPORT_KEY, "")
+            raw = str((cm.get("data") or {}).get(REPORT_KEY, ""))
             try:
                 report = json.loads(raw)
             except ValueError:
@@ -216,8 +198,8 @@ class KubeSource:
                 report = {"unreadable": str(report)[:80]}
             reports.append(
                 RecordedReport(
-                    namespace=cm.metadata.namespace or "default",
-                    config_map=cm.metadata.name,
+                    namespace=meta.get("namespace") or "default",
+                    config_map=meta.get("name"),
                     report=report,
                 )
             )
@@ -229,9 +211,12 @@ class KubeSource:
                 continue
             ns = meta.get("namespace") or "default"
             try:
-                cm = core.read_namespaced_config_map(str(ref.get("name")), ns)
-                parsed = yaml.safe_load((cm.data or {}).get(ref.get("key") or "profile.yaml", ""))
-            except (kubernetes.client.ApiException, yaml.YAMLError):
+                found = client.get(configmaps_path(ns, str(ref.get("name"))))
+                if found is None:
+                    continue
+                data = found.get("data") or {}
+                parsed = yaml.safe_load(data.get(ref.get("key") or "profile.yaml", ""))
+            except (KubeError, yaml.YAMLError):
                 continue
             if isinstance(parsed, dict):
                 profiles[f"{ns}/{meta.get('name')}"] = parsed
@@ -239,7 +224,7 @@ class KubeSource:
             generated_at=datetime.fromtimestamp(self.clock(), tz=UTC),
             source="cluster",
             title=self.title,
-            node_traces=list(traces.get("items", [])),
+            node_traces=traces,
             offline_jobs=job_items,
             profiles=profiles,
             eviction_reports=reports,

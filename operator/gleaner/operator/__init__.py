@@ -12,8 +12,8 @@ Public API for other components:
   ``BOUND_PHASES``) and pure status changes;
 - ``gleaner.operator.http``: ``build_app``, ``register_router`` (the dashboard mounts its
   routers on the operator's one HTTP server);
-- ``gleaner.operator.metrics.OperatorMetrics``; ``gleaner.operator.observe`` (the
-  observed-throughput formula).
+- ``gleaner.operator.metrics.OperatorMetrics``; ``gleaner.operator.observation`` (the
+  observed-throughput formulas, pure).
 
 docs/operator.md describes handlers, phases, and flags.
 """

@@ -11,6 +11,8 @@ so a restarted operator converges from what it finds. What it does hold:
   the same GPU;
 - ``kick()``: asks the scheduling loop for a pass. Only kopf handlers kick, and kopf pauses
   them while a higher-priority peer is active, so a standby replica never schedules;
+- ``client`` (the API server) and ``prometheus`` (with ``--prometheus-url``): the
+  connections of ``gleaner.clients``, opened once per process;
 - ``nodes``: labels and availability of Kubernetes Nodes (``gleaner.operator.nodes``), a
   cache of the API server's Nodes kept current by a kopf watch (rebuilt on restart).
 """
@@ -21,9 +23,10 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from gleaner.clients.kube import KubeClient
+from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.http import Health
-from gleaner.operator.kube import KubeClient
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
 
@@ -42,6 +45,8 @@ class OperatorContext:
     loop_task: asyncio.Task[None] | None = None
     kick_reasons: set[str] = field(default_factory=set)
     nodes: NodeCache = field(default_factory=NodeCache)
+    prometheus: PrometheusClient | None = None
+    """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
 
     def job_lock(self, namespace: str, name: str) -> asyncio.Lock:
         key = f"{namespace}/{name}"

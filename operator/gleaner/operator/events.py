@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import API_VERSION, OfflineJob
-from gleaner.operator.kube import KubeClient, KubeError
+from gleaner.clients.kube import KubeClient, KubeError
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+if TYPE_CHECKING:
+    from gleaner.clients.kube import SyncKubeClient
 
 
 @dataclass
@@ -106,9 +110,10 @@ def register_router(router: APIRouter) -> None:
     _ROUTERS.append(router)
 
 
-def extra_routers() -> list[APIRouter]:
+def extra_routers(kube: SyncKubeClient | None = None) -> list[APIRouter]:
     """Routers registered with ``register_router``, plus the dashboard's when it provides
-    ``gleaner.dashboard.routers() -> list[APIRouter]`` (its pages at ``/`` and ``/api``)."""
+    ``gleaner.dashboard.routers(client=kube) -> list[APIRouter]`` (its pages at ``/`` and
+    ``/api``, reading the cluster through ``kube``, the operator's own client)."""
     import importlib
 
     routers = list(_ROUTERS)
@@ -118,5 +123,5 @@ def extra_routers() -> list[APIRouter]:
         return routers
     factory = getattr(dashboard, "routers", None)
     if callable(factory):
-        routers.extend(factory())
+        routers.extend(factory(client=kube))
     return routers

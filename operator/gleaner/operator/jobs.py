@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from gleaner.api import OfflineJobStatus
+from gleaner.clients.kube import NotFoundError, offlinejob_status_path, offlinejobs_path
 from gleaner.operator.context import OperatorContext
-from gleaner.operator.kube import NotFoundError, offlinejob_status_path, offlinejobs_path
 from gleaner.operator.status import TransitionError, status_patch
 
 logger = logging.getLogger(__name__)

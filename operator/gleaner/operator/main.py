@@ -40,6 +40,8 @@ from typing import Any
 import kopf
 
 from gleaner.api import GROUP, VERSION, Phase
+from gleaner.clients.kube import Credentials, KubeClient, SyncKubeClient
+from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.builders import LABEL_ROLE, ROLE_OFFLINE
 from gleaner.operator.config import ANNOTATION_PREFIX, FINALIZER, OperatorConfig
 from gleaner.operator.context import OperatorContext
@@ -51,7 +53,6 @@ from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
 from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
 from gleaner.operator.http import Health, build_app, serve_in_thread
-from gleaner.operator.kube import Credentials, KubeClient
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.validation import profile_configmap_name
 
@@ -92,6 +93,20 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
         settings.peering.standalone = True
 
 
+def connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
+    """kopf's login for ``credentials`` (kopf keeps its own connection for its watches)."""
+    return kopf.ConnectionInfo(
+        server=credentials.server,
+        ca_path=credentials.ca_path,
+        insecure=credentials.insecure,
+        scheme="Bearer" if credentials.token else None,
+        token=credentials.token,
+        certificate_path=credentials.cert_path,
+        private_key_path=credentials.key_path,
+        default_namespace=credentials.namespace,
+    )
+
+
 def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     """A registry holding every handler of the operator (see the module docstring)."""
     registry = kopf.OperatorRegistry()
@@ -106,10 +121,10 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         ctx.health.started = True
 
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # The same credentials our own KubeClient uses: in-cluster, else KUBECONFIG.
-        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
-        return info
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        # kopf connects with what our own client loads (one loader, read again on each
+        # re-login, so rotated service-account tokens are picked up).
+        return connection_info(Credentials.load())
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -202,13 +217,21 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
     health = Health()
     credentials = await asyncio.to_thread(Credentials.load)
     ctx = OperatorContext(
-        config=config, client=KubeClient(credentials), metrics=metrics, health=health
+        config=config,
+        client=KubeClient(credentials),
+        metrics=metrics,
+        health=health,
+        prometheus=PrometheusClient(config.prometheus_url, timeout_seconds=10.0)
+        if config.prometheus_url
+        else None,
     )
     server = None
     if config.http_port:
         from gleaner.operator.http import extra_routers
 
-        app = build_app(health, metrics.registry, extra_routers())
+        # The dashboard reads the cluster through the operator's own client (one pool).
+        kube = SyncKubeClient.sharing(ctx.client, asyncio.get_running_loop())
+        app = build_app(health, metrics.registry, extra_routers(kube))
         server = serve_in_thread(app, config.http_host, config.http_port)
     try:
         await kopf.operator(

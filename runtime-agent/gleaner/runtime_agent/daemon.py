@@ -50,9 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from gleaner.api import GpuInfo, TraceSource
+from gleaner.clients.kube import KubeConfigError, SyncKubeClient
 from gleaner.runtime_agent import timers
 from gleaner.runtime_agent.core import NodeAgent
-from gleaner.runtime_agent.kube import PodWatcher, ReportError, load_api_client, write_nodetrace
+from gleaner.runtime_agent.kube import PodWatcher, ReportError, load_client, write_nodetrace
 from gleaner.runtime_agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
 from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
 from gleaner.runtime_agent.reporting import ReportWindow
@@ -221,7 +222,7 @@ class AgentDaemon:
         self._stopping: asyncio.Event | None = None
         self._uvicorn: Any = None
         self._watcher: PodWatcher | None = None
-        self._api_client: Any = None
+        self._api_client: SyncKubeClient | None = None
 
     # -- state shared with HTTP -----------------------------------------------------------
 
@@ -437,15 +438,13 @@ class AgentDaemon:
                 self.last_report_error = f"{type(exc).__name__}: {exc}"
                 log.exception("NodeTrace report failed unexpectedly (the next one covers it)")
 
-    def _cluster_client(self) -> Any:
-        """The cluster's ApiClient. No cluster configuration at all: the simulated backend
+    def _cluster_client(self) -> SyncKubeClient | None:
+        """The cluster's API client. No cluster configuration at all: the simulated backend
         runs on without one (metrics only, a warning), the nvidia backend cannot start."""
-        import kubernetes
-
         o = self.options
         try:
-            return load_api_client(o.kubeconfig)
-        except (kubernetes.config.ConfigException, OSError) as exc:
+            return load_client(o.kubeconfig)
+        except KubeConfigError as exc:
             if o.backend == "simulated" and o.kubeconfig is None:
                 log.warning(
                     "no cluster configuration (%s): running without a cluster, metrics only "

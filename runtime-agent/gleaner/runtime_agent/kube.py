@@ -12,6 +12,10 @@ Contract.
   annotation ``gleaner.dev/gpus``; finished Pods are skipped.
 - :class:`PodWatcher` lists, then watches those Pods (``spec.nodeName=<node>``) in a thread
   and calls back with the new mapping on every change; errors re-list after a pause.
+- :func:`load_client` is the agent's connection: ``gleaner.clients.kube``'s synchronous
+  client (in-cluster, else the kubeconfig; :class:`~gleaner.clients.kube.KubeConfigError`
+  when there is neither). Both calls above run in threads of their own, never on the
+  agent's event loop, so a slow API server cannot delay a gate.
 
 RBAC: ``gleaner.runtime_agent.rbac.AGENT_RULES`` (nodetraces get/create/patch, nodetraces/status
 patch, pods list/watch).
@@ -19,41 +23,43 @@ patch, pods list/watch).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gleaner.api import GROUP, VERSION, NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
-from gleaner.api.kubeconfig import kubeconfig_path
+from gleaner.api import NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
+from gleaner.clients.kube import (
+    ConflictError,
+    KubeError,
+    SyncKubeClient,
+    nodetrace_status_path,
+    nodetraces_path,
+    pods_path,
+)
 
 log = logging.getLogger("gleaner.runtime_agent.kube")
 
-PLURAL = "nodetraces"
 ROLE_LABEL = "gleaner.dev/role"
 JOB_LABEL = "gleaner.dev/job"
 GPUS_ANNOTATION = "gleaner.dev/gpus"
 NULLABLE_STATUS_KEYS = ("window", "memory", "idleFraction", "harvestableMemoryP10GiB")
+RETRIED_STATUSES = frozenset({0, 409, 429})
+"""Worth another try: unreachable (0), a conflict, throttling; 5xx too (see below)."""
 
 
 class ReportError(RuntimeError):
     """The NodeTrace could not be written."""
 
 
-def load_api_client(kubeconfig: str | None = None) -> Any:
-    """A ``kubernetes`` ApiClient: in-cluster config, else the kubeconfig."""
-    import kubernetes
-
-    config: Any = kubernetes.config  # untyped in the client
-    try:
-        config.load_incluster_config()
-        return kubernetes.client.ApiClient()
-    except config.ConfigException:
-        cfg = kubernetes.client.Configuration()
-        path = kubeconfig or kubeconfig_path()
-        config.load_kube_config(config_file=path, client_configuration=cfg)
-        return kubernetes.client.ApiClient(cfg)
+def load_client(kubeconfig: str | None = None) -> SyncKubeClient:
+    """The agent's API client: in-cluster, else ``kubeconfig`` (else ``KUBECONFIG``, else
+    ``~/.kube/config``). Raises :class:`~gleaner.clients.kube.KubeConfigError`."""
+    # One retry inside the client (a 401 reloads a rotated token); write_nodetrace retries
+    # the rest itself, with its own backoff.
+    return SyncKubeClient.from_config(kubeconfig, retries=1)
 
 
 def status_patch(status: NodeTraceStatus) -> dict[str, Any]:
@@ -65,7 +71,7 @@ def status_patch(status: NodeTraceStatus) -> dict[str, Any]:
 
 
 def write_nodetrace(
-    api_client: Any,
+    client: SyncKubeClient,
     node: str,
     status: NodeTraceStatus,
     *,
@@ -74,45 +80,35 @@ def write_nodetrace(
     timeout_s: float = 10.0,
 ) -> None:
     """Create-or-patch the node's NodeTrace status (see the module docstring)."""
-    import kubernetes
-
-    api = kubernetes.client.CustomObjectsApi(api_client)
     body = status_patch(status)
     last: Exception | None = None
     missing = False
     for attempt in range(attempts):
         try:
             if missing:
-                _create(api, node, timeout_s)
+                _create(client, node, timeout_s)
                 missing = False
-            api.patch_cluster_custom_object_status(
-                GROUP, VERSION, PLURAL, node, body, _request_timeout=timeout_s
-            )
+            client.patch(nodetrace_status_path(node), body, request_timeout=timeout_s)
             return
-        except kubernetes.client.ApiException as exc:
+        except KubeError as exc:
             last = exc
             if exc.status == 404 and not missing:
                 missing = True  # create it first, at once
                 continue
-            if exc.status not in (409, 429) and not 500 <= (exc.status or 0) < 600:
-                raise ReportError(f"NodeTrace {node}: HTTP {exc.status} {exc.reason}") from exc
-        except Exception as exc:  # connection refused, timeouts: the API is down
+            if exc.status not in RETRIED_STATUSES and not 500 <= exc.status < 600:
+                raise ReportError(f"NodeTrace {node}: HTTP {exc.status} {exc.message}") from exc
+        except Exception as exc:  # timeouts: the API is down or stuck
             last = exc
         time.sleep(backoff_s * (2**attempt))
     raise ReportError(f"NodeTrace {node}: giving up after {attempts} attempts: {last}")
 
 
-def _create(api: Any, node: str, timeout_s: float) -> None:
+def _create(client: SyncKubeClient, node: str, timeout_s: float) -> None:
     """Create the node's NodeTrace (no status); one that exists already is fine."""
-    import kubernetes
-
     obj = NodeTrace(metadata=ObjectMeta(name=node), spec=NodeTraceSpec(node_name=node)).to_k8s()
     obj.pop("status", None)
-    try:
-        api.create_cluster_custom_object(GROUP, VERSION, PLURAL, obj, _request_timeout=timeout_s)
-    except kubernetes.client.ApiException as exc:
-        if exc.status != 409:  # 409: created meanwhile, fine
-            raise
+    with contextlib.suppress(ConflictError):  # created meanwhile, fine
+        client.create(nodetraces_path(), obj, request_timeout=timeout_s)
 
 
 def offline_jobs_from_pods(pods: Sequence[Mapping[str, Any]], node: str) -> dict[int, str]:
@@ -143,14 +139,14 @@ class PodWatcher:
 
     def __init__(
         self,
-        api_client: Any,
+        client: SyncKubeClient,
         node: str,
         on_change: Callable[[dict[int, str]], None],
         *,
         watch_timeout_s: int = 60,
         retry_s: float = 2.0,
     ) -> None:
-        self.api_client = api_client
+        self.client = client
         self.node = node
         self.on_change = on_change
         self.watch_timeout_s = watch_timeout_s
@@ -168,38 +164,32 @@ class PodWatcher:
         self._stop.set()
 
     def _run(self) -> None:
-        import kubernetes
-
-        api: Any = kubernetes.client.CoreV1Api(self.api_client)
-        kwargs: dict[str, Any] = {
+        selectors = {
             "label_selector": f"{ROLE_LABEL}=offline",
             "field_selector": f"spec.nodeName={self.node}",
         }
         while not self._stop.is_set():
             try:
-                listed = self.api_client.sanitize_for_serialization(
-                    api.list_pod_for_all_namespaces(**kwargs)
-                )
-                self._pods = {_key(p): p for p in listed.get("items") or []}
+                items, version = self.client.list_versioned(pods_path(), **selectors)
+                self._pods = {_key(p): p for p in items}
                 self._publish()
-                version = (listed.get("metadata") or {}).get("resourceVersion")
-                watch_mod: Any = kubernetes.watch  # untyped in the client
-                w = watch_mod.Watch()
-                for event in w.stream(
-                    api.list_pod_for_all_namespaces,
+                events = self.client.watch(
+                    pods_path(),
                     resource_version=version,
                     timeout_seconds=self.watch_timeout_s,
-                    **kwargs,
-                ):
-                    if self._stop.is_set():
-                        w.stop()
-                        break
-                    obj = self.api_client.sanitize_for_serialization(event["object"])
-                    if event["type"] == "DELETED":
-                        self._pods.pop(_key(obj), None)
-                    elif event["type"] in ("ADDED", "MODIFIED"):
-                        self._pods[_key(obj)] = obj
-                    self._publish()
+                    **selectors,
+                )
+                try:
+                    for event in events:
+                        if self._stop.is_set():
+                            break
+                        if event.type == "DELETED":
+                            self._pods.pop(_key(event.object), None)
+                        elif event.type in ("ADDED", "MODIFIED"):
+                            self._pods[_key(event.object)] = event.object
+                        self._publish()
+                finally:
+                    events.close()
             except Exception as exc:
                 self.errors += 1
                 log.warning("pod watch on %s failed: %s; re-listing", self.node, exc)

@@ -75,6 +75,8 @@ import attrs
 import kmock
 import yaml
 
+from gleaner.clients.kube import Credentials, SyncKubeClient
+
 T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -543,9 +545,11 @@ class KubeEmulator:
     """The emulator served on loopback from a background thread; a context manager.
 
     ``with KubeEmulator(tmp_path) as kube:`` gives ``kube.url``, ``kube.kubeconfig`` (a file
-    path to export as ``KUBECONFIG``) and ``kube.api_client()`` (a ``kubernetes`` client
-    bound to it). ``kube.objects()`` peeks at stored objects and ``kube.accesses()`` lists
-    the kinds of API access clients made (both for assertions only).
+    path to export as ``KUBECONFIG``), ``kube.api_client()`` (a ``kubernetes`` client bound
+    to it: the tests' own client) and ``kube.client()`` (Gleaner's own client,
+    ``gleaner.clients.kube``, bound to it). ``kube.objects()`` peeks at stored objects and
+    ``kube.accesses()`` lists the kinds of API access clients made (both for assertions
+    only).
     """
 
     def __init__(
@@ -664,8 +668,17 @@ class KubeEmulator:
 
         return self.call(_peek)
 
+    def credentials(self) -> Credentials:
+        """Credentials of this emulator (what the written kubeconfig says)."""
+        return Credentials(server=self.url, token="kmock-test-token")
+
+    def client(self, **kwargs: Any) -> SyncKubeClient:
+        """Gleaner's own client (``gleaner.clients.kube``) bound to this emulator."""
+        return SyncKubeClient(self.credentials(), **kwargs)
+
     def api_client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` talking to this emulator over HTTP."""
+        """A ``kubernetes.client.ApiClient`` talking to this emulator over HTTP (the tests'
+        own client: its User-Agent product, ``OpenAPI-Generator``, is not Gleaner's)."""
         import kubernetes
 
         config = kubernetes.client.Configuration()

@@ -10,9 +10,9 @@ loop is kicked: GPUs were freed.
 
 from __future__ import annotations
 
+from gleaner.clients.kube import pods_path
 from gleaner.operator.builders import job_selector
 from gleaner.operator.context import OperatorContext
-from gleaner.operator.kube import pods_path
 
 
 async def delete_job_pods(ctx: OperatorContext, namespace: str, name: str) -> int:

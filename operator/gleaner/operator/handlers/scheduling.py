@@ -41,6 +41,15 @@ from pydantic import ValidationError
 
 from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.api.common import find_condition
+from gleaner.clients.kube import (
+    ConflictError,
+    KubeError,
+    configmaps_path,
+    nodes_path,
+    nodetraces_path,
+    offlinejobs_path,
+    pods_path,
+)
 from gleaner.operator import status as st
 from gleaner.operator.builders import (
     LABEL_JOB,
@@ -53,15 +62,6 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.handlers.validate import apply_verdict
 from gleaner.operator.jobs import parse_status, update_status
-from gleaner.operator.kube import (
-    ConflictError,
-    KubeError,
-    configmaps_path,
-    nodes_path,
-    nodetraces_path,
-    offlinejobs_path,
-    pods_path,
-)
 from gleaner.operator.metrics import job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements

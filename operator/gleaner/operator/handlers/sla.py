@@ -2,8 +2,9 @@
 
 Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``):
 
-1. observes the job's throughput fraction for the latest window (``gleaner.operator.observe``:
-   the NodeTrace of its node, or Prometheus), skipping windows from before the placement;
+1. observes the job's throughput fraction for the latest window
+   (``gleaner.operator.observation``: the NodeTrace of its node, or Prometheus through
+   ``ctx.prometheus``), skipping windows from before the placement;
 2. appends the window to the placement's history (annotation ``gleaner.dev/sla-windows``)
    and writes ``status.observed`` and the ``SLAMet`` condition (and the job's
    ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges);
@@ -25,23 +26,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import EvictionRecord, Observed, OfflineJobStatus, Phase, Placement
+from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
 from gleaner.operator import status as st
 from gleaner.operator.builders import build_eviction_report_configmap, job_selector
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, patch_annotations, update_status
-from gleaner.operator.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
-from gleaner.operator.observe import (
-    ObservedWindow,
-    observe_from_nodetrace,
-    observe_from_prometheus,
-)
+from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
 from gleaner.operator.slahistory import (
     ANNOTATION_SLA_WINDOWS,
     dump_history,
     has_window,
     history_for,
 )
+from gleaner.operator.sources.prometheus import observe_from_prometheus
 from gleaner.scheduler.monitor import (
     SLADecision,
     SLAHistory,
@@ -57,9 +55,9 @@ logger = logging.getLogger(__name__)
 async def _observe(
     ctx: OperatorContext, namespace: str, name: str, placement: Placement, now: datetime
 ) -> ObservedWindow | None:
-    if ctx.config.prometheus_url:
+    if ctx.prometheus is not None:
         obs = await observe_from_prometheus(
-            ctx.config.prometheus_url,
+            ctx.prometheus,
             namespace,
             name,
             ctx.config.sla.window_seconds,

@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import OfflineJobStatus, Phase
+from gleaner.clients.kube import configmaps_path, offlinejobs_path
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, update_status
-from gleaner.operator.kube import configmaps_path, offlinejobs_path
 from gleaner.operator.validation import (
     InvalidJob,
     ValidJob,

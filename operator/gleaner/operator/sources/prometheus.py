@@ -1,4 +1,5 @@
-"""Node summaries from Prometheus (prometheus-api-client): agent metrics, else DCGM.
+"""The operator's readings of Prometheus (through ``gleaner.clients.prometheus``): node
+summaries from agent metrics, else DCGM, and the SLA monitor's per-job observation.
 
 Contract. ``PrometheusTraceSource(url, window_seconds, step_seconds, end).load()`` returns
 ``{node: NodeSummary}`` for the window (end - window, end]:
@@ -23,6 +24,11 @@ Contract. ``PrometheusTraceSource(url, window_seconds, step_seconds, end).load()
 Failures to reach Prometheus or a window without any usable series raise
 ``PrometheusSourceError`` with a one-line message. The arithmetic is pure and lives in
 ``gleaner.perfmodel`` (``series``, ``NodeSummary.from_totals``/``from_samples``).
+
+``observe_from_prometheus(client, namespace, job, ...)`` is the SLA monitor's one query
+(``gleaner.operator.observation.timeslice_query``, reduced there): the job's observed
+window, None when Prometheus has no series of the job; a failed query raises
+``gleaner.clients.prometheus.PrometheusError``.
 """
 
 from __future__ import annotations
@@ -30,11 +36,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
+from gleaner.clients.prometheus import PrometheusClient, PrometheusError
+from gleaner.operator.observation import (
+    ObservedWindow,
+    fraction_from_vector,
+    timeslice_query,
+    window_from_fraction,
+)
 from gleaner.perfmodel import (
     DEFAULT_MAX_STATES,
     DEFAULT_STEP_GIB,
@@ -64,8 +77,24 @@ GIB = float(2**30)
 Samples = tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]
 
 
-class PrometheusSourceError(RuntimeError):
+class PrometheusSourceError(PrometheusError):
     """Prometheus could not be queried, or it holds no usable series for the window."""
+
+
+async def observe_from_prometheus(
+    client: PrometheusClient,
+    namespace: str,
+    job: str,
+    window_seconds: float,
+    predicted_memory: float,
+    now: datetime,
+) -> ObservedWindow | None:
+    """The job's timeslice rate over the window ending ``now`` (one instant query)."""
+    result = await client.aquery(timeslice_query(namespace, job, window_seconds), now)
+    fraction = fraction_from_vector(result, predicted_memory)
+    if fraction is None:
+        return None
+    return window_from_fraction(fraction, predicted_memory, now, window_seconds)
 
 
 def _samples(result: Mapping[str, Any]) -> Samples:
@@ -97,52 +126,30 @@ class PrometheusTraceSource:
     retries: int = 2
     """Retries of a failed request (connection errors, 502/503/504), with backoff."""
 
-    def _client(self) -> Any:
-        from prometheus_api_client import PrometheusConnect
-        from urllib3.util.retry import Retry
-
-        retry = Retry(
-            total=self.retries,
-            backoff_factor=0.2,
-            status_forcelist=[502, 503, 504],
-            allowed_methods=["GET", "POST"],
-        )
-        return PrometheusConnect(
-            url=self.url,
+    def _client(self) -> PrometheusClient:
+        return PrometheusClient(
+            self.url,
+            timeout_seconds=self.timeout_seconds,
+            retries=self.retries,
             disable_ssl=self.disable_ssl,
-            retry=retry,
-            timeout=max(1, round(self.timeout_seconds)),
         )
 
     def _end(self) -> datetime:
         return self.end or datetime.now(UTC)
 
-    def _query(self, client: Any, promql: str) -> list[dict[str, Any]]:
+    def _query(self, client: PrometheusClient, promql: str) -> list[dict[str, Any]]:
         try:
-            out = client.custom_query(
-                promql,
-                params={"time": self._end().timestamp(), "timeout": f"{self.timeout_seconds:g}s"},
-            )
-        except Exception as exc:  # the client raises requests' and its own errors
-            raise PrometheusSourceError(f"{self.url}: query {promql!r} failed: {exc}") from exc
-        return list(out)
+            return client.query(promql, self._end())
+        except PrometheusError as exc:
+            raise PrometheusSourceError(str(exc)) from exc
 
-    def _query_range(self, client: Any, promql: str) -> list[dict[str, Any]]:
-        end = self._end()
-        start = end - timedelta(seconds=self.window_seconds)
+    def _query_range(self, client: PrometheusClient, promql: str) -> list[dict[str, Any]]:
         try:
-            out = client.custom_query_range(
-                promql,
-                start_time=start,
-                end_time=end,
-                step=f"{self.step_seconds:g}s",
-                params={"timeout": f"{self.timeout_seconds:g}s"},
-            )
-        except Exception as exc:
-            raise PrometheusSourceError(f"{self.url}: query {promql!r} failed: {exc}") from exc
-        return list(out)
+            return client.query_window(promql, self._end(), self.window_seconds, self.step_seconds)
+        except PrometheusError as exc:
+            raise PrometheusSourceError(str(exc)) from exc
 
-    def _raw_window(self, client: Any, metric: str) -> list[dict[str, Any]]:
+    def _raw_window(self, client: PrometheusClient, metric: str) -> list[dict[str, Any]]:
         return self._query(client, f"{metric}[{round(self.window_seconds)}s]")
 
     # -- the source ----------------------------------------------------------------------
@@ -161,7 +168,7 @@ class PrometheusTraceSource:
         return dict(sorted(out.items()))
 
     def _per_gpu_counter(
-        self, client: Any, metric: str
+        self, client: PrometheusClient, metric: str
     ) -> dict[str, dict[int, tuple[float, float]]]:
         """node -> gpu -> (increase, covered seconds); the longest series wins duplicates."""
         found: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
@@ -175,7 +182,9 @@ class PrometheusTraceSource:
                 found[node][gpu] = inc
         return found
 
-    def _pair_counter(self, client: Any, metric: str) -> dict[str, dict[tuple[int, int], float]]:
+    def _pair_counter(
+        self, client: PrometheusClient, metric: str
+    ) -> dict[str, dict[tuple[int, int], float]]:
         found: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
         for result in self._raw_window(client, metric):
             labels = result.get("metric", {})
@@ -189,7 +198,7 @@ class PrometheusTraceSource:
             found[node][(min(a, b), max(a, b))] = counter_increase(*_samples(result))[0]
         return found
 
-    def _load_agent(self, client: Any) -> dict[str, NodeSummary]:
+    def _load_agent(self, client: PrometheusClient) -> dict[str, NodeSummary]:
         busy = self._per_gpu_counter(client, BUSY)
         if not busy:
             return {}
@@ -257,7 +266,7 @@ class PrometheusTraceSource:
             )
         return out
 
-    def _load_dcgm(self, client: Any, skip: Iterable[str]) -> dict[str, NodeSummary]:
+    def _load_dcgm(self, client: PrometheusClient, skip: Iterable[str]) -> dict[str, NodeSummary]:
         skipped = set(skip)
         util: dict[str, dict[int, Samples]] = defaultdict(dict)
         free: dict[str, dict[int, Samples]] = defaultdict(dict)

@@ -1,7 +1,8 @@
-"""Observed throughput of a running job, for the SLA monitor.
+"""Observed throughput of a running job, for the SLA monitor: the formulas (pure).
 
-Contract. The SLA monitor needs, per window, the fraction of its standalone throughput a
-placed job achieved. Two sources:
+Contract. Nothing here does I/O: the functions take what the shells read (a NodeTrace, a
+Prometheus result) and return an :class:`ObservedWindow`. The SLA monitor needs, per
+window, the fraction of its standalone throughput a placed job achieved. Two sources:
 
 - **NodeTrace** (default; pure ``observe_from_nodetrace``). The agent's NodeTrace of the
   job's node reports, per GPU, the seconds offline channels were enabled over its window,
@@ -16,7 +17,9 @@ placed job achieved. Two sources:
   prediction because the NodeTrace tells what memory was harvestable, not what the job
   got). A window that ended before the placement was decided says nothing about the job
   and is ignored (None), as is a trace that lacks one of the job's GPUs.
-- **Prometheus** (``--prometheus-url``; ``observe_from_prometheus``): the agent's per-job
+- **Prometheus** (``--prometheus-url``; ``timeslice_query`` is the query, and
+  ``fraction_from_vector`` and ``window_from_fraction`` reduce its answer; the shell
+  ``gleaner.operator.sources.prometheus.observe_from_prometheus`` asks it): the per-job
   counter ``gleaner_offline_job_timeslice_seconds_total{namespace,job}`` gives the seconds
   the job's work actually ran on each of its GPUs; over the window::
 
@@ -88,28 +91,9 @@ def fraction_from_vector(result: list[dict[str, Any]], predicted_memory: float) 
     return max(0.0, min(1.0, min(values))) * predicted_memory
 
 
-async def observe_from_prometheus(
-    base_url: str,
-    namespace: str,
-    job: str,
-    window_seconds: float,
-    predicted_memory: float,
-    now: datetime,
-) -> ObservedWindow | None:
-    """Query Prometheus for the job's timeslice rate (the shell part; one HTTP call)."""
-    import httpx
-
-    query = timeslice_query(namespace, job, window_seconds)
-    async with httpx.AsyncClient(timeout=10.0) as client:
-        resp = await client.get(
-            base_url.rstrip("/") + "/api/v1/query",
-            params={"query": query, "time": f"{now.timestamp():.3f}"},
-        )
-        resp.raise_for_status()
-        payload = resp.json()
-    result = (payload.get("data") or {}).get("result") or []
-    fraction = fraction_from_vector(result, predicted_memory)
-    if fraction is None:
-        return None
+def window_from_fraction(
+    fraction: float, predicted_memory: float, end: datetime, window_seconds: float
+) -> ObservedWindow:
+    """The observation that a Prometheus ``fraction`` (memory factor included) stands for."""
     compute = fraction / predicted_memory if predicted_memory > 0 else 0.0
-    return ObservedWindow(now, window_seconds, fraction, compute, 1.0)
+    return ObservedWindow(end, window_seconds, fraction, compute, 1.0)
