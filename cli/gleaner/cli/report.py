@@ -1,10 +1,11 @@
 """``gleaner report evictions``: the SLA eviction reports stored in the cluster.
 
-The operator writes one ConfigMap per SLA eviction, labelled
-``gleaner.dev/report=sla-eviction`` and ``gleaner.dev/job=<name>``, with the scheduler's
-``EvictionReport`` as JSON under ``report.json``. This command lists them (kubernetes client;
-in-cluster or ``KUBECONFIG``), newest first, filtered by age, as a table, CSV, JSON or a
-Markdown table. Unreadable reports are skipped with a warning on stderr.
+The operator writes one ConfigMap per SLA eviction, labelled ``LABEL_REPORT`` =
+``REPORT_SLA_EVICTION`` and ``LABEL_JOB`` = the job's name, with the scheduler's
+``EvictionReport`` as JSON under ``REPORT_KEY`` (names of ``gleaner.api.contract``). This
+command lists them (kubernetes client; in-cluster or ``KUBECONFIG``), newest first, filtered
+by age, as a table, CSV, JSON or a Markdown table. Unreadable reports are skipped with a
+warning on stderr.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import click
 
+from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
 from gleaner.api.kubeconfig import kubeconfig_path, load_cluster_config
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
 
@@ -77,10 +79,9 @@ def parse_since(text: str) -> float:
 def read_reports(
     core: Any, namespace: str | None, since_seconds: float, now: datetime
 ) -> list[Row]:
-    from gleaner.operator.builders import LABEL_REPORT, REPORT_KEY, REPORT_SLA_EVICTION
     from gleaner.scheduler import EvictionReport
 
-    selector = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
+    selector = EVICTION_REPORT_SELECTOR
     if namespace is None:
         items = core.list_config_map_for_all_namespaces(label_selector=selector).items
     else:
@@ -89,8 +90,7 @@ def read_reports(
     cutoff = now.timestamp() - since_seconds
     for cm in items:
         name = cm.metadata.name
-        labels = cm.metadata.labels or {}
-        if labels.get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+        if not is_eviction_report(cm.metadata.labels):
             continue  # a server that ignores label selectors must not fool us
         raw = (cm.data or {}).get(REPORT_KEY)
         try:

@@ -11,11 +11,11 @@ result until it is stale.
   with one line that names the file.
 - :class:`KubeSource` lists NodeTraces, OfflineJobs (all namespaces, or one), the
   ConfigMaps named by ``spec.profileFrom`` and the SLA eviction-report ConfigMaps
-  (``gleaner.dev/report=sla-eviction``, key ``report.json``) through the ``kubernetes``
-  client, at most once per ``ttl_seconds``. The cluster keeps no history of the dashboard's
-  series, so the source appends one point per refresh to a bounded in-memory history (the
-  plots of a freshly started operator are short). A failed refresh serves the last good
-  data with a warning; with none, it raises :class:`SourceError`.
+  (``EVICTION_REPORT_SELECTOR``, key ``REPORT_KEY``, both of ``gleaner.api.contract``)
+  through the ``kubernetes`` client, at most once per ``ttl_seconds``. The cluster keeps no
+  history of the dashboard's series, so the source appends one point per refresh to a
+  bounded in-memory history (the plots of a freshly started operator are short). A failed
+  refresh serves the last good data with a warning; with none, it raises :class:`SourceError`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 import yaml
 from pydantic import ValidationError
 
+from gleaner.api import GROUP, VERSION
+from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
 from gleaner.dashboard.build import DashboardData, build_dashboard, series_with_point
 from gleaner.dashboard.model import (
     ClusterRecord,
@@ -39,13 +41,6 @@ from gleaner.dashboard.model import (
     Point,
     RecordedReport,
 )
-
-LABEL_REPORT = "gleaner.dev/report"
-REPORT_SLA_EVICTION = "sla-eviction"
-REPORT_KEY = "report.json"
-"""The eviction-report ConfigMap contract (gleaner.operator.builders holds the same)."""
-
-GROUP, VERSION = "gleaner.dev", "v1alpha1"
 
 
 class SourceError(Exception):
@@ -190,22 +185,19 @@ class KubeSource:
         cms: Any
         if self.namespace is None:
             jobs = custom.list_cluster_custom_object(GROUP, VERSION, "offlinejobs")
-            cms = core.list_config_map_for_all_namespaces(
-                label_selector=f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
-            )
+            cms = core.list_config_map_for_all_namespaces(label_selector=EVICTION_REPORT_SELECTOR)
         else:
             jobs = custom.list_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, "offlinejobs"
             )
             cms = core.list_namespaced_config_map(
-                self.namespace, label_selector=f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
+                self.namespace, label_selector=EVICTION_REPORT_SELECTOR
             )
         job_items: list[dict[str, Any]] = list(jobs.get("items", []))
         reports: list[RecordedReport] = []
         for item in cms.items:
             cm: Any = item
-            labels = cm.metadata.labels or {}
-            if labels.get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+            if not is_eviction_report(cm.metadata.labels):
                 continue
             raw = (cm.data or {}).get(REPORT_KEY, "")
             try:

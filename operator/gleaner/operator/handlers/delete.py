@@ -10,7 +10,7 @@ loop is kicked: GPUs were freed.
 
 from __future__ import annotations
 
-from gleaner.operator.builders import job_selector
+from gleaner.api.contract import job_selector
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.kube import pods_path
 
