@@ -55,7 +55,8 @@ def _contract_values() -> set[str]:
     values: set[str] = set()
     for module in (contract, node):
         for name, value in vars(module).items():
-            if name.isupper() and isinstance(value, str) and value not in GENERIC:
+            public = name.isupper() and not name.startswith("_")
+            if public and isinstance(value, str) and value not in GENERIC:
                 values.add(value)
     return values
 
@@ -258,3 +259,27 @@ def test_malformed_eviction_reports_are_value_errors() -> None:
         contract.EvictionReportDocument.parse(bad)
     with pytest.raises(ValueError):
         contract.EvictionReportDocument.parse("{not json")
+
+
+def _section(doc: str) -> str:
+    text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+    return text.split("## Contract names", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("module", "doc"), [(contract, "api.md"), (node, "protocol.md")], ids=["api", "node"]
+)
+def test_docs_list_every_name_with_its_value(module: Any, doc: str) -> None:
+    section = _section(doc)
+    own = {
+        name: value
+        for name, value in vars(module).items()
+        if name.isupper()
+        and not name.startswith("_")
+        and isinstance(value, str | int)
+        and (module is node or not hasattr(node, name))
+        and name not in ("GROUP", "ROLES")
+    }
+    assert own
+    missing = [n for n, v in own.items() if f"`{n}`" not in section or str(v) not in section]
+    assert not missing, f"docs/{doc} 'Contract names' lacks {missing}"
