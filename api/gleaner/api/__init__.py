@@ -3,8 +3,9 @@
 These models are the single source of truth: the CRD manifests in ``crds/`` are
 generated from them (``python -m gleaner.api.crdgen``) and a test fails on drift.
 They import nothing but pydantic, so every component (pure or shell) may use them.
-``gleaner.api.kubeconfig`` (how a process finds the API server) imports the ``kubernetes``
-client lazily, only when called.
+``gleaner.api.contract`` declares the labels, annotations and record formats components
+share (re-exported here). ``gleaner.api.kubeconfig`` (how a process finds the API server)
+imports the ``kubernetes`` client lazily, only when called.
 """
 
 from gleaner.api.common import (
@@ -17,6 +18,41 @@ from gleaner.api.common import (
     ObjectMeta,
     find_condition,
     set_condition,
+)
+from gleaner.api.contract import (
+    ANNOTATION_GPUS,
+    ANNOTATION_SLA_WINDOWS,
+    ENV_JOB,
+    ENV_OPERATOR_BIND_DELAY,
+    ENV_ROLE,
+    ENV_SOCKET,
+    EVICTION_REPORT_SELECTOR,
+    FINALIZER,
+    KOPF_ANNOTATION_PREFIX,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_JOB_CLASS,
+    LABEL_REPORT,
+    LABEL_ROLE,
+    OFFLINE_SELECTOR,
+    REPORT_KEY,
+    REPORT_SLA_EVICTION,
+    REPORT_VERSION,
+    ROLE_OFFLINE,
+    SHIM_DIR,
+    SHIM_PATH,
+    SOCKET_DIR,
+    SOCKET_PATH,
+    EvictionReportDocument,
+    ObservedSummaryDocument,
+    PredictedFactorsDocument,
+    SlaWindows,
+    eviction_report_data,
+    eviction_report_labels,
+    eviction_report_name,
+    is_eviction_report,
+    job_selector,
+    rfc3339,
 )
 from gleaner.api.nodetrace import (
     GpuInfo,
@@ -46,14 +82,38 @@ from gleaner.api.offlinejob import (
 )
 
 __all__ = [
+    "ANNOTATION_GPUS",
+    "ANNOTATION_SLA_WINDOWS",
     "API_VERSION",
+    "ENV_JOB",
+    "ENV_OPERATOR_BIND_DELAY",
+    "ENV_ROLE",
+    "ENV_SOCKET",
+    "EVICTION_REPORT_SELECTOR",
+    "FINALIZER",
     "GROUP",
+    "KOPF_ANNOTATION_PREFIX",
+    "LABEL_ATTEMPT",
+    "LABEL_JOB",
+    "LABEL_JOB_CLASS",
+    "LABEL_REPORT",
+    "LABEL_ROLE",
+    "OFFLINE_SELECTOR",
+    "REPORT_KEY",
+    "REPORT_SLA_EVICTION",
+    "REPORT_VERSION",
+    "ROLE_OFFLINE",
+    "SHIM_DIR",
+    "SHIM_PATH",
+    "SOCKET_DIR",
+    "SOCKET_PATH",
     "VERSION",
     "Condition",
     "ConditionStatus",
     "ConditionType",
     "ConfigMapProfileRef",
     "EvictionRecord",
+    "EvictionReportDocument",
     "GpuInfo",
     "GpuPair",
     "GpuSelector",
@@ -67,14 +127,23 @@ __all__ = [
     "NodeTraceStatus",
     "ObjectMeta",
     "Observed",
+    "ObservedSummaryDocument",
     "OfflineJob",
     "OfflineJobSpec",
     "OfflineJobStatus",
     "Phase",
     "Placement",
+    "PredictedFactorsDocument",
     "Profile",
+    "SlaWindows",
     "TraceSource",
     "TraceWindow",
+    "eviction_report_data",
+    "eviction_report_labels",
+    "eviction_report_name",
     "find_condition",
+    "is_eviction_report",
+    "job_selector",
+    "rfc3339",
     "set_condition",
 ]
