@@ -283,3 +283,25 @@ def test_docs_list_every_name_with_its_value(module: Any, doc: str) -> None:
     assert own
     missing = [n for n, v in own.items() if f"`{n}`" not in section or str(v) not in section]
     assert not missing, f"docs/{doc} 'Contract names' lacks {missing}"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2,3", [2, 3]),
+        (" 0 , 7 ", [0, 7]),
+        ("1,,2", [1, 2]),
+        ("", None),
+        (None, None),
+        (",", None),
+        ("x", None),
+        ("1,x", None),
+        ("-1", None),
+        ("²", None),
+    ],
+)
+def test_gpus_annotation_has_one_parser(value: str | None, expected: list[int] | None) -> None:
+    assert contract.parse_gpus_annotation(value) == expected
+    if expected:
+        assert contract.parse_gpus_annotation(contract.gpus_annotation(expected)) == expected
+    assert contract.gpus_annotation([2, 3]) == "2,3"

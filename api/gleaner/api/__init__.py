@@ -50,8 +50,10 @@ from gleaner.api.contract import (
     eviction_report_data,
     eviction_report_labels,
     eviction_report_name,
+    gpus_annotation,
     is_eviction_report,
     job_selector,
+    parse_gpus_annotation,
     rfc3339,
 )
 from gleaner.api.nodetrace import (
@@ -142,8 +144,10 @@ __all__ = [
     "eviction_report_labels",
     "eviction_report_name",
     "find_condition",
+    "gpus_annotation",
     "is_eviction_report",
     "job_selector",
+    "parse_gpus_annotation",
     "rfc3339",
     "set_condition",
 ]

@@ -8,7 +8,8 @@ the vLLM hook can import; the ones the operator writes into Pods are re-exported
 redeclared.
 
 - Offline Pods carry ``LABEL_JOB``, ``LABEL_ROLE`` = ``ROLE_OFFLINE``, ``LABEL_ATTEMPT`` and
-  the annotation ``ANNOTATION_GPUS`` (comma-separated node GPU indices).
+  the annotation ``ANNOTATION_GPUS`` (comma-separated node GPU indices: written by
+  :func:`gpus_annotation`, read only by :func:`parse_gpus_annotation`).
 - OfflineJobs carry the finalizer ``FINALIZER`` and the annotation
   ``ANNOTATION_SLA_WINDOWS``: a :class:`SlaWindows` document, parsed only by
   :meth:`SlaWindows.parse`.
@@ -22,7 +23,7 @@ Pure: pydantic and the standard library only.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -78,8 +79,10 @@ __all__ = [
     "eviction_report_data",
     "eviction_report_labels",
     "eviction_report_name",
+    "gpus_annotation",
     "is_eviction_report",
     "job_selector",
+    "parse_gpus_annotation",
     "rfc3339",
 ]
 
@@ -120,6 +123,20 @@ REPORT_VERSION: Final = 1
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"
 """Seconds the operator waits between recording a placement and creating its Pod."""
+
+
+def gpus_annotation(indices: Iterable[int]) -> str:
+    """The value of ``ANNOTATION_GPUS`` for these node GPU indices."""
+    return ",".join(str(i) for i in indices)
+
+
+def parse_gpus_annotation(value: str | None) -> list[int] | None:
+    """The node GPU indices in an ``ANNOTATION_GPUS`` value; None when it is absent, empty
+    or malformed (a part that is not a non-negative decimal integer)."""
+    parts = [part.strip() for part in (value or "").split(",") if part.strip()]
+    if not parts or not all(part.isascii() and part.isdigit() for part in parts):
+        return None
+    return [int(part) for part in parts]
 
 
 def job_selector(job_name: str) -> str:

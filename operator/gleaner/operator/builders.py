@@ -46,6 +46,8 @@ from gleaner.api.contract import (
     eviction_report_data,
     eviction_report_labels,
     eviction_report_name,
+    gpus_annotation,
+    parse_gpus_annotation,
 )
 
 SHIM_VOLUME = "gleaner-shim"
@@ -126,7 +128,7 @@ def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> di
     labels = {str(k): str(v) for k, v in (tmeta.get("labels") or {}).items()}
     labels.update({LABEL_JOB: name, LABEL_ROLE: ROLE_OFFLINE, LABEL_ATTEMPT: str(attempt)})
     annotations = {str(k): str(v) for k, v in (tmeta.get("annotations") or {}).items()}
-    annotations[ANNOTATION_GPUS] = ",".join(str(i) for i in placement.gpu_indices)
+    annotations[ANNOTATION_GPUS] = gpus_annotation(placement.gpu_indices)
 
     env = {
         "NVIDIA_VISIBLE_DEVICES": ",".join(placement.gpu_uuids),
@@ -188,10 +190,8 @@ def build_eviction_report_configmap(
 def gpus_of_pod(pod: dict[str, Any]) -> tuple[str, list[int]] | None:
     """(node, GPU indices) an offline Pod holds, read back from its spec and annotation."""
     node = (pod.get("spec") or {}).get("nodeName")
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS, "")
-    if not node or not raw:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS)
+    gpus = parse_gpus_annotation(str(raw)) if raw else None
+    if not node or gpus is None:
         return None
-    try:
-        return str(node), [int(x) for x in str(raw).split(",") if x.strip()]
-    except ValueError:
-        return None
+    return str(node), gpus

@@ -32,6 +32,7 @@ from gleaner.api.contract import (
     LABEL_ROLE,
     OFFLINE_SELECTOR,
     ROLE_OFFLINE,
+    parse_gpus_annotation,
 )
 from gleaner.api.kubeconfig import kubeconfig_path
 
@@ -134,11 +135,9 @@ def offline_jobs_from_pods(pods: Sequence[Mapping[str, Any]], node: str) -> dict
         job = labels.get(LABEL_JOB)
         if not job:
             continue
-        annotation = (meta.get("annotations") or {}).get(ANNOTATION_GPUS, "")
-        for part in annotation.split(","):
-            part = part.strip()
-            if part.isdigit():
-                out[int(part)] = f"{meta.get('namespace', 'default')}/{job}"
+        annotation = (meta.get("annotations") or {}).get(ANNOTATION_GPUS)
+        for gpu in parse_gpus_annotation(annotation) or ():
+            out[gpu] = f"{meta.get('namespace', 'default')}/{job}"
     return out
 
 
