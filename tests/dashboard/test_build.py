@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from gleaner.dashboard.build import (
-    ANNOTATION_SLA_WINDOWS,
     DashboardData,
     build_dashboard,
     current_point,
@@ -145,16 +144,48 @@ def test_sla_windows_annotation_and_eviction_ids() -> None:
 
 
 def test_annotation_matches_the_operator_contract() -> None:
-    from gleaner.dashboard import sources
-    from gleaner.operator.builders import LABEL_REPORT, REPORT_KEY, REPORT_SLA_EVICTION
-    from gleaner.operator.slahistory import ANNOTATION_SLA_WINDOWS as OPERATOR_ANNOTATION
+    """The dashboard reads what the operator writes: the SLA-window annotation's value and
+    the eviction-report ConfigMap (names and formats of gleaner.api.contract)."""
+    import json
 
-    assert ANNOTATION_SLA_WINDOWS == OPERATOR_ANNOTATION
-    assert (sources.LABEL_REPORT, sources.REPORT_SLA_EVICTION, sources.REPORT_KEY) == (
-        LABEL_REPORT,
-        REPORT_SLA_EVICTION,
-        REPORT_KEY,
+    from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
+    from gleaner.dashboard.build import eviction_view
+    from gleaner.operator.builders import build_eviction_report_configmap
+    from gleaner.operator.slahistory import dump_history
+    from gleaner.scheduler.monitor import SLAHistory
+
+    history = SLAHistory(job="ns/j", sla=0.5, node="n", gpus=(0,), placed_at=1.0)
+    history = history.observe(10.0, 0.5).observe(20.0, 0.7)
+    assert parse_sla_windows(dump_history(history)) == [Point(t=10, v=0.5), Point(t=20, v=0.7)]
+
+    report = {
+        "job": "ns/j",
+        "node": "n",
+        "gpus": [0],
+        "sla": 0.5,
+        "predicted": {"compute": 1, "memory": 1, "multiGPU": 1, "throughputFraction": 0.9},
+        "observed": {
+            "mean": 0.4,
+            "min": 0.3,
+            "last": 0.4,
+            "windows": 3,
+            "windowsMissed": 3,
+            "windowSeconds": 60,
+        },
+        "reason": "r",
+        "time": "1970-01-01T00:00:30Z",
+        "evictionCount": 1,
+        "outcome": "requeued",
+        "nextAttemptAfter": "1970-01-01T00:01:00Z",
+    }
+    cm = build_eviction_report_configmap("j", "ns", 1, report)
+    label, _, value = EVICTION_REPORT_SELECTOR.partition("=")
+    assert cm["metadata"]["labels"][label] == value and is_eviction_report(cm["metadata"]["labels"])
+    recorded = RecordedReport(
+        namespace="ns", config_map=cm["metadata"]["name"], report=json.loads(cm["data"][REPORT_KEY])
     )
+    view = eviction_view(recorded)
+    assert (view.config_map, view.job, view.node) == ("j-sla-eviction-1", "ns/j", "n")
 
 
 def test_example_snapshot_numbers(data: DashboardData) -> None:

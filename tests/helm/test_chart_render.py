@@ -331,6 +331,15 @@ def test_agent_daemonset_runs_on_gpu_nodes_with_its_contract_arguments(render: R
     assert {"/run/gleaner", "/var/lib/gleaner/lib"} <= mounts
 
 
+def test_agent_daemonset_mounts_the_node_contract_paths(render: Render) -> None:
+    from gleaner.protocol.node import SHIM_DIR, SOCKET_DIR
+
+    pod = one(render(), "DaemonSet")["spec"]["template"]["spec"]
+    host = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert {SOCKET_DIR, SHIM_DIR} <= host & mounts
+
+
 def test_agent_scheduling_is_configurable(render: Render) -> None:
     values = SCENARIOS["custom-scheduling"]
     pod = one(render(values), "DaemonSet")["spec"]["template"]["spec"]

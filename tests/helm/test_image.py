@@ -82,3 +82,10 @@ def test_build_context_copies_every_wheel_source_and_nothing_ignored() -> None:
         assert not ignored(path), f"COPY {path}: excluded by .dockerignore"
     assert ignored(".venv") and ignored(".git") and ignored("tests")
     assert not re.search(r"ADD\s+https?://", (ROOT / "Dockerfile").read_text())
+
+
+def test_the_shim_lands_where_the_agent_copies_it_from() -> None:
+    from gleaner.protocol.node import SHIM_IMAGE_PATH
+
+    copies = [rest for keyword, rest in final_stage() if keyword == "COPY"]
+    assert any(c.endswith(f" {SHIM_IMAGE_PATH}") for c in copies)

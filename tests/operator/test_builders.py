@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from gleaner.api import OfflineJob, Placement
+from gleaner.api.contract import ANNOTATION_GPUS, SHIM_PATH
 from gleaner.operator.builders import (
-    ANNOTATION_GPUS,
-    SHIM_PATH,
     build_eviction_report_configmap,
     build_offline_pod,
     gpus_of_pod,

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from gleaner.cli.common import fail
+from gleaner.protocol.node import SOCKET_DIR, SOCKET_NAME
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -40,9 +41,9 @@ def parse_duration(text: str) -> float:
 @click.option(
     "--socket-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/run/gleaner"),
+    default=Path(SOCKET_DIR),
     show_default=True,
-    help="Directory of the control socket agent.sock (nvidia backend).",
+    help=f"Directory of the control socket {SOCKET_NAME} (nvidia backend).",
 )
 @click.option("--report-interval", default="15s", show_default=True, help="NodeTrace period.")
 @click.option("--window", default="1h", show_default=True, help="Window each report covers.")

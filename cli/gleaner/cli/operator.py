@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
 from gleaner.cli.common import fail
 
 
@@ -129,7 +130,7 @@ def _seconds(text: str, flag: str) -> float:
 @click.option(
     "--bind-delay",
     default="0s",
-    envvar="GLEANER_OPERATOR_BIND_DELAY",
+    envvar=ENV_OPERATOR_BIND_DELAY,
     show_default=True,
     hidden=True,
     help="Fault injection for tests.",

@@ -1,11 +1,11 @@
 """``gleaner report evictions``: the SLA eviction reports stored in the cluster.
 
-The operator writes one ConfigMap per SLA eviction, labelled
-``gleaner.dev/report=sla-eviction`` and ``gleaner.dev/job=<name>``, with the scheduler's
-``EvictionReport`` as JSON under ``report.json``. This command lists them
-(``gleaner.clients.kube``; in-cluster or ``KUBECONFIG``, the namespace of its context by
-default), newest first, filtered by age, as a table, CSV, JSON or a
-Markdown table. Unreadable reports are skipped with a warning on stderr.
+The operator writes one ConfigMap per SLA eviction, labelled ``LABEL_REPORT`` =
+``REPORT_SLA_EVICTION`` and ``LABEL_JOB`` = the job's name, with the scheduler's
+``EvictionReport`` as JSON under ``REPORT_KEY`` (names of ``gleaner.api.contract``). This
+command lists them (``gleaner.clients.kube``; in-cluster or ``KUBECONFIG``, the namespace of
+its context by default), newest first, filtered by age, as a table, CSV, JSON or a Markdown
+table. Unreadable reports are skipped with a warning on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
 from gleaner.clients.kube import (
     Credentials,
@@ -85,17 +86,15 @@ def read_reports(
     client: SyncKubeClient, namespace: str | None, since_seconds: float, now: datetime
 ) -> list[Row]:
     """The reports of ``namespace`` (None: all) at most ``since_seconds`` old, newest first."""
-    from gleaner.operator.builders import LABEL_REPORT, REPORT_KEY, REPORT_SLA_EVICTION
     from gleaner.scheduler import EvictionReport
 
-    selector = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
-    items = client.list(configmaps_path(namespace), label_selector=selector)
+    items = client.list(configmaps_path(namespace), label_selector=EVICTION_REPORT_SELECTOR)
     rows: list[Row] = []
     cutoff = now.timestamp() - since_seconds
     for cm in items:
         meta = cm.get("metadata") or {}
         name, cm_namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
-        if (meta.get("labels") or {}).get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+        if not is_eviction_report(meta.get("labels")):
             continue  # a server that ignores label selectors must not fool us
         raw = (cm.get("data") or {}).get(REPORT_KEY)
         try:

@@ -30,7 +30,6 @@ Definitions (docs/dashboard.md repeats them):
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from gleaner.api import NodeTrace, OfflineJob, Phase, Profile
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, SlaWindows, eviction_report_name
 from gleaner.dashboard.model import (
     ClusterRecord,
     ClusterSeries,
@@ -60,9 +60,6 @@ from gleaner.dashboard.model import (
 from gleaner.perfmodel import JobProfile, ModelConfig, NodeSummary, predict, subset_factors
 from gleaner.perfmodel.model import compute_factors, pair_scores
 from gleaner.scheduler import EvictionReport, SLAMonitorConfig, window_missed
-
-ANNOTATION_SLA_WINDOWS = "gleaner.dev/sla-windows"
-"""The operator's SLA-window history of a job (gleaner.operator.slahistory)."""
 
 MAX_SETS_PER_NODE = 512
 """GPU sets tried per node when looking for a job's runner-ups."""
@@ -124,14 +121,11 @@ def memory_distribution(values: Sequence[float], seconds: Sequence[float]) -> Me
 
 
 def parse_sla_windows(annotation: str | None) -> list[Point]:
-    """The observed series kept by the operator in ``gleaner.dev/sla-windows`` (or [])."""
-    if not annotation:
+    """The observed series kept by the operator in ``ANNOTATION_SLA_WINDOWS`` (or [])."""
+    stored = SlaWindows.parse(annotation)
+    if stored is None:
         return []
-    try:
-        data: Any = json.loads(annotation)
-        return [Point(t=float(end), v=float(frac)) for end, frac in data["windows"]]
-    except (ValueError, KeyError, TypeError):
-        return []
+    return [Point(t=end, v=frac) for end, frac in stored.windows]
 
 
 def eviction_id(namespace: str, config_map: str) -> str:
@@ -230,7 +224,7 @@ def eviction_view(recorded: RecordedReport) -> EvictionView:
     report = EvictionReport.from_json(recorded.report)
     data = report.to_json()
     job_name = report.job.split("/", 1)[-1]
-    config_map = recorded.config_map or f"{job_name}-sla-eviction-{report.eviction_count}"
+    config_map = recorded.config_map or eviction_report_name(job_name, report.eviction_count)
     p, o = report.predicted, report.observed
     return EvictionView(
         id=eviction_id(recorded.namespace, config_map),

@@ -11,12 +11,12 @@ result until it is stale.
   with one line that names the file.
 - :class:`KubeSource` lists NodeTraces, OfflineJobs (all namespaces, or one), the
   ConfigMaps named by ``spec.profileFrom`` and the SLA eviction-report ConfigMaps
-  (``gleaner.dev/report=sla-eviction``, key ``report.json``) through
-  ``gleaner.clients.kube`` (its synchronous client), at most once per ``ttl_seconds``.
-  The cluster keeps no history of the dashboard's series, so the source appends one
-  point per refresh to a bounded in-memory history (the plots of a freshly started
-  operator are short). A failed refresh serves the last good
-  data with a warning; with none, it raises :class:`SourceError`.
+  (``EVICTION_REPORT_SELECTOR``, key ``REPORT_KEY``, both of ``gleaner.api.contract``)
+  through ``gleaner.clients.kube`` (its synchronous client), at most once per
+  ``ttl_seconds``. The cluster keeps no history of the dashboard's series, so the source
+  appends one point per refresh to a bounded in-memory history (the plots of a freshly
+  started operator are short). A failed refresh serves the last good data with a warning;
+  with none, it raises :class:`SourceError`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import yaml
 from pydantic import ValidationError
 
+from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
 from gleaner.clients.kube import (
     Credentials,
     KubeConfigError,
@@ -49,11 +50,6 @@ from gleaner.dashboard.model import (
     Point,
     RecordedReport,
 )
-
-LABEL_REPORT = "gleaner.dev/report"
-REPORT_SLA_EVICTION = "sla-eviction"
-REPORT_KEY = "report.json"
-"""The eviction-report ConfigMap contract (gleaner.operator.builders holds the same)."""
 
 
 class SourceError(Exception):
@@ -180,14 +176,13 @@ class KubeSource:
     def record(self) -> ClusterRecord:
         """One read of the cluster (no history attached)."""
         client = self._api()
-        selector = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
         traces = client.list(nodetraces_path())
         job_items = client.list(offlinejobs_path(self.namespace))
-        cms = client.list(configmaps_path(self.namespace), label_selector=selector)
+        cms = client.list(configmaps_path(self.namespace), label_selector=EVICTION_REPORT_SELECTOR)
         reports: list[RecordedReport] = []
         for cm in cms:
             meta = cm.get("metadata") or {}
-            if (meta.get("labels") or {}).get(LABEL_REPORT) != REPORT_SLA_EVICTION:
+            if not is_eviction_report(meta.get("labels")):
                 continue
             raw = str((cm.get("data") or {}).get(REPORT_KEY, ""))
             try:

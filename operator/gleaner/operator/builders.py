@@ -1,6 +1,8 @@
 """Pure builders: the Kubernetes objects the operator creates, from typed inputs.
 
-Contract (docs/architecture.md, "Binding"; docs/operator.md, "Binding contract"):
+Contract (docs/architecture.md, "Binding"; docs/api.md, "What the operator adds to the Pod";
+every label, annotation, environment variable and path is a name of
+``gleaner.api.contract``, declared there once):
 
 ``build_offline_pod(job, placement, attempt)`` returns the Pod manifest (a plain dict) for
 one attempt of an OfflineJob on the GPUs the scheduler chose:
@@ -26,30 +28,32 @@ Nothing here does I/O; the builders are unit-tested without a cluster.
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from gleaner.api import API_VERSION, OfflineJob, Placement
+from gleaner.api.contract import (
+    ANNOTATION_GPUS,
+    ENV_JOB,
+    ENV_ROLE,
+    ENV_SOCKET,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_ROLE,
+    ROLE_OFFLINE,
+    SHIM_DIR,
+    SHIM_PATH,
+    SOCKET_DIR,
+    SOCKET_PATH,
+    eviction_report_data,
+    eviction_report_labels,
+    eviction_report_name,
+    gpus_annotation,
+    parse_gpus_annotation,
+)
 
-LABEL_JOB = "gleaner.dev/job"
-LABEL_ROLE = "gleaner.dev/role"
-LABEL_ATTEMPT = "gleaner.dev/attempt"
-LABEL_REPORT = "gleaner.dev/report"
-ANNOTATION_GPUS = "gleaner.dev/gpus"
-ROLE_OFFLINE = "offline"
-REPORT_SLA_EVICTION = "sla-eviction"
-REPORT_KEY = "report.json"
-
-SHIM_DIR = "/var/lib/gleaner/lib"
-SHIM_PATH = f"{SHIM_DIR}/libgleaner_shim.so"
-SOCKET_DIR = "/run/gleaner"
-SOCKET_PATH = f"{SOCKET_DIR}/agent.sock"
 SHIM_VOLUME = "gleaner-shim"
 SOCKET_VOLUME = "gleaner-run"
 GPU_RESOURCE = "nvidia.com/gpu"
-
-OFFLINE_SELECTOR = f"{LABEL_ROLE}={ROLE_OFFLINE}"
-"""Label selector of every offline Pod the operator made."""
 
 MAX_LABEL_VALUE = 63
 
@@ -57,16 +61,6 @@ MAX_LABEL_VALUE = 63
 def pod_name(job_name: str, attempt: int) -> str:
     """Deterministic Pod name: the same attempt always gets the same name (no duplicates)."""
     return f"{job_name}-{attempt}"
-
-
-def job_selector(job_name: str) -> str:
-    """Label selector of one job's offline Pods."""
-    return f"{LABEL_JOB}={job_name},{OFFLINE_SELECTOR}"
-
-
-def eviction_report_name(job_name: str, eviction_number: int) -> str:
-    """Name of the ConfigMap holding a job's ``eviction_number``-th eviction report."""
-    return f"{job_name}-sla-eviction-{eviction_number}"
 
 
 def owner_reference(job: OfflineJob) -> dict[str, Any]:
@@ -135,14 +129,14 @@ def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> di
     labels = {str(k): str(v) for k, v in (tmeta.get("labels") or {}).items()}
     labels.update({LABEL_JOB: name, LABEL_ROLE: ROLE_OFFLINE, LABEL_ATTEMPT: str(attempt)})
     annotations = {str(k): str(v) for k, v in (tmeta.get("annotations") or {}).items()}
-    annotations[ANNOTATION_GPUS] = ",".join(str(i) for i in placement.gpu_indices)
+    annotations[ANNOTATION_GPUS] = gpus_annotation(placement.gpu_indices)
 
     env = {
         "NVIDIA_VISIBLE_DEVICES": ",".join(placement.gpu_uuids),
         "LD_PRELOAD": SHIM_PATH,
-        "GLEANER_ROLE": ROLE_OFFLINE,
-        "GLEANER_SOCKET": SOCKET_PATH,
-        "GLEANER_JOB": f"{namespace}/{name}",
+        ENV_ROLE: ROLE_OFFLINE,
+        ENV_SOCKET: SOCKET_PATH,
+        ENV_JOB: f"{namespace}/{name}",
     }
     for key in ("containers", "initContainers"):
         containers = [copy.deepcopy(c) for c in (spec.get(key) or [])]
@@ -188,19 +182,17 @@ def build_eviction_report_configmap(
         "metadata": {
             "name": eviction_report_name(job_name, eviction_number),
             "namespace": namespace,
-            "labels": {LABEL_REPORT: REPORT_SLA_EVICTION, LABEL_JOB: job_name},
+            "labels": eviction_report_labels(job_name),
         },
-        "data": {REPORT_KEY: json.dumps(report, sort_keys=True)},
+        "data": eviction_report_data(report),
     }
 
 
 def gpus_of_pod(pod: dict[str, Any]) -> tuple[str, list[int]] | None:
     """(node, GPU indices) an offline Pod holds, read back from its spec and annotation."""
     node = (pod.get("spec") or {}).get("nodeName")
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS, "")
-    if not node or not raw:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPUS)
+    gpus = parse_gpus_annotation(str(raw)) if raw else None
+    if not node or gpus is None:
         return None
-    try:
-        return str(node), [int(x) for x in str(raw).split(",") if x.strip()]
-    except ValueError:
-        return None
+    return str(node), gpus

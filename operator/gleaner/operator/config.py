@@ -17,12 +17,6 @@ from gleaner.scheduler.monitor import SLAMonitorConfig
 PEERING_NAME = "gleaner"
 """The kopf peering object shared by all replicas (one active operator at a time)."""
 
-FINALIZER = "gleaner.dev/finalizer"
-"""Finalizer kopf puts on OfflineJobs so deleting one first deletes its Pods."""
-
-ANNOTATION_PREFIX = "gleaner.dev"
-"""Prefix of kopf's progress/diff-base annotations and Gleaner's own annotations."""
-
 MAX_PEERING_PRIORITY = 2**31 - 1
 """Largest peering priority (kopf stores it as a JSON integer; kept within int32)."""
 

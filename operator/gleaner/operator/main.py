@@ -40,10 +40,10 @@ from typing import Any
 import kopf
 
 from gleaner.api import GROUP, VERSION, Phase
+from gleaner.api.contract import FINALIZER, KOPF_ANNOTATION_PREFIX, LABEL_ROLE, ROLE_OFFLINE
 from gleaner.clients.kube import Credentials, KubeClient, SyncKubeClient
 from gleaner.clients.prometheus import PrometheusClient
-from gleaner.operator.builders import LABEL_ROLE, ROLE_OFFLINE
-from gleaner.operator.config import ANNOTATION_PREFIX, FINALIZER, OperatorConfig
+from gleaner.operator.config import OperatorConfig
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.nodes import node_changed
@@ -71,10 +71,10 @@ def _phase(status: Any) -> str:
 def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATION_PREFIX
+        prefix=KOPF_ANNOTATION_PREFIX
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING

@@ -2,22 +2,19 @@
 
 Contract: the scheduler's ``decide_sla`` needs the last n observed windows of the current
 placement (``SLAHistory``). The operator keeps no state of its own, so the windows live in
-the API server, in the annotation ``gleaner.dev/sla-windows`` of the job: JSON
-``{"node": ..., "gpus": [...], "placedAt": <epoch>, "windows": [[<end epoch>, <fraction>], ...]}``
-bounded to ``MAX_WINDOWS``. A history recorded for another placement (different node,
-GPUs or decision time) is discarded, so a rescheduled job starts clean. A restarted
-operator reads it back and decides exactly as the old one would have.
+the API server, in the job's annotation ``ANNOTATION_SLA_WINDOWS``: a
+``gleaner.api.contract.SlaWindows`` document (read only through its parser), bounded to
+``MAX_WINDOWS``. A history recorded for another placement (different node, GPUs or decision
+time) is discarded, so a rescheduled job starts clean. A restarted operator reads it back
+and decides exactly as the old one would have.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from gleaner.api import Placement
+from gleaner.api.contract import SlaWindows
 from gleaner.scheduler.monitor import SLAHistory, WindowObservation
 
-ANNOTATION_SLA_WINDOWS = "gleaner.dev/sla-windows"
 MAX_WINDOWS = 16
 
 
@@ -35,20 +32,17 @@ def history_for(
         predicted=placement.throughput_fraction,
         max_windows=MAX_WINDOWS,
     )
-    if not annotation:
+    stored = SlaWindows.parse(annotation)
+    if stored is None:
         return base
-    try:
-        data: Any = json.loads(annotation)
-        same = (
-            data["node"] == placement.node
-            and list(data["gpus"]) == list(placement.gpu_indices)
-            and abs(float(data["placedAt"]) - placed_at) < 1e-3
-        )
-        if not same:
-            return base
-        windows = tuple(WindowObservation(float(end), float(frac)) for end, frac in data["windows"])
-    except (ValueError, KeyError, TypeError):
+    same = (
+        stored.node == placement.node
+        and list(stored.gpus) == list(placement.gpu_indices)
+        and abs(stored.placed_at - placed_at) < 1e-3
+    )
+    if not same:
         return base
+    windows = tuple(WindowObservation(end, frac) for end, frac in stored.windows)
     return SLAHistory(
         job=base.job,
         sla=base.sla,
@@ -62,15 +56,13 @@ def history_for(
 
 
 def dump_history(history: SLAHistory) -> str:
-    return json.dumps(
-        {
-            "node": history.node,
-            "gpus": list(history.gpus),
-            "placedAt": history.placed_at,
-            "windows": [[w.end, round(w.throughput_fraction, 6)] for w in history.windows],
-        },
-        separators=(",", ":"),
-    )
+    """The annotation's value for ``history`` (fractions rounded to 6 digits: short)."""
+    return SlaWindows(
+        node=history.node,
+        gpus=tuple(history.gpus),
+        placed_at=history.placed_at,
+        windows=tuple((w.end, round(w.throughput_fraction, 6)) for w in history.windows),
+    ).dump()
 
 
 def has_window(history: SLAHistory, end: float) -> bool:

@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from gleaner.api import OfflineJob, Profile
+from gleaner.api.contract import LABEL_JOB
 from gleaner.operator.builders import MAX_LABEL_VALUE
 
 
@@ -79,7 +80,7 @@ def validate_job(
     if len(name) > MAX_LABEL_VALUE:
         return InvalidJob(
             f"metadata.name: {len(name)} characters; at most {MAX_LABEL_VALUE} "
-            "(the name is the value of the gleaner.dev/job label of the job's Pods)"
+            f"(the name is the value of the {LABEL_JOB} label of the job's Pods)"
         )
     if job.spec.profile is not None:
         return ValidJob(job, job.spec.profile)

@@ -17,7 +17,7 @@ one event loop:
   restore waits until it covers the page); without NVML it stays unknown (logged once);
 - backend ``simulated``: a :class:`~gleaner.runtime_agent.simulated.SimulatedNode` (synthetic online
   load seeded by the node name, or ``--trace``) advanced to the monotonic clock every
-  ``sim_step_s``; offline jobs come from the node's Pods (``gleaner.dev/role=offline``);
+  ``sim_step_s``; offline jobs come from the node's Pods (``OFFLINE_SELECTOR``);
 - an HTTP server on the metrics port: ``/metrics`` (the agent's own registry), ``/healthz``,
   and for the simulated backend ``POST /simulate/burst?gpus=0,1&seconds=60&busy=1.0``;
 - a reporter: every ``report_interval_s`` a snapshot of the accounting; unless ``kube`` is
@@ -51,6 +51,7 @@ from typing import Any
 
 from gleaner.api import GpuInfo, TraceSource
 from gleaner.clients.kube import KubeConfigError, SyncKubeClient
+from gleaner.protocol.node import SHIM_DIR, SHIM_IMAGE_PATH, SOCKET_DIR
 from gleaner.runtime_agent import timers
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.kube import PodWatcher, ReportError, load_client, write_nodetrace
@@ -68,8 +69,8 @@ from gleaner.runtime_agent.timers import Timer
 
 log = logging.getLogger("gleaner.runtime_agent")
 
-SHIM_SOURCE = Path("/opt/gleaner/lib/libgleaner_shim.so")
-SHIM_DEST_DIR = Path("/var/lib/gleaner/lib")
+SHIM_SOURCE = Path(SHIM_IMAGE_PATH)
+SHIM_DEST_DIR = Path(SHIM_DIR)
 
 
 class AgentError(RuntimeError):
@@ -102,7 +103,7 @@ class AgentOptions:
     node: str
     metrics_port: int = 9464
     metrics_host: str = "0.0.0.0"
-    socket_dir: Path = Path("/run/gleaner")
+    socket_dir: Path = Path(SOCKET_DIR)
     report_interval_s: float = 15.0
     window_s: float = 3600.0
     trace: Path | None = None

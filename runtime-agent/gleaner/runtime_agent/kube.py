@@ -7,9 +7,9 @@ Contract.
   raises :class:`ReportError` and nothing else when the write fails (API unreachable, or
   an answer such as 403 that no retry fixes); the caller keeps accumulating and the next
   report covers the gap (:mod:`gleaner.runtime_agent.reporting`).
-- :func:`offline_jobs_from_pods` (pure) maps Pods labelled ``gleaner.dev/role=offline`` on
-  the node to ``{gpu: "namespace/job"}`` from the label ``gleaner.dev/job`` and the
-  annotation ``gleaner.dev/gpus``; finished Pods are skipped.
+- :func:`offline_jobs_from_pods` (pure) maps Pods labelled ``OFFLINE_SELECTOR`` on the node
+  to ``{gpu: "namespace/job"}`` from the label ``LABEL_JOB`` and the annotation
+  ``ANNOTATION_GPUS`` (names of ``gleaner.api.contract``); finished Pods are skipped.
 - :class:`PodWatcher` lists, then watches those Pods (``spec.nodeName=<node>``) in a thread
   and calls back with the new mapping on every change; errors re-list after a pause.
 - :func:`load_client` is the agent's connection: ``gleaner.clients.kube``'s synchronous
@@ -31,6 +31,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gleaner.api import NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
+from gleaner.api.contract import (
+    ANNOTATION_GPUS,
+    LABEL_JOB,
+    LABEL_ROLE,
+    OFFLINE_SELECTOR,
+    ROLE_OFFLINE,
+    parse_gpus_annotation,
+)
 from gleaner.clients.kube import (
     ConflictError,
     KubeError,
@@ -42,9 +50,6 @@ from gleaner.clients.kube import (
 
 log = logging.getLogger("gleaner.runtime_agent.kube")
 
-ROLE_LABEL = "gleaner.dev/role"
-JOB_LABEL = "gleaner.dev/job"
-GPUS_ANNOTATION = "gleaner.dev/gpus"
 NULLABLE_STATUS_KEYS = ("window", "memory", "idleFraction", "harvestableMemoryP10GiB")
 RETRIED_STATUSES = frozenset({0, 409, 429})
 """Worth another try: unreachable (0), a conflict, throttling; 5xx too (see below)."""
@@ -119,18 +124,16 @@ def offline_jobs_from_pods(pods: Sequence[Mapping[str, Any]], node: str) -> dict
         spec = pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase")
         labels = meta.get("labels") or {}
-        if labels.get(ROLE_LABEL) != "offline" or spec.get("nodeName") != node:
+        if labels.get(LABEL_ROLE) != ROLE_OFFLINE or spec.get("nodeName") != node:
             continue
         if phase in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
             continue
-        job = labels.get(JOB_LABEL)
+        job = labels.get(LABEL_JOB)
         if not job:
             continue
-        annotation = (meta.get("annotations") or {}).get(GPUS_ANNOTATION, "")
-        for part in annotation.split(","):
-            part = part.strip()
-            if part.isdigit():
-                out[int(part)] = f"{meta.get('namespace', 'default')}/{job}"
+        annotation = (meta.get("annotations") or {}).get(ANNOTATION_GPUS)
+        for gpu in parse_gpus_annotation(annotation) or ():
+            out[gpu] = f"{meta.get('namespace', 'default')}/{job}"
     return out
 
 
@@ -165,7 +168,7 @@ class PodWatcher:
 
     def _run(self) -> None:
         selectors = {
-            "label_selector": f"{ROLE_LABEL}=offline",
+            "label_selector": OFFLINE_SELECTOR,
             "field_selector": f"spec.nodeName={self.node}",
         }
         while not self._stop.is_set():

@@ -89,6 +89,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gleaner.protocol import wire as p
+from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
@@ -96,7 +97,6 @@ from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
 log = logging.getLogger("gleaner.runtime_agent.server")
 
 HEADER_SIZE = p.HEADER_SIZE
-SOCKET_NAME = "agent.sock"
 MAX_FDS = 8
 _ANCILLARY = socket.CMSG_SPACE(MAX_FDS * 4)
 _RECV_SIZE = 65536
@@ -775,11 +775,11 @@ class ShimServer:
             proc.page_bytes_warned = True
             log.warning(
                 "%s reports %d-byte KV pages; the agent plans in %d-byte handles, so its "
-                "reclaimed and restored byte counts will be off (leave GLEANER_KV_PAGE_BYTES "
-                "at its default)",
+                "reclaimed and restored byte counts will be off (leave %s at its default)",
                 proc.source,
                 odd,
                 handle_bytes,
+                ENV_KV_PAGE_BYTES,
             )
         for gpu in self._edge_gpus(proc, msg.gpu):
             table = proc.handles.setdefault(gpu, {})

@@ -223,9 +223,9 @@ static void bind_helpers(dlsym_fn d, void *handle) {
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static int driver_found;
 static void bind_driver_once(void) {
-  const char *path = getenv("GLEANER_LIBCUDA");
+  const char *path = getenv(GLEANER_NODE_ENV_LIBCUDA);
   if (!path || !*path)
-    path = "libcuda.so.1";
+    path = GLEANER_NODE_DEFAULT_LIBCUDA;
   void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
   if (!h)
     h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
@@ -380,7 +380,7 @@ void gl_online_launched(void *stream, int is_graph) {
     pthread_cond_signal(&trk_cv);
   }
   if (!tracker_started) {
-    const char *q = getenv("GLEANER_IDLE_QUIET_US");
+    const char *q = getenv(GLEANER_NODE_ENV_IDLE_QUIET_US);
     idle_quiet_ns = (q && *q ? (uint64_t)strtoull(q, NULL, 10) : 2000ull) * 1000ull;
     pthread_t th;
     pthread_attr_t attr;

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "gleaner_node.h"
 #include "gleaner_proto.h"
 #include "rm.h"
 

@@ -94,7 +94,7 @@ static void parse_gpus(void) {
       p += n + (p[n] == ',');
     }
   }
-  const char *idx = getenv("GLEANER_GPU_INDICES");
+  const char *idx = getenv(GLEANER_NODE_ENV_GPU_INDICES);
   int k = 0;
   while (idx && *idx && k < (int)GL_MAX_GPUS) {
     char *end;
@@ -118,27 +118,28 @@ static void do_init(void) {
   next_open64_2 = (open2_fn)gl_next_sym("__open64_2");
   next_close = (close_fn)gl_next_sym("close");
 
-  const char *role = getenv("GLEANER_ROLE");
+  const char *role = getenv(GLEANER_NODE_ENV_ROLE);
   gl_cfg.role = GL_ROLE_NONE;
-  if (role && strcmp(role, "offline") == 0)
+  if (role && strcmp(role, GLEANER_NODE_ROLE_OFFLINE) == 0)
     gl_cfg.role = GL_ROLE_OFF;
-  else if (role && strcmp(role, "online") == 0)
+  else if (role && strcmp(role, GLEANER_NODE_ROLE_ONLINE) == 0)
     gl_cfg.role = GL_ROLE_ON;
-  copy_env(gl_cfg.ctl_path, sizeof gl_cfg.ctl_path, "GLEANER_NVIDIACTL_PATH", "/dev/nvidiactl");
-  copy_env(gl_cfg.socket_path, sizeof gl_cfg.socket_path, "GLEANER_SOCKET",
-           "/run/gleaner/agent.sock");
-  copy_env(gl_cfg.job, sizeof gl_cfg.job, "GLEANER_JOB", "");
-  const char *lvl = getenv("GLEANER_SHIM_LOG");
+  copy_env(gl_cfg.ctl_path, sizeof gl_cfg.ctl_path, GLEANER_NODE_ENV_NVIDIACTL_PATH,
+           GLEANER_NODE_DEFAULT_NVIDIACTL_PATH);
+  copy_env(gl_cfg.socket_path, sizeof gl_cfg.socket_path, GLEANER_NODE_ENV_SOCKET,
+           GLEANER_NODE_SOCKET_PATH);
+  copy_env(gl_cfg.job, sizeof gl_cfg.job, GLEANER_NODE_ENV_JOB, "");
+  const char *lvl = getenv(GLEANER_NODE_ENV_SHIM_LOG);
   gl_cfg.log_level = 1;
   if (lvl && strcmp(lvl, "quiet") == 0)
     gl_cfg.log_level = 0;
   else if (lvl && strcmp(lvl, "debug") == 0)
     gl_cfg.log_level = 2;
-  gl_cfg.reconnect_ms = env_int("GLEANER_SHIM_RECONNECT_MS", 200);
+  gl_cfg.reconnect_ms = env_int(GLEANER_NODE_ENV_SHIM_RECONNECT_MS, 200);
   if (gl_cfg.reconnect_ms < 1)
     gl_cfg.reconnect_ms = 1;
-  gl_cfg.hold_log_ms = env_int("GLEANER_SHIM_HOLD_LOG_MS", 5000);
-  gl_cfg.max_gap_ns = (uint64_t)env_int("GLEANER_MAX_DECODE_GAP_MS", 1000) * 1000000ull;
+  gl_cfg.hold_log_ms = env_int(GLEANER_NODE_ENV_SHIM_HOLD_LOG_MS, 5000);
+  gl_cfg.max_gap_ns = (uint64_t)env_int(GLEANER_NODE_ENV_MAX_DECODE_GAP_MS, 1000) * 1000000ull;
   parse_gpus();
   gl_log(2, "loaded: role=%d ctl=%s socket=%s", gl_cfg.role, gl_cfg.ctl_path, gl_cfg.socket_path);
 }

@@ -544,7 +544,7 @@ static int load_kv_fns(kv_fns *f) {
 }
 
 static size_t env_page_bytes(void) {
-  const char *v = getenv("GLEANER_KV_PAGE_BYTES");
+  const char *v = getenv(GLEANER_NODE_ENV_KV_PAGE_BYTES);
   if (v && *v) {
     char *end;
     unsigned long long x = strtoull(v, &end, 0);

@@ -21,12 +21,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gleaner.api.contract import LABEL_JOB_CLASS
 from gleaner.perfmodel.profile import JobProfile
 
 if TYPE_CHECKING:
     from gleaner.api import OfflineJob
 
-JOB_CLASS_LABEL = "gleaner.dev/job-class"
+JOB_CLASS_LABEL = LABEL_JOB_CLASS
 """OfflineJob label naming the job's class for bias correction (default: no class)."""
 
 

@@ -7,21 +7,26 @@ predicted there (the three factors and their product), a summary of what was obs
 reason, when it happened, and what happens next (requeued with a backoff deadline and
 the nodes now excluded, or given up as Failed).
 
-``to_json()`` returns a JSON-ready dict with camelCase keys (times as RFC 3339 UTC
-strings); ``from_json()`` accepts that dict or its serialized string and returns an
-equal record. The operator stores ``json.dumps(report.to_json())`` under the key
-``report.json`` of a ConfigMap labelled ``gleaner.dev/report=sla-eviction``;
-``gleaner report evictions`` reads them back with ``from_json``.
+``to_json()`` returns a JSON-ready dict in the stored format,
+:class:`gleaner.api.contract.EvictionReportDocument` (camelCase keys, times as RFC 3339 UTC
+strings); ``from_json()`` accepts that dict or its serialized string and returns an equal
+record. The operator stores it under ``REPORT_KEY`` of a ConfigMap labelled
+``LABEL_REPORT=REPORT_SLA_EVICTION`` (both in ``gleaner.api.contract``);
+``gleaner report evictions`` and the dashboard read them back with ``from_json``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from gleaner.api.contract import (
+    EvictionReportDocument,
+    ObservedSummaryDocument,
+    PredictedFactorsDocument,
+    rfc3339,
+)
 from gleaner.scheduler.monitor import (
     EvictionPlan,
     SLADecision,
@@ -30,20 +35,6 @@ from gleaner.scheduler.monitor import (
     summarize,
     window_missed,
 )
-
-REPORT_VERSION = 1
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).isoformat().replace("+00:00", "Z")
-
-
-def _epoch(value: Any) -> float:
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    raise ValueError(f"not a time: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -96,79 +87,77 @@ class EvictionReport:
             return f"none: gave up as Failed after {self.eviction_count} eviction(s)"
         assert self.next_attempt_after is not None
         away = ", ".join(self.excluded_nodes) or "-"
-        return f"requeued; not before {_iso(self.next_attempt_after)}, not on {away}"
+        return f"requeued; not before {rfc3339(self.next_attempt_after)}, not on {away}"
+
+    def document(self) -> EvictionReportDocument:
+        """This report in the stored format."""
+        return EvictionReportDocument(
+            job=self.job,
+            node=self.node,
+            gpus=list(self.gpus),
+            gpu_uuids=list(self.gpu_uuids),
+            sla=self.sla,
+            predicted=PredictedFactorsDocument(
+                compute=self.predicted.compute,
+                memory=self.predicted.memory,
+                multi_gpu=self.predicted.multi_gpu,
+                throughput_fraction=self.predicted.throughput_fraction,
+            ),
+            observed=ObservedSummaryDocument(
+                mean=self.observed.mean,
+                min=self.observed.min,
+                last=self.observed.last,
+                windows=self.observed.windows,
+                windows_missed=self.observed.windows_missed,
+                window_seconds=self.observed.window_seconds,
+            ),
+            reason=self.reason,
+            time=self.time,
+            eviction_count=self.eviction_count,
+            outcome="failed" if self.failed else "requeued",
+            next_attempt_after=self.next_attempt_after,
+            excluded_nodes=list(self.excluded_nodes),
+            next_placement=self.next_placement,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": REPORT_VERSION,
-            "job": self.job,
-            "node": self.node,
-            "gpus": list(self.gpus),
-            "gpuUUIDs": list(self.gpu_uuids),
-            "sla": self.sla,
-            "predicted": {
-                "compute": self.predicted.compute,
-                "memory": self.predicted.memory,
-                "multiGPU": self.predicted.multi_gpu,
-                "throughputFraction": self.predicted.throughput_fraction,
-            },
-            "observed": {
-                "mean": self.observed.mean,
-                "min": self.observed.min,
-                "last": self.observed.last,
-                "windows": self.observed.windows,
-                "windowsMissed": self.observed.windows_missed,
-                "windowSeconds": self.observed.window_seconds,
-            },
-            "reason": self.reason,
-            "time": _iso(self.time),
-            "evictionCount": self.eviction_count,
-            "outcome": "failed" if self.failed else "requeued",
-            "nextAttemptAfter": (
-                None if self.next_attempt_after is None else _iso(self.next_attempt_after)
+        return self.document().serialize()
+
+    @classmethod
+    def from_document(cls, doc: EvictionReportDocument) -> EvictionReport:
+        pred, obs = doc.predicted, doc.observed
+        return cls(
+            job=doc.job,
+            node=doc.node,
+            gpus=tuple(doc.gpus),
+            gpu_uuids=tuple(doc.gpu_uuids),
+            sla=doc.sla,
+            predicted=PredictedFactors(
+                compute=pred.compute,
+                memory=pred.memory,
+                multi_gpu=pred.multi_gpu,
+                throughput_fraction=pred.throughput_fraction,
             ),
-            "excludedNodes": list(self.excluded_nodes),
-            "nextPlacement": self.next_placement,
-        }
+            observed=ObservedSummary(
+                mean=obs.mean,
+                min=obs.min,
+                last=obs.last,
+                windows=obs.windows,
+                windows_missed=obs.windows_missed,
+                window_seconds=obs.window_seconds,
+            ),
+            reason=doc.reason,
+            time=doc.time,
+            eviction_count=doc.eviction_count,
+            failed=doc.failed,
+            next_attempt_after=doc.next_attempt_after,
+            excluded_nodes=tuple(doc.excluded_nodes),
+        )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | str | bytes) -> EvictionReport:
         """Parse ``to_json()``'s output (or its string); raise ValueError on bad input."""
-        raw: Any = json.loads(data) if isinstance(data, str | bytes) else data
-        if not isinstance(raw, Mapping):
-            raise ValueError("an eviction report must be a JSON object")
-        try:
-            pred, obs = raw["predicted"], raw["observed"]
-            nxt = raw.get("nextAttemptAfter")
-            return cls(
-                job=str(raw["job"]),
-                node=str(raw["node"]),
-                gpus=tuple(int(g) for g in raw["gpus"]),
-                gpu_uuids=tuple(str(u) for u in raw.get("gpuUUIDs", ())),
-                sla=float(raw["sla"]),
-                predicted=PredictedFactors(
-                    compute=float(pred["compute"]),
-                    memory=float(pred["memory"]),
-                    multi_gpu=float(pred["multiGPU"]),
-                    throughput_fraction=float(pred["throughputFraction"]),
-                ),
-                observed=ObservedSummary(
-                    mean=float(obs["mean"]),
-                    min=float(obs["min"]),
-                    last=float(obs["last"]),
-                    windows=int(obs["windows"]),
-                    windows_missed=int(obs["windowsMissed"]),
-                    window_seconds=float(obs["windowSeconds"]),
-                ),
-                reason=str(raw["reason"]),
-                time=_epoch(raw["time"]),
-                eviction_count=int(raw["evictionCount"]),
-                failed=raw["outcome"] == "failed",
-                next_attempt_after=None if nxt is None else _epoch(nxt),
-                excluded_nodes=tuple(str(n) for n in raw.get("excludedNodes", ())),
-            )
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed eviction report: missing or bad field {exc}") from exc
+        return cls.from_document(EvictionReportDocument.parse(data))
 
 
 def build_eviction_report(

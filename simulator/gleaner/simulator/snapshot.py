@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gleaner.api import NodeTrace, OfflineJob
+from gleaner.api.contract import eviction_report_name
 from gleaner.scheduler import EvictionReport
 
 SERIES_NAMES = (
@@ -69,7 +70,7 @@ def dashboard_record(
         reports.append(
             {
                 "namespace": namespace or "default",
-                "configMap": f"{name}-sla-eviction-{report.eviction_count}",
+                "configMap": eviction_report_name(name, report.eviction_count),
                 "report": report.to_json(),
             }
         )

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from gleaner.protocol import node as pn
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
 from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
@@ -283,14 +284,14 @@ def _shim_env(
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LD_PRELOAD": " ".join(str(x) for x in preload),
-        "GLEANER_ROLE": role,
-        "GLEANER_SOCKET": str(socket_path),
-        "GLEANER_GPU_INDICES": str(gpu_index),
-        "GLEANER_NVIDIACTL_PATH": str(ctl),
-        "GLEANER_SHIM_RECONNECT_MS": "50",
+        pn.ENV_ROLE: role,
+        pn.ENV_SOCKET: str(socket_path),
+        pn.ENV_GPU_INDICES: str(gpu_index),
+        pn.ENV_NVIDIACTL_PATH: str(ctl),
+        pn.ENV_SHIM_RECONNECT_MS: "50",
     }
     if job is not None:
-        env["GLEANER_JOB"] = job
+        env[pn.ENV_JOB] = job
     if visible_devices is not None:
         env["NVIDIA_VISIBLE_DEVICES"] = visible_devices
     return env
@@ -327,7 +328,7 @@ class ShimProcess(_LineChild):
         env |= {
             "GLEANER_FAKE_RM_LOG": str(self.rm_log),
             "GLEANER_TEST_LIBCUDA": str(build / "libfake_cuda.so"),
-            "GLEANER_SHIM_HOLD_LOG_MS": "200",
+            pn.ENV_SHIM_HOLD_LOG_MS: "200",
             **(extra_env or {}),
         }
         super().__init__([str(build / "rm_client")], env, tmp / f"shim_stderr_{id(self)}.log")
@@ -395,7 +396,7 @@ class PreloadedPython(_LineChild):
         )
         full |= {
             "PYTHONPATH": os.pathsep.join(sys.path),
-            "GLEANER_LIBCUDA": str(build / "libfake_cuda.so"),
+            pn.ENV_LIBCUDA: str(build / "libfake_cuda.so"),
             **(env or {}),
         }
         argv = [sys.executable, "-c", driver]

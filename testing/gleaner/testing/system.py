@@ -45,6 +45,8 @@ from typing import Any, Self, TypeVar
 
 import yaml
 
+from gleaner.api import GROUP, VERSION
+from gleaner.api.contract import OFFLINE_SELECTOR, job_selector
 from gleaner.testing.kube import KubeApi, KubeEmulator
 from gleaner.testing.net import free_port
 from gleaner.testing.processes import (
@@ -59,7 +61,6 @@ from gleaner.testing.processes import (
 
 T = TypeVar("T")
 
-GROUP, VERSION = "gleaner.dev", "v1alpha1"
 NAMESPACES = ("default", "batch")
 
 OPERATOR_FAST_ARGS: tuple[str, ...] = (
@@ -569,7 +570,7 @@ class GleanerSystem:
         )
 
     def pods(self, namespace: str = "batch", job: str | None = None) -> list[dict[str, Any]]:
-        selector = "gleaner.dev/role=offline" + (f",gleaner.dev/job={job}" if job else "")
+        selector = job_selector(job) if job else OFFLINE_SELECTOR
         return [
             dict(self.api.client.sanitize_for_serialization(p))
             for p in self.api.pods(namespace, selector)

@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gleaner.protocol.node import KV_FREE_SYMBOL, KV_MALLOC_SYMBOL
 from gleaner.vllm_hook.pages import KvLayout
-from gleaner.vllm_hook.shimapi import FREE_SYMBOL, MALLOC_SYMBOL, shim_path
+from gleaner.vllm_hook.shimapi import shim_path
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def wrap_runner(
 
         if not _POOL:
             alloc = torch.cuda.memory.CUDAPluggableAllocator(
-                shim_path(), MALLOC_SYMBOL, FREE_SYMBOL
+                shim_path(), KV_MALLOC_SYMBOL, KV_FREE_SYMBOL
             )
             _POOL.extend([alloc, torch.cuda.MemPool(alloc.allocator())])
         with torch.cuda.use_mem_pool(_POOL[1]):

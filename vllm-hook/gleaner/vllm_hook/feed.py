@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from gleaner.protocol import wire as p
+from gleaner.protocol.node import ENV_GPU_INDICES
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def gpu_identity(env: Mapping[str, str] | None = None) -> tuple[tuple[str, ...],
     e = os.environ if env is None else env
     first = e.get("NVIDIA_VISIBLE_DEVICES", "").split(",")[0].strip()
     uuids = (first,) if first.startswith("GPU-") else ()
-    idx = e.get("GLEANER_GPU_INDICES", "").split(",")[0].strip()
+    idx = e.get(ENV_GPU_INDICES, "").split(",")[0].strip()
     indices = (int(idx),) if idx.lstrip("-").isdigit() else ()
     return uuids, indices
 

@@ -49,8 +49,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gleaner.protocol.node import KV_PAGE_QUARANTINED
 from gleaner.vllm_hook import pages as pg
-from gleaner.vllm_hook.shimapi import QUARANTINED, KvPages
+from gleaner.vllm_hook.shimapi import KvPages
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class MemoryHook:
             return self.plan
         epochs, states = self._read_pages()
         vas = [va for va, _ in states]
-        now = frozenset(va for va, st in states if st == QUARANTINED)
+        now = frozenset(va for va, st in states if st == KV_PAGE_QUARANTINED)
         rebuilt = self.table is None or tuple(vas) != self.table.pages
         if rebuilt:
             self.table = pg.page_table(self.layouts, vas, self.shim.page_bytes())

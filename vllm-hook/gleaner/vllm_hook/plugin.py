@@ -21,6 +21,15 @@ import time
 from typing import Any
 
 from gleaner.protocol import wire as p
+from gleaner.protocol.node import (
+    ENV_JOB,
+    ENV_ROLE,
+    ENV_SOCKET,
+    ENV_VLLM_HOOK,
+    ROLE_ONLINE,
+    ROLES,
+    SOCKET_PATH,
+)
 from gleaner.vllm_hook import alloc, memory, report, shimapi
 from gleaner.vllm_hook.feed import InvalidationFeed, gpu_identity
 
@@ -31,7 +40,7 @@ _reporter: report.Reporter[Any] | None = None
 
 def enabled(env: dict[str, str] | None = None) -> bool:
     e = os.environ if env is None else env
-    return e.get("GLEANER_ROLE") in ("offline", "online") and e.get("GLEANER_VLLM_HOOK", "1") != "0"
+    return e.get(ENV_ROLE) in ROLES and e.get(ENV_VLLM_HOOK, "1") != "0"
 
 
 def register() -> None:
@@ -43,11 +52,11 @@ def register() -> None:
     except ImportError:
         log.warning("gleaner: vLLM v1 scheduler not importable; KV hook off")
         return
-    online = os.environ.get("GLEANER_ROLE") == "online"
+    online = os.environ.get(ENV_ROLE) == ROLE_ONLINE
     uuids, indices = gpu_identity()
     feed = InvalidationFeed(
-        os.environ.get("GLEANER_SOCKET", "/run/gleaner/agent.sock"),
-        job=os.environ.get("GLEANER_JOB", ""),
+        os.environ.get(ENV_SOCKET, SOCKET_PATH),
+        job=os.environ.get(ENV_JOB, ""),
         role=p.Role.ONLINE if online else p.Role.FRAMEWORK,
         gpu_uuids=uuids,
         gpu_indices=indices,

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gleaner.protocol import wire as p
+from gleaner.protocol.node import ENV_KV_REPORT_FORMAT, ENV_KV_REPORT_MS
 from gleaner.vllm_hook import pages as pg
 from gleaner.vllm_hook.memory import Snapshot
 
@@ -47,7 +48,7 @@ PAGE_BYTES = 2 << 20
 def report_interval_s(env: Mapping[str, str] | None = None) -> float:
     e = os.environ if env is None else env
     try:
-        ms = int(e.get("GLEANER_KV_REPORT_MS", DEFAULT_REPORT_MS))
+        ms = int(e.get(ENV_KV_REPORT_MS, DEFAULT_REPORT_MS))
     except ValueError:
         ms = DEFAULT_REPORT_MS
     return max(0, ms) / 1000.0
@@ -60,7 +61,7 @@ DEFAULT_FORMAT = "groups"
 def report_format(env: Mapping[str, str] | None = None) -> str:
     """``GLEANER_KV_REPORT_FORMAT`` (``handles`` or ``groups``); anything else: the default."""
     e = os.environ if env is None else env
-    fmt = e.get("GLEANER_KV_REPORT_FORMAT", DEFAULT_FORMAT).strip().lower()
+    fmt = e.get(ENV_KV_REPORT_FORMAT, DEFAULT_FORMAT).strip().lower()
     return fmt if fmt in FORMATS else DEFAULT_FORMAT
 
 

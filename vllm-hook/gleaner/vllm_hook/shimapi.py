@@ -2,7 +2,7 @@
 
 Contract: :func:`load` returns a :class:`ShimKv` over the ``gleaner_kv_*`` symbols of the
 shim already in this process (``LD_PRELOAD``: found through ``dlopen(NULL)``), else of
-``GLEANER_SHIM_PATH`` (default ``/var/lib/gleaner/lib/libgleaner_shim.so``), else None.
+``ENV_SHIM_PATH`` (default ``SHIM_PATH``; both of :mod:`gleaner.protocol.node`), else None.
 :meth:`ShimKv.pages` reads ``gleaner_kv_pages`` and :meth:`ShimKv.epochs`
 ``gleaner_kv_page_epochs`` (per page, how many times it was reclaimed; None from a shim
 without that symbol), each with a buffer grown until the count fits (pages can appear
@@ -16,12 +16,7 @@ import ctypes
 import os
 from typing import Protocol
 
-DEFAULT_SHIM_PATH = "/var/lib/gleaner/lib/libgleaner_shim.so"
-MALLOC_SYMBOL = "gleaner_kv_malloc"
-FREE_SYMBOL = "gleaner_kv_free"
-
-BACKED = 0
-QUARANTINED = 1
+from gleaner.protocol.node import ENV_SHIM_PATH, SHIM_PATH
 
 
 class KvPages(Protocol):
@@ -96,7 +91,7 @@ class ShimKv:
 
 def shim_path(env: dict[str, str] | None = None) -> str:
     e = os.environ if env is None else env
-    return e.get("GLEANER_SHIM_PATH", DEFAULT_SHIM_PATH)
+    return e.get(ENV_SHIM_PATH, SHIM_PATH)
 
 
 def load(env: dict[str, str] | None = None) -> ShimKv | None:

@@ -10,8 +10,8 @@ loop is kicked: GPUs were freed.
 
 from __future__ import annotations
 
+from gleaner.api.contract import job_selector
 from gleaner.clients.kube import pods_path
-from gleaner.operator.builders import job_selector
 from gleaner.operator.context import OperatorContext
 
 

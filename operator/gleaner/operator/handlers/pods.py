@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import OfflineJobStatus
+from gleaner.api.contract import LABEL_JOB
 from gleaner.operator import status as st
-from gleaner.operator.builders import LABEL_JOB
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import update_status

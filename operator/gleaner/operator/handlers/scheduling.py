@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.api.common import find_condition
+from gleaner.api.contract import LABEL_JOB, OFFLINE_SELECTOR
 from gleaner.clients.kube import (
     ConflictError,
     KubeError,
@@ -51,13 +52,7 @@ from gleaner.clients.kube import (
     pods_path,
 )
 from gleaner.operator import status as st
-from gleaner.operator.builders import (
-    LABEL_JOB,
-    OFFLINE_SELECTOR,
-    build_offline_pod,
-    gpus_of_pod,
-    pod_name,
-)
+from gleaner.operator.builders import build_offline_pod, gpus_of_pod, pod_name
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.handlers.validate import apply_verdict

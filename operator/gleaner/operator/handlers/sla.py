@@ -27,14 +27,14 @@ from typing import Any
 
 from gleaner.api import EvictionRecord, Observed, OfflineJobStatus, Phase, Placement
 from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, job_selector
 from gleaner.operator import status as st
-from gleaner.operator.builders import build_eviction_report_configmap, job_selector
+from gleaner.operator.builders import build_eviction_report_configmap
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, patch_annotations, update_status
 from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
 from gleaner.operator.slahistory import (
-    ANNOTATION_SLA_WINDOWS,
     dump_history,
     has_window,
     history_for,
