@@ -1,6 +1,6 @@
 """``gleaner place`` and the operator's decision path agree on the same trace and queue.
 
-Both build a ``ClusterSnapshot`` and call ``gleaner.scheduler.decide``; this drives the CLI
+Both build a ``SchedulingSnapshot`` and call ``gleaner.scheduler.decide``; this drives the CLI
 through its main function and the operator through ``plan_placements`` (what its
 scheduling pass calls), with inputs built from one trace file and one set of manifests,
 and asserts the same node, the same GPUs and the same reasons text for every job.

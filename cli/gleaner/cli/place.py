@@ -4,7 +4,7 @@ A thin shell around ``gleaner.scheduler.decide``: it reads OfflineJob manifests 
 files and directories (``*.yaml``, ``*.yml``, ``*.json``; a directory's own files, and its
 subdirectories too with ``--recursive``, as ``kubectl apply -f DIR [-R]`` reads them; other
 kinds of documents are skipped, ConfigMaps are kept to resolve ``spec.profileFrom``),
-loads node summaries from a trace file or Prometheus, builds the ``ClusterSnapshot`` the
+loads node summaries from a trace file or Prometheus, builds the ``SchedulingSnapshot`` the
 operator would (:func:`snapshot_of`: GPUs the summaries report held by jobs outside the
 queue are occupied, nodes whose last report is older than the operator's staleness limit
 at the newest report are unavailable), runs one scheduling cycle and prints the
@@ -39,7 +39,7 @@ from gleaner.cli.inputs import (
 if TYPE_CHECKING:
     from gleaner.api import OfflineJob, Profile
     from gleaner.perfmodel import NodeSummary
-    from gleaner.scheduler import ClusterSnapshot, JobRequest
+    from gleaner.scheduler import JobRequest, SchedulingSnapshot
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STALE_AFTER_SECONDS = 600.0
@@ -134,14 +134,14 @@ def snapshot_of(
     requests: list[JobRequest],
     nodes: dict[str, NodeSummary],
     stale_after_seconds: float = STALE_AFTER_SECONDS,
-) -> ClusterSnapshot:
+) -> SchedulingSnapshot:
     """The snapshot the operator would schedule ``requests`` on, from summaries alone.
 
     The time of the decision is the newest report among the nodes (a trace has no other
     clock); GPUs the summaries report held are occupied unless by a job of the queue (a
     queued job holds nothing, as in the operator).
     """
-    from gleaner.scheduler import ClusterSnapshot, occupied_from_summaries
+    from gleaner.scheduler import SchedulingSnapshot, occupied_from_summaries
 
     queued = {r.key for r in requests}
     occupied = {
@@ -149,7 +149,7 @@ def snapshot_of(
         for node, held in occupied_from_summaries(nodes).items()
     }
     reports = [s.last_report_time for s in nodes.values() if s.last_report_time is not None]
-    return ClusterSnapshot(
+    return SchedulingSnapshot(
         jobs=requests,
         nodes=nodes,
         now=max(reports) if reports else None,

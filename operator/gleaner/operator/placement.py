@@ -3,7 +3,7 @@
 Contract: ``plan_placements`` turns what a scheduling pass read from the API server (the
 queued jobs with their resolved profiles, node summaries from NodeTraces or Prometheus,
 the GPUs offline Pods already hold, the Kubernetes Nodes' labels and availability, the
-staleness limit) into one ``ClusterSnapshot``, calls ``gleaner.scheduler.decide`` once for
+staleness limit) into one ``SchedulingSnapshot``, calls ``gleaner.scheduler.decide`` once for
 the whole queue, and turns the answer back into API ``Placement`` objects, per-job reasons
 and each placement's explanation. It decides nothing itself: filters, scores,
 explanations and the model are the scheduler's and perfmodel's.
@@ -18,10 +18,10 @@ from datetime import datetime
 from gleaner.api import OfflineJob, Placement, Profile
 from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.scheduler import (
-    ClusterSnapshot,
     JobRequest,
     NodeExplanation,
     SchedulerConfig,
+    SchedulingSnapshot,
     decide,
 )
 
@@ -67,7 +67,7 @@ def plan_placements(
     if not queue:
         return plan
     by_key = {q.key: q for q in queue}
-    snapshot = ClusterSnapshot(
+    snapshot = SchedulingSnapshot(
         jobs=[JobRequest.from_offlinejob(q.job, JobProfile.from_api(q.profile)) for q in queue],
         nodes=nodes,
         now=now,

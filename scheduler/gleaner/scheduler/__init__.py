@@ -5,7 +5,7 @@ here; the modules behind it are:
 
 - ``job`` — :class:`JobRequest` (one pending OfflineJob) and the queue order;
 - ``cluster`` — :class:`ClusterState` (node summaries, labels, occupancy, availability)
-  and :class:`ClusterSnapshot` (that plus the queue, staleness and the time: the one
+  and :class:`SchedulingSnapshot` (that plus the queue, staleness and the time: the one
   input of :func:`decide`, the entry every shell calls);
 - ``config`` — :class:`SchedulerConfig`;
 - ``framework``, ``registry``, ``plugins/`` — filters with reasons and scores 0..100,
@@ -25,8 +25,8 @@ from gleaner.scheduler.bias import BiasConfig, BiasEntry, BiasTable
 from gleaner.scheduler.cluster import (
     NO_WINDOW_REASON,
     STALE_REASON,
-    ClusterSnapshot,
     ClusterState,
+    SchedulingSnapshot,
     occupied_from_summaries,
     stale_nodes,
 )
@@ -70,7 +70,6 @@ __all__ = [
     "BiasConfig",
     "BiasEntry",
     "BiasTable",
-    "ClusterSnapshot",
     "ClusterState",
     "EvictionPlan",
     "EvictionReport",
@@ -88,6 +87,7 @@ __all__ = [
     "ScheduleResult",
     "Scheduler",
     "SchedulerConfig",
+    "SchedulingSnapshot",
     "Unschedulable",
     "WindowObservation",
     "backoff_seconds",

@@ -17,7 +17,7 @@ Nodes whose summary has an empty window are treated as unavailable ("no trace wi
 :func:`stale_nodes` marks nodes whose last report is too old. ``with_placements``
 returns the state after a cycle's placements (what the simulator feeds the next cycle).
 
-:class:`ClusterSnapshot` is the one input of ``gleaner.scheduler.decide``: the queue (each
+:class:`SchedulingSnapshot` is the one input of ``gleaner.scheduler.decide``: the queue (each
 job with its eviction history: ``excluded_nodes``, ``eviction_count``, ``not_before``),
 the node summaries, labels, occupancy, unavailable nodes, the staleness limit, the bias
 table and the time of the decision, as one value. The operator, ``gleaner place`` and the
@@ -91,7 +91,7 @@ class ClusterState:
 
 
 @dataclass(frozen=True)
-class ClusterSnapshot:
+class SchedulingSnapshot:
     """Everything one scheduling decision reads, as one value (see the module docstring)."""
 
     jobs: Sequence[JobRequest]

@@ -24,7 +24,7 @@ How it stays fast (1,000 jobs onto 10,000 GPUs in well under 2 s on one core):
 Every placement carries the :class:`~gleaner.scheduler.explain.NodeExplanation` of its
 chosen set (every factor, the bias, every filter's verdict); :func:`explain_nodes` and
 :func:`explain_set` answer the same question for any other node or set. :func:`decide`
-is the entry the shells call, with a :class:`~gleaner.scheduler.cluster.ClusterSnapshot`.
+is the entry the shells call, with a :class:`~gleaner.scheduler.cluster.SchedulingSnapshot`.
 
 Work per job is proportional to the GPUs (and aligned sets) of the cluster, so a cycle
 grows linearly with the cluster. Jobs that fit nowhere are explained (when
@@ -43,7 +43,7 @@ from dataclasses import replace
 import numpy as np
 
 from gleaner.perfmodel.model import predict, subset_factors
-from gleaner.scheduler.cluster import ClusterSnapshot, ClusterState
+from gleaner.scheduler.cluster import ClusterState, SchedulingSnapshot
 from gleaner.scheduler.config import SchedulerConfig
 from gleaner.scheduler.explain import NodeExplanation, Rule
 from gleaner.scheduler.framework import (
@@ -60,7 +60,7 @@ from gleaner.scheduler.result import PlacementDecision, ScheduleResult, Unschedu
 from gleaner.scheduler.view import ClusterView
 
 
-def decide(snapshot: ClusterSnapshot, config: SchedulerConfig | None = None) -> ScheduleResult:
+def decide(snapshot: SchedulingSnapshot, config: SchedulerConfig | None = None) -> ScheduleResult:
     """The one entry to scheduling: place ``snapshot.jobs`` on the cluster it describes.
 
     The operator, ``gleaner place`` and the simulator call this with the snapshot they
@@ -70,7 +70,7 @@ def decide(snapshot: ClusterSnapshot, config: SchedulerConfig | None = None) -> 
 
 
 def explain_nodes(
-    snapshot: ClusterSnapshot,
+    snapshot: SchedulingSnapshot,
     job: JobRequest,
     config: SchedulerConfig | None = None,
     skip: Iterable[str] = (),
@@ -91,7 +91,7 @@ def explain_nodes(
 
 
 def explain_set(
-    snapshot: ClusterSnapshot,
+    snapshot: SchedulingSnapshot,
     job: JobRequest,
     node: str,
     gpus: Sequence[int],

@@ -21,7 +21,7 @@ Model (docs/simulator.md has the details):
   the node-level simulation) times the memory factor at that step's tightest GPU. The
   model instead predicts from a trailing window of NodeSummaries (averages and overlap/union
   ratios), so its error is real: load drifts, and factors correlate.
-- Placement: ``gleaner`` = ``gleaner.scheduler.decide`` on a ``ClusterSnapshot`` (the
+- Placement: ``gleaner`` = ``gleaner.scheduler.decide`` on a ``SchedulingSnapshot`` (the
   summaries, occupancy, the learned bias, each job's eviction history) with its default
   config;
   ``no-multi-filter`` = the same without the ``PairOverlap`` filter; ``first-fit`` = the
@@ -46,12 +46,12 @@ from gleaner.perfmodel import DEFAULT_STEP_GIB, GpuSpec, JobProfile, MemoryHisto
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
     BiasTable,
-    ClusterSnapshot,
     EvictionReport,
     JobRequest,
     PlacementDecision,
     PredictedFactors,
     SchedulerConfig,
+    SchedulingSnapshot,
     SLAHistory,
     SLAMonitorConfig,
     build_eviction_report,
@@ -532,7 +532,7 @@ def _scheduler_placer(config: SchedulerConfig, bias: BiasTable) -> Placer:
             )
             for j in pending
         ]
-        snapshot = ClusterSnapshot(
+        snapshot = SchedulingSnapshot(
             jobs=requests,
             nodes=summaries,
             now=EPOCH + timedelta(seconds=now),
