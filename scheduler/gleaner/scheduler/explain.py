@@ -28,6 +28,10 @@ def placed_message(node: str, gpus: Sequence[int], fraction: float) -> str:
     return f"placed on {node} GPUs {listed}: predicted {fraction:.2f} of standalone throughput"
 
 
+SLA_RULE = "ThroughputSLA"
+"""The filter whose verdict leads an explanation (the predicted product against the SLA)."""
+
+
 @dataclass(frozen=True)
 class Rule:
     """One filter's verdict on a node (node filters) or on the node's judged set."""
@@ -91,9 +95,12 @@ class NodeExplanation:
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        """The verdict in lines: the failed rules' texts, else every rule's text."""
+        """The verdict in lines: the SLA rule's first (when a set was judged), then the
+        failed rules' texts, or every other rule's text when all passed."""
         failed = self.failed
-        return tuple(r.text for r in (failed or self.rules))
+        first = [r for r in self.rules if r.name == SLA_RULE]
+        rest = [r for r in (failed or self.rules) if r.name != SLA_RULE]
+        return tuple(r.text for r in first + rest)
 
     @property
     def why(self) -> str:
@@ -105,7 +112,7 @@ class NodeExplanation:
     @property
     def sla_text(self) -> str | None:
         for r in self.rules:
-            if r.name == "ThroughputSLA":
+            if r.name == SLA_RULE:
                 return r.text
         return None
 
