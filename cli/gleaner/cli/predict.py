@@ -6,10 +6,10 @@ node summaries from a trace file or Prometheus, calls ``gleaner.perfmodel.predic
 the factors and ``gleaner.scheduler.explain_set`` for the verdict (the scheduler's own
 rules and wording: the SLA line first, then every rule the set fails, e.g. a gpuSelector
 the node does not match), and prints the three factors, their product, tokens/s, the SLA
-and the verdict. JSON output
-has exactly DESIGN.md's keys. Bad input (unreadable or invalid job, unknown node, GPU count
-not matching the job, empty window, malformed trace, unreachable Prometheus, a profile
-ConfigMap that is missing or names another) prints one ``error: ...`` line and exits 2.
+and the verdict. JSON output has exactly the keys docs/perfmodel.md lists. Bad input
+(unreadable or invalid job, unknown node, GPU count not matching the job, empty window,
+malformed trace, unreachable Prometheus, a profile ConfigMap that is missing or names
+another) prints one ``error: ...`` line and exits 2.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The performance model (DESIGN.md, "Performance model"): three factors and their product.
+"""The performance model (docs/perfmodel.md): three factors and their product.
 
 For an offline job w on node N, GPU set G of size k:
 
@@ -40,7 +40,7 @@ BASELINE_MODEL: Literal["valve"] = "valve"
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Knobs of the performance model; the defaults are DESIGN.md's."""
+    """Knobs of the performance model; the defaults are docs/perfmodel.md's."""
 
     min_pair_overlap: float = 0.95
     """Admission: every GPU pair of a multi-GPU job needs overlap/union >= this."""
@@ -72,7 +72,7 @@ class Prediction:
     """Human-readable: why it is (in)feasible, the limiting factor, failed rules."""
 
     def to_json(self) -> dict[str, Any]:
-        """Exactly DESIGN.md's keys, in its order."""
+        """The ``gleaner predict`` JSON keys (docs/perfmodel.md), in that order."""
         return {
             "job": self.job,
             "node": self.node,

@@ -8,7 +8,7 @@ form kube-scheduler users know ("0/12 nodes are available: 9 predicted throughpu
 SLA (best 0.31 < 0.60, compute 0.35), 3 no 2 aligned free GPUs (pair overlap < 0.95).").
 Jobs still in backoff are listed in ``deferred``.
 
-``ScheduleResult.to_json()`` is DESIGN.md's ``gleaner place`` JSON:
+``ScheduleResult.to_json()`` is the ``gleaner place`` JSON (docs/scheduler.md):
 ``{"placements": [{job, node, gpus, compute, memory, multi_gpu, throughput_fraction}],
 "unschedulable": [{job, reasons}]}``. ``throughput_fraction`` is the bias-corrected
 prediction the decision relied on (equal to compute * memory * multi_gpu when no
