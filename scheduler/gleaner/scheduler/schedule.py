@@ -347,11 +347,16 @@ class Scheduler:
     # -- explaining one node ------------------------------------------------------------
 
     def _node_rules(self, ctx: JobContext, row: int) -> list[Rule]:
+        """The node filters' verdicts on node ``row``, up to the first that rejects it (as
+        the cycle counts a node under its first reason; later ones would only repeat it,
+        e.g. "no free GPU" after a gpuSelector that allows none)."""
         rules = []
         for f in self.plugins.node_filters:
             ok = bool(f.mask(ctx)[row])
             text = f.passed(ctx) if ok else f.reasons(ctx, np.array([row], dtype=np.int64))[0]
             rules.append(Rule(f.name, ok, text))
+            if not ok:
+                break
         return rules
 
     def _explanation(
