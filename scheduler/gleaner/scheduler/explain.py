@@ -5,8 +5,9 @@ the GPU set it judged there (the chosen set of a placement; for any other node t
 that scheduler would pick there, else its most promising one), every factor of the
 performance model for that set, the bias multiplier applied, the score, and one
 :class:`Rule` per configured filter (node filters first, up to the first that rejects
-the node as the cycle counts it, then set filters) saying whether it passed and why, in the filters' own wording (``gleaner.perfmodel.admission``
-for the SLA and pair-overlap rules). ``gleaner.scheduler.schedule.Scheduler`` builds it
+the node as the cycle counts it, then set filters) saying whether it passed and why, in
+the filters' own wording (``gleaner.perfmodel.admission`` for the SLA and pair-overlap
+rules). ``gleaner.scheduler.schedule.Scheduler`` builds it
 (``explain_node``, ``explain_set``); placements carry the one that chose them, and
 ``gleaner place``, ``gleaner predict``, the operator, the simulator and the dashboard's
 runner-ups all read their reasons from it. :meth:`NodeExplanation.lost_to` words why a
