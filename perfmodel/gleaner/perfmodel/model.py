@@ -205,8 +205,10 @@ def predict(
 
     corrected = float(admission.corrected(product, bias))
     factors = {"compute": compute, "memory": memory, "multi_gpu": multi}
-    rule_failures = admission.pair_reasons(
-        node, gpu_list, pair_scores(node), config.min_pair_overlap
+    rule_failures = (
+        admission.pair_reasons(node, gpu_list, pair_scores(node), config.min_pair_overlap)
+        if len(gpu_list) > 1
+        else []
     )
     meets_sla = bool(admission.meets_sla(corrected, sla))
     reasons = [admission.sla_reason(corrected, sla, factors, bias)]

@@ -330,7 +330,10 @@ class Scheduler:
             bias=bias,
         )
         score = float(self.score(ctx, chosen)[0])
-        explanation = self._explanation(ctx, node_row, self._node_rules(ctx, node_row), chosen)
+        # The chosen node passed every node filter (``place`` masked by them): no need to
+        # evaluate the masks again, only to word the passes.
+        passed = [Rule(f.name, True, f.passed(ctx)) for f in self.plugins.node_filters]
+        explanation = self._explanation(ctx, node_row, passed, chosen)
         decision = PlacementDecision(
             job=job.key,
             node=view.names[node_row],
