@@ -1,22 +1,24 @@
 """``gleaner place``: placements for a queue of OfflineJobs on a cluster trace.
 
-A thin shell around ``gleaner.scheduler.decide``: it reads OfflineJob manifests from
+A thin shell around ``gleaner.scheduler.schedule``: it reads OfflineJob manifests from
 files and directories (``*.yaml``, ``*.yml``, ``*.json``; a directory's own files, and its
 subdirectories too with ``--recursive``, as ``kubectl apply -f DIR [-R]`` reads them; other
 kinds of documents are skipped, ConfigMaps are kept to resolve ``spec.profileFrom``),
-loads node summaries from a trace file or Prometheus, builds the ``SchedulingSnapshot`` the
-operator would (:func:`snapshot_of`: GPUs the summaries report held by jobs outside the
-queue are occupied, nodes whose last report is older than the operator's staleness limit
-at the newest report are unavailable), runs one scheduling cycle and prints the
-placements with the scheduler's explanation of each and, for every job that fits
-nowhere, the reasons per node class. A job
+loads node summaries from a trace file or Prometheus, runs one scheduling cycle and prints
+the placements and, for every job that fits nowhere, the reasons per node class. A job
 whose profile ConfigMap is not among the given files (or is not a valid profile) is
-reported unschedulable with that reason. JSON output is
+reported unschedulable with that reason. JSON output (docs/scheduler.md):
 ``{"placements": [{job, node, gpus, compute, memory, multi_gpu, throughput_fraction}],
-"unschedulable": [{job, reasons}]}`` (docs/cli.md); with ``--explain`` each placement also
-lists ``reasons``, the scheduler's verdict of every rule on the chosen set. Bad input (unreadable or
-invalid manifests, duplicate jobs, malformed trace, unreachable Prometheus) prints one
-``error: ...`` line and exits 2.
+"unschedulable": [{job, reasons}]}``. Bad input (unreadable or invalid manifests,
+duplicate jobs, malformed trace, unreachable Prometheus) prints one ``error: ...`` line
+and exits 2.
+
+The cycle is ``gleaner.scheduler.decide`` on the ``SchedulingSnapshot`` the operator would
+build from the same summaries (:func:`snapshot_of`: GPUs the summaries report held by jobs
+outside the queue are occupied, nodes whose last report is older than the operator's
+staleness limit at the newest report are unavailable). Each placement comes with the
+scheduler's explanation: the table's ``why`` column is its SLA line, and ``--explain``
+adds ``reasons`` (every rule's verdict on the chosen set) to each placement in JSON.
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 
 A thin shell: it reads the OfflineJob YAML and its profile (inline, from ``--profile``, or
 from the ConfigMap that ``spec.profileFrom`` names when the job's own file holds it), loads
-node summaries from a trace file or Prometheus, calls ``gleaner.perfmodel.predict`` for
-the factors and ``gleaner.scheduler.explain_set`` for the verdict (the scheduler's own
-rules and wording: the SLA line first, then every rule the set fails, e.g. a gpuSelector
-the node does not match), and prints the three factors, their product, tokens/s, the SLA
-and the verdict. JSON output has exactly the keys docs/perfmodel.md lists. Bad input
-(unreadable or invalid job, unknown node, GPU count not matching the job, empty window,
-malformed trace, unreachable Prometheus, a profile ConfigMap that is missing or names
-another) prints one ``error: ...`` line and exits 2.
+node summaries from a trace file or Prometheus, calls ``gleaner.perfmodel.predict`` and
+prints the three factors, their product, tokens/s, the SLA and the verdict. JSON output
+has docs/perfmodel.md's keys. Bad input (unreadable or invalid job, unknown node, GPU count
+not matching the job, empty window, malformed trace, unreachable Prometheus, a profile
+ConfigMap that is missing or names another) prints one ``error: ...`` line and exits 2.
+
+``predict`` gives the factors; the verdict (``feasible``, ``reasons``) is the scheduler's,
+from ``gleaner.scheduler.explain_set``: its own rules and wording, the SLA line first, then
+every rule the set fails (e.g. a gpuSelector the node does not match).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The performance model (docs/perfmodel.md): three factors and their product.
+"""The performance model (docs/perfmodel.md, "The math"): three factors and their product.
 
 For an offline job w on node N, GPU set G of size k:
 
@@ -40,7 +40,7 @@ BASELINE_MODEL: Literal["valve"] = "valve"
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Knobs of the performance model; the defaults are docs/perfmodel.md's."""
+    """Knobs of the performance model; the defaults are docs/perfmodel.md's ("The math")."""
 
     min_pair_overlap: float = 0.95
     """Admission: every GPU pair of a multi-GPU job needs overlap/union >= this."""

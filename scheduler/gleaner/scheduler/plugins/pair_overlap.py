@@ -1,11 +1,13 @@
 """PairOverlap filter: every GPU pair of a multi-GPU set must overlap >= the threshold.
 
-The admission rule of ``gleaner.perfmodel.admission`` (``pairs_admissible``, which
-``predict`` applies too): a k-GPU job may use a set only if each pair's online busy
+docs/perfmodel.md's admission rule: a k-GPU job may use a set only if each pair's online busy
 overlap / union is at least ``ModelConfig.min_pair_overlap`` (0.95). This filter defines
 the alignment graph (``pair_threshold``), so the search only ever proposes its cliques;
 nodes where no k free allowed GPUs form one get ``no k aligned free GPUs (pair overlap <
 0.95)``.
+
+The rule itself is ``gleaner.perfmodel.admission.pairs_admissible``, which ``predict`` and
+the alignment graph apply too; ``judge`` words one set's failing pairs as ``predict`` does.
 """
 
 from __future__ import annotations
