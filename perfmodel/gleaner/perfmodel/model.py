@@ -72,7 +72,7 @@ class Prediction:
     """Human-readable: why it is (in)feasible, the limiting factor, failed rules."""
 
     def to_json(self) -> dict[str, Any]:
-        """The ``gleaner predict`` JSON keys (docs/perfmodel.md), in that order."""
+        """Exactly the ``gleaner predict`` JSON keys (docs/perfmodel.md), in that order."""
         return {
             "job": self.job,
             "node": self.node,
