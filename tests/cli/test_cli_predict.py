@@ -229,3 +229,25 @@ def test_installed_entry_point_exit_code(files: dict[str, Path]) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().startswith("error: unknown node 'nope'")
+
+
+def test_the_verdict_is_the_schedulers(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A gpuSelector the node cannot match fails here as it fails in the operator's pass.
+    job = tmp_path / "selective.yaml"
+    job.write_text(
+        JOB.replace("PROFILE", INLINE + "\n  gpuSelector: {products: [NVIDIA-H100-80GB-HBM3]}")
+    )
+    rc, out, _ = run(
+        ["--job", str(job), "--trace", str(files["trace"]), "--node", "n1", "--gpus", "0,1",
+         "--format", "json", "--min-pair-overlap", "0.5"],
+        capsys,
+    )  # fmt: skip
+    assert rc == 0
+    data = json.loads(out)
+    assert data["feasible"] is False
+    assert data["reasons"] == [
+        "predicted 0.16 < SLA 0.30 (compute 0.50)",
+        "fewer than 2 GPUs of product NVIDIA-H100-80GB-HBM3 (GPU product not reported)",
+    ]

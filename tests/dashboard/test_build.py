@@ -125,8 +125,9 @@ def test_runner_ups_rank_feasible_first_and_explain() -> None:
     assert good.factors is not None and good.factors.throughput_fraction == pytest.approx(0.8)
     assert "0.80 < 0.90 on chosen" in good.why and "compute 0.80" in good.why
     assert not by_node["slow"].feasible and "< SLA 0.50" in by_node["slow"].why
-    assert "0 free GPU" in by_node["full"].why
-    assert "excluded" in by_node["barred"].why
+    # The scheduler's own wording (NodeExcluded, GPUFree), as in the operator's messages.
+    assert by_node["full"].why == "no free GPU"
+    assert by_node["barred"].why == "job missed its SLA there before"
 
 
 def test_runner_ups_multi_gpu_prefers_admissible_sets() -> None:

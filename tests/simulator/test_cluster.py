@@ -113,3 +113,27 @@ def test_eviction_reports_are_on_the_epoch_clock(run: dict[str, Any]) -> None:
         if r.next_attempt_after is not None:
             assert r.next_attempt_after >= r.time  # not seconds since the start
         assert len(r.gpu_uuids) == len(r.gpus)
+
+
+def test_recorded_placements_are_built_as_the_operator_builds_them(run: dict[str, Any]) -> None:
+    from datetime import timedelta
+
+    from gleaner.simulator.records import offline_job
+
+    placed = [j for j in run["jobs"]["gleaner"] if j.placements and j.decision is not None]
+    assert placed
+    for job in placed:
+        last = job.placements[-1]
+        decision = job.decision
+        assert decision is not None and decision.node == last["node"]
+        assert list(decision.gpus) == last["gpus"]
+        # The scheduler's own explanation of the choice travels with it, bias included.
+        assert decision.explanation is not None and decision.explanation.feasible
+        assert decision.explanation.bias == decision.bias
+        status = offline_job(job, [], 600.0).status
+        assert status.placement == decision.to_placement(EPOCH + timedelta(seconds=last["t"]))
+    # First-fit asks no model: its placements still go through the same builder.
+    first_fit = [j for j in run["jobs"]["first-fit"] if j.placements]
+    assert first_fit and all(j.decision is None for j in first_fit)
+    status = offline_job(first_fit[0], [], 600.0).status
+    assert status.placement is not None and status.placement.throughput_fraction == 1.0

@@ -12,6 +12,13 @@ reported unschedulable with that reason. JSON output (docs/scheduler.md):
 "unschedulable": [{job, reasons}]}``. Bad input (unreadable or invalid manifests,
 duplicate jobs, malformed trace, unreachable Prometheus) prints one ``error: ...`` line
 and exits 2.
+
+The cycle is ``gleaner.scheduler.decide`` on the ``SchedulingSnapshot`` the operator would
+build from the same summaries (:func:`snapshot_of`: GPUs the summaries report held by jobs
+outside the queue are occupied, nodes whose last report is older than the operator's
+staleness limit at the newest report are unavailable). Each placement comes with the
+scheduler's explanation: the table's ``why`` column is its SLA line, and ``--explain``
+adds ``reasons`` (every rule's verdict on the chosen set) to each placement in JSON.
 """
 
 from __future__ import annotations
@@ -33,8 +40,12 @@ from gleaner.cli.inputs import (
 
 if TYPE_CHECKING:
     from gleaner.api import OfflineJob, Profile
+    from gleaner.perfmodel import NodeSummary
+    from gleaner.scheduler import JobRequest, SchedulingSnapshot
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+STALE_AFTER_SECONDS = 600.0
+"""The operator's default ``trace_stale_after``: older reports are not used."""
 
 
 @dataclass
@@ -121,6 +132,34 @@ def resolve_profile(job: OfflineJob, manifests: Manifests) -> Profile | str:
     return profile_from_configmap(job.to_k8s(), cm)
 
 
+def snapshot_of(
+    requests: list[JobRequest],
+    nodes: dict[str, NodeSummary],
+    stale_after_seconds: float = STALE_AFTER_SECONDS,
+) -> SchedulingSnapshot:
+    """The snapshot the operator would schedule ``requests`` on, from summaries alone.
+
+    The time of the decision is the newest report among the nodes (a trace has no other
+    clock); GPUs the summaries report held are occupied unless by a job of the queue (a
+    queued job holds nothing, as in the operator).
+    """
+    from gleaner.scheduler import SchedulingSnapshot, occupied_from_summaries
+
+    queued = {r.key for r in requests}
+    occupied = {
+        node: {gpu: job for gpu, job in held.items() if job not in queued}
+        for node, held in occupied_from_summaries(nodes).items()
+    }
+    reports = [s.last_report_time for s in nodes.values() if s.last_report_time is not None]
+    return SchedulingSnapshot(
+        jobs=requests,
+        nodes=nodes,
+        now=max(reports) if reports else None,
+        occupied={n: h for n, h in occupied.items() if h},
+        stale_after_seconds=stale_after_seconds,
+    )
+
+
 @click.command(name="place")
 @click.option(
     "--jobs",
@@ -136,12 +175,18 @@ def resolve_profile(job: OfflineJob, manifests: Manifests) -> Profile | str:
     is_flag=True,
     help="Also read the manifests in subdirectories of a directory (as kubectl -R).",
 )
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="JSON: list each placement's reasons (every rule's verdict on the chosen set).",
+)
 @trace_options
 @format_option("table", "json")
 def command(
     job_paths: tuple[Path, ...],
     more_paths: tuple[Path, ...],
     recursive: bool,
+    explain: bool,
     trace_path: Path | None,
     prometheus_url: str | None,
     window: str | None,
@@ -152,13 +197,7 @@ def command(
 ) -> None:
     """Place a queue of OfflineJobs on the nodes of a trace (or of Prometheus)."""
     from gleaner.perfmodel import JobProfile, ModelConfig
-    from gleaner.scheduler import (
-        ClusterState,
-        JobRequest,
-        SchedulerConfig,
-        Unschedulable,
-        schedule,
-    )
+    from gleaner.scheduler import JobRequest, SchedulerConfig, Unschedulable, decide
 
     paths = [*job_paths, *more_paths]
     if not paths:
@@ -180,17 +219,20 @@ def command(
         requests.append(JobRequest.from_offlinejob(job, JobProfile.from_api(profile), order))
     config = SchedulerConfig(model=ModelConfig(min_pair_overlap=min_pair_overlap))
     with spinner(f"placing {len(requests)} jobs on {len(nodes)} nodes"):
-        result = schedule(requests, ClusterState(nodes), config)
+        result = decide(snapshot_of(requests, nodes), config)
     unschedulable = [*result.unschedulable, *missing]
 
     if output_format == "json":
         data = result.to_json()
+        if explain:
+            for row, placed in zip(data["placements"], result.placements, strict=True):
+                row["reasons"] = list(placed.reasons)
         data["unschedulable"] = [u.to_json() for u in unschedulable]
         echo_json(data)
         return
     sla = {key: job.spec.throughput_sla for key, job in manifests.jobs}
     echo_table(
-        ["job", "node", "gpus", "compute", "memory", "multi_gpu", "predicted", "sla"],
+        ["job", "node", "gpus", "compute", "memory", "multi_gpu", "predicted", "sla", "why"],
         [
             (
                 p.job,
@@ -201,6 +243,7 @@ def command(
                 p.prediction.multi_gpu,
                 p.throughput_fraction,
                 sla[p.job],
+                p.explanation.why if p.explanation is not None else "",
             )
             for p in result.placements
         ],

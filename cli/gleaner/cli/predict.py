@@ -7,10 +7,15 @@ prints the three factors, their product, tokens/s, the SLA and the verdict. JSON
 has docs/perfmodel.md's keys. Bad input (unreadable or invalid job, unknown node, GPU count
 not matching the job, empty window, malformed trace, unreachable Prometheus, a profile
 ConfigMap that is missing or names another) prints one ``error: ...`` line and exits 2.
+
+``predict`` gives the factors; the verdict (``feasible``, ``reasons``) is the scheduler's,
+from ``gleaner.scheduler.explain_set``: its own rules and wording, the SLA line first, then
+every rule the set fails (e.g. a gpuSelector the node does not match).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -170,11 +175,9 @@ def command(
     output_format: str,
 ) -> None:
     """Predict a job's throughput on GPUS of NODE from a trace or Prometheus."""
-    from gleaner.perfmodel import (
-        JobProfile,
-        ModelConfig,
-        predict,
-    )
+    from gleaner.perfmodel import JobProfile, ModelConfig, predict
+    from gleaner.perfmodel.admission import no_memory_samples
+    from gleaner.scheduler import JobRequest, SchedulerConfig, SchedulingSnapshot, explain_set
 
     if (trace_path is None) == (prometheus_url is None):
         fail("give exactly one of --trace FILE and --prometheus URL")
@@ -192,17 +195,17 @@ def command(
         known = ", ".join(sorted(nodes)[:10]) + (" ..." if len(nodes) > 10 else "")
         fail(f"unknown node {node!r} (the trace has: {known})")
     name = job.metadata.name or job_path.stem
+    model = ModelConfig(min_pair_overlap=min_pair_overlap)
     try:
-        result = predict(
-            profile,
-            job.spec.throughput_sla,
-            summary,
-            gpus,
-            ModelConfig(min_pair_overlap=min_pair_overlap),
-            job=name,
-        )
+        result = predict(profile, job.spec.throughput_sla, summary, gpus, model, job=name)
+        request = JobRequest.from_offlinejob(job, profile, arrival=0.0)
+        snapshot = SchedulingSnapshot(jobs=[request], nodes={node: summary})
+        verdict = explain_set(snapshot, request, node, gpus, SchedulerConfig(model=model))
     except ValueError as exc:
         fail(str(exc))
+    note = no_memory_samples(summary)
+    reasons = verdict.reasons + ((note,) if note else ())
+    result = replace(result, feasible=verdict.feasible, reasons=reasons)
 
     if output_format == "json":
         echo_json(result.to_json())

@@ -22,14 +22,15 @@ Definitions (docs/dashboard.md repeats them):
   fraction ≥ SLA × (1 − tolerance), the operator's ``SLAMet`` rule;
 - *SLA attainment* is the share of running jobs whose observed (else predicted) fraction
   meets their SLA; a running job's observed fraction is a window of its current placement;
-- *runner-ups* of a job: for every other node, the best free GPU set of the job's size by
-  the model's product (at most ``MAX_SETS_PER_NODE`` sets tried), with
-  ``gleaner.perfmodel.predict``'s verdict, ranked by product; each says why it lost.
+- *runner-ups* of a job: for every other node, the scheduler's explanation
+  (``gleaner.scheduler.explain_nodes``: its filters in their wording, the set it would
+  choose there, else its most promising one, the bias applied), ranked feasible first,
+  then by bias-corrected product; each says why it lost
+  (``NodeExplanation.lost_to``).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,9 +58,18 @@ from gleaner.dashboard.model import (
     RecordedReport,
     RunnerUp,
 )
-from gleaner.perfmodel import JobProfile, ModelConfig, NodeSummary, predict, subset_factors
+from gleaner.perfmodel import JobProfile, ModelConfig, NodeSummary
 from gleaner.perfmodel.model import compute_factors, pair_scores
-from gleaner.scheduler import EvictionReport, SLAMonitorConfig, window_missed
+from gleaner.scheduler import (
+    BiasTable,
+    EvictionReport,
+    JobRequest,
+    SchedulerConfig,
+    SchedulingSnapshot,
+    SLAMonitorConfig,
+    explain_nodes,
+    window_missed,
+)
 
 MAX_SETS_PER_NODE = 512
 """GPU sets tried per node when looking for a job's runner-ups."""
@@ -400,76 +410,54 @@ def runner_ups(
     excluded: Iterable[str] = (),
     config: ModelConfig = DEFAULT_MODEL,
     limit: int = MAX_RUNNER_UPS,
+    job: str = "",
+    bias: BiasTable | None = None,
 ) -> list[RunnerUp]:
     """The best other nodes for a job and why each lost (see the module docstring).
 
     ``chosen`` is (node, predicted fraction) of the job's placement, or None for a job that
-    is not placed; ``occupied`` lists, per node, GPUs other jobs hold.
+    is not placed; ``occupied`` lists, per node, GPUs other jobs hold. Each node is judged
+    by ``gleaner.scheduler.explain_nodes`` (the scheduler's filters, factors, bias and
+    wording); this only ranks them and words the comparison with the chosen node.
     """
-    excluded_set = set(excluded)
+    request = JobRequest(
+        key=job or "runner-up",
+        profile=profile,
+        gpus=gpu_count,
+        sla=sla,
+        excluded_nodes=frozenset(excluded),
+    )
+    held = {node: {int(g): "other" for g in gpus} for node, gpus in occupied.items() if gpus}
+    snapshot = SchedulingSnapshot(
+        jobs=[request], nodes=nodes, occupied=held, bias=bias or BiasTable()
+    )
+    skip = () if chosen is None else (chosen[0],)
     scored: list[tuple[float, RunnerUp]] = []
     unscored: list[RunnerUp] = []
-    for name in sorted(nodes):
-        if chosen is not None and name == chosen[0]:
+    scheduler_config = SchedulerConfig(model=config, max_sets_per_node=MAX_SETS_PER_NODE)
+    explained = explain_nodes(snapshot, request, scheduler_config, skip)
+    for ex in explained:
+        if not ex.gpus or ex.throughput_fraction is None:
+            unscored.append(RunnerUp(node=ex.node, why=ex.lost_to(chosen)))
             continue
-        summary = nodes[name]
-        if name in excluded_set:
-            unscored.append(RunnerUp(node=name, why="excluded: the job missed its SLA here"))
-            continue
-        if not summary.window_seconds > 0:
-            unscored.append(RunnerUp(node=name, why="no trace window (agent not reporting)"))
-            continue
-        taken = set(occupied.get(name, ()))
-        free = [p for p, s in enumerate(summary.gpus) if s.index not in taken]
-        if len(free) < gpu_count:
-            unscored.append(
-                RunnerUp(
-                    node=name,
-                    why=f"{len(free)} free GPU(s) of {summary.n_gpus}, the job needs {gpu_count}",
-                )
-            )
-            continue
-        sets = np.array(
-            list(itertools.islice(itertools.combinations(free, gpu_count), MAX_SETS_PER_NODE)),
-            dtype=np.int64,
-        )
-        compute, memory, multi = subset_factors(profile, summary, sets)
-        product = compute * memory * multi
-        admissible = multi >= config.min_pair_overlap if gpu_count > 1 else np.ones_like(multi) > 0
-        rank = np.where(admissible, product, product - 2.0)
-        best = int(np.argmax(rank))
-        gpus = [summary.gpus[int(p)].index for p in sets[best]]
-        pred = predict(profile, sla, summary, gpus, config)
+        standalone = profile.standalone_tokens_per_second
         factors = Factors(
-            compute=_finite(pred.compute),
-            memory=_finite(pred.memory),
-            multi_gpu=_finite(pred.multi_gpu),
-            throughput_fraction=_finite(pred.throughput_fraction),
-            tokens_per_second=_finite(pred.tokens_per_second),
+            compute=_finite(ex.compute or 0.0),
+            memory=_finite(ex.memory or 0.0),
+            multi_gpu=_finite(ex.multi_gpu or 0.0),
+            throughput_fraction=_finite(ex.throughput_fraction),
+            tokens_per_second=_finite(ex.throughput_fraction * standalone),
         )
-        if not pred.feasible:
-            why = "; ".join(pred.reasons)
-        elif chosen is None:
-            why = f"feasible ({pred.reasons[0]}); the job waits for the next scheduling pass"
-        elif pred.throughput_fraction < chosen[1]:
-            limiting = min(
-                (("compute", pred.compute), ("memory", pred.memory), ("multi-GPU", pred.multi_gpu)),
-                key=lambda kv: kv[1],
-            )
-            why = (
-                f"predicted {pred.throughput_fraction:.2f} < {chosen[1]:.2f} on {chosen[0]} "
-                f"(limiting factor: {limiting[0]} {limiting[1]:.2f})"
-            )
-        else:
-            why = (
-                f"predicted {pred.throughput_fraction:.2f} now, not below {chosen[1]:.2f} on "
-                f"{chosen[0]}: the trace changed since the placement, or the scheduler's "
-                f"scores (packing, SLA headroom) preferred {chosen[0]}"
-            )
         scored.append(
             (
-                pred.throughput_fraction,
-                RunnerUp(node=name, gpus=gpus, factors=factors, feasible=pred.feasible, why=why),
+                ex.throughput_fraction,
+                RunnerUp(
+                    node=ex.node,
+                    gpus=list(ex.gpus),
+                    factors=factors,
+                    feasible=ex.feasible,
+                    why=ex.lost_to(chosen),
+                ),
             )
         )
     scored.sort(key=lambda item: (not item[1].feasible, -item[0], item[1].node))
@@ -576,6 +564,7 @@ class DashboardData:
                         chosen=chosen,
                         excluded=job.excluded_nodes,
                         config=self.config,
+                        job=key,
                     )
                 }
             )

@@ -2,10 +2,10 @@
 
 Contract: ``plan_placements`` turns what a scheduling pass read from the API server (the
 queued jobs with their resolved profiles, node summaries from NodeTraces or Prometheus,
-the GPUs offline Pods already hold, the Kubernetes Nodes' labels and availability) into
-the scheduler's inputs (``JobRequest``, ``ClusterState``), calls
-``gleaner.scheduler.schedule`` once for the whole queue, and turns the answer back into API
-``Placement`` objects and per-job reasons. It decides nothing itself: filters, scores,
+the GPUs offline Pods already hold, the Kubernetes Nodes' labels and availability, the
+staleness limit) into one ``SchedulingSnapshot``, calls ``gleaner.scheduler.decide`` once for
+the whole queue, and turns the answer back into API ``Placement`` objects, per-job reasons
+and each placement's explanation. It decides nothing itself: filters, scores,
 explanations and the model are the scheduler's and perfmodel's.
 """
 
@@ -18,11 +18,11 @@ from datetime import datetime
 from gleaner.api import OfflineJob, Placement, Profile
 from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.scheduler import (
-    ClusterState,
     JobRequest,
+    NodeExplanation,
     SchedulerConfig,
-    schedule,
-    stale_nodes,
+    SchedulingSnapshot,
+    decide,
 )
 
 
@@ -42,6 +42,8 @@ class QueuedJob:
 class PlacementPlan:
     placements: list[tuple[QueuedJob, Placement]] = field(default_factory=list)
     unschedulable: list[tuple[QueuedJob, str]] = field(default_factory=list)
+    explanations: dict[str, NodeExplanation] = field(default_factory=dict)
+    """job key -> why its placement's node and GPUs (every factor, the bias, every rule)."""
 
 
 def plan_placements(
@@ -65,16 +67,20 @@ def plan_placements(
     if not queue:
         return plan
     by_key = {q.key: q for q in queue}
-    requests = [JobRequest.from_offlinejob(q.job, JobProfile.from_api(q.profile)) for q in queue]
-    cluster = ClusterState(
+    snapshot = SchedulingSnapshot(
+        jobs=[JobRequest.from_offlinejob(q.job, JobProfile.from_api(q.profile)) for q in queue],
         nodes=nodes,
+        now=now,
         node_labels=node_labels or {},
         occupied=occupied,
-        unavailable={**stale_nodes(nodes, now, stale_after_seconds), **(unavailable or {})},
+        unavailable=unavailable or {},
+        stale_after_seconds=stale_after_seconds,
     )
-    result = schedule(requests, cluster, config or SchedulerConfig(), now=now.timestamp())
+    result = decide(snapshot, config or SchedulerConfig())
     for decision in result.placements:
         plan.placements.append((by_key[decision.job], decision.to_placement(now)))
+        if decision.explanation is not None:
+            plan.explanations[decision.job] = decision.explanation
     for miss in result.unschedulable:
         plan.unschedulable.append((by_key[miss.job], miss.message))
     return plan

@@ -39,6 +39,7 @@ from gleaner.api import (
     set_condition,
 )
 from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
+from gleaner.scheduler.explain import placed_message
 
 P = Phase
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
@@ -130,11 +131,7 @@ def scheduled(
     status: OfflineJobStatus, placement: Placement, pod: str, now: datetime
 ) -> OfflineJobStatus:
     """A placement was chosen and the job's Pod (name ``pod``) is being bound."""
-    gpus = ",".join(str(g) for g in placement.gpu_indices)
-    message = (
-        f"placed on {placement.node} GPUs {gpus}: predicted "
-        f"{placement.throughput_fraction:.2f} of standalone throughput"
-    )
+    message = placed_message(placement.node, placement.gpu_indices, placement.throughput_fraction)
     new = transition(status, P.SCHEDULED, message)
     pods = [p for p in new.pods if p != pod] + [pod]
     return new.model_copy(

@@ -13,7 +13,9 @@ For an offline job w on node N, GPU set G of size k:
   that was never busy scores 1, an unmeasured pair 0).
 
 A k-GPU job is admissible only if every pair scores >= ``ModelConfig.min_pair_overlap``;
-it is feasible iff the product >= its throughput SLA and every admission rule holds.
+it is feasible iff the product >= its throughput SLA and every admission rule holds. Both
+rules are decided, and worded, by ``gleaner.perfmodel.admission`` (the scheduler's filters
+call the same functions); ``predict`` computes the factors and asks it for the verdict.
 Everything here is pure: summaries in, numbers and reasons out. Malformed requests
 (unknown GPU, duplicate GPUs, empty window, SLA outside (0, 1]) raise ValueError.
 """
@@ -27,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from gleaner.perfmodel import admission
 from gleaner.perfmodel.profile import JobProfile
 from gleaner.perfmodel.summary import NodeSummary
 
@@ -171,11 +174,6 @@ def subset_factors(
     )
 
 
-def _limiting(factors: dict[str, float]) -> str:
-    name = min(factors, key=lambda k: factors[k])
-    return f"{name} {factors[name]:.2f}"
-
-
 def predict(
     profile: JobProfile,
     sla: float,
@@ -183,8 +181,14 @@ def predict(
     gpus: Sequence[int],
     config: ModelConfig = ModelConfig(),
     job: str = "",
+    bias: float = 1.0,
 ) -> Prediction:
-    """Predict job ``job`` (``profile``, throughput ``sla``) on ``gpus`` (indices) of ``node``."""
+    """Predict job ``job`` (``profile``, throughput ``sla``) on ``gpus`` (indices) of ``node``.
+
+    The factors and ``throughput_fraction`` are the model's own; the verdict (``feasible``,
+    ``reasons``) is ``gleaner.perfmodel.admission``'s on the product corrected by ``bias``
+    (the scheduler's learned multiplier; 1 without one).
+    """
     if not 0.0 < sla <= 1.0:
         raise ValueError(f"throughput SLA must be within (0, 1], got {sla}")
     gpu_list = [int(g) for g in gpus]
@@ -199,29 +203,18 @@ def predict(
     product = compute * memory * multi
     tokens = product * profile.standalone_tokens_per_second
 
-    rule_failures: list[str] = []
-    if len(gpu_list) > 1:
-        scores = pair_scores(node)
-        for i, a in enumerate(gpu_list):
-            for b in gpu_list[i + 1 :]:
-                pa, pb = node.position(a), node.position(b)
-                s = float(scores[pa, pb])
-                if np.isnan(node.pair_union_seconds[pa, pb]):
-                    rule_failures.append(f"GPU pair {a}-{b}: busy overlap not measured")
-                elif s < config.min_pair_overlap:
-                    rule_failures.append(
-                        f"GPU pair {a}-{b}: busy overlap {s:.2f} < {config.min_pair_overlap:.2f}"
-                        " (admission)"
-                    )
-    reasons: list[str] = []
+    corrected = float(admission.corrected(product, bias))
     factors = {"compute": compute, "memory": memory, "multi_gpu": multi}
-    meets_sla = product >= sla
-    if meets_sla:
-        reasons.append(f"predicted {product:.2f} >= SLA {sla:.2f}")
-    else:
-        reasons.append(f"predicted {product:.2f} < SLA {sla:.2f} ({_limiting(factors)})")
-    if node.memory.n_states == 0:
-        reasons.append(f"node {node.node}: no harvestable-memory samples in the window")
+    rule_failures = (
+        admission.pair_reasons(node, gpu_list, pair_scores(node), config.min_pair_overlap)
+        if len(gpu_list) > 1
+        else []
+    )
+    meets_sla = bool(admission.meets_sla(corrected, sla))
+    reasons = [admission.sla_reason(corrected, sla, factors, bias)]
+    note = admission.no_memory_samples(node)
+    if note is not None:
+        reasons.append(note)
     reasons.extend(rule_failures)
     return Prediction(
         job=job,

@@ -4,11 +4,15 @@ The public API (everything the operator, the simulator and the CLI use) is re-ex
 here; the modules behind it are:
 
 - ``job`` — :class:`JobRequest` (one pending OfflineJob) and the queue order;
-- ``cluster`` — :class:`ClusterState` (node summaries, labels, occupancy, availability);
+- ``cluster`` — :class:`ClusterState` (node summaries, labels, occupancy, availability)
+  and :class:`SchedulingSnapshot` (that plus the queue, staleness and the time: the one
+  input of :func:`decide`, the entry every shell calls);
 - ``config`` — :class:`SchedulerConfig`;
 - ``framework``, ``registry``, ``plugins/`` — filters with reasons and scores 0..100,
   kube-scheduler style;
 - ``schedule`` — :func:`schedule`, one cycle; ``result`` — what it answers;
+- ``explain`` — :class:`NodeExplanation`, why a job goes to a node or not (every factor,
+  the bias, every filter's verdict), from :func:`explain_nodes` / :func:`explain_set`;
 - ``monitor`` — SLA monitor: :func:`decide_sla` (k of n windows, grace),
   :func:`next_attempt_after` (exponential backoff), :func:`plan_after_eviction`;
 - ``report`` — :class:`EvictionReport`, the record of one eviction (JSON round-trip);
@@ -22,10 +26,12 @@ from gleaner.scheduler.cluster import (
     NO_WINDOW_REASON,
     STALE_REASON,
     ClusterState,
+    SchedulingSnapshot,
     occupied_from_summaries,
     stale_nodes,
 )
 from gleaner.scheduler.config import DEFAULT_FILTERS, DEFAULT_SCORES, SchedulerConfig
+from gleaner.scheduler.explain import NodeExplanation, Rule, placed_message
 from gleaner.scheduler.job import JOB_CLASS_LABEL, JobRequest, order_key, queue_order
 from gleaner.scheduler.monitor import (
     EvictionPlan,
@@ -48,7 +54,7 @@ from gleaner.scheduler.report import (
     build_eviction_report,
 )
 from gleaner.scheduler.result import PlacementDecision, ScheduleResult, Unschedulable
-from gleaner.scheduler.schedule import Scheduler, schedule
+from gleaner.scheduler.schedule import Scheduler, decide, explain_nodes, explain_set, schedule
 
 SLAState = SLAHistory
 """Alias: the monitor's per-placement state is its window history."""
@@ -68,9 +74,11 @@ __all__ = [
     "EvictionPlan",
     "EvictionReport",
     "JobRequest",
+    "NodeExplanation",
     "ObservedSummary",
     "PlacementDecision",
     "PredictedFactors",
+    "Rule",
     "SLAAction",
     "SLADecision",
     "SLAHistory",
@@ -79,14 +87,19 @@ __all__ = [
     "ScheduleResult",
     "Scheduler",
     "SchedulerConfig",
+    "SchedulingSnapshot",
     "Unschedulable",
     "WindowObservation",
     "backoff_seconds",
     "build_eviction_report",
+    "decide",
     "decide_sla",
+    "explain_nodes",
+    "explain_set",
     "next_attempt_after",
     "occupied_from_summaries",
     "order_key",
+    "placed_message",
     "plan_after_eviction",
     "queue_order",
     "schedule",

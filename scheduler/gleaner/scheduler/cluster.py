@@ -16,17 +16,25 @@ Contract. :class:`ClusterState` is plain data the shells assemble each cycle:
 Nodes whose summary has an empty window are treated as unavailable ("no trace window").
 :func:`stale_nodes` marks nodes whose last report is too old. ``with_placements``
 returns the state after a cycle's placements (what the simulator feeds the next cycle).
+
+:class:`SchedulingSnapshot` is the one input of ``gleaner.scheduler.decide``: the queue (each
+job with its eviction history: ``excluded_nodes``, ``eviction_count``, ``not_before``),
+the node summaries, labels, occupancy, unavailable nodes, the staleness limit, the bias
+table and the time of the decision, as one value. The operator, ``gleaner place`` and the
+simulator each build one; ``state()`` is the ClusterState it implies (stale nodes
+marked unavailable, Kubernetes' own reasons winning).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gleaner.perfmodel.summary import NodeSummary
 from gleaner.scheduler.bias import BiasTable
+from gleaner.scheduler.job import JobRequest
 
 if TYPE_CHECKING:
     from gleaner.scheduler.result import PlacementDecision
@@ -80,6 +88,43 @@ class ClusterState:
             n: {g: j for g, j in gpus.items() if j != job} for n, gpus in self.occupied.items()
         }
         return replace(self, occupied=occupied)
+
+
+@dataclass(frozen=True)
+class SchedulingSnapshot:
+    """Everything one scheduling decision reads, as one value (see the module docstring)."""
+
+    jobs: Sequence[JobRequest]
+    """The queue, each job with its eviction history."""
+    nodes: Mapping[str, NodeSummary]
+    now: datetime | None = None
+    """The time of the decision: backoffs (``not_before``) and staleness are judged at it."""
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    occupied: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+    """Nodes that must not receive Pods (cordoned, not ready, unbindable) -> reason."""
+    stale_after_seconds: float | None = None
+    """Nodes whose last report is older than this at ``now`` are unavailable (None: never)."""
+    bias: BiasTable = field(default_factory=BiasTable)
+
+    def state(self) -> ClusterState:
+        """The ClusterState this snapshot implies (stale nodes marked unavailable)."""
+        unavailable = dict(self.unavailable)
+        if self.stale_after_seconds is not None and self.now is not None:
+            stale = stale_nodes(self.nodes, self.now, self.stale_after_seconds)
+            unavailable = {**stale, **unavailable}
+        return ClusterState(
+            nodes=self.nodes,
+            node_labels=self.node_labels,
+            occupied=self.occupied,
+            unavailable=unavailable,
+            bias=self.bias,
+        )
+
+    @property
+    def clock(self) -> float | None:
+        """``now`` in the seconds of ``JobRequest.not_before`` (epoch seconds)."""
+        return None if self.now is None else self.now.timestamp()
 
 
 def stale_nodes(

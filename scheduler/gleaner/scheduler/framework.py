@@ -15,7 +15,10 @@ by all plugins):
 - :class:`ScorePlugin` — a pure numeric preference over candidates, normalized to
   [0, 100] (higher is better); the cycle takes the weighted mean of enabled scores.
 
-Filters never score and scores never reject. A node's reason in an unschedulable
+Every filter also judges one set on its own (``NodeFilter.passed``/``reasons``,
+``SetFilter.judge``): ``gleaner.scheduler.explain`` collects those lines into the one
+explanation of why a job goes to a node, or not. Filters never score and scores never
+reject. A node's reason in an unschedulable
 message comes from the first filter (in configured order) that rejects it, or, for set
 filters, that rejects the node's most promising set. Plugins are registered by name in
 ``gleaner.scheduler.registry``.
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from gleaner.perfmodel.admission import corrected
 from gleaner.scheduler.job import JobRequest
 
 if TYPE_CHECKING:
@@ -83,7 +87,7 @@ class CandidateBatch:
     @property
     def product(self) -> FloatArray:
         """The bias-corrected predicted throughput fraction, clipped to [0, 1]."""
-        return np.asarray(np.clip(self.raw_product * self.bias, 0.0, 1.0), dtype=np.float64)
+        return corrected(self.raw_product, self.bias)
 
     def take(self, idx: IntArray | BoolArray | Sequence[int]) -> CandidateBatch:
         sel = np.asarray(idx)
@@ -138,6 +142,10 @@ class NodeFilter(ABC):
     def reasons(self, ctx: JobContext, nodes: IntArray) -> list[str]:
         """A class-level reason for each rejected node in ``nodes`` (grouped by text)."""
 
+    def passed(self, ctx: JobContext) -> str:
+        """What a node that passes has shown (one line of a placement's explanation)."""
+        return f"{self.name}: passed"
+
 
 class SetFilter(ABC):
     """A filter on candidate GPU sets (size k) on a node."""
@@ -164,6 +172,16 @@ class SetFilter(ABC):
     def no_sets_reason(self, ctx: JobContext) -> str:
         """Reason for nodes where the search found no set at all (graph-defining filter)."""
         return f"no {ctx.k} free GPUs form an admissible set"
+
+    def judge(self, ctx: JobContext, one: CandidateBatch) -> tuple[bool, str]:
+        """This rule's verdict on the single (exact) set ``one``, and its line of text.
+
+        The default words a failure as ``explain`` does and a pass by the filter's name;
+        filters whose rule has a per-set wording (``gleaner.perfmodel.admission``)
+        override it.
+        """
+        ok = bool(self.check(ctx, one)[0])
+        return ok, (f"{self.name}: passed" if ok else self.explain(ctx, one))
 
 
 class ScorePlugin(ABC):

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from gleaner.perfmodel.admission import pairs_admissible
+
 MAX_POSITIONS = 16
 POPCOUNT: npt.NDArray[np.int64] = np.array(
     [bin(i).count("1") for i in range(1 << MAX_POSITIONS)], dtype=np.int64
@@ -26,11 +28,11 @@ POPCOUNT: npt.NDArray[np.int64] = np.array(
 
 
 def adjacency(scores: npt.NDArray[np.float64], threshold: float) -> tuple[int, ...]:
-    """Bitmask of aligned partners of every position (``scores[a, b] >= threshold``)."""
+    """Bitmask of aligned partners of every position (the pair rule on ``scores[a, b]``)."""
     g = scores.shape[0]
     if g > MAX_POSITIONS:
         raise ValueError(f"at most {MAX_POSITIONS} GPUs per node are supported, got {g}")
-    ok = np.asarray(scores >= threshold)
+    ok = pairs_admissible(scores, 2, threshold)
     out = []
     for a in range(g):
         mask = 0

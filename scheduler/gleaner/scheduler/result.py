@@ -23,6 +23,7 @@ from typing import Any
 
 from gleaner.api import Placement
 from gleaner.perfmodel.model import Prediction
+from gleaner.scheduler.explain import NodeExplanation
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,21 @@ class PlacementDecision:
     gpus: tuple[int, ...]
     gpu_uuids: tuple[str, ...]
     prediction: Prediction
-    """The performance model's prediction for this exact set (uncorrected)."""
+    """The performance model's prediction for this exact set: factors and
+    ``throughput_fraction`` uncorrected, the verdict judged with ``bias``."""
     bias: float = 1.0
     """Bias-correction multiplier applied to the prediction."""
     score: float = 0.0
     """Weighted score (0..100) that chose this set among the feasible ones."""
+    explanation: NodeExplanation | None = None
+    """Why this node and set: every factor, the bias, every filter's verdict."""
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The explanation's lines (the prediction's, corrected by the bias, without one)."""
+        if self.explanation is not None:
+            return self.explanation.reasons
+        return self.prediction.reasons
 
     @property
     def throughput_fraction(self) -> float:

@@ -21,6 +21,11 @@ How it stays fast (1,000 jobs onto 10,000 GPUs in well under 2 s on one core):
    (``subset_factors``) ``exact_batch`` at a time until a round yields a feasible set;
    the best-scoring feasible set of that round wins.
 
+Every placement carries the :class:`~gleaner.scheduler.explain.NodeExplanation` of its
+chosen set (every factor, the bias, every filter's verdict); :func:`explain_nodes` and
+:func:`explain_set` answer the same question for any other node or set. :func:`decide`
+is the entry the shells call, with a :class:`~gleaner.scheduler.cluster.SchedulingSnapshot`.
+
 Work per job is proportional to the GPUs (and aligned sets) of the cluster, so a cycle
 grows linearly with the cluster. Jobs that fit nowhere are explained (when
 ``config.explain``): every node is assigned to the first filter that rejects it (for set
@@ -30,15 +35,17 @@ reported. Explanations are cached per job shape until the next placement.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from gleaner.perfmodel.model import predict, subset_factors
-from gleaner.scheduler.cluster import ClusterState
+from gleaner.scheduler.cluster import ClusterState, SchedulingSnapshot
 from gleaner.scheduler.config import SchedulerConfig
+from gleaner.scheduler.explain import NodeExplanation, Rule
 from gleaner.scheduler.framework import (
     BoolArray,
     CandidateBatch,
@@ -51,6 +58,58 @@ from gleaner.scheduler.job import JobRequest, queue_order
 from gleaner.scheduler.registry import Plugins, build_plugins
 from gleaner.scheduler.result import PlacementDecision, ScheduleResult, Unschedulable
 from gleaner.scheduler.view import ClusterView
+
+
+def decide(snapshot: SchedulingSnapshot, config: SchedulerConfig | None = None) -> ScheduleResult:
+    """The one entry to scheduling: place ``snapshot.jobs`` on the cluster it describes.
+
+    The operator, ``gleaner place`` and the simulator call this with the snapshot they
+    built; each placement carries the explanation that chose it.
+    """
+    return schedule(snapshot.jobs, snapshot.state(), config, now=snapshot.clock)
+
+
+def explain_nodes(
+    snapshot: SchedulingSnapshot,
+    job: JobRequest,
+    config: SchedulerConfig | None = None,
+    skip: Iterable[str] = (),
+) -> list[NodeExplanation]:
+    """Why ``job`` would or would not go to each node of ``snapshot`` (but ``skip``), by name.
+
+    Each node is judged as the cycle would judge it now: its node filters, then the set
+    the cycle would choose there (else the most promising one) against the set filters.
+    """
+    scheduler = Scheduler(snapshot.state(), config or SchedulerConfig())
+    ctx = scheduler.context(job)
+    skipped = set(skip)
+    return [
+        scheduler.explain_node(ctx, row)
+        for row, name in enumerate(scheduler.view.names)
+        if name not in skipped
+    ]
+
+
+def explain_set(
+    snapshot: SchedulingSnapshot,
+    job: JobRequest,
+    node: str,
+    gpus: Sequence[int],
+    config: SchedulerConfig | None = None,
+) -> NodeExplanation:
+    """Why ``job`` may or may not use GPUs ``gpus`` (indices) of ``node``.
+
+    Raises ValueError for an unknown node, unknown or duplicate GPUs, or a set whose size
+    is not the job's.
+    """
+    scheduler = Scheduler(snapshot.state(), config or SchedulerConfig())
+    row = scheduler.view.row.get(node)
+    if row is None:
+        raise ValueError(f"unknown node {node!r}")
+    if len(gpus) != job.gpus:
+        raise ValueError(f"job {job.key} runs on {job.gpus} GPU(s), the set has {len(gpus)}")
+    positions = scheduler.view.summaries[row].positions([int(g) for g in gpus])
+    return scheduler.explain_positions(scheduler.context(job), row, positions)
 
 
 def schedule(
@@ -260,20 +319,146 @@ class Scheduler:
         node_row = int(chosen.node[0])
         slots = chosen.slots[0]
         gpus = view.gpu_indices(node_row, slots)
+        bias = float(chosen.bias[0])
         prediction = predict(
-            job.profile, job.sla, view.summaries[node_row], gpus, self.config.model, job=job.key
+            job.profile,
+            job.sla,
+            view.summaries[node_row],
+            gpus,
+            self.config.model,
+            job=job.key,
+            bias=bias,
         )
+        score = float(self.score(ctx, chosen)[0])
+        # The chosen node passed every node filter (``place`` masked by them): no need to
+        # evaluate the masks again, only to word the passes.
+        passed = [Rule(f.name, True, f.passed(ctx)) for f in self.plugins.node_filters]
+        explanation = self._explanation(ctx, node_row, passed, chosen)
         decision = PlacementDecision(
             job=job.key,
             node=view.names[node_row],
             gpus=gpus,
             gpu_uuids=view.gpu_uuids(node_row, slots),
             prediction=prediction,
-            bias=float(chosen.bias[0]),
-            score=float(self.score(ctx, chosen)[0]),
+            bias=bias,
+            score=score,
+            explanation=replace(explanation, score=score),
         )
         view.place(node_row, slots)
         return decision
+
+    # -- explaining one node ------------------------------------------------------------
+
+    def _node_rules(self, ctx: JobContext, row: int) -> list[Rule]:
+        """The node filters' verdicts on node ``row``, up to the first that rejects it (as
+        the cycle counts a node under its first reason; later ones would only repeat it,
+        e.g. "no free GPU" after a gpuSelector that allows none)."""
+        rules = []
+        for f in self.plugins.node_filters:
+            ok = bool(f.mask(ctx)[row])
+            text = f.passed(ctx) if ok else f.reasons(ctx, np.array([row], dtype=np.int64))[0]
+            rules.append(Rule(f.name, ok, text))
+            if not ok:
+                break
+        return rules
+
+    def _explanation(
+        self, ctx: JobContext, row: int, rules: list[Rule], one: CandidateBatch | None
+    ) -> NodeExplanation:
+        job = ctx.job
+        base = NodeExplanation(
+            job=job.key,
+            node=self.view.names[row],
+            sla=job.sla,
+            rules=tuple(rules),
+            bias=float(ctx.bias[row]),
+        )
+        if one is None:
+            return base
+        rules = rules + [Rule(f.name, *f.judge(ctx, one)) for f in self.plugins.set_filters]
+        return replace(
+            base,
+            rules=tuple(rules),
+            gpus=self.view.gpu_indices(row, one.slots[0]),
+            compute=float(one.compute[0]),
+            memory=float(one.memory[0]),
+            multi_gpu=float(one.multi[0]),
+        )
+
+    def explain_node(self, ctx: JobContext, row: int) -> NodeExplanation:
+        """Why ``ctx.job`` would or would not go to node ``row`` (``explain_nodes``)."""
+        rules = self._node_rules(ctx, row)
+        if not all(r.passed for r in rules):
+            return self._explanation(ctx, row, rules, None)
+        node_ok = np.zeros(self.view.n_nodes, dtype=bool)
+        node_ok[row] = True
+        batch = self.exact(ctx, self.candidates(ctx, node_ok, ctx.allowed & self.view.free))
+        if batch.size == 0:
+            # No set passes the alignment graph: judge the best unaligned set instead, so
+            # that the pair rule says which pairs fail.
+            free = np.flatnonzero(ctx.allowed[row] & self.view.free[row])
+            combos = itertools.islice(
+                itertools.combinations(free.tolist(), ctx.k), self.config.max_sets_per_node
+            )
+            batch = self._positions_batch(ctx, row, list(combos))
+        if batch.size == 0:
+            graphs = [f.name for f in self.plugins.set_filters if f.pair_threshold is not None]
+            name = graphs[0] if graphs else "GPUFree"
+            rules.append(Rule(name, False, self._no_sets_reason(ctx)))
+            return self._explanation(ctx, row, rules, None)
+        ok = self.passes(ctx, batch)
+        if ok.any():
+            feasible = batch.take(ok)
+            scores = self.score(ctx, feasible)
+            best = int(np.lexsort((feasible.mask, -scores))[0])
+            one = feasible.take([best])
+            return replace(self._explanation(ctx, row, rules, one), score=float(scores[best]))
+        progress = np.zeros(batch.size, dtype=np.int64)
+        still = np.ones(batch.size, dtype=bool)
+        for f in self.plugins.set_filters:
+            still &= f.check(ctx, batch)
+            progress += still
+        best = int(np.lexsort((batch.mask, -batch.product, -progress))[0])
+        return self._explanation(ctx, row, rules, batch.take([best]))
+
+    def explain_positions(
+        self, ctx: JobContext, row: int, positions: Sequence[int]
+    ) -> NodeExplanation:
+        """The explanation of one given set (GPU ``positions``) of node ``row``."""
+        one = self._positions_batch(ctx, row, [tuple(positions)])
+        explanation = self._explanation(ctx, row, self._node_rules(ctx, row), one)
+        if explanation.feasible:
+            explanation = replace(explanation, score=float(self.score(ctx, one)[0]))
+        return explanation
+
+    def _positions_batch(
+        self, ctx: JobContext, row: int, sets: Sequence[Sequence[int]]
+    ) -> CandidateBatch:
+        """An exact batch of the given GPU position sets of node ``row``."""
+        if not sets:
+            return _empty(ctx.k)
+        view = self.view
+        slots = np.array([list(p) for p in sets], dtype=np.int64)
+        masks = [_or(1 << int(p) for p in r) for r in slots.tolist()]
+        compute, memory, multi = subset_factors(ctx.job.profile, view.summaries[row], slots)
+        adj = view.adj[row]
+        neighbours = np.array(
+            [_or(adj[p] for p in r) & ~m for r, m in zip(slots.tolist(), masks, strict=True)],
+            dtype=np.int64,
+        )
+        n = len(masks)
+        return CandidateBatch(
+            row=np.full(n, -1, dtype=np.int64),
+            node=np.full(n, row, dtype=np.int64),
+            mask=np.asarray(masks, dtype=np.int64),
+            slots=slots,
+            compute=compute,
+            memory=memory,
+            multi=multi,
+            bias=np.full(n, ctx.bias[row]),
+            neighbours=neighbours,
+            exact=True,
+        )
 
     # -- explaining a job that fits nowhere ---------------------------------------------
 

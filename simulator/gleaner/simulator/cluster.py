@@ -21,7 +21,9 @@ Model (docs/simulator.md has the details):
   the node-level simulation) times the memory factor at that step's tightest GPU. The
   model instead predicts from a trailing window of NodeSummaries (averages and overlap/union
   ratios), so its error is real: load drifts, and factors correlate.
-- Placement: ``gleaner`` = ``gleaner.scheduler.schedule`` with its default config;
+- Placement: ``gleaner`` = ``gleaner.scheduler.decide`` on a ``SchedulingSnapshot`` (the
+  summaries, occupancy, the learned bias, each job's eviction history) with its default
+  config;
   ``no-multi-filter`` = the same without the ``PairOverlap`` filter; ``first-fit`` = the
   first node with enough free GPUs, no model; ``no-harvest`` = nothing offline.
 - SLA monitor: ``decide_sla`` each window; an eviction runs ``plan_after_eviction`` and
@@ -44,17 +46,18 @@ from gleaner.perfmodel import DEFAULT_STEP_GIB, GpuSpec, JobProfile, MemoryHisto
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
     BiasTable,
-    ClusterState,
     EvictionReport,
     JobRequest,
+    PlacementDecision,
     PredictedFactors,
     SchedulerConfig,
+    SchedulingSnapshot,
     SLAHistory,
     SLAMonitorConfig,
     build_eviction_report,
+    decide,
     decide_sla,
     plan_after_eviction,
-    schedule,
 )
 from gleaner.simulator.latency import MODELS
 from gleaner.simulator.offline import OfflineJobConfig, memory_curve
@@ -62,6 +65,9 @@ from gleaner.simulator.offline import OfflineJobConfig, memory_curve
 FloatArray = npt.NDArray[np.float64]
 PolicyName = Literal["no-harvest", "gleaner", "first-fit", "no-multi-filter"]
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+EPOCH_SECONDS = EPOCH.timestamp()
+"""The simulated clock starts here: ``EPOCH_SECONDS + t`` is simulated time t on the
+scheduler's clock (epoch seconds, as on a live cluster)."""
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
 
 
@@ -365,6 +371,8 @@ class SimJob:
     placed_at: float = 0.0
     predicted: PredictedFactors | None = None
     predicted_raw: float = 0.0
+    decision: PlacementDecision | None = None
+    """The scheduler's decision behind the latest placement (None under first-fit)."""
     history: SLAHistory | None = None
     evictions: int = 0
     excluded: tuple[str, ...] = ()
@@ -518,18 +526,26 @@ def _scheduler_placer(config: SchedulerConfig, bias: BiasTable) -> Placer:
                 sla=j.sla,
                 excluded_nodes=frozenset(j.excluded),
                 arrival=j.arrival,
-                not_before=j.not_before,
+                not_before=None if j.not_before is None else EPOCH_SECONDS + j.not_before,
                 max_evictions=j.max_evictions,
                 eviction_count=j.evictions,
             )
             for j in pending
         ]
-        state = ClusterState(nodes=summaries, occupied=occupied, bias=bias)
-        result = schedule(requests, state, config, now=now)
+        snapshot = SchedulingSnapshot(
+            jobs=requests,
+            nodes=summaries,
+            now=EPOCH + timedelta(seconds=now),
+            occupied=occupied,
+            bias=bias,
+        )
+        result = decide(snapshot, config)
         out = []
         for d in result.placements:
             p = d.prediction
             f = PredictedFactors(p.compute, p.memory, p.multi_gpu, d.throughput_fraction)
+            # Kept for the recorded status: built from the decision as the operator does.
+            by_key[d.job].decision = d
             out.append((by_key[d.job], d.node, tuple(d.gpus), f, p.throughput_fraction))
         return out
 

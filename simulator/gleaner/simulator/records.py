@@ -3,7 +3,8 @@
 Contract. :func:`snapshot` builds, from one policy's run of ``gleaner.simulator.cluster``, the
 NodeTraces the simulated agents would publish (last summary window, ``source: simulated``),
 with the offline job each GPU holds, the OfflineJobs with the status the operator would write
-(phase, placement with predicted factors, observed fraction of the current placement,
+(phase, placement with predicted factors built by ``PlacementDecision.to_placement``, the
+builder the operator records placements with, observed fraction of the current placement,
 eviction records), the scheduler's ``EvictionReport`` records, per-job observed series and
 the cluster series sampled once per SLA window with the dashboard's own definitions (so the
 charts end at the cards), and hands them to
@@ -29,11 +30,11 @@ from gleaner.api import (
     OfflineJobSpec,
     OfflineJobStatus,
     Phase,
-    Placement,
     Profile,
 )
 from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
-from gleaner.scheduler import EvictionReport
+from gleaner.perfmodel import Prediction
+from gleaner.scheduler import EvictionReport, PlacementDecision
 from gleaner.simulator.cluster import EPOCH, OnlineCluster, SimJob, current_observed, node_summary
 from gleaner.simulator.snapshot import dashboard_record
 
@@ -97,6 +98,36 @@ def phase_message(job: SimJob) -> str:
     return "waiting: the simulated scheduler has not placed it (see the runner-up nodes)"
 
 
+def placement_decision(job: SimJob) -> PlacementDecision | None:
+    """The decision behind the job's latest placement: the scheduler's own, or (first-fit,
+    which asks no model) one holding the factors that policy assumed."""
+    if not job.placements or job.predicted is None:
+        return None
+    last = job.placements[-1]
+    if job.decision is not None and job.decision.node == last["node"]:
+        return job.decision
+    f = job.predicted
+    prediction = Prediction(
+        job=job.key,
+        node=last["node"],
+        gpus=tuple(last["gpus"]),
+        compute=f.compute,
+        memory=f.memory,
+        multi_gpu=f.multi_gpu,
+        throughput_fraction=f.throughput_fraction,
+        tokens_per_second=f.throughput_fraction * job.profile.standalone_tokens_per_second,
+        sla=job.sla,
+        feasible=True,
+    )
+    return PlacementDecision(
+        job=job.key,
+        node=last["node"],
+        gpus=tuple(last["gpus"]),
+        gpu_uuids=(),
+        prediction=prediction,
+    )
+
+
 def offline_job(job: SimJob, reports: list[EvictionReport], step_s: float) -> OfflineJob:
     ns, _, name = job.key.rpartition("/")
     prof = job.profile
@@ -112,19 +143,9 @@ def offline_job(job: SimJob, reports: list[EvictionReport], step_s: float) -> Of
     status = OfflineJobStatus(
         phase=Phase(job.phase), eviction_count=job.evictions, message=phase_message(job)
     )
-    if job.placements and job.predicted is not None:
-        last = job.placements[-1]
-        f = job.predicted
-        status.placement = Placement(
-            node=last["node"],
-            gpu_indices=last["gpus"],
-            compute=min(1.0, f.compute),
-            memory=min(1.0, f.memory),
-            multi_gpu=min(1.0, f.multi_gpu),
-            throughput_fraction=min(1.0, f.throughput_fraction),
-            predicted_tokens_per_second=f.throughput_fraction * prof.standalone_tokens_per_second,
-            decided_at=EPOCH + timedelta(seconds=last["t"]),
-        )
+    decision = placement_decision(job)
+    if decision is not None:
+        status.placement = decision.to_placement(EPOCH + timedelta(seconds=job.placements[-1]["t"]))
     # The operator clears status.observed when it places a job: a running job shows only a
     # window of its current placement.
     window = job.series[-1] if job.series else None

@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import EvictionRecord, Observed, OfflineJobStatus, Phase, Placement
-from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, job_selector
+from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
 from gleaner.operator import status as st
 from gleaner.operator.builders import build_eviction_report_configmap
 from gleaner.operator.context import OperatorContext

@@ -20,3 +20,6 @@ class GPUFree(NodeFilter):
     def reasons(self, ctx: JobContext, nodes: IntArray) -> list[str]:
         text = "no free GPU" if ctx.k == 1 else f"fewer than {ctx.k} free GPUs"
         return [text] * len(nodes)
+
+    def passed(self, ctx: JobContext) -> str:
+        return f"at least {ctx.k} free GPU{'s' if ctx.k > 1 else ''}"

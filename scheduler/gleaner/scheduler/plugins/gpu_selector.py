@@ -23,6 +23,9 @@ class GPUSelector(NodeFilter):
         enough = ctx.allowed.sum(axis=1) >= ctx.k
         return np.asarray(labels_ok & enough, dtype=bool)
 
+    def passed(self, ctx: JobContext) -> str:
+        return "matches the gpuSelector"
+
     def reasons(self, ctx: JobContext, nodes: IntArray) -> list[str]:
         labels_ok = ctx.view.label_mask(ctx.job.node_selector)
         plural = "GPU" if ctx.k == 1 else "GPUs"

@@ -23,6 +23,14 @@ class MemoryFit(SetFilter):
     def check(self, ctx: JobContext, batch: CandidateBatch) -> BoolArray:
         return np.asarray(batch.memory > self.config.min_memory_factor, dtype=bool)
 
+    def judge(self, ctx: JobContext, one: CandidateBatch) -> tuple[bool, str]:
+        ok = bool(self.check(ctx, one)[0])
+        floor = self.config.min_memory_factor
+        memory = float(one.memory[0])
+        if ok:
+            return True, f"harvestable memory (memory {memory:.2f} > {floor:.2f})"
+        return False, f"insufficient harvestable memory (memory {memory:.2f} <= {floor:.2f})"
+
     def explain(self, ctx: JobContext, failed: CandidateBatch) -> str:
         best = float(failed.memory.max()) if failed.size else 0.0
         floor = self.config.min_memory_factor

@@ -24,3 +24,6 @@ class NodeExcluded(NodeFilter):
 
     def reasons(self, ctx: JobContext, nodes: IntArray) -> list[str]:
         return ["job missed its SLA there before"] * len(nodes)
+
+    def passed(self, ctx: JobContext) -> str:
+        return "job has not missed its SLA there"

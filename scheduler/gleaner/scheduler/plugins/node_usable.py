@@ -17,3 +17,6 @@ class NodeUsable(NodeFilter):
 
     def reasons(self, ctx: JobContext, nodes: IntArray) -> list[str]:
         return [f"node unavailable: {ctx.view.unavailable[int(i)]}" for i in nodes]
+
+    def passed(self, ctx: JobContext) -> str:
+        return "node available"

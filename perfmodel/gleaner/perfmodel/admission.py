@@ -1,0 +1,107 @@
+"""Admission rules of the performance model, decided and worded in one place (pure).
+
+Contract. Two rules make a GPU set admissible for a job; everything that judges a set
+(``predict``, the scheduler's ``ThroughputSLA`` and ``PairOverlap`` filters, the
+scheduler's per-node explanations) calls these functions, so a set is never admitted by
+one caller and refused by another, and every caller words a verdict the same way:
+
+- **SLA**: the bias-corrected product ``clip(compute * memory * multi * bias, 0, 1)``
+  must reach the job's throughput SLA (:func:`meets_sla`, with a 1e-12 tolerance so
+  that a product equal to the SLA up to rounding passes);
+- **pair overlap**: every GPU pair of a multi-GPU set must have online busy
+  overlap / union >= ``ModelConfig.min_pair_overlap`` (:func:`pairs_admissible` on
+  P_multi, the minimum over the pairs; an unmeasured pair scores 0).
+
+The decisions are vectorized (numpy arrays in, boolean arrays out); the wording
+functions (:func:`sla_reason`, :func:`pair_reasons`) give one line per verdict, e.g.
+``predicted 0.16 < SLA 0.60 (compute 0.50)``, ``predicted 0.52 >= SLA 0.50 (bias
+0.80)``, ``GPU pair 0-1: busy overlap 0.50 < 0.95 (admission)``. docs/perfmodel.md
+and docs/scheduler.md show them in context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from gleaner.perfmodel.summary import NodeSummary
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+SLA_EPS = 1e-12
+"""Tolerance of both rules: a value equal to its bound up to float rounding passes."""
+
+
+def corrected(raw: npt.ArrayLike, bias: npt.ArrayLike) -> FloatArray:
+    """The bias-corrected predicted fraction: ``raw * bias`` clipped to [0, 1]."""
+    value = np.asarray(raw, dtype=np.float64) * np.asarray(bias, dtype=np.float64)
+    # Two ufuncs rather than np.clip: its Python wrapper dominates on the small batches the
+    # scheduler judges per placement.
+    return np.asarray(np.minimum(np.maximum(value, 0.0), 1.0), dtype=np.float64)
+
+
+def meets_sla(product: npt.ArrayLike, sla: float) -> BoolArray:
+    """The SLA rule: True where the (corrected) ``product`` reaches ``sla``."""
+    return np.asarray(np.asarray(product, dtype=np.float64) >= sla - SLA_EPS, dtype=bool)
+
+
+def pairs_admissible(multi: npt.ArrayLike, k: int, threshold: float) -> BoolArray:
+    """The pair-overlap rule on P_multi of k-GPU sets: True where every pair is aligned.
+
+    A one-GPU set has no pair and always passes.
+    """
+    values = np.asarray(multi, dtype=np.float64)
+    if k < 2:
+        return np.ones(values.shape, dtype=bool)
+    return np.asarray(values >= threshold - SLA_EPS, dtype=bool)
+
+
+def limiting(factors: Mapping[str, float]) -> str:
+    """The smallest factor, as ``name value`` (e.g. ``compute 0.35``)."""
+    name = min(factors, key=lambda k: factors[k])
+    return f"{name} {factors[name]:.2f}"
+
+
+def sla_reason(product: float, sla: float, factors: Mapping[str, float], bias: float = 1.0) -> str:
+    """The SLA verdict of one set, in the one wording (the bias only when it is not 1)."""
+    corrected_by = f"bias {bias:.2f}" if bias != 1.0 else ""
+    if bool(meets_sla(product, sla)):
+        suffix = f" ({corrected_by})" if corrected_by else ""
+        return f"predicted {product:.2f} >= SLA {sla:.2f}{suffix}"
+    detail = limiting(factors) + (f", {corrected_by}" if corrected_by else "")
+    return f"predicted {product:.2f} < SLA {sla:.2f} ({detail})"
+
+
+def pair_reasons(
+    node: NodeSummary, gpus: Sequence[int], scores: FloatArray, threshold: float
+) -> list[str]:
+    """One line per GPU pair of ``gpus`` (indices) of ``node`` that fails the pair rule.
+
+    ``scores`` is the node's [G, G] overlap / union matrix (``model.pair_scores``).
+    """
+    if len(gpus) < 2:
+        return []
+    out: list[str] = []
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1 :]:
+            pa, pb = node.position(a), node.position(b)
+            score = float(scores[pa, pb])
+            if bool(pairs_admissible(score, 2, threshold)):
+                continue
+            if np.isnan(node.pair_union_seconds[pa, pb]):
+                out.append(f"GPU pair {a}-{b}: busy overlap not measured")
+            else:
+                out.append(
+                    f"GPU pair {a}-{b}: busy overlap {score:.2f} < {threshold:.2f} (admission)"
+                )
+    return out
+
+
+def no_memory_samples(node: NodeSummary) -> str | None:
+    """A note (not a rule) when the node's window has no harvestable-memory samples."""
+    if node.memory.n_states == 0:
+        return f"node {node.node}: no harvestable-memory samples in the window"
+    return None
