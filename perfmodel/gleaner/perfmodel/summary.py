@@ -183,6 +183,23 @@ class NodeSummary:
 
     # -- merging ------------------------------------------------------------------------
 
+    def compute_fractions(self) -> FloatArray:
+        """Per GPU (position order), the share of the window offline work could run.
+
+        Offline-enabled seconds / window with an agent, else 1 - online-busy fraction;
+        clipped to [0, 1]. This is the model's P_compute per GPU; it lives here, with the
+        data it reads, so that the NodeTrace status (idleFraction) and the model
+        (``gleaner.perfmodel.model``) share it without importing each other.
+        ValueError when the window is empty.
+        """
+        if not self.window_seconds > 0:
+            raise ValueError(f"node {self.node}: the trace window is empty (no samples)")
+        if self.offline_enabled_seconds is not None:
+            frac = self.offline_enabled_seconds / self.window_seconds
+        else:
+            frac = 1.0 - self.online_busy_seconds / self.window_seconds
+        return np.clip(np.asarray(frac, dtype=np.float64), 0.0, 1.0)
+
     def enabled_or_estimate(self) -> FloatArray:
         """Offline-enabled seconds, or the no-agent estimate window - busy."""
         if self.offline_enabled_seconds is not None:
@@ -557,9 +574,8 @@ class NodeSummary:
                 for row, sec in zip(states, self.memory.seconds, strict=True)
             ],
         )
-        from gleaner.perfmodel.model import compute_factors
-
-        idle = float(compute_factors(self).mean()) if self.n_gpus and self.window_seconds else None
+        has_window = self.n_gpus and self.window_seconds
+        idle = float(self.compute_fractions().mean()) if has_window else None
         jobs = (
             offline_jobs
             if offline_jobs is not None
