@@ -10,12 +10,14 @@ The public facade; the modules behind it are:
 - ``model``: ``ModelConfig``, ``Prediction``, ``predict`` and the factor functions
   (scalar per GPU set, vectorized per node and per subset);
 - ``fleet``: ``GpuFleet``, single-GPU scoring over thousands of GPUs at once;
-- ``sources``: the ``TraceSource`` protocol, file and NodeTrace sources.
+- ``sources``: the ``TraceSource`` protocol, file and NodeTrace sources;
+- ``parse_duration`` (for ``--window``) is ``gleaner.api.units``', re-exported here.
 
 Nothing here does network I/O or imports a Kubernetes/Prometheus client (import-linter
 holds that); the Prometheus source lives in ``gleaner.operator.sources.prometheus``.
 """
 
+from gleaner.api.units import parse_duration
 from gleaner.perfmodel.fleet import GpuFleet, memory_factors_single
 from gleaner.perfmodel.model import (
     BASELINE_MODEL,
@@ -35,7 +37,6 @@ from gleaner.perfmodel.sources import (
     FileTraceSource,
     NodeTraceListSource,
     TraceSource,
-    parse_duration,
     read_trace_frame,
 )
 from gleaner.perfmodel.summary import (
