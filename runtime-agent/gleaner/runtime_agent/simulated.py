@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gleaner.api import GpuInfo
-from gleaner.runtime_agent.core import GIB, NodeAgent
+from gleaner.api.units import GIB
+from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.policy import GateConfig, HandleMap, KvSpan, MemoryConfig, ReclaimPlan
 
 SIM_PRODUCT = "Simulated GPU"

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from gleaner.api.units import GIB
 from gleaner.perfmodel import (
     DEFAULT_MAX_STATES,
     DEFAULT_STEP_GIB,
@@ -59,7 +60,6 @@ DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FREE = "DCGM_FI_DEV_FB_FREE"
 DCGM_USED = "DCGM_FI_DEV_FB_USED"
 DCGM_NODE_LABELS = ("Hostname", "node", "kubernetes_node", "instance")
-GIB = float(2**30)
 
 Samples = tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]
 
