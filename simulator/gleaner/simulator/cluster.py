@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import DEFAULT_STEP_GIB, GpuSpec, JobProfile, MemoryHistogram, NodeSummary
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
@@ -295,11 +296,6 @@ def _joint_idle(online: OnlineCluster, rows: list[int], t: slice) -> FloatArray:
     return out
 
 
-def gpu_uuid(node: int, index: int) -> str:
-    """The UUID a simulated GPU reports."""
-    return f"GPU-{node:04d}{index:02d}-sim"
-
-
 def node_summary(
     online: OnlineCluster, node: int, start: int, end: int, gate_efficiency: float
 ) -> NodeSummary:
@@ -321,7 +317,7 @@ def node_summary(
     specs = tuple(
         GpuSpec(
             index=i,
-            uuid=gpu_uuid(node, i),
+            uuid=gpu_uuid(online.node_names[node], i),
             product="NVIDIA H100 80GB HBM3",
             memory_gib=80.0,
         )
@@ -747,7 +743,7 @@ def run_policy(
                     )
                     node_i = job.node or 0
                     uuids = tuple(
-                        gpu_uuid(node_i, r - node_i * online.gpus_per_node) for r in job.rows
+                        gpu_uuid(name, r - node_i * online.gpus_per_node) for r in job.rows
                     )
                     reports.append(
                         build_eviction_report(
@@ -911,7 +907,6 @@ __all__ = [
     "current_observed",
     "dashboard_point",
     "generate_online",
-    "gpu_uuid",
     "make_jobs",
     "node_summary",
     "run_cluster",
