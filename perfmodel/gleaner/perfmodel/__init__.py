@@ -6,7 +6,9 @@ The public facade; the modules behind it are:
   weighted memory values);
 - ``sketch``: ``MemoryHistogram``, the joint harvestable-memory sketch with its error bound;
 - ``summary``: ``NodeSummary`` (a node's window in seconds and counts; merges by
-  addition), ``summarize_samples`` for the DESIGN.md trace format;
+  addition);
+- ``frames``: the DESIGN.md trace format as a pandas frame (``validate_trace_frame``,
+  ``summarize_samples``);
 - ``model``: ``ModelConfig``, ``Prediction``, ``predict`` and the factor functions
   (scalar per GPU set, vectorized per node and per subset);
 - ``fleet``: ``GpuFleet``, single-GPU scoring over thousands of GPUs at once;
@@ -19,6 +21,12 @@ holds that); the Prometheus source lives in ``gleaner.operator.sources.prometheu
 
 from gleaner.api.units import parse_duration
 from gleaner.perfmodel.fleet import GpuFleet, memory_factors_single
+from gleaner.perfmodel.frames import (
+    OPTIONAL_COLUMNS,
+    TRACE_COLUMNS,
+    summarize_samples,
+    validate_trace_frame,
+)
 from gleaner.perfmodel.model import (
     BASELINE_MODEL,
     ModelConfig,
@@ -39,16 +47,7 @@ from gleaner.perfmodel.sources import (
     TraceSource,
     read_trace_frame,
 )
-from gleaner.perfmodel.summary import (
-    OPTIONAL_COLUMNS,
-    TRACE_COLUMNS,
-    GpuEvents,
-    GpuSpec,
-    NodeSummary,
-    TraceFormatError,
-    summarize_samples,
-    validate_trace_frame,
-)
+from gleaner.perfmodel.summary import GpuEvents, GpuSpec, NodeSummary, TraceFormatError
 
 __all__ = [
     "BASELINE_MODEL",

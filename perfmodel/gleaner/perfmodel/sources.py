@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from gleaner.perfmodel.frames import summarize_samples
 from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, DEFAULT_STEP_GIB
-from gleaner.perfmodel.summary import NodeSummary, TraceFormatError, summarize_samples
+from gleaner.perfmodel.summary import NodeSummary, TraceFormatError
 
 if TYPE_CHECKING:
     import pandas as pd
