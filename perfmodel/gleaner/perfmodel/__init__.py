@@ -7,13 +7,13 @@ The public facade; the modules behind it are:
 - ``sketch``: ``MemoryHistogram``, the joint harvestable-memory sketch with its error bound;
 - ``summary``: ``NodeSummary`` (a node's window in seconds and counts; merges by
   addition);
-- ``frames``: the DESIGN.md trace format as a pandas frame (``validate_trace_frame``,
-  ``summarize_samples``);
+- ``frames``: the trace file format (docs/architecture.md) as a pandas frame
+  (``validate_trace_frame``, ``summarize_samples``);
 - ``model``: ``ModelConfig``, ``Prediction``, ``predict`` and the factor functions
   (scalar per GPU set, vectorized per node and per subset);
 - ``fleet``: ``GpuFleet``, single-GPU scoring over thousands of GPUs at once;
 - ``sources``: the ``TraceSource`` protocol, file and NodeTrace sources;
-- ``parse_duration`` (for ``--window``) is ``gleaner.api.units``', re-exported here.
+- ``parse_duration`` (for ``--window``) is ``gleaner.api.units``'s, re-exported here.
 
 Nothing here does network I/O or imports a Kubernetes/Prometheus client (import-linter
 holds that); the Prometheus source lives in ``gleaner.operator.sources.prometheus``.

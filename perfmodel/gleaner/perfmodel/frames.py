@@ -1,4 +1,5 @@
-"""Trace frames: the DESIGN.md trace format as a pandas frame, checked and summarized.
+"""Trace frames: the trace file format (docs/architecture.md) as a pandas frame, checked and
+summarized.
 
 Contract. A trace frame has one row per (timestamp, node, gpu) with the columns
 ``TRACE_COLUMNS`` and optionally ``OPTIONAL_COLUMNS``. ``validate_trace_frame`` checks it
@@ -33,7 +34,7 @@ def _column_error(frame: pd.DataFrame, name: str, bad: npt.NDArray[np.bool_], wh
 
 
 def validate_trace_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Check a DESIGN.md trace frame; return it with clean dtypes. TraceFormatError if bad."""
+    """Check a trace frame (docs/architecture.md); return it with clean dtypes, or raise."""
     import pandas as pd
 
     missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
@@ -90,7 +91,7 @@ def summarize_samples(
     sample_seconds: float | None = None,
     window_seconds: float | None = None,
 ) -> dict[str, NodeSummary]:
-    """Summarize a DESIGN.md trace frame (one row per timestamp, node, gpu) per node.
+    """Summarize a trace frame (one row per timestamp, node, gpu) per node.
 
     ``window_seconds`` keeps only each node's last that many seconds of samples. Every
     node's samples must be aligned: each timestamp has exactly one row per GPU of that

@@ -11,7 +11,7 @@ same node merge by addition (``merge``) and the scheduler never rescans raw samp
 
 GPUs are always kept sorted by index; "position" means the place in that order.
 Sources of summaries: raw samples (``from_samples``; ``gleaner.perfmodel.frames`` reads the
-DESIGN.md trace format into them), counter totals plus memory samples (``from_totals``, what the
+trace file format into them), counter totals plus memory samples (``from_totals``, what the
 Prometheus source reads), and NodeTrace objects (``from_nodetrace``). ``to_nodetrace_status``
 writes the NodeTrace status an agent or the simulator publishes.
 

@@ -4,7 +4,7 @@ Contract. :class:`OnlineCluster` holds per-GPU busy fractions and harvestable me
 [GPUs, steps] arrays (numpy) plus the service layout (which GPUs serve one service and
 its alignment ρ). :func:`generate_online` draws it from a :class:`ClusterScenario` (the
 model in ``gleaner.simulator.cluster``'s docstring and docs/simulator.md; deterministic
-for a given generator), :func:`online_from_trace` reads it from a DESIGN.md trace frame.
+for a given generator), :func:`online_from_trace` reads it from a trace frame.
 :func:`joint_idle` is the exact per-step fraction of time a GPU set is all idle (the
 ground truth's compute part); :func:`node_summary` is the ``NodeSummary`` a node's agent
 would report for a range of steps, times measured from ``EPOCH`` (simulated time 0).
@@ -125,7 +125,7 @@ def generate_online(cfg: ClusterScenario, rng: np.random.Generator) -> OnlineClu
 
 
 def online_from_trace(frame: Any, history_h: float) -> OnlineCluster:
-    """An :class:`OnlineCluster` from a DESIGN.md trace frame (validated by the perfmodel).
+    """An :class:`OnlineCluster` from a trace frame (validated by the perfmodel).
 
     Each node's GPUs are treated as one aligned service (ρ = 1: the trace format's overlap
     rule). The first ``history_h`` hours (at most half the trace) are history.
