@@ -18,7 +18,8 @@ from gleaner.dashboard.build import build_dashboard
 from gleaner.dashboard.model import ClusterRecord
 from gleaner.dashboard.sources import SnapshotSource, StaticSource
 from gleaner.scheduler import EvictionReport
-from gleaner.simulator.cluster import ClusterScenario, run_cluster
+from gleaner.simulator.cluster import run_cluster
+from gleaner.simulator.cluster_scenario import ClusterScenario
 from gleaner.simulator.records import snapshot
 from gleaner.simulator.snapshot import dashboard_record, write_dashboard_record
 from gleaner.testing.dashboard import example_record

@@ -9,6 +9,9 @@ and hold the least-privilege line (no wildcards, no secrets, no escalation verbs
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,6 +114,17 @@ def test_agent_cannot_touch_offline_jobs_or_create_pods() -> None:
 )
 def test_rbac_modules_import_only_the_standard_library(path: str) -> None:
     tree = ast.parse((ROOT / path).read_text())
+    # The one import allowed beyond the standard library is the rule type, and only under
+    # ``if TYPE_CHECKING:`` (never executed); every other import counts.
+    typing_only: set[str] = set()
+    for top in list(tree.body):
+        if isinstance(top, ast.If) and ast.unparse(top.test) == "TYPE_CHECKING":
+            assert not top.orelse
+            for stmt in top.body:
+                assert isinstance(stmt, ast.ImportFrom) and stmt.module, ast.unparse(stmt)
+                typing_only.add(stmt.module)
+            tree.body.remove(top)
+    assert typing_only <= {"gleaner.api.rbac"}
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -118,3 +132,29 @@ def test_rbac_modules_import_only_the_standard_library(path: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert imported <= {"__future__", "typing"}
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "rules"),
+    [
+        ("operator/gleaner/operator/rbac.py", "OPERATOR_RULES", OPERATOR_RULES),
+        ("runtime-agent/gleaner/runtime_agent/rbac.py", "AGENT_RULES", AGENT_RULES),
+    ],
+)
+def test_rbac_modules_load_from_their_file_without_gleaner(
+    path: str, name: str, rules: list[Any]
+) -> None:
+    # What scripts/helm_generate.py does, in a fresh interpreter where importing any
+    # gleaner module fails.
+    code = (
+        "import importlib.util, json, sys\n"
+        "sys.modules['gleaner'] = None\n"
+        f"spec = importlib.util.spec_from_file_location('rules', {str(ROOT / path)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        f"print(json.dumps(module.{name}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(out.stdout) == [dict(rule) for rule in rules]

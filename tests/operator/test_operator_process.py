@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import yaml
 
+from gleaner.api.nodetrace import gpu_uuid
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     KubeApi,
     KubeEmulator,
     OperatorProcess,
-    gpu_uuid,
     nodetrace_manifest,
     offlinejob_manifest,
     wait_for,

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gleaner.api.nodetrace import gpu_uuid
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     KubeApi,
     KubeEmulator,
     OperatorProcess,
-    gpu_uuid,
     nodetrace_manifest,
     offlinejob_manifest,
     wait_for,

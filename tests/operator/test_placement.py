@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from gleaner.api import OfflineJob
+from gleaner.api.nodetrace import gpu_uuid
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import (
     UNKNOWN_UUIDS_REASON,
@@ -14,7 +15,7 @@ from gleaner.operator.traces import (
     with_inventory,
 )
 from gleaner.perfmodel import GpuSpec, NodeSummary
-from gleaner.testing.kube import gpu_uuid, nodetrace_manifest, offlinejob_manifest
+from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
 
 NOW = datetime.now(UTC)
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gleaner.api import GpuInfo, NodeTrace, NodeTraceStatus
+from gleaner.api.units import GIB
 from gleaner.perfmodel import (
     JobProfile,
     NodeSummary,
@@ -21,7 +22,7 @@ from gleaner.perfmodel import (
     summarize_samples,
 )
 from gleaner.runtime_agent.policy import Accounting, to_nodetrace_status, window_between
-from gleaner.runtime_agent.policy.accounting import GIB, Totals
+from gleaner.runtime_agent.policy.accounting import Totals
 from gleaner.runtime_agent.reporting import ReportWindow
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

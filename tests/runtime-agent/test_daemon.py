@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.api import NodeTraceStatus, TraceSource
-from gleaner.cli.agent import parse_duration
+from gleaner.api.units import parse_duration
 from gleaner.cli.main import main as cli_main
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentError, AgentOptions, event_loop_factory

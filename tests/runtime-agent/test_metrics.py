@@ -5,7 +5,8 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gleaner.runtime_agent.core import GIB, NodeAgent
+from gleaner.api.units import GIB
+from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.metrics import HARVESTABLE_HISTOGRAM, build_registry
 from gleaner.runtime_agent.policy import GateConfig, KvSpan, MemoryConfig
 from gleaner.runtime_agent.simulated import synthetic_inventory

@@ -25,8 +25,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gleaner.api.nodetrace import gpu_uuid
 from gleaner.protocol import wire as p
-from gleaner.runtime_agent.simulated import gpu_uuid
 from gleaner.testing.agent import agent_process
 from gleaner.testing.kube import wait_for
 

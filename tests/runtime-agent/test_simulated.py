@@ -7,13 +7,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gleaner.api.nodetrace import gpu_uuid
 from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
 from gleaner.runtime_agent.simulated import (
     SimulatedNode,
     SyntheticConfig,
     SyntheticOnline,
     TraceOnline,
-    gpu_uuid,
     synthetic_inventory,
 )
 

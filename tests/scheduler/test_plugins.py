@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gleaner.scheduler import ClusterState, JobRequest, SchedulerConfig
+from gleaner.scheduler.config import FILTER_PLUGINS, SCORE_PLUGINS
 from gleaner.scheduler.framework import JobContext
 from gleaner.scheduler.plugins.gpu_free import GPUFree
 from gleaner.scheduler.plugins.gpu_selector import GPUSelector
@@ -58,6 +59,13 @@ def test_registry_names_match_classes() -> None:
         SchedulerConfig(filters=("NoSuchFilter",))
     with pytest.raises(ValueError, match="unknown score"):
         SchedulerConfig(scores={"Nope": 1.0})
+
+
+def test_config_knows_exactly_the_registered_plugins() -> None:
+    # SchedulerConfig validates names without importing the registry (no import cycle);
+    # this keeps its name sets and the registry's classes the same.
+    assert set(FILTERS) == FILTER_PLUGINS
+    assert set(SCORES) == SCORE_PLUGINS
 
 
 def test_node_usable() -> None:

@@ -11,14 +11,9 @@ import pytest
 
 from gleaner.perfmodel import multi_gpu_factor
 from gleaner.perfmodel.model import compute_factors
-from gleaner.simulator.cluster import (
-    EPOCH,
-    ClusterScenario,
-    generate_online,
-    node_summary,
-    run_cluster,
-    trailing_idle,
-)
+from gleaner.simulator.cluster import run_cluster, trailing_idle
+from gleaner.simulator.cluster_scenario import ClusterScenario
+from gleaner.simulator.online import EPOCH, generate_online, node_summary
 
 
 def _cfg(**kw: Any) -> ClusterScenario:

@@ -19,6 +19,8 @@ Only the node's agent writes it (or the simulator); the operator and scheduler r
 
 from __future__ import annotations
 
+import functools
+import uuid
 from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar, Self
@@ -45,6 +47,15 @@ class GpuInfo(KubeModel):
     uuid: str = Field(min_length=1, description="GPU UUID (GPU-xxxxxxxx-...).")
     product: str = Field(default="", description="GPU product name.")
     memory_gi_b: float = Field(alias="memoryGiB", gt=0, description="Total GPU memory, GiB.")
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the cluster simulator asks again every step
+def gpu_uuid(node: str, index: int) -> str:
+    """The UUID of GPU ``index`` of ``node`` where no hardware gives one (simulated GPUs,
+    test clusters): ``GPU-`` and the name-based (version 5) UUID of
+    ``<index>.<node>.gleaner.dev``. The same node and index give the same UUID in the
+    agent's simulated backend, the cluster simulator and the test harnesses."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{index}.{node}.gleaner.dev')}"
 
 
 class TraceWindow(KubeModel):

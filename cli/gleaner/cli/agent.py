@@ -8,24 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from pathlib import Path
 
 import click
 
+from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail
 from gleaner.protocol.node import SOCKET_DIR, SOCKET_NAME
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
-
-def parse_duration(text: str) -> float:
-    """``15s``, ``500ms``, ``2m``, ``1h`` or plain seconds → seconds (> 0)."""
-    m = _DURATION.match(text)
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"bad duration {text!r} (examples: 15s, 500ms, 2m)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+def _duration(text: str) -> float:
+    """Seconds > 0 (``gleaner.api.units`` grammar); the agent's one-line error otherwise."""
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(f"bad duration {text!r} (examples: 15s, 500ms, 2m, 1h30m)") from None
 
 
 @click.command(name="agent")
@@ -102,10 +99,10 @@ def command(
     from gleaner.runtime_agent.policy import GateConfig
 
     try:
-        interval = parse_duration(report_interval)
-        window_s = parse_duration(window)
+        interval = _duration(report_interval)
+        window_s = _duration(window)
         gate = GateConfig(
-            cool_floor_s=parse_duration(cool_floor), cool_ceiling_s=parse_duration(cool_ceiling)
+            cool_floor_s=_duration(cool_floor), cool_ceiling_s=_duration(cool_ceiling)
         )
     except ValueError as exc:
         fail(str(exc))

@@ -115,7 +115,8 @@ def load_nodes(
     step_gib: float,
 ) -> dict[str, NodeSummary]:
     """Node summaries from exactly one of a trace file and Prometheus; fail on bad input."""
-    from gleaner.perfmodel import FileTraceSource, TraceSource, parse_duration
+    from gleaner.api.units import parse_duration
+    from gleaner.perfmodel import FileTraceSource, TraceSource
 
     if (trace_path is None) == (prometheus_url is None):
         fail("give exactly one of --trace FILE and --prometheus URL")

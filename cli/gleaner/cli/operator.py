@@ -2,7 +2,8 @@
 
 Uses the in-cluster service account, else ``KUBECONFIG``. Flags map one-to-one onto
 ``gleaner.operator.config.OperatorConfig`` (docs/operator.md, "Flags"); durations accept
-``30``, ``30s``, ``5m``, ``1h``. Bad flags: one-line error, exit 2.
+``30``, ``30s``, ``5m``, ``1h``, ``1h30m`` (grammar: ``gleaner.api.units``). Bad flags:
+one-line error, exit 2.
 """
 
 from __future__ import annotations
@@ -10,25 +11,16 @@ from __future__ import annotations
 import click
 
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
+from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail
 
 
 def _seconds(text: str, flag: str) -> float:
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    raw = text.strip()
-    for unit in ("ms", "s", "m", "h"):
-        if raw.endswith(unit):
-            number, factor = raw[: -len(unit)], units[unit]
-            break
-    else:
-        number, factor = raw, 1.0
+    """Seconds >= 0 (0 turns a delay off; flags that need more check it themselves)."""
     try:
-        value = float(number) * factor
-    except ValueError:
-        fail(f"{flag}: not a duration: {text!r} (use e.g. 30s, 5m, 1h)")
-    if value < 0:
-        fail(f"{flag}: must not be negative")
-    return value
+        return parse_duration(text, allow_zero=True)
+    except ValueError as exc:
+        fail(f"{flag}: {exc}")
 
 
 @click.command(name="operator")

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
+from gleaner.api.units import parse_duration
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
 from gleaner.clients.kube import (
     Credentials,
@@ -68,18 +69,11 @@ class Row:
 
 
 def parse_since(text: str) -> float:
-    """``24h``, ``30m``, ``7d``, ``90s`` or plain seconds -> seconds."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    raw = text.strip().lower()
-    factor = units.get(raw[-1:])
-    number = raw[:-1] if factor is not None else raw
+    """``24h``, ``30m``, ``7d``, ``90s`` or plain seconds -> seconds (``gleaner.api.units``)."""
     try:
-        value = float(number) * (factor or 1.0)
-    except ValueError:
-        fail(f"--since: not a duration: {text!r} (use e.g. 90s, 30m, 24h, 7d)")
-    if value <= 0:
-        fail("--since must be positive")
-    return value
+        return parse_duration(text)
+    except ValueError as exc:
+        fail(f"--since: {exc}")
 
 
 def read_reports(

@@ -1,25 +1,20 @@
 """Kubernetes RBAC rules the operator process needs, as plain data.
 
-Contract: ``OPERATOR_RULES`` is the complete, least-privilege list of PolicyRule-like dicts
-(``apiGroups``, ``resources``, ``verbs``) for the operator's ClusterRole. The Helm chart
-renders its ClusterRole from exactly these rules and ``tests/helm`` checks that the rendered
-rules equal this list. Whoever makes the operator call a new API adds a rule here (minimally)
-with a comment naming the code that uses it. This module imports only the standard library
-so the chart tooling can read it without the operator's dependencies.
+Contract: ``OPERATOR_RULES`` is the complete, least-privilege list of ``PolicyRule`` dicts
+(``gleaner.api.rbac``: ``apiGroups``, ``resources``, ``verbs``) for the operator's ClusterRole.
+The Helm chart renders its ClusterRole from exactly these rules and ``tests/helm`` checks
+that the rendered rules equal this list. Whoever makes the operator call a new API adds a rule
+here (minimally) with a comment naming the code that uses it. At run time this module
+imports only the standard library (``PolicyRule`` only for type checking), so the chart
+tooling can read it without the operator's dependencies.
 """
 
 from __future__ import annotations
 
-from typing import Final, TypedDict
+from typing import TYPE_CHECKING, Final
 
-
-class PolicyRule(TypedDict):
-    """One RBAC PolicyRule (the subset of fields Gleaner uses)."""
-
-    apiGroups: list[str]
-    resources: list[str]
-    verbs: list[str]
-
+if TYPE_CHECKING:  # the chart tooling loads this file without Gleaner installed
+    from gleaner.api.rbac import PolicyRule
 
 OPERATOR_RULES: Final[list[PolicyRule]] = [
     # kopf handlers for OfflineJob (watch, bind, status patches, finalizers).

@@ -6,17 +6,27 @@ The public facade; the modules behind it are:
   weighted memory values);
 - ``sketch``: ``MemoryHistogram``, the joint harvestable-memory sketch with its error bound;
 - ``summary``: ``NodeSummary`` (a node's window in seconds and counts; merges by
-  addition), ``summarize_samples`` for the trace file format (docs/architecture.md);
+  addition);
+- ``frames``: the trace file format (docs/architecture.md) as a pandas frame
+  (``validate_trace_frame``, ``summarize_samples``);
 - ``model``: ``ModelConfig``, ``Prediction``, ``predict`` and the factor functions
   (scalar per GPU set, vectorized per node and per subset);
 - ``fleet``: ``GpuFleet``, single-GPU scoring over thousands of GPUs at once;
-- ``sources``: the ``TraceSource`` protocol, file and NodeTrace sources.
+- ``sources``: the ``TraceSource`` protocol, file and NodeTrace sources;
+- ``parse_duration`` (for ``--window``) is ``gleaner.api.units``'s, re-exported here.
 
 Nothing here does network I/O or imports a Kubernetes/Prometheus client (import-linter
 holds that); the Prometheus source lives in ``gleaner.operator.sources.prometheus``.
 """
 
+from gleaner.api.units import parse_duration
 from gleaner.perfmodel.fleet import GpuFleet, memory_factors_single
+from gleaner.perfmodel.frames import (
+    OPTIONAL_COLUMNS,
+    TRACE_COLUMNS,
+    summarize_samples,
+    validate_trace_frame,
+)
 from gleaner.perfmodel.model import (
     BASELINE_MODEL,
     ModelConfig,
@@ -35,19 +45,9 @@ from gleaner.perfmodel.sources import (
     FileTraceSource,
     NodeTraceListSource,
     TraceSource,
-    parse_duration,
     read_trace_frame,
 )
-from gleaner.perfmodel.summary import (
-    OPTIONAL_COLUMNS,
-    TRACE_COLUMNS,
-    GpuEvents,
-    GpuSpec,
-    NodeSummary,
-    TraceFormatError,
-    summarize_samples,
-    validate_trace_frame,
-)
+from gleaner.perfmodel.summary import GpuEvents, GpuSpec, NodeSummary, TraceFormatError
 
 __all__ = [
     "BASELINE_MODEL",

@@ -95,12 +95,7 @@ def _require_window(node: NodeSummary) -> None:
 
 def compute_factors(node: NodeSummary) -> FloatArray:
     """P_compute of every GPU of ``node`` (position order), each within [0, 1]."""
-    _require_window(node)
-    if node.offline_enabled_seconds is not None:
-        frac = node.offline_enabled_seconds / node.window_seconds
-    else:
-        frac = 1.0 - node.online_busy_seconds / node.window_seconds
-    return np.clip(np.asarray(frac, dtype=np.float64), 0.0, 1.0)
+    return node.compute_fractions()
 
 
 def compute_factor(node: NodeSummary, gpus: Sequence[int]) -> float:

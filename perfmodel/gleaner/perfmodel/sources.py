@@ -10,19 +10,17 @@ Contract. A source's ``load()`` returns ``{node name: NodeSummary}`` and raises
 - the Prometheus source does I/O through prometheus-api-client, so it lives in the
   operator layer (``gleaner.operator.sources.prometheus``) and feeds
   ``NodeSummary.from_totals`` / ``from_samples`` here.
-
-``parse_duration`` reads the ``--window`` style durations (``90s``, ``15m``, ``1h``, ``1d``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from gleaner.perfmodel.frames import summarize_samples
 from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, DEFAULT_STEP_GIB
-from gleaner.perfmodel.summary import NodeSummary, TraceFormatError, summarize_samples
+from gleaner.perfmodel.summary import NodeSummary, TraceFormatError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,21 +35,6 @@ class TraceSource(Protocol):
     def load(self) -> dict[str, NodeSummary]:
         """Summaries by node name; TraceFormatError on malformed input."""
         ...
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``text``: a number with an optional unit ms, s, m, h, d or w (``1h``)."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 1h, 1d)")
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
-    if not seconds > 0:
-        raise ValueError(f"duration must be positive: {text!r}")
-    return seconds
 
 
 def read_trace_frame(path: str | Path) -> pd.DataFrame:

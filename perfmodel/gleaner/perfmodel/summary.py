@@ -10,8 +10,8 @@ same node merge by addition (``merge``) and the scheduler never rescans raw samp
 - the joint harvestable-memory sketch (``gleaner.perfmodel.sketch``).
 
 GPUs are always kept sorted by index; "position" means the place in that order.
-Sources of summaries: raw samples (``from_samples`` / ``summarize_samples`` for the
-docs/architecture.md's trace format), counter totals plus memory samples (``from_totals``, what the
+Sources of summaries: raw samples (``from_samples``; ``gleaner.perfmodel.frames`` reads the
+trace file format into them), counter totals plus memory samples (``from_totals``, what the
 Prometheus source reads), and NodeTrace objects (``from_nodetrace``). ``to_nodetrace_status``
 writes the NodeTrace status an agent or the simulator publishes.
 
@@ -34,16 +34,10 @@ import numpy.typing as npt
 from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, DEFAULT_STEP_GIB, MemoryHistogram
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from gleaner.api import NodeTrace, NodeTraceStatus, TraceSource
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-TRACE_COLUMNS = ("timestamp", "node", "gpu", "online_busy", "free_memory_gib")
-OPTIONAL_COLUMNS = ("offline_enabled",)
-MAX_GPU_INDEX = 15
 
 
 class TraceFormatError(ValueError):
@@ -182,6 +176,23 @@ class NodeSummary:
         return self.events if self.events is not None else GpuEvents.zeros(self.n_gpus)
 
     # -- merging ------------------------------------------------------------------------
+
+    def compute_fractions(self) -> FloatArray:
+        """Per GPU (position order), the share of the window offline work could run.
+
+        Offline-enabled seconds / window with an agent, else 1 - online-busy fraction;
+        clipped to [0, 1]. This is the model's P_compute per GPU; it lives here, with the
+        data it reads, so that the NodeTrace status (idleFraction) and the model
+        (``gleaner.perfmodel.model``) share it without importing each other.
+        ValueError when the window is empty.
+        """
+        if not self.window_seconds > 0:
+            raise ValueError(f"node {self.node}: the trace window is empty (no samples)")
+        if self.offline_enabled_seconds is not None:
+            frac = self.offline_enabled_seconds / self.window_seconds
+        else:
+            frac = 1.0 - self.online_busy_seconds / self.window_seconds
+        return np.clip(np.asarray(frac, dtype=np.float64), 0.0, 1.0)
 
     def enabled_or_estimate(self) -> FloatArray:
         """Offline-enabled seconds, or the no-agent estimate window - busy."""
@@ -557,9 +568,8 @@ class NodeSummary:
                 for row, sec in zip(states, self.memory.seconds, strict=True)
             ],
         )
-        from gleaner.perfmodel.model import compute_factors
-
-        idle = float(compute_factors(self).mean()) if self.n_gpus and self.window_seconds else None
+        has_window = self.n_gpus and self.window_seconds
+        idle = float(self.compute_fractions().mean()) if has_window else None
         jobs = (
             offline_jobs
             if offline_jobs is not None
@@ -588,115 +598,3 @@ class NodeSummary:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _column_error(frame: pd.DataFrame, name: str, bad: npt.NDArray[np.bool_], what: str) -> str:
-    row = int(np.flatnonzero(bad)[0])
-    value = frame[name].iloc[row]
-    return f"column {name!r} {what} (row {row + 1}: {value!r})"
-
-
-def validate_trace_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Check a trace frame (docs/architecture.md); return it with clean dtypes, or raise."""
-    import pandas as pd
-
-    missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
-    if missing:
-        raise TraceFormatError(
-            f"missing column(s) {', '.join(missing)}; a trace needs "
-            f"{', '.join(TRACE_COLUMNS)} and optionally offline_enabled"
-        )
-    if len(frame) == 0:
-        raise TraceFormatError("the trace has no samples")
-    out = pd.DataFrame({"node": frame["node"].astype(str)})
-    if frame["node"].isna().any():
-        bad = frame["node"].isna().to_numpy()
-        raise TraceFormatError(_column_error(frame, "node", bad, "must name a node"))
-    numeric = ["timestamp", "gpu", "online_busy", "free_memory_gib"]
-    if "offline_enabled" in frame.columns:
-        numeric.append("offline_enabled")
-    for name in numeric:
-        col = pd.to_numeric(frame[name], errors="coerce").astype("float64")
-        bad = ~np.isfinite(col.to_numpy())
-        if bad.any():
-            raise TraceFormatError(_column_error(frame, name, bad, "must be a finite number"))
-        out[name] = col
-    gpu = out["gpu"].to_numpy()
-    bad = (gpu != np.round(gpu)) | (gpu < 0) | (gpu > MAX_GPU_INDEX)
-    if bad.any():
-        raise TraceFormatError(
-            _column_error(frame, "gpu", bad, f"must be an integer 0..{MAX_GPU_INDEX}")
-        )
-    out["gpu"] = out["gpu"].astype("int64")
-    for name in ("online_busy", "offline_enabled"):
-        if name in out:
-            v = out[name].to_numpy()
-            bad = (v < 0) | (v > 1)
-            if bad.any():
-                raise TraceFormatError(_column_error(frame, name, bad, "must be within 0..1"))
-    bad = out["free_memory_gib"].to_numpy() < 0
-    if bad.any():
-        raise TraceFormatError(_column_error(frame, "free_memory_gib", bad, "must be >= 0"))
-    return out
-
-
-def _scatter(values: npt.ArrayLike, cell: IntArray, shape: tuple[int, int]) -> FloatArray:
-    m = np.empty(shape[0] * shape[1])
-    m[cell] = np.asarray(values, dtype=np.float64)
-    return m.reshape(shape)
-
-
-def summarize_samples(
-    frame: pd.DataFrame,
-    step_gib: float = DEFAULT_STEP_GIB,
-    *,
-    max_states: int = DEFAULT_MAX_STATES,
-    sample_seconds: float | None = None,
-    window_seconds: float | None = None,
-) -> dict[str, NodeSummary]:
-    """Summarize a trace frame (one row per timestamp, node, gpu) per node.
-
-    ``window_seconds`` keeps only each node's last that many seconds of samples. Every
-    node's samples must be aligned: each timestamp has exactly one row per GPU of that
-    node (TraceFormatError names the first gap or duplicate). The memory sketch's error
-    bound is documented in ``gleaner.perfmodel.sketch``.
-    """
-    df = validate_trace_frame(frame)
-    has_enabled = "offline_enabled" in df.columns
-    out: dict[str, NodeSummary] = {}
-    for node, sub in df.groupby("node", sort=True):
-        name = str(node)
-        ts_all = sub["timestamp"].to_numpy()
-        if window_seconds is not None:
-            keep = ts_all > ts_all.max() - float(window_seconds)
-            sub = sub[keep]
-            ts_all = ts_all[keep]
-        times, t_inv = np.unique(ts_all, return_inverse=True)
-        gpus, g_inv = np.unique(sub["gpu"].to_numpy(), return_inverse=True)
-        n_t, n_g = times.size, gpus.size
-        cell = t_inv.ravel() * n_g + g_inv.ravel()
-        counts = np.bincount(cell, minlength=n_t * n_g)
-        if np.any(counts != 1):
-            c = int(np.flatnonzero(counts != 1)[0])
-            t, gi = times[c // n_g], int(gpus[c % n_g])
-            what = "has duplicate samples" if counts[c] > 1 else "has no sample"
-            raise TraceFormatError(
-                f"node {name}: GPU {gi} {what} at timestamp {t:g} "
-                "(samples of one node must be aligned: one row per GPU per timestamp)"
-            )
-
-        def matrix(column: str) -> FloatArray:
-            return _scatter(sub[column].to_numpy(), cell, (n_t, n_g))  # noqa: B023 - used at once
-
-        out[name] = NodeSummary.from_samples(
-            name,
-            [int(g) for g in gpus],
-            times,
-            matrix("online_busy"),
-            matrix("free_memory_gib"),
-            matrix("offline_enabled") if has_enabled else None,
-            sample_seconds=sample_seconds,
-            step_gib=step_gib,
-            max_states=max_states,
-        )
-    return out

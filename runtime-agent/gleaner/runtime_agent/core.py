@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gleaner.api import GpuInfo
+from gleaner.api.units import GIB
 from gleaner.runtime_agent.policy import (
     Accounting,
     ComputeGate,
@@ -66,8 +67,6 @@ from gleaner.runtime_agent.policy import (
     select_handles_greedy,
 )
 from gleaner.runtime_agent.policy.reclaim import Selector
-
-GIB = 1 << 30
 
 ACCOUNTING_BATCH = 256
 """Deferred accounting entries replayed at once (see the module docstring)."""

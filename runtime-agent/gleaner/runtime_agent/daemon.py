@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from gleaner.api import GpuInfo, TraceSource
+from gleaner.api.nodetrace import gpu_uuid
 from gleaner.clients.kube import KubeConfigError, SyncKubeClient
 from gleaner.protocol.node import SHIM_DIR, SHIM_IMAGE_PATH, SOCKET_DIR
 from gleaner.runtime_agent import timers
@@ -59,12 +60,7 @@ from gleaner.runtime_agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
 from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
 from gleaner.runtime_agent.reporting import ReportWindow
 from gleaner.runtime_agent.server import ShimServer
-from gleaner.runtime_agent.simulated import (
-    SimulatedNode,
-    TraceOnline,
-    gpu_uuid,
-    synthetic_inventory,
-)
+from gleaner.runtime_agent.simulated import SimulatedNode, TraceOnline, synthetic_inventory
 from gleaner.runtime_agent.timers import Timer
 
 log = logging.getLogger("gleaner.runtime_agent")

@@ -1,6 +1,8 @@
 """The agent's HTTP face on the metrics port (FastAPI): /metrics, /healthz, /simulate/burst.
 
-Contract. :func:`build_app` serves, for one :class:`~gleaner.runtime_agent.daemon.AgentDaemon`:
+Contract. :func:`build_app` serves, for one :class:`AgentFace` (what the HTTP face needs of
+:class:`~gleaner.runtime_agent.daemon.AgentDaemon`, as a protocol, so that this module does not
+import the daemon that imports it):
 
 - ``GET /metrics`` — the agent's own registry (:mod:`gleaner.runtime_agent.metrics`) in the
   Prometheus text format;
@@ -14,15 +16,42 @@ Handlers are ``async`` so they run on the loop thread that owns the agent's stat
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from fastapi import FastAPI, HTTPException, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.metrics import build_registry
 
-if TYPE_CHECKING:
-    from gleaner.runtime_agent.daemon import AgentDaemon
+
+class _Options(Protocol):
+    @property
+    def node(self) -> str: ...
+
+
+class AgentFace(Protocol):
+    """The daemon as the HTTP handlers see it."""
+
+    @property
+    def options(self) -> _Options: ...
+
+    @property
+    def agent(self) -> NodeAgent: ...
+
+    @property
+    def sim(self) -> object | None:
+        """The simulated node, None for the nvidia backend (bursts need one)."""
+        ...
+
+    def refresh(self) -> NodeAgent: ...
+
+    def extra_metrics(self) -> Iterator[Any]: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    def burst(self, gpus: list[int], seconds: float, busy: float) -> None: ...
 
 
 def parse_gpus(text: str, known: list[int]) -> list[int]:
@@ -41,7 +70,7 @@ def parse_gpus(text: str, known: list[int]) -> list[int]:
     return sorted(set(out))
 
 
-def build_app(daemon: AgentDaemon) -> FastAPI:
+def build_app(daemon: AgentFace) -> FastAPI:
     app = FastAPI(title="gleaner agent", docs_url=None, redoc_url=None, openapi_url=None)
     registry = build_registry(daemon.refresh, daemon.extra_metrics)
 

@@ -33,7 +33,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gleaner.runtime_agent.core import GIB, NodeAgent
+from gleaner.api.units import GIB
+from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.policy import HARVESTABLE_BUCKETS_GIB
 
 PREEMPTION_BUCKETS = (0, 1, 2, 3, 5, 10)

@@ -30,13 +30,14 @@ import heapq
 import itertools
 import math
 import random
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gleaner.api import GpuInfo
-from gleaner.runtime_agent.core import GIB, NodeAgent
+from gleaner.api.nodetrace import gpu_uuid
+from gleaner.api.units import GIB
+from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.policy import GateConfig, HandleMap, KvSpan, MemoryConfig, ReclaimPlan
 
 SIM_PRODUCT = "Simulated GPU"
@@ -48,11 +49,6 @@ HANDLES_PER_REQUEST = 4
 def node_seed(node: str) -> int:
     """A stable 64-bit seed from a node name (same node, same synthetic load)."""
     return int.from_bytes(hashlib.sha256(node.encode()).digest()[:8], "little")
-
-
-def gpu_uuid(node: str, index: int) -> str:
-    """A deterministic ``GPU-<uuid>`` for GPU ``index`` of ``node``."""
-    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{index}.{node}.gleaner.dev')}"
 
 
 def synthetic_inventory(node: str, gpus: int, memory_gib: float) -> list[GpuInfo]:

@@ -1,10 +1,11 @@
 """Scheduler configuration: one typed, documented object, built once and passed in.
 
 Contract. :class:`SchedulerConfig` names the filter and score plugins to run (by their
-registry names, ``gleaner.scheduler.registry``), the score weights, the performance
-model's knobs (``ModelConfig``: ``min_pair_overlap`` is the pair-overlap admission
-threshold), and the bounds that keep a cycle fast on large clusters. Validation happens
-at construction, so a bad config fails where it is built, not mid-cycle.
+registry names: ``FILTER_PLUGINS`` and ``SCORE_PLUGINS``, which ``gleaner.scheduler.registry``
+maps to classes), the score weights, the performance model's knobs (``ModelConfig``:
+``min_pair_overlap`` is the pair-overlap admission threshold), and the bounds that keep a
+cycle fast on large clusters. Validation happens at construction, so a bad config fails
+where it is built, not mid-cycle.
 """
 
 from __future__ import annotations
@@ -14,6 +15,23 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gleaner.perfmodel.model import ModelConfig
+
+FILTER_PLUGINS: frozenset[str] = frozenset(
+    {
+        "NodeUsable",
+        "NodeExcluded",
+        "GPUSelector",
+        "GPUFree",
+        "PairOverlap",
+        "MemoryFit",
+        "ThroughputSLA",
+    }
+)
+"""Names of the filter plugins ``gleaner.scheduler.registry`` registers (a test holds them
+equal). The names live here, not in the registry, because the plugins import this config:
+validating against the registry would make the two import each other."""
+SCORE_PLUGINS: frozenset[str] = frozenset({"SLAFit", "KeepAligned", "PackNodes"})
+"""Names of the score plugins the registry registers (see ``FILTER_PLUGINS``)."""
 
 DEFAULT_NODE_FILTERS: tuple[str, ...] = ("NodeUsable", "NodeExcluded", "GPUSelector", "GPUFree")
 DEFAULT_SET_FILTERS: tuple[str, ...] = ("PairOverlap", "MemoryFit", "ThroughputSLA")
@@ -47,16 +65,14 @@ class SchedulerConfig:
     """Compute per-node-class reasons for unschedulable jobs."""
 
     def __post_init__(self) -> None:
-        from gleaner.scheduler.registry import FILTERS, SCORES
-
-        unknown = [f for f in self.filters if f not in FILTERS]
+        unknown = [f for f in self.filters if f not in FILTER_PLUGINS]
         if unknown:
-            raise ValueError(f"unknown filter plugin(s) {unknown}; known: {sorted(FILTERS)}")
+            raise ValueError(f"unknown filter plugin(s) {unknown}; known: {sorted(FILTER_PLUGINS)}")
         if len(set(self.filters)) != len(self.filters):
             raise ValueError("a filter plugin is listed twice")
-        unknown = [s for s in self.scores if s not in SCORES]
+        unknown = [s for s in self.scores if s not in SCORE_PLUGINS]
         if unknown:
-            raise ValueError(f"unknown score plugin(s) {unknown}; known: {sorted(SCORES)}")
+            raise ValueError(f"unknown score plugin(s) {unknown}; known: {sorted(SCORE_PLUGINS)}")
         if any(w < 0 for w in self.scores.values()):
             raise ValueError("score weights must be >= 0")
         if not 0.0 <= self.min_memory_factor < 1.0:

@@ -7,8 +7,8 @@ names; :func:`build_plugins` instantiates the configured ones, in configured ord
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from gleaner.scheduler.config import SchedulerConfig
 from gleaner.scheduler.framework import NodeFilter, ScorePlugin, SetFilter
 from gleaner.scheduler.plugins.gpu_free import GPUFree
 from gleaner.scheduler.plugins.gpu_selector import GPUSelector
@@ -20,9 +20,6 @@ from gleaner.scheduler.plugins.pack_nodes import PackNodes
 from gleaner.scheduler.plugins.pair_overlap import PairOverlap
 from gleaner.scheduler.plugins.sla_fit import SLAFit
 from gleaner.scheduler.plugins.throughput_sla import ThroughputSLA
-
-if TYPE_CHECKING:
-    from gleaner.scheduler.config import SchedulerConfig
 
 FILTERS: dict[str, type[NodeFilter] | type[SetFilter]] = {
     cls.name: cls

@@ -35,14 +35,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
 
-from gleaner.perfmodel import DEFAULT_STEP_GIB, GpuSpec, JobProfile, MemoryHistogram, NodeSummary
+from gleaner.api.nodetrace import gpu_uuid
+from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
     BiasTable,
@@ -59,297 +59,19 @@ from gleaner.scheduler import (
     decide_sla,
     plan_after_eviction,
 )
+from gleaner.simulator.cluster_scenario import ClusterScenario, PolicyName
 from gleaner.simulator.latency import MODELS
 from gleaner.simulator.offline import OfflineJobConfig, memory_curve
+from gleaner.simulator.online import (
+    EPOCH,
+    EPOCH_SECONDS,
+    OnlineCluster,
+    generate_online,
+    joint_idle,
+    node_summary,
+)
 
 FloatArray = npt.NDArray[np.float64]
-PolicyName = Literal["no-harvest", "gleaner", "first-fit", "no-multi-filter"]
-EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-EPOCH_SECONDS = EPOCH.timestamp()
-"""The simulated clock starts here: ``EPOCH_SECONDS + t`` is simulated time t on the
-scheduler's clock (epoch seconds, as on a live cluster)."""
-ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
-
-
-class ServiceKind(BaseModel):
-    """One kind of online service in the mix."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpus: int = Field(ge=1, le=8)
-    share: float = Field(gt=0, description="Relative share of GPUs running this kind.")
-    alignment: tuple[float, float] = Field(
-        default=(1.0, 1.0), description="Range of ρ (1: tensor parallel, busy together)."
-    )
-
-
-class LoadConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    peak_busy: tuple[float, float] = (0.3, 0.85)
-    diurnal_amplitude: float = Field(default=0.7, ge=0, le=1)
-    phase_spread_h: float = Field(default=6.0, ge=0, description="Services' peaks spread, h.")
-    noise_sigma: float = Field(default=0.15, ge=0)
-    noise_corr_steps: float = Field(default=30.0, gt=0, description="AR(1) correlation, steps.")
-    gpu_noise_sigma: float = Field(default=0.25, ge=0, description="Per-GPU noise when ρ < 1.")
-    bursts_per_day: float = Field(default=4.0, ge=0)
-    burst_factor: tuple[float, float] = (1.5, 3.0)
-    burst_minutes: tuple[float, float] = (5.0, 45.0)
-    fixed_gib: tuple[float, float] = (18.0, 40.0)
-    kv_gib_at_full_load: tuple[float, float] = (6.0, 30.0)
-
-
-class JobsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    per_100_gpus: float = Field(default=60.0, gt=0, description="Jobs submitted per 100 GPUs.")
-    arrival_window: tuple[float, float] = Field(
-        default=(0.0, 0.7), description="Jobs arrive uniformly in this share of the run."
-    )
-    gpus: dict[int, float] = Field(default_factory=lambda: {1: 0.6, 2: 0.25, 4: 0.15})
-    sla: tuple[float, float] = (0.15, 0.55)
-    standalone_hours: tuple[float, float] = Field(
-        default=(1.0, 6.0), description="Work per job in hours on dedicated GPUs."
-    )
-    max_evictions: int = Field(default=3, ge=0)
-
-
-class MonitorConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    window_s: float = Field(default=600.0, gt=0)
-    history_windows: int = Field(default=5, ge=1)
-    violation_windows: int = Field(default=3, ge=1)
-    grace_s: float = Field(default=900.0, ge=0)
-    tolerance: float = Field(default=0.02, ge=0)
-    backoff_base_s: float = Field(default=300.0, ge=0)
-    backoff_max_s: float = Field(default=3600.0, ge=0)
-
-
-class ClusterScenario(BaseModel):
-    """Cluster-level part of a scenario file (see docs/simulator.md)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    nodes: int = Field(default=32, ge=1)
-    gpus_per_node: int = Field(default=8, ge=1, le=16)
-    duration_h: float = Field(default=24.0, gt=0)
-    step_s: float = Field(default=60.0, gt=0)
-    history_h: float = Field(default=6.0, ge=0, description="Trace before the first job.")
-    window_h: float = Field(default=6.0, gt=0, description="NodeSummary window (trailing).")
-    summary_refresh_s: float = Field(default=3600.0, gt=0)
-    schedule_interval_s: float = Field(default=300.0, gt=0)
-    gpu_memory_gib: float = Field(default=80.0, gt=0)
-    usable_gib: float = Field(default=76.0, gt=0)
-    gate_efficiency: float | None = Field(
-        default=None, gt=0, le=1, description="Enabled share of idle time (None: node level's)."
-    )
-    model: str = "llama-3.1-8b-h100"
-    services: list[ServiceKind] = Field(
-        default_factory=lambda: [
-            ServiceKind(gpus=1, share=0.45),
-            ServiceKind(gpus=2, share=0.15),
-            ServiceKind(gpus=4, share=0.15),
-            ServiceKind(gpus=2, share=0.10, alignment=(0.2, 0.8)),
-            ServiceKind(gpus=4, share=0.15, alignment=(0.2, 0.8)),
-        ]
-    )
-    load: LoadConfig = Field(default_factory=LoadConfig)
-    jobs: JobsConfig = Field(default_factory=JobsConfig)
-    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
-    policies: list[PolicyName] = Field(default_factory=lambda: list(ALL_POLICIES))
-
-
-# -- online load --------------------------------------------------------------------------
-
-
-@dataclass
-class OnlineCluster:
-    """Per-GPU busy fractions and harvestable memory, [GPUs, steps], plus service layout."""
-
-    node_names: list[str]
-    gpus_per_node: int
-    busy: FloatArray
-    free_gib: FloatArray
-    service: npt.NDArray[np.int64]
-    """[GPUs] service id of each GPU."""
-    alignment: FloatArray
-    """[services] ρ of each service."""
-    service_gpus: list[int]
-    step_s: float
-    t0_step: int
-    """Index of simulated time 0 (steps before it are history)."""
-
-    @property
-    def n_gpus(self) -> int:
-        return int(self.busy.shape[0])
-
-    def rows(self, node: int) -> slice:
-        return slice(node * self.gpus_per_node, (node + 1) * self.gpus_per_node)
-
-
-def _ar1(rng: np.random.Generator, n: int, steps: int, sigma: float, corr: float) -> FloatArray:
-    phi = math.exp(-1.0 / corr)
-    eps = rng.normal(0.0, sigma * math.sqrt(1 - phi * phi), size=(n, steps))
-    out = np.empty((n, steps))
-    out[:, 0] = rng.normal(0.0, sigma, size=n)
-    for t in range(1, steps):
-        out[:, t] = phi * out[:, t - 1] + eps[:, t]
-    return out
-
-
-def generate_online(cfg: ClusterScenario, rng: np.random.Generator) -> OnlineCluster:
-    """Online busy fractions and free memory for every GPU over history + duration."""
-    g_node = cfg.gpus_per_node
-    steps = round((cfg.history_h + cfg.duration_h) * 3600 / cfg.step_s)
-    t0 = round(cfg.history_h * 3600 / cfg.step_s)
-    kinds = [k for k in cfg.services if k.gpus <= g_node]
-    weights = np.array([k.share / k.gpus for k in kinds])
-    weights /= weights.sum()
-    service: list[int] = []
-    service_gpus: list[int] = []
-    align: list[float] = []
-    for _ in range(cfg.nodes):
-        left = g_node
-        while left > 0:
-            fits = [i for i, k in enumerate(kinds) if k.gpus <= left]
-            w = weights[fits] / weights[fits].sum()
-            kind = kinds[fits[int(rng.choice(len(fits), p=w))]]
-            sid = len(service_gpus)
-            service_gpus.append(kind.gpus)
-            lo, hi = kind.alignment
-            align.append(float(rng.uniform(lo, hi)))
-            service.extend([sid] * kind.gpus)
-            left -= kind.gpus
-    n_s = len(service_gpus)
-    svc = np.array(service, dtype=np.int64)
-    load = cfg.load
-    hours = (np.arange(steps) - t0) * cfg.step_s / 3600.0
-    peak = rng.uniform(*load.peak_busy, size=n_s)
-    phase = rng.uniform(-load.phase_spread_h / 2, load.phase_spread_h / 2, size=n_s)
-    amp = load.diurnal_amplitude
-    # Peak around 14:00 local, trough at night.
-    shape = (
-        1.0 - amp / 2 + amp / 2 * np.sin(2 * np.pi * (hours[None, :] - 8.0 - phase[:, None]) / 24.0)
-    )
-    base = peak[:, None] * shape / (1.0)
-    burst = np.ones((n_s, steps))
-    total_h = steps * cfg.step_s / 3600.0
-    for s in range(n_s):
-        for _ in range(int(rng.poisson(load.bursts_per_day * total_h / 24.0))):
-            start = int(rng.integers(0, steps))
-            length = max(1, int(rng.uniform(*load.burst_minutes) * 60 / cfg.step_s))
-            burst[s, start : start + length] *= rng.uniform(*load.burst_factor)
-    noise = np.exp(_ar1(rng, n_s, steps, load.noise_sigma, load.noise_corr_steps))
-    svc_busy = np.clip(base * burst * noise, 0.0, 1.0)
-    busy = svc_busy[svc]
-    rho = np.array(align)
-    partial = rho[svc] < 1.0
-    if partial.any() and load.gpu_noise_sigma > 0:
-        extra = np.exp(
-            _ar1(rng, int(partial.sum()), steps, load.gpu_noise_sigma, load.noise_corr_steps)
-        )
-        busy[partial] = np.clip(busy[partial] * extra, 0.0, 1.0)
-    fixed = rng.uniform(*load.fixed_gib, size=n_s)[svc]
-    kv = rng.uniform(*load.kv_gib_at_full_load, size=n_s)[svc]
-    free = np.clip(cfg.usable_gib - fixed[:, None] - kv[:, None] * busy, 0.0, None)
-    names = [f"gpu-node-{i:04d}" for i in range(cfg.nodes)]
-    return OnlineCluster(names, g_node, busy, free, svc, rho, service_gpus, cfg.step_s, t0)
-
-
-def online_from_trace(frame: Any, history_h: float) -> OnlineCluster:
-    """An :class:`OnlineCluster` from a trace frame (validated by the perfmodel).
-
-    Each node's GPUs are treated as one aligned service (ρ = 1: the trace format's overlap
-    rule, docs/architecture.md). The first ``history_h`` hours (at most half the trace) are history.
-    """
-    nodes = sorted(str(n) for n in frame["node"].unique())
-    times = np.sort(frame["timestamp"].unique())
-    if times.size < 4:
-        raise ValueError("trace: need at least 4 timestamps")
-    step = float(np.median(np.diff(times)))
-    g_node = int(frame["gpu"].max()) + 1
-    n = len(nodes) * g_node
-    busy = np.zeros((n, times.size))
-    free = np.zeros((n, times.size))
-    t_index = {float(t): i for i, t in enumerate(times)}
-    node_index = {name: i for i, name in enumerate(nodes)}
-    rows = frame["node"].astype(str).map(node_index).to_numpy() * g_node + frame[
-        "gpu"
-    ].to_numpy().astype(int)
-    cols = frame["timestamp"].map(t_index).to_numpy()
-    busy[rows, cols] = frame["online_busy"].to_numpy(dtype=float)
-    free[rows, cols] = frame["free_memory_gib"].to_numpy(dtype=float)
-    service = np.repeat(np.arange(len(nodes)), g_node).astype(np.int64)
-    t0 = min(round(history_h * 3600 / step), times.size // 2)
-    return OnlineCluster(
-        nodes, g_node, busy, free, service, np.ones(len(nodes)), [g_node] * len(nodes), step, t0
-    )
-
-
-def _joint_idle(online: OnlineCluster, rows: list[int], t: slice) -> FloatArray:
-    """Per step, the fraction of time all GPUs ``rows`` are online-idle."""
-    b = online.busy[rows, t]
-    svc = online.service[rows]
-    out = np.ones(b.shape[1])
-    for s in np.unique(svc):
-        part = b[svc == s]
-        rho = float(online.alignment[s])
-        aligned = 1.0 - part.max(axis=0)
-        indep = np.prod(1.0 - part, axis=0)
-        out *= rho * aligned + (1.0 - rho) * indep
-    return out
-
-
-def gpu_uuid(node: int, index: int) -> str:
-    """The UUID a simulated GPU reports."""
-    return f"GPU-{node:04d}{index:02d}-sim"
-
-
-def node_summary(
-    online: OnlineCluster, node: int, start: int, end: int, gate_efficiency: float
-) -> NodeSummary:
-    """The NodeSummary the node's agent would report for steps [start, end)."""
-    r = online.rows(node)
-    b = online.busy[r, start:end].T  # [T, G]
-    g = b.shape[1]
-    step = online.step_s
-    svc = online.service[r]
-    rho = np.where(svc[:, None] == svc[None, :], online.alignment[svc][:, None], 0.0)
-    mins = np.minimum(b[:, :, None], b[:, None, :]).sum(axis=0)
-    prods = np.einsum("ta,tb->ab", b, b)
-    overlap = (rho * mins + (1.0 - rho) * prods) * step
-    busy_s = b.sum(axis=0) * step
-    union = busy_s[:, None] + busy_s[None, :] - overlap
-    np.fill_diagonal(overlap, busy_s)
-    np.fill_diagonal(union, busy_s)
-    idle_s = (1.0 - b).sum(axis=0) * step * gate_efficiency
-    specs = tuple(
-        GpuSpec(
-            index=i,
-            uuid=gpu_uuid(node, i),
-            product="NVIDIA H100 80GB HBM3",
-            memory_gib=80.0,
-        )
-        for i in range(g)
-    )
-    window_start = EPOCH + timedelta(seconds=(start - online.t0_step) * step)
-    window_end = EPOCH + timedelta(seconds=(end - online.t0_step) * step)
-    return NodeSummary(
-        node=online.node_names[node],
-        gpus=specs,
-        window_seconds=(end - start) * step,
-        online_busy_seconds=busy_s,
-        offline_enabled_seconds=idle_s,
-        pair_overlap_seconds=overlap,
-        pair_union_seconds=union,
-        memory=MemoryHistogram.from_samples(
-            online.free_gib[r, start:end].T, step, DEFAULT_STEP_GIB
-        ),
-        last_report_time=window_end,
-        window_start=window_start,
-        window_end=window_end,
-    )
 
 
 # -- offline jobs -------------------------------------------------------------------------
@@ -437,7 +159,7 @@ def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
 def _truth(online: OnlineCluster, job: SimJob, step0: int, eta: float) -> FloatArray:
     """True throughput fraction per step from ``step0`` on, for the job's placement."""
     t = slice(step0, online.busy.shape[1])
-    compute = _joint_idle(online, job.rows, t) * eta
+    compute = joint_idle(online, job.rows, t) * eta
     m = online.free_gib[job.rows, t].min(axis=0)
     prof = job.profile
     tp = np.interp(m, prof.curve_memory_gib, prof.curve_tokens_per_second)
@@ -763,7 +485,7 @@ def run_policy(
                     )
                     node_i = job.node or 0
                     uuids = tuple(
-                        gpu_uuid(node_i, r - node_i * online.gpus_per_node) for r in job.rows
+                        gpu_uuid(name, r - node_i * online.gpus_per_node) for r in job.rows
                     )
                     reports.append(
                         build_eviction_report(
@@ -921,15 +643,10 @@ def total_steps(cfg: ClusterScenario) -> int:
 
 
 __all__ = [
-    "ClusterScenario",
-    "OnlineCluster",
     "SimJob",
     "current_observed",
     "dashboard_point",
-    "generate_online",
-    "gpu_uuid",
     "make_jobs",
-    "node_summary",
     "run_cluster",
     "run_policy",
     "trailing_idle",

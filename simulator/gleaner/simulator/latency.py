@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-FloatArray = npt.NDArray[np.float64]
+from gleaner.api.units import GIB
 
-GIB = float(1 << 30)
+FloatArray = npt.NDArray[np.float64]
 
 
 class LatencyModel(BaseModel):

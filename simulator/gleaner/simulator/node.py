@@ -26,9 +26,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from gleaner.api.units import GIB
 from gleaner.runtime_agent.policy.gate import GateConfig
 from gleaner.runtime_agent.policy.memory import MIB, MemoryConfig
-from gleaner.simulator.latency import GIB, MODELS, LatencyModel
+from gleaner.simulator.latency import MODELS, LatencyModel
 from gleaner.simulator.offline import BLOCK_TOKENS, OfflineJobConfig, OfflineKV, memory_curve
 from gleaner.simulator.policies import (
     SELECTORS,

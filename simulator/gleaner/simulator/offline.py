@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from gleaner.api.units import GIB
 from gleaner.runtime_agent.policy.reclaim import HandleMap, KvSpan
-from gleaner.simulator.latency import GIB, LatencyModel
+from gleaner.simulator.latency import LatencyModel
 from gleaner.simulator.workload import LengthConfig, lognormal_lengths
 
 BLOCK_TOKENS = 16

@@ -43,6 +43,7 @@ from typing import Protocol
 
 import numpy as np
 
+from gleaner.api.units import GIB
 from gleaner.runtime_agent.policy.gate import ComputeGate, Disable, Enable, GateConfig
 from gleaner.runtime_agent.policy.memory import Grow, MemoryConfig, MemoryReservation, Release
 from gleaner.runtime_agent.policy.reclaim import (
@@ -51,7 +52,7 @@ from gleaner.runtime_agent.policy.reclaim import (
     select_handles_fifo,
     select_handles_greedy,
 )
-from gleaner.simulator.latency import GIB, LatencyModel
+from gleaner.simulator.latency import LatencyModel
 from gleaner.simulator.offline import BLOCK_TOKENS, MemoryCurve, OfflineKV
 
 BLOCK_TOKENS_F = float(BLOCK_TOKENS)

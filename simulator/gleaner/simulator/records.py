@@ -9,7 +9,7 @@ eviction records), the scheduler's ``EvictionReport`` records, per-job observed 
 the cluster series sampled once per SLA window with the dashboard's own definitions (so the
 charts end at the cards), and hands them to
 ``gleaner.simulator.snapshot.dashboard_record`` (the dashboard's format lives there, in one place).
-Times are those of the simulated clock: the run starts at ``gleaner.simulator.cluster.EPOCH``;
+Times are those of the simulated clock: the run starts at ``gleaner.simulator.online.EPOCH``;
 series times are epoch seconds, as on a live cluster.
 """
 
@@ -35,7 +35,8 @@ from gleaner.api import (
 from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
 from gleaner.perfmodel import Prediction
 from gleaner.scheduler import EvictionReport, PlacementDecision
-from gleaner.simulator.cluster import EPOCH, OnlineCluster, SimJob, current_observed, node_summary
+from gleaner.simulator.cluster import SimJob, current_observed
+from gleaner.simulator.online import EPOCH, OnlineCluster, node_summary
 from gleaner.simulator.snapshot import dashboard_record
 
 WORKER_TEMPLATE: dict[str, Any] = {

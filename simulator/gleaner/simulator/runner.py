@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gleaner.simulator.cluster import online_from_trace, run_cluster, total_steps
+from gleaner.simulator.cluster import run_cluster, total_steps
 from gleaner.simulator.node import run_node
+from gleaner.simulator.online import online_from_trace
 from gleaner.simulator.scenario import Scenario
 
 DEFAULT_GATE_EFFICIENCY = 0.96

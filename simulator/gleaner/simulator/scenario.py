@@ -2,10 +2,11 @@
 
 Contract. A scenario is a YAML mapping validated by :class:`Scenario` (unknown keys are
 refused with the field's path): a ``name``, a ``seed``, and optional ``node`` and ``cluster``
-sections (``gleaner.simulator.node.NodeScenario`` and ``gleaner.simulator.cluster.ClusterScenario``;
-every field has a default, so ``node: {}`` is a valid section). Shipped scenarios live in
-``gleaner/sim/scenarios/*.yaml`` (package data); :func:`load_scenario` takes a shipped name
-or a file path. :func:`quick` shrinks a scenario for smoke runs and tests (``--quick``).
+sections (``gleaner.simulator.node.NodeScenario`` and
+``gleaner.simulator.cluster_scenario.ClusterScenario``; every field has a default, so
+``node: {}`` is a valid section). Shipped scenarios live in ``gleaner/sim/scenarios/*.yaml``
+(package data); :func:`load_scenario` takes a shipped name or a file path. :func:`quick`
+shrinks a scenario for smoke runs and tests (``--quick``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gleaner.simulator.cluster import ClusterScenario
+from gleaner.simulator.cluster_scenario import ClusterScenario
 from gleaner.simulator.node import NodeScenario
 
 DEFAULT_SCENARIO = "default"

@@ -6,7 +6,7 @@ what a simulation has: NodeTraces (the simulated agents' reports, API models or 
 OfflineJobs with their status, the scheduler's ``EvictionReport`` records, the observed
 throughput fraction of each job over time, the cluster's time series and, per series, an
 optional note shown instead of an empty chart (why the simulation has no such data). Series
-times are epoch seconds of the simulated clock (``gleaner.simulator.cluster.EPOCH`` is its start),
+times are epoch seconds of the simulated clock (``gleaner.simulator.online.EPOCH`` is its start),
 as on a live cluster. :func:`write_dashboard_record` writes it.
 
 The simulator sits beside the dashboard in the layers (neither imports the other), so this

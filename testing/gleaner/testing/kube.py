@@ -807,12 +807,6 @@ def running_operator(
 # ---------------------------------------------------------------------------------------
 
 
-def gpu_uuid(node: str, index: int) -> str:
-    """A deterministic fake GPU UUID for ``node``'s GPU ``index``."""
-    digest = uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/{index}")
-    return f"GPU-{digest}"
-
-
 def nodetrace_manifest(
     node: str,
     *,
@@ -842,6 +836,7 @@ def nodetrace_manifest(
         ObjectMeta,
         TraceWindow,
     )
+    from gleaner.api.nodetrace import gpu_uuid
 
     def per(value: float | Sequence[float]) -> list[float]:
         return [float(value)] * gpus if isinstance(value, int | float) else list(value)

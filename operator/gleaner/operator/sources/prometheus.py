@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from gleaner.api.units import GIB
 from gleaner.clients.prometheus import PrometheusClient, PrometheusError
 from gleaner.operator.observation import (
     ObservedWindow,
@@ -72,7 +73,6 @@ DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FREE = "DCGM_FI_DEV_FB_FREE"
 DCGM_USED = "DCGM_FI_DEV_FB_USED"
 DCGM_NODE_LABELS = ("Hostname", "node", "kubernetes_node", "instance")
-GIB = float(2**30)
 
 Samples = tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]
 

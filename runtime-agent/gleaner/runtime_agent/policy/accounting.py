@@ -51,9 +51,8 @@ import numpy.typing as npt
 
 from gleaner.api import GpuInfo, NodeTraceStatus, TraceSource
 from gleaner.api.nodetrace import MAX_MEMORY_STATES
+from gleaner.api.units import GIB
 from gleaner.perfmodel import DEFAULT_STEP_GIB, GpuEvents, GpuSpec, MemoryHistogram, NodeSummary
-
-GIB = 1 << 30
 
 HARVESTABLE_BUCKETS_GIB: tuple[float, ...] = (
     0.0,

@@ -1,0 +1,107 @@
+"""The cluster section of a scenario: what ``run_cluster`` simulates, as validated models.
+
+Contract. :class:`ClusterScenario` (and its parts: the online service mix
+:class:`ServiceKind`, the load shape :class:`LoadConfig`, the offline queue
+:class:`JobsConfig`, the SLA monitor :class:`MonitorConfig`) refuses unknown keys and
+gives every field a default, so ``cluster: {}`` in a scenario file is valid. Which
+placement policies run is ``policies`` (``ALL_POLICIES`` by default). docs/simulator.md
+describes the fields and the model behind them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PolicyName = Literal["no-harvest", "gleaner", "first-fit", "no-multi-filter"]
+ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
+
+
+class ServiceKind(BaseModel):
+    """One kind of online service in the mix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int = Field(ge=1, le=8)
+    share: float = Field(gt=0, description="Relative share of GPUs running this kind.")
+    alignment: tuple[float, float] = Field(
+        default=(1.0, 1.0), description="Range of ρ (1: tensor parallel, busy together)."
+    )
+
+
+class LoadConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    peak_busy: tuple[float, float] = (0.3, 0.85)
+    diurnal_amplitude: float = Field(default=0.7, ge=0, le=1)
+    phase_spread_h: float = Field(default=6.0, ge=0, description="Services' peaks spread, h.")
+    noise_sigma: float = Field(default=0.15, ge=0)
+    noise_corr_steps: float = Field(default=30.0, gt=0, description="AR(1) correlation, steps.")
+    gpu_noise_sigma: float = Field(default=0.25, ge=0, description="Per-GPU noise when ρ < 1.")
+    bursts_per_day: float = Field(default=4.0, ge=0)
+    burst_factor: tuple[float, float] = (1.5, 3.0)
+    burst_minutes: tuple[float, float] = (5.0, 45.0)
+    fixed_gib: tuple[float, float] = (18.0, 40.0)
+    kv_gib_at_full_load: tuple[float, float] = (6.0, 30.0)
+
+
+class JobsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    per_100_gpus: float = Field(default=60.0, gt=0, description="Jobs submitted per 100 GPUs.")
+    arrival_window: tuple[float, float] = Field(
+        default=(0.0, 0.7), description="Jobs arrive uniformly in this share of the run."
+    )
+    gpus: dict[int, float] = Field(default_factory=lambda: {1: 0.6, 2: 0.25, 4: 0.15})
+    sla: tuple[float, float] = (0.15, 0.55)
+    standalone_hours: tuple[float, float] = Field(
+        default=(1.0, 6.0), description="Work per job in hours on dedicated GPUs."
+    )
+    max_evictions: int = Field(default=3, ge=0)
+
+
+class MonitorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    window_s: float = Field(default=600.0, gt=0)
+    history_windows: int = Field(default=5, ge=1)
+    violation_windows: int = Field(default=3, ge=1)
+    grace_s: float = Field(default=900.0, ge=0)
+    tolerance: float = Field(default=0.02, ge=0)
+    backoff_base_s: float = Field(default=300.0, ge=0)
+    backoff_max_s: float = Field(default=3600.0, ge=0)
+
+
+class ClusterScenario(BaseModel):
+    """Cluster-level part of a scenario file (see docs/simulator.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: int = Field(default=32, ge=1)
+    gpus_per_node: int = Field(default=8, ge=1, le=16)
+    duration_h: float = Field(default=24.0, gt=0)
+    step_s: float = Field(default=60.0, gt=0)
+    history_h: float = Field(default=6.0, ge=0, description="Trace before the first job.")
+    window_h: float = Field(default=6.0, gt=0, description="NodeSummary window (trailing).")
+    summary_refresh_s: float = Field(default=3600.0, gt=0)
+    schedule_interval_s: float = Field(default=300.0, gt=0)
+    gpu_memory_gib: float = Field(default=80.0, gt=0)
+    usable_gib: float = Field(default=76.0, gt=0)
+    gate_efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="Enabled share of idle time (None: node level's)."
+    )
+    model: str = "llama-3.1-8b-h100"
+    services: list[ServiceKind] = Field(
+        default_factory=lambda: [
+            ServiceKind(gpus=1, share=0.45),
+            ServiceKind(gpus=2, share=0.15),
+            ServiceKind(gpus=4, share=0.15),
+            ServiceKind(gpus=2, share=0.10, alignment=(0.2, 0.8)),
+            ServiceKind(gpus=4, share=0.15, alignment=(0.2, 0.8)),
+        ]
+    )
+    load: LoadConfig = Field(default_factory=LoadConfig)
+    jobs: JobsConfig = Field(default_factory=JobsConfig)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
+    policies: list[PolicyName] = Field(default_factory=lambda: list(ALL_POLICIES))
