@@ -31,12 +31,13 @@ and docs/protocol.md (RECLAIM, RESTORE):
    (GATE_ACK ``enabled=0``, ``ok=1``, for the last GATE it was sent; a process that was never
    sent a GATE counts when its gate started closed). An ack that says enabled or not ok
    abandons it (``not-disabled``).
-3. Then RECLAIM goes to each target with that target's pages (none at all when a target is
-   gone already), and it waits for every RECLAIM_ACK of that ``reclaim_seq``.
+3. Then RECLAIM goes to each target with that target's pages, and it waits for every
+   RECLAIM_ACK of that ``reclaim_seq``.
 4. Every ack ok: :class:`ReclaimCompleted`, naming per page the process that released it
    (it keeps the page quarantined). One refusal: abandoned (``refused``).
 
-A target that goes away abandons it (``gone``); so does running ``reclaim_timeout_s`` without
+A target that goes away abandons it (``gone``; at its start when the target left while it
+was queued: no RECLAIM goes to anyone); so does running ``reclaim_timeout_s`` without
 an end (``timed-out``); a plan no offline process owns is refused at once (``no-owner``, no
 hold). Each end of a held reclamation is followed by :class:`HoldEnded` and the start of the
 GPU's next one.
@@ -411,6 +412,10 @@ class ReclaimSequence:
             return
         head = queue[0]
         if not head.reclaim_seq:
+            gone = next((c for c in head.targets if c not in self._gates), None)
+            if gone is not None:  # first: a doomed plan neither waits nor releases a page
+                self._end(t, gpu, out, Abandon.GONE, gone)
+                return
             for conn, gate in self._gates.items():
                 if gpu not in gate.gpus:
                     continue
@@ -419,10 +424,6 @@ class ReclaimSequence:
                 if gate.sent_seq and (gate.ack_enabled or not gate.ack_ok):
                     self._end(t, gpu, out, Abandon.NOT_DISABLED, conn)
                     return
-            gone = next((c for c in head.targets if c not in self._gates), None)
-            if gone is not None:  # checked first: no page is released for a doomed plan
-                self._end(t, gpu, out, Abandon.GONE, gone)
-                return
             self._reclaim_seq += 1
             head.reclaim_seq = self._reclaim_seq
             for conn, handles in head.targets.items():
