@@ -529,7 +529,9 @@ class ShimServer:
                 proc.last_ack_seq = gate_seq
                 if not ok:
                     self._ack_failed(proc, p.GateAck.from_payload(data[body:end], 0))
-                self._gate_acked(proc, gate_seq, bool(enabled), bool(ok), now)
+                acked = self.sequence.gate_acked(now, proc.conn_id, gate_seq, enabled != 0, ok != 0)
+                if acked:
+                    self._carry_out(acked)
                 continue
             gpu, _mono, request = fw.EDGE.unpack_from(data, body)
             gpus = proc.gpus if gpu == p.GPU_ALL else self._edge_gpus(proc, gpu)
