@@ -1,5 +1,5 @@
 # Gleaner developer entry points. `make help` lists them.
-.PHONY: help simulate test lint bootstrap crds shim bench clean
+.PHONY: help simulate test lint bootstrap crds proto shim bench clean
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -21,6 +21,10 @@ bootstrap:  ## Create .venv and install Gleaner with its dev dependencies
 crds:  ## Regenerate crds/*.yaml from the pydantic models
 	@scripts/bootstrap.sh --no-apt
 	.venv/bin/python -m gleaner.api.crdgen --write
+
+proto:  ## Regenerate the shim's gleaner_proto.h from the protocol table (gleaner.protocol.spec)
+	@scripts/bootstrap.sh --no-apt
+	.venv/bin/python -m gleaner.protocol.cheader --write
 
 shim:  ## Build the C LD_PRELOAD shim
 	$(MAKE) -C runtime-agent/shim

@@ -3,9 +3,11 @@
 Contract:
 - Every message is one frame: a 16-byte little-endian header (magic ``GLNR``, version,
   type, flags, payload length, sequence number) followed by a fixed-layout little-endian
-  payload. The C side's single source of these numbers is
-  ``runtime-agent/shim/include/gleaner_proto.h``; ``c_constants()`` and ``STRUCT_SIZES``
-  mirror it and a test compares them with a compiled C program.
+  payload. Every layout is declared once, in the protocol table (:mod:`gleaner.protocol.spec`):
+  the C header ``runtime-agent/shim/include/gleaner_proto.h`` is generated from it
+  (:mod:`gleaner.protocol.cheader`) and each payload's ``struct`` format here is
+  ``spec.fmt(<C struct>)``. ``c_constants()`` and ``STRUCT_SIZES`` are this codec's own view;
+  tests compare them with the table and with a compiled C program.
 - ``Message.encode()`` returns the whole frame; ``decode(buf)`` returns
   ``(message, consumed)`` for the first complete frame in ``buf`` or ``(None, 0)`` when more
   bytes are needed; it raises :class:`ProtocolError` on a malformed frame (the peer is then
@@ -25,29 +27,34 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar, NamedTuple, TypeVar
 
-MAGIC = 0x524E4C47  # b"GLNR" little-endian
-VERSION = 1
-HEADER_SIZE = 16
-MAX_PAYLOAD = 65536
-FLAG_HAS_FD = 0x0001
+from gleaner.protocol import spec
 
-MAX_GPUS = 8
-UUID_LEN = 48
-JOB_LEN = 128
-REASON_LEN = 96
-REQUEST_ID_LEN = 64
-GPU_UNKNOWN = 0xFFFFFFFF
-GPU_ALL = 0xFFFFFFFF
+_C = spec.constants()
+"""The protocol table's numbers (the C header's ``#define``s), by C name."""
 
-CAP_GATE_THREAD = 0x0001
-CAP_FD_PASS = 0x0002
-CAP_LAUNCH_HOOK = 0x0004
-CAP_BUSY_TRACK = 0x0008
+MAGIC = _C["GL_PROTO_MAGIC"]  # b"GLNR" little-endian
+VERSION = _C["GL_PROTO_VERSION"]
+HEADER_SIZE = _C["GL_HEADER_SIZE"]
+MAX_PAYLOAD = _C["GL_MAX_PAYLOAD"]
+FLAG_HAS_FD = _C["GL_FLAG_HAS_FD"]
 
-MEM_ADDED = 1
-MEM_FREED = 2
+MAX_GPUS = _C["GL_MAX_GPUS"]
+UUID_LEN = _C["GL_UUID_LEN"]
+JOB_LEN = _C["GL_JOB_LEN"]
+REASON_LEN = _C["GL_REASON_LEN"]
+REQUEST_ID_LEN = _C["GL_REQUEST_ID_LEN"]
+GPU_UNKNOWN = _C["GL_GPU_UNKNOWN"]
+GPU_ALL = _C["GL_GPU_ALL"]
 
-_HEADER = struct.Struct("<IBBHII")
+CAP_GATE_THREAD = _C["GL_CAP_GATE_THREAD"]
+CAP_FD_PASS = _C["GL_CAP_FD_PASS"]
+CAP_LAUNCH_HOOK = _C["GL_CAP_LAUNCH_HOOK"]
+CAP_BUSY_TRACK = _C["GL_CAP_BUSY_TRACK"]
+
+MEM_ADDED = _C["GL_MEM_ADDED"]
+MEM_FREED = _C["GL_MEM_FREED"]
+
+_HEADER = struct.Struct(spec.fmt("gl_header"))
 _E = TypeVar("_E", bound=IntEnum)
 
 
@@ -158,7 +165,7 @@ class Message:
         return _HEADER.pack(MAGIC, VERSION, int(self.TYPE), self.flags, len(body), seq) + body
 
 
-_S_HELLO = struct.Struct(f"<IBBH{MAX_GPUS}i{MAX_GPUS * UUID_LEN}s{JOB_LEN}s")
+_S_HELLO = struct.Struct(spec.fmt("gl_hello"))
 
 
 @dataclass(frozen=True)
@@ -209,7 +216,7 @@ class Hello(Message):
         )
 
 
-_S_HELLO_ACK = struct.Struct("<IBBBBQ")
+_S_HELLO_ACK = struct.Struct(spec.fmt("gl_hello_ack"))
 
 
 @dataclass(frozen=True)
@@ -239,7 +246,7 @@ class HelloAck(Message):
         )
 
 
-_S_CHANNEL = struct.Struct("<IIIIB3xIII")
+_S_CHANNEL = struct.Struct(spec.fmt("gl_channel"))
 
 
 @dataclass(frozen=True)
@@ -296,7 +303,7 @@ class ChannelFree(Channel):
     TYPE: ClassVar[MsgType] = MsgType.CHANNEL_FREE
 
 
-_S_EDGE = struct.Struct("<I4xQQ")
+_S_EDGE = struct.Struct(spec.fmt("gl_online_edge"))
 
 
 @dataclass(frozen=True)
@@ -332,7 +339,7 @@ class OnlineIdle(OnlineEdge):
     TYPE: ClassVar[MsgType] = MsgType.ONLINE_IDLE
 
 
-_S_GAP = struct.Struct("<I4xQQ")
+_S_GAP = struct.Struct(spec.fmt("gl_decode_gap"))
 
 
 @dataclass(frozen=True)
@@ -354,7 +361,7 @@ class DecodeGap(Message):
         return cls(gpu=gpu, mono_ns=mono, gap_ns=gap)
 
 
-_S_GATE = struct.Struct("<QIB3x")
+_S_GATE = struct.Struct(spec.fmt("gl_gate"))
 
 
 @dataclass(frozen=True)
@@ -376,7 +383,7 @@ class Gate(Message):
         return cls(gate_seq=gseq, enable=bool(enable), gpu=gpu)
 
 
-_S_GATE_ACK = struct.Struct("<QQIBBHiIII")
+_S_GATE_ACK = struct.Struct(spec.fmt("gl_gate_ack"))
 
 
 @dataclass(frozen=True)
@@ -425,7 +432,7 @@ class GateAck(Message):
         )
 
 
-_S_FD_REQUEST = struct.Struct("<I4x")
+_S_FD_REQUEST = struct.Struct(spec.fmt("gl_fd_request"))
 
 
 @dataclass(frozen=True)
@@ -445,7 +452,7 @@ class FdRequest(Message):
         return cls(fd_kind=_enum(FdKind, kind))
 
 
-_S_FD_PASS = struct.Struct("<IIi4x")
+_S_FD_PASS = struct.Struct(spec.fmt("gl_fd_pass"))
 
 
 @dataclass(frozen=True)
@@ -476,7 +483,7 @@ class FdPass(Message):
         return cls(fd_kind=_enum(FdKind, kind), h_client=client, sender_fd=sender)
 
 
-_S_STATUS = struct.Struct(f"<IIQQI4x{REASON_LEN}s")
+_S_STATUS = struct.Struct(spec.fmt("gl_status"))
 
 
 @dataclass(frozen=True)
@@ -516,8 +523,8 @@ class Status(Message):
         )
 
 
-_S_MEM_HEAD = struct.Struct("<I4x")
-_S_MEM_ENTRY = struct.Struct("<IIIIIIQ")
+_S_MEM_HEAD = struct.Struct(spec.fmt("gl_mem_handles"))
+_S_MEM_ENTRY = struct.Struct(spec.fmt("gl_mem_handle"))
 
 
 @dataclass(frozen=True)
@@ -561,7 +568,7 @@ class MemHandles(Message):
         return cls(entries=entries)
 
 
-_S_INV_HEAD = struct.Struct(f"<{REQUEST_ID_LEN}sI4x")
+_S_INV_HEAD = struct.Struct(spec.fmt("gl_invalidate_blocks"))
 
 
 @dataclass(frozen=True)
@@ -588,7 +595,7 @@ class InvalidateBlocks(Message):
         return cls(request_id=_unpad(rid), block_ids=tuple(ids))
 
 
-_S_HEARTBEAT = struct.Struct("<QII")
+_S_HEARTBEAT = struct.Struct(spec.fmt("gl_heartbeat"))
 
 
 @dataclass(frozen=True)
@@ -610,7 +617,7 @@ class Heartbeat(Message):
         return cls(mono_ns=mono, pid=pid, state=state)
 
 
-_S_ONLINE_MEM = struct.Struct("<I4xQQQ")
+_S_ONLINE_MEM = struct.Struct(spec.fmt("gl_online_memory"))
 
 
 @dataclass(frozen=True)
@@ -636,11 +643,11 @@ class OnlineMemory(Message):
         return cls(gpu=gpu, kv_used_bytes=used, kv_reserved_bytes=reserved, mono_ns=mono)
 
 
-OFFLINE_HANDLES_RESET = 0x0001
+OFFLINE_HANDLES_RESET = _C["GL_OFFLINE_HANDLES_RESET"]
 """OFFLINE_HANDLES.flags: forget this process's table for that GPU before adding these."""
 
-_S_OFF_HEAD = struct.Struct("<IIII")
-_S_OFF_ENTRY = struct.Struct(f"<QQ{REQUEST_ID_LEN}sII")
+_S_OFF_HEAD = struct.Struct(spec.fmt("gl_offline_handles"))
+_S_OFF_ENTRY = struct.Struct(spec.fmt("gl_handle_span"))
 
 
 @dataclass(frozen=True)
@@ -698,12 +705,12 @@ class OfflineHandles(Message):
         return cls(gpu=gpu, entries=tuple(entries), reset=bool(flags & OFFLINE_HANDLES_RESET))
 
 
-PAGE_GROUP_QUARANTINED = 0x0001
+PAGE_GROUP_QUARANTINED = _C["GL_PAGE_GROUP_QUARANTINED"]
 """PageGroup record ``gflags``: pages reclaimed earlier and restorable (no spans)."""
 
-_S_PG_HEAD = _S_OFF_HEAD  # gpu, count, flags, reserved
-_S_PG_GROUP = struct.Struct("<QIIII")
-_S_PG_SPAN = struct.Struct(f"<{REQUEST_ID_LEN}sII")
+_S_PG_HEAD = struct.Struct(spec.fmt("gl_page_groups"))
+_S_PG_GROUP = struct.Struct(spec.fmt("gl_page_group"))
+_S_PG_SPAN = struct.Struct(spec.fmt("gl_group_span"))
 _ARRAYS: dict[tuple[str, int], struct.Struct] = {}
 
 
@@ -810,7 +817,7 @@ class OfflinePageGroups(Message):
         return cls(gpu=gpu, groups=tuple(groups), reset=bool(flags & OFFLINE_HANDLES_RESET))
 
 
-_S_RECLAIM_HEAD = struct.Struct("<QII")
+_S_RECLAIM_HEAD = struct.Struct(spec.fmt("gl_reclaim"))
 
 
 @dataclass(frozen=True)
@@ -839,7 +846,7 @@ class Reclaim(Message):
         return cls(reclaim_seq=rseq, gpu=gpu, handles=tuple(handles))
 
 
-_S_RECLAIM_ACK = struct.Struct("<QIIiB3x")
+_S_RECLAIM_ACK = struct.Struct(spec.fmt("gl_reclaim_ack"))
 
 
 @dataclass(frozen=True)

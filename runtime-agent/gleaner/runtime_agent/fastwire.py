@@ -2,8 +2,9 @@
 
 Contract. ONLINE_BUSY, ONLINE_IDLE and GATE_ACK arrive, and GATE leaves, about once per online
 transition, so the agent handles them without building message objects: one precompiled
-``struct`` each, unpacked in place from the received bytes or packed straight into a frame
-(:func:`encode_gate`). The bytes are exactly those of :mod:`gleaner.protocol.wire` (tests
+``struct`` each (its format from the protocol table, :mod:`gleaner.protocol.spec`), unpacked
+in place from the received bytes or packed straight into a frame (:func:`encode_gate`). The
+bytes are exactly those of :mod:`gleaner.protocol.wire` (tests
 compare both codecs). The server (``ShimServer._consume``) takes only frames it can check
 completely this way: magic, version, one of these types, the exact payload size of
 :data:`FAST_SIZES`, all of it received. Any other frame goes to
@@ -16,6 +17,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from gleaner.protocol import spec
 from gleaner.protocol.wire import (
     GPU_ALL,
     HEADER_SIZE,
@@ -27,13 +29,13 @@ from gleaner.protocol.wire import (
     OnlineEdge,
 )
 
-HEADER: Final = struct.Struct("<IBBHII")
+HEADER: Final = struct.Struct(spec.fmt("gl_header"))
 """magic, version, type, flags, payload length, seq."""
-EDGE: Final = struct.Struct("<I4xQQ")
+EDGE: Final = struct.Struct(spec.fmt("gl_online_edge"))
 """ONLINE_BUSY / ONLINE_IDLE payload: gpu, mono_ns, request_id."""
-GATE_ACK_HEAD: Final = struct.Struct("<QQIBB")
+GATE_ACK_HEAD: Final = struct.Struct(spec.fmt("gl_gate_ack", upto="ok"))
 """The first fields of a GATE_ACK payload: gate_seq, latency_ns, gpu, enabled, ok."""
-GATE_FRAME: Final = struct.Struct("<IBBHII" + "QIB3x")
+GATE_FRAME: Final = struct.Struct(spec.fmt("gl_header") + spec.fmt("gl_gate")[1:])
 """A whole GATE frame: header, then gate_seq, gpu, enable."""
 
 T_BUSY: Final = int(MsgType.ONLINE_BUSY)

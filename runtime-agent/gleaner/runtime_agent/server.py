@@ -35,36 +35,34 @@ Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
 connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation sees pressure;
 OFFLINE_PAGE_GROUPS frames (or OFFLINE_HANDLES, the older per-page form) build each
 offline hook's page table (:func:`fold_page_groups`, :func:`fold_handles`), served to the
-agent as :meth:`ShimServer.offline_handle_map` (``NodeAgent.offline_handles``). A
-reclamation plan is carried out in docs/agent.md's order, asynchronously, one at a time per GPU:
+agent as :meth:`ShimServer.offline_handle_map` (``NodeAgent.offline_handles``; pages being
+reclaimed left out).
 
-1. compute off: the agent's forced disable sent GATE; wait until every offline process on the
-   GPU acknowledged a disable (GATE_ACK ``enabled=0``, ``ok=1``) — re-enables of that GPU are
-   held back until the reclamation ends;
-2. RECLAIM (the plan's handles) to the offline process that owns them (same pid as the
-   reporting hook, else the same job on that GPU); wait for every RECLAIM_ACK;
-3. only if every ack says ``ok``: INVALIDATE_BLOCKS per request to the framework connections
-   of the GPU whose HELLO named the job placed there (or no job), the handles leave the
-   table, and :meth:`NodeAgent.reclaim_completed` counts the bytes and blocks;
-4. the gate hold ends (an enable the gate policy wants now is sent).
-
-A failed ack (``ok=0``), a vanished owner or no ack within ``reclaim_timeout_s`` abandons the
-reclamation: nothing is reported invalidated and nothing counted (``reclaims_failed``).
-
-A completed reclamation names, per page, the offline process that released it (its busy-source
-name, ``conn-<id>``): the agent keeps the page quarantined under it. As the sink's
-``restore``, the server sends RESTORE for those pages to that process (no gate needed: the
-pages hold no live blocks) and reports the RESTORE_ACK through
-:meth:`NodeAgent.restore_completed`: ok → the page is back; ``ok=0`` → it stays quarantined,
-except with ``ENOENT`` (the process holds no such quarantined page: forgotten); no ack within
-``restore_timeout_s`` counts as a failure (a late ack is ignored). An offline process that
-disconnects takes its quarantined pages with it (:meth:`NodeAgent.drop_quarantine`).
+Reclamation and restore are decided by a pure state machine,
+:class:`~gleaner.runtime_agent.policy.reclaim_sequence.ReclaimSequence` (its docstring has
+the order and the guarantees; docs/agent.md, "Limits" and "Memory given back"). As the sink's
+``reclaim`` the server picks the offline processes that are to release the plan's pages
+(:func:`~gleaner.runtime_agent.policy.reclaim_sequence.reclaim_targets`: the process with the
+reporting hook's pid, else those of its job on that GPU) and hands the plan over; as the
+sink's ``restore`` it hands over the page's holder. It feeds the machine every HELLO of an
+offline process, every GATE it sends and every GATE_ACK, RECLAIM_ACK and RESTORE_ACK it
+reads, every disconnect, and calls its ``tick`` from one loop timer kept at its next
+deadline. It carries out what comes back, in order: RECLAIM and RESTORE frames; for a
+completed reclamation, the pages leave the tables, INVALIDATE_BLOCKS goes per request to the
+framework connections of the GPU whose HELLO named the job placed there (or no job), and
+:meth:`NodeAgent.reclaim_completed` counts it with, per page, the process that holds it
+quarantined (its busy-source name, ``conn-<id>``); an abandoned one is logged; at each end
+of a reclamation an enable the gate wants now is sent (:meth:`ShimServer.set_gate` holds
+enables back while the machine says ``holding``); a restore's end goes to
+:meth:`NodeAgent.restore_completed`. An offline process that disconnects takes its
+quarantined pages with it (:meth:`NodeAgent.drop_quarantine`).
 
 What a restart forgets comes back from the hooks. OFFLINE_PAGE_GROUPS names the pages the
 engine holds quarantined; those of a hook connection's first report (up to its second
 RESET), and the hook's latest ones when an offline process connects, are given to
 :meth:`NodeAgent.adopt_quarantine` under the offline process on that GPU with the hook's pid
-(the shim and the hook share the process). Later reports are not adopted: the agent knows
+(the shim and the hook share the process), and to the reclaim sequence (which sends RESTORE
+only for pages it knows that process holds). Later reports are not adopted: the agent knows
 what it reclaimed since, and a report sent while a restore was under way would bring a
 restored page back (were one adopted anyway, its RESTORE answers ``ENOENT`` and it is
 forgotten).
@@ -78,7 +76,6 @@ import array
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import itertools
 import logging
 import os
@@ -93,6 +90,17 @@ from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
+from gleaner.runtime_agent.policy.reclaim_sequence import (
+    HoldEnded,
+    ReclaimAbandoned,
+    ReclaimCommand,
+    ReclaimCompleted,
+    ReclaimSequence,
+    RestoreEnd,
+    SendReclaim,
+    SendRestore,
+    reclaim_targets,
+)
 
 log = logging.getLogger("gleaner.runtime_agent.server")
 
@@ -155,12 +163,10 @@ class Process:
     out: bytearray = field(default_factory=bytearray)
     seq: int = 0
     gate_open: bool = False
+    """Whether the last gate it was told (HELLO_ACK, then GATE) was open."""
     gate_acks: int = 0
-    gate_sent_seq: int = 0
-    """The gate_seq of the last GATE sent to it."""
     last_ack_seq: int = 0
-    last_ack_enabled: bool = False
-    last_ack_ok: bool = True
+    """The gate_seq its last GATE_ACK named (the reclaim sequence keeps what it decides on)."""
     kv_used: dict[int, int] = field(default_factory=dict)
     """GPU → online KV bytes in use (ONLINE_MEMORY)."""
     handles: dict[int, PageTable] = field(default_factory=dict)
@@ -189,30 +195,6 @@ class Process:
     @property
     def role(self) -> p.Role | None:
         return None if self.hello is None else self.hello.role
-
-
-@dataclass(slots=True)
-class PendingReclaim:
-    """A reclamation under way on one GPU (see the module docstring)."""
-
-    plan: ReclaimPlan
-    targets: dict[int, tuple[int, ...]]
-    """Offline connection → the plan's handles it is to release."""
-    reclaim_seq: int = 0
-    sent: bool = False
-    acks: dict[int, p.ReclaimAck] = field(default_factory=dict)
-    timer: asyncio.TimerHandle | None = None
-
-
-@dataclass(slots=True)
-class PendingRestore:
-    """A RESTORE sent to one offline process, waiting for its RESTORE_ACK."""
-
-    gpu: int
-    conn_id: int
-    handles: tuple[int, ...]
-    restore_seq: int
-    timer: asyncio.TimerHandle | None = None
 
 
 class ShimServer:
@@ -249,18 +231,26 @@ class ShimServer:
         self._polled: dict[int, Process] = {}
         """Offline processes read by the poll, not by the loop (after their HELLO)."""
         self._poll_timer: asyncio.TimerHandle | None = None
-        self.reclaim_timeout_s = reclaim_timeout_s
-        self._reclaims: dict[int, list[PendingReclaim]] = {}
-        """GPU → reclamations under way (the first one runs)."""
-        self._reclaim_seq = itertools.count(1)
-        self.reclaims_done = 0
-        self.reclaims_failed = 0
-        self.restore_timeout_s = restore_timeout_s
-        self._restores: dict[int, PendingRestore] = {}
-        """restore_seq → a RESTORE waiting for its ack."""
-        self._restore_seq = itertools.count(1)
-        self.restores_done = 0
-        self.restores_failed = 0
+        self.sequence = ReclaimSequence(reclaim_timeout_s, restore_timeout_s)
+        """What RECLAIM and RESTORE go where, and when they are over (the decisions)."""
+        self._sequence_timer: asyncio.TimerHandle | None = None
+        self._sequence_timer_at: float | None = None
+
+    @property
+    def reclaims_done(self) -> int:
+        return self.sequence.reclaims_done
+
+    @property
+    def reclaims_failed(self) -> int:
+        return self.sequence.reclaims_failed
+
+    @property
+    def restores_done(self) -> int:
+        return self.sequence.restores_done
+
+    @property
+    def restores_failed(self) -> int:
+        return self.sequence.restores_failed
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -288,6 +278,9 @@ class ShimServer:
         if self._poll_timer is not None:
             self._poll_timer.cancel()
             self._poll_timer = None
+        if self._sequence_timer is not None:
+            self._sequence_timer.cancel()
+            self._sequence_timer = self._sequence_timer_at = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
@@ -301,193 +294,115 @@ class ShimServer:
             if enable:
                 if proc.gate_open or not all(self.agent.gates[g].enabled for g in proc.gpus):
                     continue
-                if self._reclaims and any(self._reclaims.get(g) for g in proc.gpus):
+                seq = self.sequence
+                if seq.active and any(seq.holding(g) for g in proc.gpus):
                     continue  # memory is being taken from it: compute stays off until done
             elif not proc.gate_open:
                 continue
             proc.gate_open = enable
             proc.seq += 1
             gseq = next(self.gate_seq)
-            proc.gate_sent_seq = gseq
             self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, enable))
+            self.sequence.gate_sent(proc.conn_id, gseq, enable)  # after the send: off the path
 
     def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
         """Start carrying ``plan`` out (module docstring); always False: it ends later."""
-        owners: dict[int, Process] = {}
+        reporters: dict[int, tuple[int, str]] = {}
         for h in plan.handles:
             for q in self.processes.values():
                 if h in q.handles.get(plan.gpu, {}):
-                    owners[h] = q
+                    if q.hello is not None:
+                        reporters[h] = (q.hello.pid, q.hello.job)
                     break
-        targets: dict[int, list[int]] = {}
-        offline = self._offline_by_gpu.get(plan.gpu, [])
-        for h in plan.handles:
-            hook = owners.get(h)
-            if hook is None or hook.hello is None:
-                continue
-            same_pid = [q for q in offline if q.hello is not None and q.hello.pid == hook.hello.pid]
-            chosen = same_pid or [
-                q for q in offline if q.hello is not None and q.hello.job == hook.hello.job
-            ]
-            for q in chosen:
-                targets.setdefault(q.conn_id, []).append(h)
-        if not targets:
-            self.reclaims_failed += 1
-            log.warning("reclamation on GPU %s: no offline process owns its handles", plan.gpu)
-            return False
-        pending = PendingReclaim(plan, {c: tuple(hs) for c, hs in targets.items()})
-        queue = self._reclaims.setdefault(plan.gpu, [])
-        queue.append(pending)
-        if len(queue) == 1:
-            self._start_reclaim(plan.gpu)
+        offline = [
+            (q.conn_id, q.hello.pid, q.hello.job)
+            for q in self._offline_by_gpu.get(plan.gpu, [])
+            if q.hello is not None
+        ]
+        targets = reclaim_targets(plan.handles, reporters, offline)
+        self._carry_out(self.sequence.reclaim(self.clock(), plan, targets))
         return False
 
     def restore(self, gpu: int, owner: str, handles: tuple[int, ...], t: float) -> bool:
         """Send RESTORE to ``owner`` (module docstring); False: its ack finishes it."""
         proc = next((q for q in self.processes.values() if q.offline and q.source == owner), None)
-        if proc is None:
-            self.restores_failed += 1
-            self.agent.restore_completed(self.clock(), gpu, handles, ok=False, forget=True)
-            return False
-        pending = PendingRestore(gpu, proc.conn_id, handles, next(self._restore_seq))
-        self._restores[pending.restore_seq] = pending
-        if self._loop is not None:
-            pending.timer = self._loop.call_later(
-                self.restore_timeout_s, self._restore_timed_out, pending.restore_seq
-            )
-        self._send(proc, p.Restore(pending.restore_seq, gpu, handles))
+        conn = None if proc is None else proc.conn_id
+        self._carry_out(self.sequence.restore(self.clock(), gpu, conn, handles))
         return False
 
-    def _restore_ack(self, proc: Process, msg: p.RestoreAck) -> None:
-        pending = self._restores.get(msg.restore_seq)
-        if pending is None or pending.conn_id != proc.conn_id:
-            return  # late (timed out) or not ours
-        self._end_restore(pending)
-        ok = msg.ok and msg.restored >= len(pending.handles)
-        if ok:
-            self.restores_done += 1
-        else:
-            self.restores_failed += 1
-            log.warning("RESTORE on GPU %s refused (err %s)", pending.gpu, msg.err)
-        self.agent.restore_completed(
-            self.clock(),
-            pending.gpu,
-            pending.handles,
-            ok=ok,
-            forget=not msg.ok and msg.err == errno.ENOENT,
-        )
+    def _carry_out(self, commands: list[ReclaimCommand]) -> None:
+        """Do what the reclaim sequence decided, in order, then re-arm its timer."""
+        for cmd in commands:
+            if isinstance(cmd, SendReclaim):
+                proc = self.processes.get(cmd.conn)
+                if proc is not None:
+                    self._send(proc, p.Reclaim(cmd.reclaim_seq, cmd.gpu, cmd.handles))
+            elif isinstance(cmd, SendRestore):
+                proc = self.processes.get(cmd.conn)
+                if proc is not None:
+                    self._send(proc, p.Restore(cmd.restore_seq, cmd.gpu, cmd.handles))
+            elif isinstance(cmd, ReclaimCompleted):
+                self._reclaim_completed(cmd)
+            elif isinstance(cmd, ReclaimAbandoned):
+                log.warning("reclamation on GPU %s abandoned: %s", cmd.gpu, cmd.describe())
+            elif isinstance(cmd, HoldEnded):
+                if self.agent.gates[cmd.gpu].enabled:
+                    self.set_gate(cmd.gpu, True, self.clock())  # the enable held back meanwhile
+                if self.on_event is not None:
+                    self.on_event()
+            else:
+                if cmd.reason is RestoreEnd.REFUSED:
+                    log.warning("RESTORE on GPU %s refused (err %s)", cmd.gpu, cmd.err)
+                elif cmd.reason is RestoreEnd.TIMED_OUT:
+                    log.warning("RESTORE on GPU %s not acknowledged in time", cmd.gpu)
+                self.agent.restore_completed(
+                    self.clock(), cmd.gpu, cmd.handles, ok=cmd.ok, forget=cmd.forget
+                )
+        self._rearm_sequence()
 
-    def _restore_timed_out(self, restore_seq: int) -> None:
-        pending = self._restores.get(restore_seq)
-        if pending is None:
+    def _reclaim_completed(self, cmd: ReclaimCompleted) -> None:
+        """The pages leave the tables, the frameworks hear which blocks went, the agent counts."""
+        gone = set(cmd.plan.handles)
+        for q in self.processes.values():
+            table = q.handles.get(cmd.gpu)
+            if table:
+                for h in gone & table.keys():
+                    del table[h]
+        self.send_invalidations(cmd.plan)
+        owners: dict[int, str] = {}
+        for h, conn in cmd.owners.items():
+            proc = self.processes.get(conn)
+            if proc is not None:
+                owners[h] = proc.source
+        self.agent.reclaim_completed(self.clock(), cmd.plan, owners)
+
+    def _rearm_sequence(self) -> None:
+        """One loop timer at the sequence's next deadline (replaced when that moves)."""
+        deadline = self.sequence.next_deadline()
+        if deadline == self._sequence_timer_at:
             return
-        pending.timer = None
-        self._end_restore(pending)
-        self.restores_failed += 1
-        log.warning("RESTORE on GPU %s not acknowledged in time", pending.gpu)
-        self.agent.restore_completed(self.clock(), pending.gpu, pending.handles, ok=False)
+        if self._sequence_timer is not None:
+            self._sequence_timer.cancel()
+        self._sequence_timer = self._sequence_timer_at = None
+        if deadline is not None and self._loop is not None:
+            delay = max(0.0, deadline - self.clock())
+            self._sequence_timer = self._loop.call_later(delay, self._sequence_due)
+            self._sequence_timer_at = deadline
 
-    def _end_restore(self, pending: PendingRestore) -> None:
-        self._restores.pop(pending.restore_seq, None)
-        if pending.timer is not None:
-            pending.timer.cancel()
-            pending.timer = None
+    def _sequence_due(self) -> None:
+        # A timer that fires a little early finds nothing due and is armed again.
+        self._sequence_timer = self._sequence_timer_at = None
+        self._carry_out(self.sequence.tick(self.clock()))
 
     def offline_handle_map(self, gpu: int) -> HandleMap:
         """The offline page handles on ``gpu`` (report order), minus those being reclaimed."""
-        busy = {h for r in self._reclaims.get(gpu, ()) for h in r.plan.handles}
+        busy = self.sequence.reclaiming(gpu)
         table: dict[int, list[KvSpan]] = {}
         for q in self.processes.values():
             for h, spans in q.handles.get(gpu, {}).items():
                 if h not in busy:
                     table.setdefault(h, []).extend(spans)
         return table
-
-    def _start_reclaim(self, gpu: int) -> None:
-        queue = self._reclaims.get(gpu)
-        if not queue:
-            return
-        pending = queue[0]
-        if self._loop is not None and pending.timer is None:
-            pending.timer = self._loop.call_later(
-                self.reclaim_timeout_s, self._finish_reclaim, gpu, pending, "timed out"
-            )
-        self._advance_reclaim(gpu)
-
-    def _advance_reclaim(self, gpu: int) -> None:
-        """Move the running reclamation on ``gpu`` forward if what it waits for came."""
-        queue = self._reclaims.get(gpu)
-        if not queue:
-            return
-        pending = queue[0]
-        if not pending.sent:
-            for q in self._offline_by_gpu.get(gpu, []):
-                if q.gate_open or q.last_ack_seq < q.gate_sent_seq:
-                    return  # a disable not yet acknowledged
-                if q.gate_sent_seq and (q.last_ack_enabled or not q.last_ack_ok):
-                    self._finish_reclaim(gpu, pending, f"process {q.conn_id} did not disable")
-                    return
-            pending.sent = True
-            pending.reclaim_seq = next(self._reclaim_seq)
-            for conn_id, handles in pending.targets.items():
-                proc = self.processes.get(conn_id)
-                if proc is None:
-                    self._finish_reclaim(gpu, pending, f"process {conn_id} went away")
-                    return
-                self._send(proc, p.Reclaim(pending.reclaim_seq, gpu, handles))
-            return
-        if any(c not in pending.acks for c in pending.targets):
-            return
-        failed = [a for a in pending.acks.values() if not a.ok]
-        if failed:
-            self._finish_reclaim(gpu, pending, f"RECLAIM refused (err {failed[0].err})")
-        else:
-            self._finish_reclaim(gpu, pending, None)
-
-    def _finish_reclaim(self, gpu: int, pending: PendingReclaim, error: str | None) -> None:
-        queue = self._reclaims.get(gpu, [])
-        if pending not in queue:
-            return
-        queue.remove(pending)
-        if not queue:
-            self._reclaims.pop(gpu, None)
-        if pending.timer is not None:
-            pending.timer.cancel()
-        now = self.clock()
-        plan = pending.plan
-        if error is None:
-            self.reclaims_done += 1
-            gone = set(plan.handles)
-            for q in self.processes.values():
-                table = q.handles.get(gpu)
-                if table:
-                    for h in gone & table.keys():
-                        del table[h]
-            self.send_invalidations(plan)
-            owners: dict[int, str] = {}
-            for conn_id, handles in pending.targets.items():
-                proc = self.processes.get(conn_id)
-                for h in handles:
-                    if proc is not None:
-                        owners.setdefault(h, proc.source)
-            self.agent.reclaim_completed(now, plan, owners)
-        else:
-            self.reclaims_failed += 1
-            log.warning("reclamation on GPU %s abandoned: %s", gpu, error)
-        if self.agent.gates[gpu].enabled:
-            self.set_gate(gpu, True, now)  # the enable held back meanwhile
-        if self.on_event is not None:
-            self.on_event()
-        self._start_reclaim(gpu)
-
-    def _reclaim_ack(self, proc: Process, msg: p.ReclaimAck) -> None:
-        for gpu, queue in list(self._reclaims.items()):
-            pending = queue[0]
-            if pending.sent and pending.reclaim_seq == msg.reclaim_seq:
-                if proc.conn_id in pending.targets:
-                    pending.acks[proc.conn_id] = msg
-                    self._advance_reclaim(gpu)
-                return
 
     def send_invalidations(self, plan: ReclaimPlan) -> None:
         # Block ids mean something only in the engine that holds them: a hook that named
@@ -612,12 +527,11 @@ class ShimServer:
                 gate_seq, _lat, _gpu, enabled, ok = fw.GATE_ACK_HEAD.unpack_from(data, body)
                 proc.gate_acks += 1
                 proc.last_ack_seq = gate_seq
-                proc.last_ack_enabled = bool(enabled)
-                proc.last_ack_ok = bool(ok)
                 if not ok:
                     self._ack_failed(proc, p.GateAck.from_payload(data[body:end], 0))
-                if self._reclaims:
-                    self._gate_acked(proc)
+                acked = self.sequence.gate_acked(now, proc.conn_id, gate_seq, enabled != 0, ok != 0)
+                if acked:
+                    self._carry_out(acked)
                 continue
             gpu, _mono, request = fw.EDGE.unpack_from(data, body)
             gpus = proc.gpus if gpu == p.GPU_ALL else self._edge_gpus(proc, gpu)
@@ -691,16 +605,11 @@ class ShimServer:
         if proc.role == p.Role.OFFLINE:
             self._refresh_jobs()
             self.agent.drop_quarantine(proc.source)  # its quarantined pages went with it
-            for pending_restore in list(self._restores.values()):
-                if pending_restore.conn_id == proc.conn_id:
-                    self._end_restore(pending_restore)
         for gpu in proc.kv_used:
             self._online_memory(gpu, self.clock())
-        for gpu, queue in list(self._reclaims.items()):
-            if queue and proc.conn_id in queue[0].targets:
-                self._finish_reclaim(gpu, queue[0], f"process {proc.conn_id} went away")
-            elif queue and not queue[0].sent:
-                self._advance_reclaim(gpu)  # it may have been the one not yet acknowledged
+        # Its restores end silently (the agent dropped its pages); a reclamation it was to
+        # release pages for is abandoned, one waiting for its gate ack may go on.
+        self._carry_out(self.sequence.left(self.clock(), proc.conn_id))
         if self.on_event is not None:
             self.on_event()  # a disconnect is an event: an idle edge arms its cooldown timer
 
@@ -723,16 +632,19 @@ class ShimServer:
         elif isinstance(msg, p.GateAck):
             proc.gate_acks += 1
             proc.last_ack_seq = msg.gate_seq
-            proc.last_ack_enabled = msg.enabled
-            proc.last_ack_ok = msg.ok
             if not msg.ok:
                 self._ack_failed(proc, msg)
-            if self._reclaims:
-                self._gate_acked(proc)
+            self._gate_acked(proc, msg.gate_seq, msg.enabled, msg.ok, now)
         elif isinstance(msg, p.ReclaimAck):
-            self._reclaim_ack(proc, msg)
+            self._carry_out(
+                self.sequence.reclaim_acked(now, proc.conn_id, msg.reclaim_seq, msg.ok, msg.err)
+            )
         elif isinstance(msg, p.RestoreAck):
-            self._restore_ack(proc, msg)
+            self._carry_out(
+                self.sequence.restore_acked(
+                    now, proc.conn_id, msg.restore_seq, msg.ok, msg.restored, msg.err
+                )
+            )
         elif isinstance(msg, p.OnlineMemory):
             for gpu in self._edge_gpus(proc, msg.gpu):
                 proc.kv_used[gpu] = msg.kv_used_bytes
@@ -808,6 +720,7 @@ class ShimServer:
         )
         if owner is None:
             return  # its HELLO adopts them when it (re)connects
+        self.sequence.adopt(gpu, owner.conn_id, pages)
         adopted = self.agent.adopt_quarantine(now, gpu, owner.source, pages)
         if adopted:
             log.info(
@@ -817,10 +730,12 @@ class ShimServer:
                 hook.hello.pid,
             )
 
-    def _gate_acked(self, proc: Process) -> None:
-        for g in proc.gpus:
-            if g in self._reclaims:
-                self._advance_reclaim(g)
+    def _gate_acked(
+        self, proc: Process, gate_seq: int, enabled: bool, ok: bool, now: float
+    ) -> None:
+        commands = self.sequence.gate_acked(now, proc.conn_id, gate_seq, enabled, ok)
+        if commands:
+            self._carry_out(commands)
 
     def _online_memory(self, gpu: int, now: float) -> None:
         used = sum(q.kv_used.get(gpu, 0) for q in self.processes.values())
@@ -846,6 +761,9 @@ class ShimServer:
         self._send(
             proc,
             p.HelloAck(accepted=accepted, gate_open=proc.gate_open, gate_mode=p.GateMode.SHIM),
+        )
+        self.sequence.offline_joined(
+            proc.conn_id, proc.gpus if proc.offline else (), proc.gate_open
         )
         if msg.role == p.Role.OFFLINE:
             for g in proc.gpus:

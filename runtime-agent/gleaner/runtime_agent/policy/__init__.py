@@ -13,6 +13,10 @@ The same classes run in the agent daemon, in the simulator and in tests
   preemptions per request, reclamations; :func:`window_between` cuts a window,
   :func:`window_summary` makes it perfmodel's ``NodeSummary`` and :func:`to_nodetrace_status`
   writes its NodeTrace status through perfmodel.
+- :class:`ReclaimSequence` (per node): the nvidia backend's reclamation and restore
+  sequences — gate acks, RECLAIM_ACK and RESTORE_ACK, disconnects and timeouts in; RECLAIM
+  and RESTORE frames, completions and abandons out (:func:`reclaim_targets` picks who
+  releases which page).
 """
 
 from gleaner.runtime_agent.policy.accounting import (
@@ -44,9 +48,23 @@ from gleaner.runtime_agent.policy.reclaim import (
     select_handles_fifo,
     select_handles_greedy,
 )
+from gleaner.runtime_agent.policy.reclaim_sequence import (
+    Abandon,
+    HoldEnded,
+    ReclaimAbandoned,
+    ReclaimCommand,
+    ReclaimCompleted,
+    ReclaimSequence,
+    RestoreEnd,
+    RestoreFinished,
+    SendReclaim,
+    SendRestore,
+    reclaim_targets,
+)
 
 __all__ = [
     "HARVESTABLE_BUCKETS_GIB",
+    "Abandon",
     "Accounting",
     "ComputeGate",
     "Disable",
@@ -56,18 +74,28 @@ __all__ = [
     "GpuTotals",
     "Grow",
     "HandleMap",
+    "HoldEnded",
     "KvSpan",
     "MemoryAction",
     "MemoryConfig",
     "MemoryReservation",
     "PairTotals",
+    "ReclaimAbandoned",
+    "ReclaimCommand",
+    "ReclaimCompleted",
     "ReclaimPlan",
+    "ReclaimSequence",
     "ReclaimStep",
     "Release",
+    "RestoreEnd",
+    "RestoreFinished",
+    "SendReclaim",
+    "SendRestore",
     "StepKind",
     "Totals",
     "plan_reclamation",
     "reclaim_cost",
+    "reclaim_targets",
     "select_handles_fifo",
     "select_handles_greedy",
     "to_nodetrace_status",
