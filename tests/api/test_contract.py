@@ -45,7 +45,8 @@ GENERIC = {node.ROLE_OFFLINE, node.ROLE_ONLINE, common.GROUP, common.VERSION}
 """Values too plain to scan for (words any code may use for other things)."""
 
 PATTERNS = (
-    re.compile(r"\bGLEANER_[A-Z0-9_]+"),
+    # Any GLEANER_* name, except a C include guard (GLEANER_PROTO_H names no contract).
+    re.compile(r"\bGLEANER_(?![A-Z0-9_]*_H\b)[A-Z0-9_]+"),
     re.compile(re.escape(common.GROUP) + r"/[a-z]"),
 )
 """Shapes of a contract name not declared yet: any such literal must move to the contract."""

@@ -19,11 +19,12 @@ import textwrap
 from pathlib import Path
 
 from gleaner.protocol import spec
+from gleaner.protocol.node import ENV_SOCKET, SOCKET_PATH
 
 HEADER_PATH = Path(__file__).resolve().parents[3] / "runtime-agent/shim/include/gleaner_proto.h"
 """The header in a repository checkout (the generator is a development tool)."""
 
-_PREAMBLE = """\
+_PREAMBLE = f"""\
 /*
  * gleaner_proto.h - the agent <-> shim wire protocol (version 1).
  *
@@ -34,8 +35,8 @@ _PREAMBLE = """\
  * (tests/protocol/test_protocol_c_parity.py) also compiles a program that prints every
  * constant and size below and checks them against the codec.
  *
- * Transport: Unix SOCK_STREAM socket (the agent listens on $GLEANER_SOCKET,
- * default /run/gleaner/agent.sock). Every message is one frame: a 16-byte
+ * Transport: Unix SOCK_STREAM socket (the agent listens on ${ENV_SOCKET},
+ * default {SOCKET_PATH}). Every message is one frame: a 16-byte
  * little-endian header followed by `length` payload bytes. Payloads are the
  * fixed-layout little-endian structs below (variable ones: a fixed head plus
  * an array of fixed entries). A frame with GL_FLAG_HAS_FD was sent in one
