@@ -16,6 +16,11 @@ import (
 
 // runKwok is upstream cmd/kwok's main, returning its exit code instead of exiting.
 func runKwok() int {
+	// Kubernetes' packages linked into this binary register a non-boolean --version on
+	// pflag's global set at init; cobra merges that set into KWOK's command, whose own
+	// --version is boolean, and refuses to run. KWOK uses no global flag of theirs.
+	pflag.CommandLine = pflag.NewFlagSet(os.Args[0], pflag.ExitOnError)
+
 	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	flagset.ParseErrorsAllowlist.UnknownFlags = true
 	flagset.Usage = func() {}
