@@ -424,13 +424,16 @@ class ControlPlane:
                 )
 
     def _wait(self, ready: Callable[[], bool], deadline: float, what: str) -> None:
+        """Poll ``ready`` until ``deadline`` (monotonic); fail at once if a component died."""
+        began = time.monotonic()
         while True:
             self._check_alive()
             if ready():
                 return
             if time.monotonic() > deadline:
                 raise ControlPlaneUnavailableError(
-                    f"{what} not ready within {self.startup_timeout:.0f} s\n{self.diagnostics()}"
+                    f"{what} not ready after {time.monotonic() - began:.0f} s\n"
+                    + self.diagnostics()
                 )
             time.sleep(0.25)
 
