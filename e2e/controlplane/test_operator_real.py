@@ -33,7 +33,6 @@ from gleaner.operator.rbac import OPERATOR_RULES
 from gleaner.testing.controlplane import ControlPlane
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
-    gpu_uuid,
     nodetrace_manifest,
     offlinejob_manifest,
 )
@@ -209,7 +208,7 @@ def test_the_operator_binds_a_job_that_kwok_runs_and_deletes_it_with_chart_rbac(
     (gpu,) = placement["gpuIndices"]
     assert pod["metadata"]["annotations"]["gleaner.dev/gpus"] == str(gpu)
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid("gpu-a", gpu)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == status["gpus"][gpu]["uuid"]  # the NodeTrace's
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == (
         "OfflineJob",
