@@ -1,0 +1,227 @@
+"""The real ``gleaner operator`` process on the real control plane, with the chart's RBAC.
+
+tests/operator/test_operator_process.py drives the operator against kmock, which grants
+every call. Here the operator authenticates as a ServiceAccount bound to a ClusterRole made
+of exactly ``gleaner.operator.rbac.OPERATOR_RULES`` (what the Helm chart installs), with
+kopf's peering CRDs and peering object from the chart, and a Pod it binds to a KWOK GPU node
+is run by KWOK instead of being patched by the test: the job is placed, bound, Running with
+its Ready condition, and deleting it deletes its Pod. The operator's log must hold no
+refused call.
+
+It found a bug that kmock hid: the operator hands kopf its watch timeout as a float, kopf
+sends ``timeoutSeconds=60.0`` (300.0 by default), and a real API server answers every such
+watch with 400 (``strconv.ParseInt``), so the operator stops at its first watch.
+``test_the_api_server_refuses_a_fractional_timeout`` pins the server's side; the operator
+test is a strict xfail until ``gleaner.operator.main`` passes an integer (with that one
+change it passes: docs/controlplane.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from gleaner.operator.rbac import OPERATOR_RULES
+from gleaner.testing.controlplane import ControlPlane
+from gleaner.testing.kube import (
+    FAST_OPERATOR_FLAGS,
+    nodetrace_manifest,
+    offlinejob_manifest,
+)
+from gleaner.testing.net import free_port
+from gleaner.testing.processes import ManagedProcess
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[2]
+KOPF_CRDS = REPO / "helm" / "gleaner" / "files" / "kopf"
+ACCOUNT_NAMESPACE = "gleaner-system"
+ACCOUNT = "gleaner-operator"
+
+
+def wait_for(check: Callable[[], T | None], what: Callable[[], str], timeout: float = 90) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what()}")
+        time.sleep(0.25)
+
+
+def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
+    result = plane.kubectl("get", *args, "-o", "json", check=False)
+    return dict(json.loads(result.stdout)) if result.returncode == 0 else None
+
+
+def apply(plane: ControlPlane, *docs: dict[str, Any]) -> None:
+    plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
+
+
+def operator_kubeconfig(plane: ControlPlane, path: Path) -> Path:
+    """A kubeconfig for the operator's ServiceAccount, bound to exactly OPERATOR_RULES."""
+    apply(
+        plane,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ACCOUNT_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": ACCOUNT, "namespace": ACCOUNT_NAMESPACE},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": ACCOUNT},
+            "rules": [dict(rule) for rule in OPERATOR_RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": ACCOUNT},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": ACCOUNT,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ACCOUNT_NAMESPACE}
+            ],
+        },
+    )
+    token = plane.kubectl(
+        "create", "token", ACCOUNT, "-n", ACCOUNT_NAMESPACE, "--duration=2h"
+    ).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "test",
+                "cluster": {
+                    "server": plane.server,
+                    "certificate-authority": str(plane.pki.path("ca.crt")),
+                },
+            }
+        ],
+        "users": [{"name": ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": ACCOUNT, "context": {"cluster": "test", "user": ACCOUNT}}],
+        "current-context": ACCOUNT,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def operator(
+    control_plane: ControlPlane, gleaner_crds: list[str], tmp_path: Path
+) -> Iterator[ManagedProcess]:
+    control_plane.kubectl("apply", *(f"--filename={p}" for p in sorted(KOPF_CRDS.glob("*.yaml"))))
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev",
+    )  # fmt: skip
+    apply(
+        control_plane,
+        {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "ClusterKopfPeering",
+            "metadata": {"name": "gleaner"},
+        },
+    )
+    kubeconfig = operator_kubeconfig(control_plane, tmp_path / "operator.kubeconfig")
+    process = ManagedProcess(
+        "gleaner-operator",
+        [
+            sys.executable, "-m", "gleaner.cli.main", "operator", *FAST_OPERATOR_FLAGS,
+            f"--http-port={free_port()}", "--http-host=127.0.0.1",
+        ],
+        tmp_path / "operator.log",
+        env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"},
+    ).start()  # fmt: skip
+    try:
+        yield process
+    finally:
+        process.stop(grace=15)
+        print(process.log()[-6000:])  # shown by pytest only when the test failed
+
+
+def test_the_api_server_refuses_a_fractional_timeout(control_plane: ControlPlane) -> None:
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions?timeoutSeconds="
+    refused = control_plane.kubectl("get", "--raw", path + "60.0", check=False)
+    assert refused.returncode != 0
+    assert 'strconv.ParseInt: parsing "60.0": invalid syntax' in refused.stderr, refused.stderr
+    assert control_plane.kubectl("get", "--raw", path + "60").returncode == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the operator sends watch timeoutSeconds as a float (60.0), which the API server "
+    "refuses with 400; passes once gleaner.operator.main hands kopf an int",
+)
+def test_the_operator_binds_a_job_that_kwok_runs_and_deletes_it_with_chart_rbac(
+    control_plane: ControlPlane, namespace: str, operator: ManagedProcess
+) -> None:
+    trace = nodetrace_manifest("gpu-a", gpus=8, offline_enabled=0.9)
+    status = trace.pop("status")
+    apply(control_plane, trace)
+    control_plane.kubectl(
+        "patch", "nt", "gpu-a", "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": status}),
+    )  # fmt: skip
+    apply(control_plane, offlinejob_manifest("llama", namespace=namespace, sla=0.5))
+
+    def job() -> dict[str, Any]:
+        return get_json(control_plane, "oj", "llama", "-n", namespace) or {}
+
+    def log() -> str:
+        return f"job: {job().get('status')}\n" + "\n".join(operator.log_tail(40))
+
+    def running() -> dict[str, Any] | None:
+        if not operator.alive():
+            raise AssertionError(f"the operator exited ({operator.state()}):\n{log()}")
+        got = job()
+        return got if got.get("status", {}).get("phase") == "Running" else None
+
+    running_job = wait_for(running, log)
+    placement = running_job["status"]["placement"]
+    assert placement["node"] == "gpu-a"
+    conditions = {c["type"]: c["status"] for c in running_job["status"]["conditions"]}
+    assert conditions["Ready"] == "True"
+
+    pods = get_json(control_plane, "pods", "-n", namespace, "-l", "gleaner.dev/job=llama")
+    assert pods is not None
+    (pod,) = pods["items"]
+    assert pod["metadata"]["name"] == "llama-0"
+    assert pod["spec"]["nodeName"] == "gpu-a"
+    assert pod["status"]["phase"] == "Running"  # KWOK ran it: nobody patched its status
+    (gpu,) = placement["gpuIndices"]
+    assert pod["metadata"]["annotations"]["gleaner.dev/gpus"] == str(gpu)
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == status["gpus"][gpu]["uuid"]  # the NodeTrace's
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "OfflineJob",
+        "llama",
+        running_job["metadata"]["uid"],
+    )
+
+    control_plane.kubectl("delete", "oj", "llama", "-n", namespace, "--wait=false")
+
+    def deleted() -> bool:
+        pods = get_json(control_plane, "pods", "-n", namespace, "-l", "gleaner.dev/job=llama")
+        return not job() and pods is not None and pods["items"] == []
+
+    wait_for(deleted, log)
+    refused = [line for line in operator.log().splitlines() if "forbidden" in line.lower()]
+    assert refused == [], "\n".join(refused)
