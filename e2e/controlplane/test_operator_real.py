@@ -8,12 +8,11 @@ is run by KWOK instead of being patched by the test: the job is placed, bound, R
 its Ready condition, and deleting it deletes its Pod. The operator's log must hold no
 refused call.
 
-It found a bug that kmock hid: the operator hands kopf its watch timeout as a float, kopf
-sends ``timeoutSeconds=60.0`` (300.0 by default), and a real API server answers every such
-watch with 400 (``strconv.ParseInt``), so the operator stops at its first watch.
-``test_the_api_server_refuses_a_fractional_timeout`` pins the server's side; the operator
-test is a strict xfail until ``gleaner.operator.main`` passes an integer (with that one
-change it passes: docs/controlplane.md).
+It found a bug that kmock hid: the operator handed kopf its watch timeout as a float, kopf
+sent ``timeoutSeconds=60.0`` (300.0 by default), and a real API server answers every such
+watch with 400 (``strconv.ParseInt``), so the operator stopped at its first watch.
+``test_the_api_server_refuses_a_fractional_timeout`` pins the server's side;
+``gleaner.operator.main`` now passes an integer.
 """
 
 from __future__ import annotations
@@ -164,11 +163,6 @@ def test_the_api_server_refuses_a_fractional_timeout(control_plane: ControlPlane
     assert control_plane.kubectl("get", "--raw", path + "60").returncode == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the operator sends watch timeoutSeconds as a float (60.0), which the API server "
-    "refuses with 400; passes once gleaner.operator.main hands kopf an int",
-)
 def test_the_operator_binds_a_job_that_kwok_runs_and_deletes_it_with_chart_rbac(
     control_plane: ControlPlane, namespace: str, operator: ManagedProcess
 ) -> None:

@@ -79,7 +79,9 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "gleaner-operator"
-    settings.watching.server_timeout = config.watch_timeout
+    # The API server parses timeoutSeconds as an integer: a float (300.0) gets every watch
+    # refused with 400, which kmock never did (found on the real control plane).
+    settings.watching.server_timeout = max(1, int(config.watch_timeout))
     settings.watching.client_timeout = config.watch_timeout + 30
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60

@@ -1,0 +1,18 @@
+"""kopf settings from the operator's config: what a real API server accepts."""
+
+from __future__ import annotations
+
+import kopf
+import pytest
+
+from gleaner.operator.config import OperatorConfig
+from gleaner.operator.main import configure_settings
+
+
+@pytest.mark.parametrize(("configured", "sent"), [(300.0, 300), (60.5, 60), (0.2, 1)])
+def test_watch_timeout_goes_to_the_server_as_whole_seconds(configured: float, sent: int) -> None:
+    # kube-apiserver parses timeoutSeconds with ParseInt: "300.0" gets the watch refused (400).
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, OperatorConfig(watch_timeout=configured))
+    assert settings.watching.server_timeout == sent
+    assert isinstance(settings.watching.server_timeout, int)
