@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
             g = results["cluster"]["policies"].get("gleaner", {})
             head = (
                 f"{results['cluster']['gpus']} GPUs; gleaner: GPUs saved "
-                f"{g.get('gpus_saved', 0):.1f}, SLA {100 * g.get('sla_attainment', 0):.1f}%"
+                f"{g.get('gpus_saved', 0):.1f}, SLA {100 * (g.get('sla_attainment') or 0):.1f}%"
             )
         if "targets" in results:
             met = sum(t["met"] for t in results["targets"])

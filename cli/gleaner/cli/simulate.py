@@ -113,7 +113,7 @@ def _print_tables(results: dict[str, Any]) -> None:
                     f"{100 * m['online_utilization']:.1f}%",
                     f"{100 * m['utilization_gain']:+.1f} pts",
                     f"{m['gpus_saved']:.1f}",
-                    f"{100 * m['sla_attainment']:.1f}%",
+                    "-" if m["sla_attainment"] is None else f"{100 * m['sla_attainment']:.1f}%",
                     m["evictions"],
                     f"{err['mean_abs']:.3f}" if err["placements"] else "-",
                     " ".join(f"{k}={v}" for k, v in sorted(m["phases"].items())),

@@ -8,7 +8,8 @@ validate, a broken report) get one line in ``snapshot.warnings`` and never make 
 dashboard fail; an OfflineJob that does not validate is still listed, as Invalid with what
 is wrong, because that is where users look for it.
 
-Definitions (docs/dashboard.md repeats them):
+Definitions (docs/dashboard.md repeats them; the measures are computed by
+``gleaner.scheduler.measures``, shared with the operator's /metrics and the simulator):
 
 - a GPU's *idle fraction* is the model's P_compute for it (offline-enabled seconds over
   the window; without an agent 1 − online busy);
@@ -68,8 +69,9 @@ from gleaner.scheduler import (
     SchedulingSnapshot,
     SLAMonitorConfig,
     explain_nodes,
-    window_missed,
+    measures,
 )
+from gleaner.scheduler.lifecycle import BOUND_PHASES
 
 MAX_SETS_PER_NODE = 512
 """GPU sets tried per node when looking for a job's runner-ups."""
@@ -81,7 +83,8 @@ DEFAULT_MODEL = ModelConfig()
 DEFAULT_MONITOR = SLAMonitorConfig()
 """The SLA monitor's defaults: its tolerance decides whether a fraction meets the SLA."""
 
-PLACED_PHASES = frozenset({Phase.SCHEDULED.value, Phase.RUNNING.value})
+PLACED_PHASES = frozenset(p.value for p in BOUND_PHASES)
+"""Phases (as shown) of jobs that hold GPUs: the lifecycle's bound phases."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,9 +306,9 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
         observed = series[-1].v  # a window of the current placement only
     meets: bool | None = None
     if placed:
-        basis = observed
-        if basis is None and predicted is not None:
-            basis = predicted.throughput_fraction
+        basis = measures.job_fraction(
+            observed, predicted.throughput_fraction if predicted is not None else None
+        )
         meets = None if basis is None else meets_sla(basis, spec.throughput_sla)
     job_reports = reports.get(job.key, [])
     evictions: list[JobEviction] = []
@@ -363,8 +366,9 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
 
 
 def meets_sla(fraction: float, sla: float, config: SLAMonitorConfig = DEFAULT_MONITOR) -> bool:
-    """The SLA monitor's rule (and the operator's ``SLAMet``): not below SLA × (1 − tolerance)."""
-    return not window_missed(fraction, sla, config)
+    """The SLA monitor's rule (and the operator's ``SLAMet``): not below SLA × (1 − tolerance)
+    (``gleaner.scheduler.measures.meets_sla`` with the monitor's default tolerance)."""
+    return measures.meets_sla(fraction, sla, config)
 
 
 def predicted_steps(
@@ -473,17 +477,14 @@ def runner_ups(
 def current_point(nodes: Sequence[NodeView], jobs: Sequence[JobView]) -> ClusterSummary:
     """The headline numbers of the current state (see the module docstring)."""
     gpus = [g for n in nodes for g in n.gpus]
-    harvested = [(g.idle_fraction or 0.0) if g.offline_job else 0.0 for g in gpus]
+    held = [g.idle_fraction or 0.0 for g in gpus if g.offline_job]
     idle = [g.idle_fraction for g in gpus if g.idle_fraction is not None]
     running = [j for j in jobs if j.phase in PLACED_PHASES]
-    throughput = 0.0
+    credited: list[tuple[float, int]] = []
     for j in running:
-        frac = (
-            j.observed
-            if j.observed is not None
-            else (j.predicted.throughput_fraction if j.predicted is not None else 0.0)
-        )
-        throughput += frac * j.gpu_count
+        predicted = j.predicted.throughput_fraction if j.predicted is not None else 0.0
+        frac = measures.job_fraction(j.observed, predicted)
+        credited.append((frac if frac is not None else 0.0, j.gpu_count))
     judged = [j for j in running if j.meets_sla is not None]
     by_phase: dict[str, int] = {}
     for j in jobs:
@@ -493,9 +494,9 @@ def current_point(nodes: Sequence[NodeView], jobs: Sequence[JobView]) -> Cluster
         gpus=len(gpus),
         gpus_with_offline_job=sum(1 for g in gpus if g.offline_job),
         mean_idle_fraction=sum(idle) / len(idle) if idle else None,
-        harvested_utilization=sum(harvested) / len(harvested) if harvested else None,
-        offline_throughput=throughput if running else 0.0,
-        sla_attainment=(sum(1 for j in judged if j.meets_sla) / len(judged) if judged else None),
+        harvested_utilization=measures.harvested_utilization(held, len(gpus)),
+        offline_throughput=measures.offline_throughput(credited),
+        sla_attainment=measures.sla_attainment(bool(j.meets_sla) for j in judged),
         jobs=len(jobs),
         jobs_by_phase=dict(sorted(by_phase.items())),
         evictions=sum(j.eviction_count for j in jobs),

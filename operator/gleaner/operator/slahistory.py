@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from gleaner.api import Placement
 from gleaner.api.contract import SlaWindows
+from gleaner.scheduler.lifecycle import has_window as has_window  # re-exported
 from gleaner.scheduler.monitor import SLAHistory, WindowObservation
 
 MAX_WINDOWS = 16
@@ -63,8 +64,3 @@ def dump_history(history: SLAHistory) -> str:
         placed_at=history.placed_at,
         windows=tuple((w.end, round(w.throughput_fraction, 6)) for w in history.windows),
     ).dump()
-
-
-def has_window(history: SLAHistory, end: float) -> bool:
-    """Whether a window ending at ``end`` is already recorded (the same trace seen twice)."""
-    return any(abs(w.end - end) < 1e-3 for w in history.windows)

@@ -3,9 +3,11 @@
 Contract: every status change the operator makes goes through one function here, which
 takes the current ``OfflineJobStatus`` and returns the new one; ``status_patch`` turns the
 pair into a JSON merge patch (keys that disappear are sent as ``null``). Phases move only
-along ``TRANSITIONS`` (``transition`` refuses anything else), so a stale writer cannot drag
-a Succeeded job back to Running. Conditions follow Kubernetes conventions (``set_condition``
-keeps the transition time when the status did not change, so reconciling is idempotent):
+along ``TRANSITIONS`` of the shared lifecycle (``gleaner.scheduler.lifecycle``, which the
+simulator drives too; re-exported here), and ``transition`` refuses anything else, so a
+stale writer cannot drag a Succeeded job back to Running. Conditions follow Kubernetes
+conventions (``set_condition`` keeps the transition time when the status did not change,
+so reconciling is idempotent):
 
 - ``Valid``: the spec (and its profile ConfigMap) passed validation;
 - ``Scheduled``: a placement was found (False with the scheduler's reasons otherwise);
@@ -40,39 +42,40 @@ from gleaner.api import (
 )
 from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
 from gleaner.scheduler.explain import placed_message
+from gleaner.scheduler.lifecycle import (
+    BOUND_PHASES,
+    QUEUED_PHASES,
+    TRANSITIONS,
+    TransitionError,
+    advance,
+    can_transition,
+    eviction_phase,
+)
+
+__all__ = [
+    "BOUND_PHASES",
+    "QUEUED_PHASES",
+    "TRANSITIONS",
+    "TransitionError",
+    "can_transition",
+    "evicted",
+    "from_pod_phase",
+    "invalid",
+    "observed",
+    "pod_lost",
+    "scheduled",
+    "status_patch",
+    "transition",
+    "unschedulable",
+    "valid",
+]
 
 P = Phase
-TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    P.PENDING: frozenset({P.PENDING, P.INVALID, P.SCHEDULED, P.UNSCHEDULABLE}),
-    P.INVALID: frozenset({P.INVALID, P.PENDING}),
-    P.UNSCHEDULABLE: frozenset({P.UNSCHEDULABLE, P.INVALID, P.PENDING, P.SCHEDULED}),
-    P.SCHEDULED: frozenset({P.SCHEDULED, P.RUNNING, P.SUCCEEDED, P.FAILED, P.EVICTED}),
-    P.RUNNING: frozenset({P.RUNNING, P.SUCCEEDED, P.FAILED, P.EVICTED}),
-    P.EVICTED: frozenset({P.EVICTED, P.INVALID, P.PENDING, P.SCHEDULED, P.UNSCHEDULABLE, P.FAILED}),
-    P.SUCCEEDED: frozenset({P.SUCCEEDED}),
-    P.FAILED: frozenset({P.FAILED}),
-}
-"""Allowed moves: from-phase -> to-phases (self-loops allowed: idempotent reconciles)."""
-
-QUEUED_PHASES = frozenset({P.PENDING, P.UNSCHEDULABLE, P.EVICTED})
-"""Phases whose jobs wait for a placement."""
-BOUND_PHASES = frozenset({P.SCHEDULED, P.RUNNING})
-"""Phases whose jobs hold GPUs (their placement is occupied)."""
-
-
-class TransitionError(ValueError):
-    """A phase change the machine does not allow."""
-
-
-def can_transition(old: Phase, new: Phase) -> bool:
-    return new in TRANSITIONS[old]
 
 
 def transition(status: OfflineJobStatus, new: Phase, message: str) -> OfflineJobStatus:
     """A copy of ``status`` in phase ``new``; raises ``TransitionError`` if not allowed."""
-    if not can_transition(status.phase, new):
-        raise TransitionError(f"phase {status.phase.value} cannot move to {new.value}")
-    return status.model_copy(update={"phase": new, "message": message})
+    return status.model_copy(update={"phase": advance(status.phase, new), "message": message})
 
 
 def _cond(
@@ -236,7 +239,7 @@ def evicted(
     now: datetime,
 ) -> OfflineJobStatus:
     """An SLA eviction: recorded (bounded list), then Evicted (requeued) or Failed."""
-    new = transition(status, P.FAILED if failed else P.EVICTED, message)
+    new = transition(status, eviction_phase(failed), message)
     records = [*new.evictions, record][-MAX_EVICTION_RECORDS:]
     conds = _cond(new, ConditionType.READY, False, "SLAEvicted", record.reason, now)
     new = new.model_copy(update={"conditions": conds})

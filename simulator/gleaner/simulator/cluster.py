@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gleaner.api import Phase
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.scheduler import (
@@ -56,8 +57,15 @@ from gleaner.scheduler import (
     SLAMonitorConfig,
     build_eviction_report,
     decide,
-    decide_sla,
-    plan_after_eviction,
+)
+from gleaner.scheduler.lifecycle import advance, may_attempt, sla_tick
+from gleaner.scheduler.lifecycle import evict as lifecycle_evict
+from gleaner.scheduler.measures import (
+    harvested_utilization,
+    job_fraction,
+    meets_sla,
+    offline_throughput,
+    sla_attainment,
 )
 from gleaner.simulator.cluster_scenario import ClusterScenario, PolicyName
 from gleaner.simulator.latency import MODELS
@@ -87,7 +95,7 @@ class SimJob:
     arrival: float
     max_evictions: int
     done_tokens: float = 0.0
-    phase: str = "Pending"
+    phase: Phase = Phase.PENDING
     node: int | None = None
     rows: list[int] = field(default_factory=list)
     placed_at: float = 0.0
@@ -105,6 +113,7 @@ class SimJob:
     truth_step0: int = 0
     stay_observed: list[float] = field(default_factory=list)
     windows_total: int = 0
+    """SLA windows observed (grace windows included, as the operator's ``SLAMet``)."""
     windows_met: int = 0
     placements: list[dict[str, Any]] = field(default_factory=list)
     series: list[tuple[float, float]] = field(default_factory=list)
@@ -200,27 +209,26 @@ def current_observed(job: SimJob) -> float | None:
 
 
 def dashboard_point(
-    running: list[SimJob], idle: FloatArray, n_gpus: int, tolerance: float
+    running: list[SimJob], idle: FloatArray, n_gpus: int, config: SLAMonitorConfig
 ) -> tuple[float, float, float | None]:
-    """(harvested utilization, offline throughput, SLA attainment) of the running jobs with the
-    dashboard's definitions (docs/dashboard.md), so a simulation's charts end where its cards
-    are: harvested = Σ over held GPUs of their trailing-window P_compute (``idle``, one value
-    per GPU row) / all GPUs; throughput = Σ (observed, else predicted) × GPUs; attainment =
-    share of running jobs whose observed (else predicted) fraction does not miss the SLA
-    (the SLA monitor's tolerance), None without running jobs."""
-    harvested = 0.0
-    throughput = 0.0
-    met = 0
+    """(harvested utilization, offline throughput, SLA attainment) of the running jobs, by
+    the shared definitions (``gleaner.scheduler.measures``, docs/dashboard.md), so a
+    simulation's charts end where its cards are: ``idle`` holds one trailing-window
+    P_compute per GPU row; a job's fraction is its observed window of the current placement,
+    else its prediction; attainment is None without running jobs."""
+    held: list[float] = []
+    credited: list[tuple[float, int]] = []
+    met: list[bool] = []
     for job in running:
-        harvested += float(idle[job.rows].sum())
-        basis = current_observed(job)
-        if basis is None:
-            basis = min(1.0, job.predicted.throughput_fraction) if job.predicted else 0.0
-        throughput += basis * job.gpus
-        if basis >= job.sla * (1.0 - tolerance):
-            met += 1
-    attainment = met / len(running) if running else None
-    return harvested / max(1, n_gpus), throughput, attainment
+        held.extend(float(v) for v in idle[job.rows])
+        predicted = min(1.0, job.predicted.throughput_fraction) if job.predicted else 0.0
+        basis = job_fraction(current_observed(job), predicted)
+        assert basis is not None
+        credited.append((basis, job.gpus))
+        met.append(meets_sla(basis, job.sla, config))
+    harvested = harvested_utilization(held, max(1, n_gpus))
+    assert harvested is not None
+    return harvested, offline_throughput(credited), sla_attainment(met)
 
 
 # -- placement policies -------------------------------------------------------------------
@@ -284,7 +292,7 @@ def _first_fit(
     taken = {n: set(o) for n, o in occupied.items()}
     out = []
     for job in sorted(pending, key=lambda j: j.arrival):
-        if job.not_before is not None and job.not_before > now:
+        if not may_attempt(job.not_before, now):
             continue
         for name, summ in summaries.items():
             if name in job.excluded:
@@ -351,9 +359,7 @@ def run_policy(
 
     def show(t: float, s_end: int) -> None:
         assert idle_now is not None
-        shown.append(
-            (t, *dashboard_point(running, idle_now[:, s_end], online.n_gpus, mon.tolerance))
-        )
+        shown.append((t, *dashboard_point(running, idle_now[:, s_end], online.n_gpus, mon)))
 
     queue = sorted(jobs, key=lambda j: j.arrival)
     nxt = 0
@@ -398,7 +404,7 @@ def run_policy(
                     for n in range(len(online.node_names))
                 }
         if k % sched_every == 0 and pending and summaries:
-            ready = [j for j in pending if j.not_before is None or j.not_before <= now]
+            ready = [j for j in pending if may_attempt(j.not_before, now)]
             if ready:
                 for job, node_name, gpus, factors, raw in placer(ready, summaries, occupied, now):
                     node = online.node_names.index(node_name)
@@ -407,7 +413,8 @@ def run_policy(
                     job.placed_at = now
                     job.predicted = factors
                     job.predicted_raw = raw
-                    job.phase = "Running"
+                    # The simulated Pod starts at once: Scheduled, then Running.
+                    job.phase = advance(advance(job.phase, Phase.SCHEDULED), Phase.RUNNING)
                     job.history = SLAHistory(
                         job=job.key,
                         sla=job.sla,
@@ -428,26 +435,28 @@ def run_policy(
                     running.append(job)
         # Progress of running jobs in this step.
         still: list[SimJob] = []
+        held_idle: list[float] = []
+        credited: list[tuple[float, int]] = []
         for job in running:
             assert job.truth is not None
             frac = float(job.truth[s_abs - job.truth_step0])
             job.done_tokens += frac * job.profile.standalone_tokens_per_second * step
             job.stay_observed.append(frac)
-            offline_used[k] += float(
-                (1.0 - online.busy[job.rows, s_abs]).min() * eta * job.gpus if frac > 0 else 0.0
-            )
-            offline_equiv[k] += frac * job.gpus
+            # The idle fraction of each held GPU over this step (its offline-enabled share).
+            held_idle.extend((1.0 - online.busy[job.rows, s_abs]) * eta)
+            credited.append((frac, job.gpus))
             if job.done_tokens >= job.work_tokens:
-                job.phase = "Succeeded"
+                job.phase = advance(job.phase, Phase.SUCCEEDED)
                 job.finished_at = now + step
                 end_stay(job, now + step)
                 continue
             still.append(job)
         running = still
-        # SLA monitor at the end of each window.
+        offline_used[k] = harvested_utilization(held_idle, online.n_gpus) or 0.0
+        offline_equiv[k] = offline_throughput(credited)
+        # SLA monitor at the end of each window: the shared lifecycle's tick and eviction.
         if (k + 1) % mon_every == 0:
-            ok = 0
-            total = 0
+            met_now: list[bool] = []
             still = []
             t_end = now + step
             for job in running:
@@ -458,23 +467,22 @@ def run_policy(
                     continue
                 observed = float(np.mean(window))
                 job.series.append((t_end, observed))
-                job.history = job.history.observe(t_end, observed)
-                in_grace = t_end <= job.placed_at + mon.grace_seconds
-                if not in_grace:
-                    total += 1
+                tick = sla_tick(job.history, (t_end, observed), t_end, mon)
+                job.history = tick.history
+                if tick.met is not None:
+                    met_now.append(tick.met)
                     job.windows_total += 1
-                    if observed >= job.sla * (1 - mon.tolerance):
-                        ok += 1
-                        job.windows_met += 1
+                    job.windows_met += int(tick.met)
                 if policy != "first-fit" and job.predicted is not None:
                     bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_raw)
-                decision = decide_sla(job.history, t_end, mon)
+                decision = tick.decision
                 if decision.evict:
                     evictions += 1
                     name = online.node_names[job.node or 0]
-                    plan = plan_after_eviction(
-                        name, job.evictions, job.max_evictions, job.excluded, t_end, mon
+                    eviction = lifecycle_evict(
+                        job.phase, name, job.evictions, job.max_evictions, job.excluded, t_end, mon
                     )
+                    plan = eviction.plan
                     assert job.predicted is not None
                     # The report's times are epoch seconds, like the operator's.
                     epoch_plan = replace(
@@ -502,16 +510,15 @@ def run_policy(
                     job.excluded = plan.excluded_nodes
                     job.not_before = plan.next_attempt_after
                     end_stay(job, t_end)
-                    if plan.failed:
-                        job.phase = "Failed"
-                    else:
-                        job.phase = "Pending"
+                    job.phase = eviction.phase
+                    if not plan.failed:
                         pending.append(job)
                     continue
                 still.append(job)
             running = still
-            if total:
-                sla_ok[k] = ok / total
+            attained = sla_attainment(met_now)
+            if attained is not None:
+                sla_ok[k] = attained
             show(t_end, s_abs + 1)
         if progress is not None and k % 60 == 0:
             progress(min(60, n_steps - k))
@@ -546,9 +553,11 @@ def _cluster_metrics(
     n = online.n_gpus
     busy = online.busy[:, t0:]
     online_util = float(busy.mean())
-    harvested = float(offline_used.mean() / n)
+    harvested = float(offline_used.mean())
     windows_total = sum(j.windows_total for j in jobs)
     windows_met = sum(j.windows_met for j in jobs)
+    # Every job-window of the run, judged once by the SLA monitor's rule.
+    attainment = sla_attainment([True] * windows_met + [False] * (windows_total - windows_met))
     if policy == "first-fit":
         preds = []  # first-fit predicts nothing: no model error to report
     errors = [abs(p["observed"] - p["predicted"]) / max(p["predicted"], 1e-9) for p in preds]
@@ -556,7 +565,7 @@ def _cluster_metrics(
     multi = [e for e, p in zip(abs_err, preds, strict=True) if p["gpus"] > 1]
     phases: dict[str, int] = {}
     for j in jobs:
-        phases[j.phase] = phases.get(j.phase, 0) + 1
+        phases[j.phase.value] = phases.get(j.phase.value, 0) + 1
     step_h = cfg.step_s / 3600.0
     return {
         "policy": policy,
@@ -567,7 +576,7 @@ def _cluster_metrics(
         "utilization_with_offline": online_util + harvested,
         "gpus_saved": float(offline_equiv.mean()),
         "offline_gpu_hours_equivalent": float(offline_equiv.sum() * step_h),
-        "sla_attainment": windows_met / windows_total if windows_total else 1.0,
+        "sla_attainment": attainment,
         "jobs_meeting_sla": sum(
             1 for j in jobs if j.windows_total and j.windows_met >= 0.9 * j.windows_total
         )
@@ -586,7 +595,7 @@ def _cluster_metrics(
         "series": {
             "t_h": (np.arange(busy.shape[1]) * step_h).tolist(),
             "online_busy": busy.mean(axis=0).tolist(),
-            "offline_used": (offline_used / n).tolist(),
+            "offline_used": offline_used.tolist(),
             "gpus_saved": offline_equiv.tolist(),
             "sla_attainment": [None if math.isnan(x) else float(x) for x in sla_ok],
         },

@@ -51,7 +51,7 @@ def gpu_holders(online: OnlineCluster, jobs: list[SimJob]) -> dict[int, list[str
         n: [None] * online.gpus_per_node for n in range(len(online.node_names))
     }
     for j in jobs:
-        if j.phase == "Running" and j.node is not None:
+        if j.phase is Phase.RUNNING and j.node is not None:
             for r in j.rows:
                 held[j.node][r - j.node * online.gpus_per_node] = j.key
     return held
@@ -83,13 +83,13 @@ def node_traces(
 
 def phase_message(job: SimJob) -> str:
     """A one-line status message like the operator's, from what the simulation knows."""
-    if job.phase == "Running" and job.placements:
+    if job.phase is Phase.RUNNING and job.placements:
         last = job.placements[-1]
         gpus = ",".join(str(g) for g in last["gpus"])
         return f"running on {last['node']} GPUs {gpus}"
-    if job.phase == "Succeeded":
+    if job.phase is Phase.SUCCEEDED:
         return "finished its work"
-    if job.phase == "Failed":
+    if job.phase is Phase.FAILED:
         return f"gave up after {job.evictions} SLA eviction(s)"
     if job.evictions:
         return (
@@ -142,7 +142,7 @@ def offline_job(job: SimJob, reports: list[EvictionReport], step_s: float) -> Of
         memory_deficit_coefficient=prof.memory_deficit_coefficient,
     )
     status = OfflineJobStatus(
-        phase=Phase(job.phase), eviction_count=job.evictions, message=phase_message(job)
+        phase=job.phase, eviction_count=job.evictions, message=phase_message(job)
     )
     decision = placement_decision(job)
     if decision is not None:
@@ -150,7 +150,7 @@ def offline_job(job: SimJob, reports: list[EvictionReport], step_s: float) -> Of
     # The operator clears status.observed when it places a job: a running job shows only a
     # window of its current placement.
     window = job.series[-1] if job.series else None
-    if job.phase == "Running" and current_observed(job) is None:
+    if job.phase is Phase.RUNNING and current_observed(job) is None:
         window = None
     if window is not None:
         t, frac = window

@@ -2,9 +2,10 @@
 
 Contract: ``requeue_due`` (a kopf timer on OfflineJobs waiting for a placement, and on
 Scheduled jobs, whose Pod may still need creating) kicks the loop when the job's backoff
-(``status.nextAttemptAfter``) has passed; ``nodetrace_changed`` kicks it whenever a
-NodeTrace is written (a node's load changed: an Unschedulable job may fit now). The pass
-itself respects every job's backoff, so kicking early is harmless.
+(``status.nextAttemptAfter``) has passed (the shared lifecycle's ``may_attempt``);
+``nodetrace_changed`` kicks it whenever a NodeTrace is written (a node's load changed: an
+Unschedulable job may fit now). The pass itself respects every job's backoff, so kicking
+early is harmless.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from typing import Any
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.jobs import parse_status
+from gleaner.scheduler.lifecycle import may_attempt
 
 
 def requeue_due(ctx: OperatorContext, body: dict[str, Any]) -> bool:
     status = parse_status(body)
     if status.phase not in st.QUEUED_PHASES and status.phase.value != "Scheduled":
         return False
-    if status.next_attempt_after is not None and status.next_attempt_after > datetime.now(UTC):
+    after = status.next_attempt_after
+    if not may_attempt(None if after is None else after.timestamp(), datetime.now(UTC).timestamp()):
         return False
     meta = body.get("metadata") or {}
     ctx.kick(f"requeue {meta.get('namespace')}/{meta.get('name')}")

@@ -10,6 +10,9 @@ Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``
    ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges);
 3. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
 
+Steps 2 and 3 and the eviction plan are the shared lifecycle's
+(``gleaner.scheduler.lifecycle``: ``sla_tick``, ``evict``), which the simulator drives too.
+
 On evict, in an order that a crash at any point can resume without loss or duplicates:
 the eviction-report ConfigMap (named by the eviction number, so a retry finds it); the
 status (``evictions`` record, ``evictionCount``, ``excludedNodes``, phase Evicted with
@@ -34,19 +37,11 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, patch_annotations, update_status
 from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
-from gleaner.operator.slahistory import (
-    dump_history,
-    has_window,
-    history_for,
-)
+from gleaner.operator.slahistory import dump_history, history_for
 from gleaner.operator.sources.prometheus import observe_from_prometheus
-from gleaner.scheduler.monitor import (
-    SLADecision,
-    SLAHistory,
-    decide_sla,
-    plan_after_eviction,
-    window_missed,
-)
+from gleaner.scheduler.lifecycle import evict as lifecycle_evict
+from gleaner.scheduler.lifecycle import sla_tick
+from gleaner.scheduler.monitor import SLADecision, SLAHistory
 from gleaner.scheduler.report import PredictedFactors, build_eviction_report
 
 logger = logging.getLogger(__name__)
@@ -98,12 +93,18 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         placement,
         (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
     )
-    if obs is not None and not has_window(history, obs.end.timestamp()):
-        history = history.observe(obs.end.timestamp(), obs.throughput_fraction)
+    tick = sla_tick(
+        history,
+        None if obs is None else (obs.end.timestamp(), obs.throughput_fraction),
+        now.timestamp(),
+        ctx.config.sla,
+    )
+    history = tick.history
+    if obs is not None and tick.recorded:
         await patch_annotations(
             ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: dump_history(history)}
         )
-        met = not window_missed(obs.throughput_fraction, sla, ctx.config.sla)
+        met = bool(tick.met)
         observed = Observed(
             throughput_fraction=obs.throughput_fraction,
             window_seconds=obs.seconds,
@@ -123,7 +124,7 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         if await update_status(ctx, namespace, name, record) is not None:
             ctx.metrics.set_job(namespace, name, sla, obs.throughput_fraction)
 
-    decision = decide_sla(history, now.timestamp(), ctx.config.sla)
+    decision = tick.decision
     if not decision.evict:
         return decision.reason
     await evict(ctx, body, status, placement, history, decision, now)
@@ -143,14 +144,15 @@ async def evict(
     spec = body.get("spec") or {}
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
     cfg = ctx.config.sla
-    plan = plan_after_eviction(
+    plan = lifecycle_evict(
+        status.phase,
         placement.node,
         status.eviction_count,
         int(spec.get("maxEvictions", 3)),
         status.excluded_nodes,
         now.timestamp(),
         cfg,
-    )
+    ).plan
     predicted = PredictedFactors(
         compute=placement.compute,
         memory=placement.memory,

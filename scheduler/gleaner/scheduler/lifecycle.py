@@ -1,0 +1,164 @@
+"""The OfflineJob lifecycle, one sequence for the operator and the simulator (pure).
+
+Contract. A job's phase is :class:`gleaner.api.Phase` and moves only along
+:data:`TRANSITIONS` (:func:`advance` refuses anything else, so a stale writer cannot drag a
+Succeeded job back to Running). The steps both drivers take, with time as an argument
+(seconds on any clock the caller chooses; nothing here reads one):
+
+- **wait**: a queued job (:data:`QUEUED_PHASES`) may be placed only once its backoff has
+  passed (:func:`may_attempt`);
+- **place**: Pending/Unschedulable/Evicted → Scheduled → Running (the operator sees the
+  Pod start; the simulator starts it at once);
+- **watch**: each SLA window of a Running job goes through :func:`sla_tick`: the window is
+  recorded once (a window seen twice is ignored), judged met or missed
+  (:func:`gleaner.scheduler.monitor.window_missed`) and the monitor decides keep or evict
+  (:func:`gleaner.scheduler.monitor.decide_sla`: grace, k of n);
+- **evict**: :func:`evict` plans the requeue (excluded node, exponential backoff) or the
+  give-up after ``maxEvictions`` (:func:`gleaner.scheduler.monitor.plan_after_eviction`)
+  and moves the phase to Evicted (queued again) or Failed;
+- **finish**: Running → Succeeded or Failed.
+
+docs/operator.md and docs/simulator.md describe the same sequence from each side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gleaner.api import Phase
+from gleaner.scheduler.monitor import (
+    EvictionPlan,
+    SLADecision,
+    SLAHistory,
+    SLAMonitorConfig,
+    decide_sla,
+    plan_after_eviction,
+    window_missed,
+)
+
+P = Phase
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    P.PENDING: frozenset({P.PENDING, P.INVALID, P.SCHEDULED, P.UNSCHEDULABLE}),
+    P.INVALID: frozenset({P.INVALID, P.PENDING}),
+    P.UNSCHEDULABLE: frozenset({P.UNSCHEDULABLE, P.INVALID, P.PENDING, P.SCHEDULED}),
+    P.SCHEDULED: frozenset({P.SCHEDULED, P.RUNNING, P.SUCCEEDED, P.FAILED, P.EVICTED}),
+    P.RUNNING: frozenset({P.RUNNING, P.SUCCEEDED, P.FAILED, P.EVICTED}),
+    P.EVICTED: frozenset({P.EVICTED, P.INVALID, P.PENDING, P.SCHEDULED, P.UNSCHEDULABLE, P.FAILED}),
+    P.SUCCEEDED: frozenset({P.SUCCEEDED}),
+    P.FAILED: frozenset({P.FAILED}),
+}
+"""Allowed moves: from-phase -> to-phases (self-loops allowed: idempotent reconciles)."""
+
+QUEUED_PHASES = frozenset({P.PENDING, P.UNSCHEDULABLE, P.EVICTED})
+"""Phases whose jobs wait for a placement."""
+BOUND_PHASES = frozenset({P.SCHEDULED, P.RUNNING})
+"""Phases whose jobs hold GPUs (their placement is occupied)."""
+
+SAME_WINDOW_SECONDS = 1e-3
+"""Two windows whose ends are closer than this are the same window (seen twice)."""
+
+
+class TransitionError(ValueError):
+    """A phase change the machine does not allow."""
+
+
+def can_transition(old: Phase, new: Phase) -> bool:
+    return new in TRANSITIONS[old]
+
+
+def advance(old: Phase, new: Phase) -> Phase:
+    """``new`` if the machine allows ``old`` -> ``new``; raises :class:`TransitionError`."""
+    if not can_transition(old, new):
+        raise TransitionError(f"phase {old.value} cannot move to {new.value}")
+    return new
+
+
+def may_attempt(next_attempt_after: float | None, now: float) -> bool:
+    """Whether a queued job's backoff has passed at ``now`` (no backoff: at once)."""
+    return next_attempt_after is None or next_attempt_after <= now
+
+
+def has_window(history: SLAHistory, end: float) -> bool:
+    """Whether a window ending at ``end`` is already recorded (the same window seen twice)."""
+    return any(abs(w.end - end) < SAME_WINDOW_SECONDS for w in history.windows)
+
+
+@dataclass(frozen=True)
+class SLATick:
+    """What one SLA tick of a Running job found."""
+
+    history: SLAHistory
+    """The placement's history, with the new window when one was recorded."""
+    recorded: bool
+    """True: the tick brought a window not seen before (it is in ``history``)."""
+    met: bool | None
+    """The new window met the SLA (None when nothing new was recorded)."""
+    decision: SLADecision
+    """Keep or evict, on the history including the new window."""
+
+
+def sla_tick(
+    history: SLAHistory,
+    window: tuple[float, float] | None,
+    now: float,
+    config: SLAMonitorConfig,
+) -> SLATick:
+    """Record ``window`` = (end, throughput fraction) once, judge it, and decide at ``now``.
+
+    A missing window (no observation this tick) or one already recorded still gets a
+    decision: the grace period may have ended, and the k-of-n rule looks at the history.
+    """
+    recorded = False
+    met: bool | None = None
+    if window is not None and not has_window(history, window[0]):
+        end, fraction = window
+        history = history.observe(end, fraction)
+        recorded = True
+        met = not window_missed(fraction, history.sla, config)
+    return SLATick(history, recorded, met, decide_sla(history, now, config))
+
+
+def eviction_phase(failed: bool) -> Phase:
+    """Where an SLA eviction leaves a job: Failed when it gave up, else Evicted (queued)."""
+    return P.FAILED if failed else P.EVICTED
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """An SLA eviction: the requeue or give-up plan and the job's next phase."""
+
+    plan: EvictionPlan
+    phase: Phase
+
+
+def evict(
+    phase: Phase,
+    node: str,
+    previous_evictions: int,
+    max_evictions: int,
+    excluded_nodes: Iterable[str],
+    now: float,
+    config: SLAMonitorConfig,
+) -> Eviction:
+    """Evict a bound job from ``node`` at ``now``: requeue with backoff, or give up."""
+    plan = plan_after_eviction(node, previous_evictions, max_evictions, excluded_nodes, now, config)
+    return Eviction(plan, advance(phase, eviction_phase(plan.failed)))
+
+
+__all__ = [
+    "BOUND_PHASES",
+    "QUEUED_PHASES",
+    "SAME_WINDOW_SECONDS",
+    "TRANSITIONS",
+    "Eviction",
+    "SLATick",
+    "TransitionError",
+    "advance",
+    "can_transition",
+    "evict",
+    "eviction_phase",
+    "has_window",
+    "may_attempt",
+    "sla_tick",
+]
