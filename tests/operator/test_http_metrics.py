@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gleaner.api import Observed, OfflineJobStatus, Phase
+from gleaner.api import Observed, OfflineJobStatus, Phase, Placement
 from gleaner.operator.http import Health, build_app
-from gleaner.operator.metrics import OperatorMetrics, job_gauges
+from gleaner.operator.metrics import OperatorMetrics, cluster_measures, job_gauges
+from gleaner.scheduler.monitor import SLAMonitorConfig
 
 
 def test_metrics_live_in_their_own_registry() -> None:
@@ -105,3 +109,47 @@ def test_per_job_sla_series_come_and_go_with_the_jobs() -> None:
     assert get(sla, a) is None
     text = generate_latest(registry).decode()
     assert 'job="a"' not in text and 'job="b"' not in text
+
+
+def _placed(
+    sla: float, phase: Phase, observed: float | None, predicted: float, gpus: int
+) -> tuple[dict[str, Any], OfflineJobStatus]:
+    body, status = _job(sla, phase, observed)
+    status.placement = Placement(
+        node="n1",
+        gpu_indices=list(range(gpus)),
+        compute=predicted,
+        memory=1.0,
+        multi_gpu=1.0,
+        throughput_fraction=predicted,
+        decided_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    return body, status
+
+
+def test_cluster_measures_use_the_shared_definitions() -> None:
+    config = SLAMonitorConfig(tolerance=0.1)
+    jobs = {
+        # observed 0.46 >= 0.5 * 0.9: met, credited 0.46 x 2 GPUs
+        ("a", "ok"): _placed(0.5, Phase.RUNNING, 0.46, 0.9, 2),
+        # no observation yet: its prediction 0.3 misses 0.6 and is credited
+        ("a", "new"): _placed(0.6, Phase.SCHEDULED, None, 0.3, 1),
+        # not bound: not judged, not credited
+        ("a", "evicted"): _job(0.5, Phase.EVICTED, 0.1),
+    }
+    attainment, throughput = cluster_measures(jobs, config)
+    assert attainment == pytest.approx(0.5)
+    assert throughput == pytest.approx(0.46 * 2 + 0.3)
+    assert cluster_measures({}, config) == (None, 0.0)
+
+
+def test_cluster_gauges() -> None:
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
+    get = registry.get_sample_value
+    assert math.isnan(get("gleaner_operator_sla_attainment") or 0.0)
+    metrics.set_cluster(0.75, 3.5)
+    assert get("gleaner_operator_sla_attainment") == 0.75
+    assert get("gleaner_operator_offline_throughput") == 3.5
+    metrics.set_cluster(None, 0.0)
+    assert math.isnan(get("gleaner_operator_sla_attainment") or 0.0)

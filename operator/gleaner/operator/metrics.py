@@ -14,7 +14,16 @@ contract: ``gleaner_operator_`` prefix) and nothing in the global default regist
   ``spec.throughputSLA``;
 - ``gleaner_operator_job_observed_throughput_fraction{namespace,job}`` (gauge): the fraction
   of standalone throughput observed over the last SLA window, for bound jobs that have an
-  observation of their current placement (``status.observed``).
+  observation of their current placement (``status.observed``);
+- ``gleaner_operator_sla_attainment`` (gauge): SLA attainment of the bound jobs, as of the
+  last pass; NaN when no job is bound;
+- ``gleaner_operator_offline_throughput`` (gauge): offline throughput of the bound jobs, in
+  standalone-GPU equivalents, as of the last pass.
+
+The two cluster gauges are the dashboard's headline numbers, computed by the shared
+definitions (``gleaner.scheduler.measures``, docs/dashboard.md) from the jobs' status by
+``cluster_measures`` (pure): each bound job is credited with its observed fraction, else
+its predicted one, and meets its SLA by the SLA monitor's rule.
 
 The per-job series exist only while the job does (and, for the observed fraction, only
 while it is bound and observed): ``sync_jobs`` replaces the whole set from a full list of
@@ -29,6 +38,7 @@ Tests give each instance a fresh ``CollectorRegistry`` and read values with
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -37,9 +47,12 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
 from gleaner.api import OfflineJobStatus, Phase
+from gleaner.scheduler import measures
+from gleaner.scheduler.lifecycle import BOUND_PHASES
+from gleaner.scheduler.monitor import SLAMonitorConfig
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-BOUND = frozenset({Phase.SCHEDULED, Phase.RUNNING})
+BOUND = BOUND_PHASES
 
 JobKey = tuple[str, str]
 """(namespace, job name)."""
@@ -65,6 +78,28 @@ def job_gauges(
         if status.phase in BOUND and status.observed is not None:
             observed[key] = status.observed.throughput_fraction
     return sla, observed
+
+
+def cluster_measures(
+    jobs: Mapping[JobKey, tuple[Mapping[str, Any], OfflineJobStatus]],
+    config: SLAMonitorConfig,
+) -> tuple[float | None, float]:
+    """(SLA attainment, offline throughput) of the bound jobs, by the shared definitions.
+
+    Jobs without a valid SLA (see :func:`job_gauges`) or without a placement are skipped.
+    """
+    sla, observed = job_gauges(jobs)
+    met: list[bool] = []
+    credited: list[tuple[float, int]] = []
+    for key, (_, status) in jobs.items():
+        placement = status.placement
+        if key not in sla or status.phase not in BOUND or placement is None:
+            continue
+        fraction = measures.job_fraction(observed.get(key), placement.throughput_fraction)
+        assert fraction is not None  # the prediction is always there
+        met.append(measures.meets_sla(fraction, sla[key], config))
+        credited.append((fraction, len(placement.gpu_indices)))
+    return measures.sla_attainment(met), measures.offline_throughput(credited)
 
 
 class OperatorMetrics:
@@ -117,6 +152,19 @@ class OperatorMetrics:
             ["namespace", "job"],
             registry=self.registry,
         )
+        self.sla_attainment = Gauge(
+            "gleaner_operator_sla_attainment",
+            "SLA attainment: fraction of bound jobs whose latest window (else prediction) "
+            "meets the SLA (docs/dashboard.md); NaN when none is bound.",
+            registry=self.registry,
+        )
+        self.offline_throughput = Gauge(
+            "gleaner_operator_offline_throughput",
+            "Offline throughput of the bound jobs: sum of throughput fraction x GPUs "
+            "(standalone-GPU equivalents, docs/dashboard.md).",
+            registry=self.registry,
+        )
+        self.sla_attainment.set(math.nan)
         self._sla_keys: set[JobKey] = set()
         self._observed_keys: set[JobKey] = set()
         for phase in Phase:
@@ -126,6 +174,11 @@ class OperatorMetrics:
         counts = Counter(phases)
         for phase in Phase:
             self.jobs.labels(phase=phase.value).set(counts.get(phase, 0))
+
+    def set_cluster(self, attainment: float | None, throughput: float) -> None:
+        """The cluster measures of the last pass (:func:`cluster_measures`)."""
+        self.sla_attainment.set(math.nan if attainment is None else attainment)
+        self.offline_throughput.set(throughput)
 
     def set_job(self, namespace: str, job: str, sla: float, observed: float | None) -> None:
         """One job's SLA and, when given, its observed fraction (None removes it)."""

@@ -57,7 +57,7 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.handlers.validate import apply_verdict
 from gleaner.operator.jobs import parse_status, update_status
-from gleaner.operator.metrics import job_gauges
+from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import load_node_summaries, unbindable_nodes
@@ -210,7 +210,9 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     statuses = {_ns_name(j): parse_status(j) for j in live}
     bodies = {_ns_name(j): j for j in live}
     ctx.metrics.set_phases(s.phase for s in statuses.values())
-    ctx.metrics.sync_jobs(*job_gauges({k: (bodies[k], s) for k, s in statuses.items()}))
+    by_key = {k: (bodies[k], s) for k, s in statuses.items()}
+    ctx.metrics.sync_jobs(*job_gauges(by_key))
+    ctx.metrics.set_cluster(*cluster_measures(by_key, ctx.config.sla))
     pods_by_key = {_ns_name(p): p for p in pods}
     stage("read")
 
