@@ -16,6 +16,10 @@ here; the modules behind it are:
 - ``monitor`` — SLA monitor: :func:`decide_sla` (k of n windows, grace),
   :func:`next_attempt_after` (exponential backoff), :func:`plan_after_eviction`;
 - ``report`` — :class:`EvictionReport`, the record of one eviction (JSON round-trip);
+- ``lifecycle`` — the job lifecycle the operator and the simulator both drive: phase
+  table, backoff gate, SLA tick, eviction (import it as ``gleaner.scheduler.lifecycle``);
+- ``measures`` — the headline measures (SLA attainment, harvested utilization, offline
+  throughput) shared by the dashboard, the operator's /metrics and the simulator;
 - ``bias`` — :class:`BiasTable`, observed/predicted correction per node and job class.
 
 Nothing here does I/O, reads a clock or imports a Kubernetes or Prometheus client.

@@ -26,8 +26,11 @@ Model (docs/simulator.md has the details):
   config;
   ``no-multi-filter`` = the same without the ``PairOverlap`` filter; ``first-fit`` = the
   first node with enough free GPUs, no model; ``no-harvest`` = nothing offline.
-- SLA monitor: ``decide_sla`` each window; an eviction runs ``plan_after_eviction`` and
-  ``build_eviction_report`` and the job is requeued (backoff, excluded node) or fails.
+- Lifecycle: the operator's (``gleaner.scheduler.lifecycle``): API phases, ``sla_tick``
+  each window (grace, k of n), ``evict`` (requeue with backoff away from the node, or
+  Failed) plus ``build_eviction_report``, ``may_attempt`` before a queued job is placed.
+- Measures: the dashboard's (``gleaner.scheduler.measures``, docs/dashboard.md), applied
+  per step (harvested utilization, offline throughput) and per SLA window (attainment).
 """
 
 from __future__ import annotations
