@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gleaner.api import Phase
 from gleaner.perfmodel import multi_gpu_factor
 from gleaner.perfmodel.model import compute_factors
+from gleaner.scheduler.measures import sla_attainment
 from gleaner.simulator.cluster import run_cluster, trailing_idle
 from gleaner.simulator.cluster_scenario import ClusterScenario
 from gleaner.simulator.online import EPOCH, generate_online, node_summary
@@ -132,3 +134,27 @@ def test_recorded_placements_are_built_as_the_operator_builds_them(run: dict[str
     assert first_fit and all(j.decision is None for j in first_fit)
     status = offline_job(first_fit[0], [], 600.0).status
     assert status.placement is not None and status.placement.throughput_fraction == 1.0
+
+
+def test_the_run_follows_the_shared_lifecycle_and_measures(run: dict[str, Any]) -> None:
+    pols = run["policies"]
+    # Nothing to judge without offline jobs: the dashboard's "no attainment", not 100%.
+    assert pols["no-harvest"]["sla_attainment"] is None
+    for name in ("gleaner", "first-fit", "no-multi-filter"):
+        jobs = run["jobs"][name]
+        # Every job ends in an API phase reachable by the lifecycle's table.
+        assert all(isinstance(j.phase, Phase) for j in jobs)
+        assert set(pols[name]["phases"]) <= {p.value for p in Phase}
+        for j in jobs:
+            if j.phase is Phase.EVICTED:
+                assert j.evictions > 0 and j.not_before is not None
+            if j.phase is Phase.FAILED:
+                assert j.evictions == j.max_evictions
+        # Attainment is the shared definition over every judged window of the run.
+        met = [True] * sum(j.windows_met for j in jobs)
+        met += [False] * (sum(j.windows_total for j in jobs) - len(met))
+        assert pols[name]["sla_attainment"] == pytest.approx(sla_attainment(met))
+        assert pols[name]["sla_windows"] == len(met)
+        # Per step, harvested utilization never exceeds the GPUs the jobs hold.
+        used = np.array(pols[name]["series"]["offline_used"])
+        assert ((used >= 0) & (used <= 1 + 1e-9)).all()
