@@ -8,6 +8,8 @@ one-line error, exit 2.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
@@ -181,6 +183,10 @@ def command(
         fail(f"--webhook-port: {webhook_port} is not a port")
     if webhook_port and not webhook_cert_dir:
         fail("--webhook-port needs --webhook-cert-dir (the directory of tls.crt and tls.key)")
+    if webhook_port:
+        missing = [f for f in ("tls.crt", "tls.key") if not (Path(webhook_cert_dir) / f).is_file()]
+        if missing:
+            fail(f"--webhook-cert-dir: no {' or '.join(missing)} in {webhook_cert_dir}")
     try:
         k_text, n_text = sla_violations.split("/", 1)
         k, n = int(k_text), int(n_text)
