@@ -216,6 +216,19 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     return registry
 
 
+def start_webhook(config: OperatorConfig) -> WebhookServer | None:
+    """The admission webhook's TLS server, started, when ``config`` enables it."""
+    if not config.webhook_port:
+        return None
+    cert_dir = Path(config.webhook_cert_dir)
+    return WebhookServer(
+        str(cert_dir / "tls.crt"),
+        str(cert_dir / "tls.key"),
+        config.webhook_host,
+        config.webhook_port,
+    ).start()
+
+
 async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -> None:
     """Run the operator until ``stop`` is set or kopf exits (signals stop kopf)."""
     metrics = OperatorMetrics()
@@ -230,14 +243,8 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
         if config.prometheus_url
         else None,
     )
-    webhook = None
-    if config.webhook_port:
-        # Started before kopf logs in, served by every replica (peering only pauses kopf).
-        cert_dir = Path(config.webhook_cert_dir)
-        webhook = WebhookServer(
-            str(cert_dir / "tls.crt"), str(cert_dir / "tls.key"),
-            config.webhook_host, config.webhook_port,
-        ).start()  # fmt: skip
+    # Started before kopf logs in, served by every replica (peering only pauses kopf).
+    webhook = start_webhook(config)
     server = None
     if config.http_port:
         from gleaner.operator.http import extra_routers
