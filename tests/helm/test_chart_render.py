@@ -183,6 +183,7 @@ def test_names_are_unique_and_namespaced_objects_land_in_the_release_namespace(
         "ClusterRole",
         "ClusterRoleBinding",
         "ClusterKopfPeering",
+        "MutatingWebhookConfiguration",
     }
     for kind, namespace, name in keys:
         if kind in cluster_scoped:
@@ -200,8 +201,10 @@ def test_defaults_render_the_whole_installation(render: Render) -> None:
         "ClusterRole": 2,
         "ClusterRoleBinding": 2,
         "Deployment": 1,
-        "Service": 1,
+        "Service": 2,
         "DaemonSet": 1,
+        "Secret": 1,
+        "MutatingWebhookConfiguration": 1,
     }
     crd_names = {m["metadata"]["name"] for m in by_kind["CustomResourceDefinition"]}
     assert crd_names == {
@@ -255,11 +258,23 @@ def test_operator_deployment_arguments_follow_the_values(render: Render) -> None
     deploy = one(render(), "Deployment")
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     assert deploy["spec"]["replicas"] == 2
-    assert container["args"] == ["operator", "--http-port", "8080", "--all-namespaces"]
+    assert container["args"] == [
+        "operator",
+        "--http-port",
+        "8080",
+        "--all-namespaces",
+        "--webhook-port",
+        "9443",
+        "--webhook-cert-dir",
+        "/etc/gleaner/webhook",
+    ]
     assert container["image"] == "docker.io/gleaner/gleaner:0.1.0"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "webhook", "containerPort": 9443, "protocol": "TCP"},
+    ]
 
     custom = one(
         render(
@@ -271,6 +286,7 @@ def test_operator_deployment_arguments_follow_the_values(render: Render) -> None
                     "replicaCount": 3,
                     "extraArgs": ["--verbose"],
                     "livenessProbe": {"enabled": False},
+                    "webhook": {"enabled": False},
                 }
             }
         ),
@@ -294,7 +310,7 @@ def test_operator_deployment_arguments_follow_the_values(render: Render) -> None
 
 def test_service_exposes_dashboard_api_and_metrics_on_http(render: Render) -> None:
     manifests = render()
-    service = one(manifests, "Service")
+    service = one(manifests, "Service", "gleaner-operator")
     deploy = one(manifests, "Deployment")
     assert service["spec"]["ports"] == [
         {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
@@ -396,8 +412,13 @@ def test_service_monitor_switch_renders_monitors_for_operator_and_agents(render:
             }
         }
     )
-    service = one(manifests, "Service")
+    service = one(manifests, "Service", "gleaner-operator")
     monitor = one(manifests, "ServiceMonitor")
+    webhook = one(manifests, "Service", "gleaner-webhook")
+    assert (
+        not monitor["spec"]["selector"]["matchLabels"].items()
+        <= webhook["metadata"]["labels"].items()
+    )
     assert monitor["metadata"]["namespace"] == "monitoring"
     assert monitor["metadata"]["labels"]["release"] == "kps"
     assert (

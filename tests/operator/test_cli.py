@@ -17,6 +17,12 @@ from gleaner.cli.main import main
         (["--sla-violations", "3"], "--sla-violations: expected K/N"),
         (["--sla-violations", "4/2"], "SLA monitor: violation_windows"),
         (["--http-port", "70000"], "--http-port"),
+        (["--webhook-port", "70000"], "--webhook-port: 70000 is not a port"),
+        (["--webhook-port", "9443"], "--webhook-port needs --webhook-cert-dir"),
+        (
+            ["--webhook-port", "9443", "--webhook-cert-dir", "/nonexistent"],
+            "--webhook-cert-dir: no tls.crt or tls.key in /nonexistent",
+        ),
         (["--requeue-interval", "0"], "--requeue-interval must be positive"),
         (["--peering-priority", "high"], "--peering-priority: not an integer"),
         (["--peering-priority", "0"], "--peering-priority: must be between 1 and"),
@@ -53,6 +59,8 @@ def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
         "--peering",
         "--standalone",
         "--peering-priority",
+        "--webhook-port",
+        "--webhook-cert-dir",
         "--verbose",
     ):
         assert flag in out

@@ -10,6 +10,9 @@ redeclared.
 - Offline Pods carry ``LABEL_JOB``, ``LABEL_ROLE`` = ``ROLE_OFFLINE``, ``LABEL_ATTEMPT`` and
   the annotation ``ANNOTATION_GPUS`` (comma-separated node GPU indices: written by
   :func:`gpus_annotation`, read only by :func:`parse_gpus_annotation`).
+- Online Pods opt in with ``LABEL_ROLE`` = ``ROLE_ONLINE`` (``ONLINE_SELECTOR``) on the
+  Pod or on its Namespace (then ``ROLE_EXEMPT`` on a Pod opts it out); the admission
+  webhook instruments them and annotates them ``ANNOTATION_INJECTED``.
 - OfflineJobs carry the finalizer ``FINALIZER`` and the annotation
   ``ANNOTATION_SLA_WINDOWS``: a :class:`SlaWindows` document, parsed only by
   :meth:`SlaWindows.parse`.
@@ -40,8 +43,10 @@ from gleaner.api.common import GROUP
 from gleaner.protocol.node import (
     ENV_JOB,
     ENV_ROLE,
+    ENV_SHIM_PATH,
     ENV_SOCKET,
     ROLE_OFFLINE,
+    ROLE_ONLINE,
     SHIM_DIR,
     SHIM_PATH,
     SOCKET_DIR,
@@ -50,10 +55,12 @@ from gleaner.protocol.node import (
 
 __all__ = [
     "ANNOTATION_GPUS",
+    "ANNOTATION_INJECTED",
     "ANNOTATION_SLA_WINDOWS",
     "ENV_JOB",
     "ENV_OPERATOR_BIND_DELAY",
     "ENV_ROLE",
+    "ENV_SHIM_PATH",
     "ENV_SOCKET",
     "EVICTION_REPORT_SELECTOR",
     "FINALIZER",
@@ -64,10 +71,13 @@ __all__ = [
     "LABEL_REPORT",
     "LABEL_ROLE",
     "OFFLINE_SELECTOR",
+    "ONLINE_SELECTOR",
     "REPORT_KEY",
     "REPORT_SLA_EVICTION",
     "REPORT_VERSION",
+    "ROLE_EXEMPT",
     "ROLE_OFFLINE",
+    "ROLE_ONLINE",
     "SHIM_DIR",
     "SHIM_PATH",
     "SOCKET_DIR",
@@ -99,6 +109,15 @@ ANNOTATION_GPUS: Final = f"{_PREFIX}gpus"
 """Comma-separated node GPU indices the Pod holds."""
 OFFLINE_SELECTOR: Final = f"{LABEL_ROLE}={ROLE_OFFLINE}"
 """Label selector of every offline Pod the operator made."""
+
+# --- Online Pods (opt-in read by the admission webhook, docs/operator.md "Webhook") ---------
+ONLINE_SELECTOR: Final = f"{LABEL_ROLE}={ROLE_ONLINE}"
+"""On a Pod: it opts in to the online instrumentation, in any namespace. On a Namespace:
+every Pod created there opts in, except offline Pods and Pods labelled ``ROLE_EXEMPT``."""
+ROLE_EXEMPT: Final = "exempt"
+"""``LABEL_ROLE`` value of a Pod in an opted-in Namespace that must not be instrumented."""
+ANNOTATION_INJECTED: Final = f"{_PREFIX}injected"
+"""Written by the webhook on every Pod it instrumented: the role it injected."""
 
 # --- OfflineJobs ----------------------------------------------------------------------------
 FINALIZER: Final = f"{_PREFIX}finalizer"

@@ -8,6 +8,8 @@ one-line error, exit 2.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
@@ -37,6 +39,18 @@ def _seconds(text: str, flag: str) -> float:
 )
 @click.option(
     "--http-host", default="0.0.0.0", show_default=True, help="Address the HTTP server binds."
+)
+@click.option(
+    "--webhook-port",
+    type=int,
+    default=0,
+    show_default=True,
+    help="TLS port of the online-Pod admission webhook (docs/operator.md); 0 disables.",
+)
+@click.option(
+    "--webhook-cert-dir",
+    default="",
+    help="Directory with the webhook's tls.crt and tls.key (required with --webhook-port).",
 )
 @click.option(
     "--prometheus-url",
@@ -133,6 +147,8 @@ def command(
     all_namespaces: bool,
     http_port: int,
     http_host: str,
+    webhook_port: int,
+    webhook_cert_dir: str,
     prometheus_url: str | None,
     peering: str,
     standalone: bool,
@@ -163,6 +179,14 @@ def command(
         fail("--namespace and --all-namespaces are mutually exclusive")
     if not 0 <= http_port <= 65535:
         fail(f"--http-port: {http_port} is not a port")
+    if not 0 <= webhook_port <= 65535:
+        fail(f"--webhook-port: {webhook_port} is not a port")
+    if webhook_port and not webhook_cert_dir:
+        fail("--webhook-port needs --webhook-cert-dir (the directory of tls.crt and tls.key)")
+    if webhook_port:
+        missing = [f for f in ("tls.crt", "tls.key") if not (Path(webhook_cert_dir) / f).is_file()]
+        if missing:
+            fail(f"--webhook-cert-dir: no {' or '.join(missing)} in {webhook_cert_dir}")
     try:
         k_text, n_text = sla_violations.split("/", 1)
         k, n = int(k_text), int(n_text)
@@ -197,6 +221,9 @@ def command(
         namespaces=tuple(namespaces),
         http_port=http_port,
         http_host=http_host,
+        webhook_port=webhook_port,
+        webhook_host=http_host,
+        webhook_cert_dir=webhook_cert_dir,
         prometheus_url=prometheus_url,
         peering=None if standalone else peering,
         peering_lifetime=max(1, round(_seconds(peering_lifetime, "--peering-lifetime"))),

@@ -104,3 +104,8 @@ app.kubernetes.io/component: agent
 {{- define "gleaner.monitorNamespace" -}}
 {{- default .Release.Namespace .Values.prometheus.serviceMonitor.namespace -}}
 {{- end -}}
+
+{{/* Name of the admission webhook's Service, configuration and certificate (room for "-tls"). */}}
+{{- define "gleaner.webhook.fullname" -}}
+{{- printf "%s-webhook" (include "gleaner.fullname" . | trunc 48 | trimSuffix "-") -}}
+{{- end -}}

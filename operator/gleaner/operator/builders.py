@@ -17,7 +17,8 @@ one attempt of an OfflineJob on the GPUs the scheduler chose:
 - in every container (and init container): ``NVIDIA_VISIBLE_DEVICES`` = the GPU UUIDs,
   ``LD_PRELOAD`` = the shim (prepended to the template's own LD_PRELOAD, if any),
   ``GLEANER_ROLE=offline``, ``GLEANER_SOCKET``, ``GLEANER_JOB=<ns>/<name>``, and read-only /
-  read-write mounts of the two host paths (shim library, agent sockets);
+  read-write mounts of the two host paths (shim library, agent sockets): the instrumentation
+  of ``gleaner.operator.injection``, which the admission webhook gives online Pods too;
 - ``restartPolicy`` defaults to ``Never`` (the operator, not the kubelet, decides retries).
 
 ``build_eviction_report_configmap`` returns the ConfigMap that stores one SLA eviction report
@@ -34,25 +35,36 @@ from gleaner.api import API_VERSION, OfflineJob, Placement
 from gleaner.api.contract import (
     ANNOTATION_GPUS,
     ENV_JOB,
-    ENV_ROLE,
-    ENV_SOCKET,
     LABEL_ATTEMPT,
     LABEL_JOB,
     LABEL_ROLE,
     ROLE_OFFLINE,
-    SHIM_DIR,
-    SHIM_PATH,
-    SOCKET_DIR,
-    SOCKET_PATH,
     eviction_report_data,
     eviction_report_labels,
     eviction_report_name,
     gpus_annotation,
     parse_gpus_annotation,
 )
+from gleaner.operator.injection import (
+    CONTAINER_KEYS,
+    SHIM_VOLUME,
+    SOCKET_VOLUME,
+    inject_pod_spec,
+    runtime_env,
+)
 
-SHIM_VOLUME = "gleaner-shim"
-SOCKET_VOLUME = "gleaner-run"
+__all__ = [
+    "GPU_RESOURCE",
+    "MAX_LABEL_VALUE",
+    "SHIM_VOLUME",
+    "SOCKET_VOLUME",
+    "build_eviction_report_configmap",
+    "build_offline_pod",
+    "gpus_of_pod",
+    "owner_reference",
+    "pod_name",
+]
+
 GPU_RESOURCE = "nvidia.com/gpu"
 
 MAX_LABEL_VALUE = 63
@@ -74,25 +86,6 @@ def owner_reference(job: OfflineJob) -> dict[str, Any]:
     }
 
 
-def _merge_env(env: list[dict[str, Any]], extra: dict[str, str]) -> list[dict[str, Any]]:
-    """The container's env with ``extra`` set (ours win, LD_PRELOAD keeps theirs after ours)."""
-    out: list[dict[str, Any]] = []
-    theirs_preload: str | None = None
-    for var in env:
-        name = var.get("name")
-        if name == "LD_PRELOAD" and isinstance(var.get("value"), str):
-            theirs_preload = var["value"]
-            continue
-        if name in extra:
-            continue
-        out.append(var)
-    for name, value in extra.items():
-        if name == "LD_PRELOAD" and theirs_preload and theirs_preload != value:
-            value = f"{value}:{theirs_preload}"
-        out.append({"name": name, "value": value})
-    return out
-
-
 def _strip_gpu_resources(container: dict[str, Any]) -> None:
     resources = container.get("resources")
     if not isinstance(resources, dict):
@@ -103,19 +96,6 @@ def _strip_gpu_resources(container: dict[str, Any]) -> None:
             values.pop(GPU_RESOURCE, None)
             if not values:
                 resources.pop(section)
-
-
-def _inject(container: dict[str, Any], env: dict[str, str]) -> None:
-    container["env"] = _merge_env(list(container.get("env") or []), env)
-    mounts = [
-        m
-        for m in (container.get("volumeMounts") or [])
-        if m.get("name") not in (SHIM_VOLUME, SOCKET_VOLUME)
-    ]
-    mounts.append({"name": SHIM_VOLUME, "mountPath": SHIM_DIR, "readOnly": True})
-    mounts.append({"name": SOCKET_VOLUME, "mountPath": SOCKET_DIR})
-    container["volumeMounts"] = mounts
-    _strip_gpu_resources(container)
 
 
 def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> dict[str, Any]:
@@ -133,26 +113,14 @@ def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> di
 
     env = {
         "NVIDIA_VISIBLE_DEVICES": ",".join(placement.gpu_uuids),
-        "LD_PRELOAD": SHIM_PATH,
-        ENV_ROLE: ROLE_OFFLINE,
-        ENV_SOCKET: SOCKET_PATH,
+        **runtime_env(ROLE_OFFLINE),
         ENV_JOB: f"{namespace}/{name}",
     }
-    for key in ("containers", "initContainers"):
-        containers = [copy.deepcopy(c) for c in (spec.get(key) or [])]
-        for container in containers:
-            _inject(container, env)
-        if containers:
-            spec[key] = containers
-
-    volumes = [
-        v for v in (spec.get("volumes") or []) if v.get("name") not in (SHIM_VOLUME, SOCKET_VOLUME)
-    ]
-    volumes.append({"name": SHIM_VOLUME, "hostPath": {"path": SHIM_DIR, "type": "Directory"}})
-    volumes.append(
-        {"name": SOCKET_VOLUME, "hostPath": {"path": SOCKET_DIR, "type": "DirectoryOrCreate"}}
-    )
-    spec["volumes"] = volumes
+    # The same instrumentation the webhook gives online Pods (gleaner.operator.injection).
+    spec = inject_pod_spec(spec, env)
+    for key in CONTAINER_KEYS:
+        for container in spec.get(key) or []:
+            _strip_gpu_resources(container)
     spec["nodeName"] = placement.node
     spec.pop("nodeSelector", None)  # the placement already honoured gpuSelector
     spec.pop("schedulerName", None)

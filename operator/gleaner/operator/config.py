@@ -41,6 +41,13 @@ class OperatorConfig:
     """Port of the HTTP server (/healthz, /readyz, /metrics, dashboard); 0 disables it."""
     http_host: str = "0.0.0.0"
     """Address the HTTP server binds."""
+    webhook_port: int = 0
+    """Port of the TLS admission webhook server (docs/operator.md, "Webhook"); 0 disables it."""
+    webhook_host: str = "0.0.0.0"
+    """Address the webhook server binds."""
+    webhook_cert_dir: str = ""
+    """Directory holding the webhook's ``tls.crt`` and ``tls.key`` (a kubernetes.io/tls
+    Secret mounted as files)."""
     prometheus_url: str | None = None
     """Prometheus base URL: trace and observed-throughput source instead of NodeTraces."""
     peering: str | None = PEERING_NAME

@@ -5,7 +5,8 @@ of the operator (intervals come from ``config``); each handler is a few lines th
 kopf's kwargs and call one body in ``gleaner.operator.handlers``. ``run(config)`` runs kopf
 with that registry (peering ``gleaner`` or standalone; cluster-wide or the given
 namespaces) next to the HTTP server (``gleaner.operator.http``) and blocks until SIGINT /
-SIGTERM. What is registered:
+SIGTERM; with ``--webhook-port`` the admission webhook (``gleaner.operator.webhook``) too,
+on every replica. What is registered:
 
 ==========================================  ==============================================
 ``@on.startup``                             settings (below), scheduling loop, readiness
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -55,6 +57,7 @@ from gleaner.operator.handlers.validate import revalidate_profile_users, validat
 from gleaner.operator.http import Health, build_app, serve_in_thread
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.validation import profile_configmap_name
+from gleaner.operator.webhook import WebhookServer
 
 logger = logging.getLogger("gleaner.operator")
 
@@ -213,6 +216,19 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     return registry
 
 
+def start_webhook(config: OperatorConfig) -> WebhookServer | None:
+    """The admission webhook's TLS server, started, when ``config`` enables it."""
+    if not config.webhook_port:
+        return None
+    cert_dir = Path(config.webhook_cert_dir)
+    return WebhookServer(
+        str(cert_dir / "tls.crt"),
+        str(cert_dir / "tls.key"),
+        config.webhook_host,
+        config.webhook_port,
+    ).start()
+
+
 async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -> None:
     """Run the operator until ``stop`` is set or kopf exits (signals stop kopf)."""
     metrics = OperatorMetrics()
@@ -227,6 +243,8 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
         if config.prometheus_url
         else None,
     )
+    # Started before kopf logs in, served by every replica (peering only pauses kopf).
+    webhook = start_webhook(config)
     server = None
     if config.http_port:
         from gleaner.operator.http import extra_routers
@@ -249,6 +267,8 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
     finally:
         if server is not None:
             server.stop()
+        if webhook is not None:
+            webhook.stop()
 
 
 class QuietRoutine(logging.Filter):

@@ -1,0 +1,245 @@
+"""The online-Pod admission webhook, called by the real kube-apiserver (docs/operator.md,
+"Webhook"; docs/controlplane.md).
+
+Each test starts the operator's webhook server (``gleaner.operator.webhook.WebhookServer``)
+on 127.0.0.1 with a throw-away CA, and registers the chart's own
+MutatingWebhookConfiguration (rendered by Helm, selectors and failurePolicy unchanged) with
+``clientConfig`` pointed at that server and CA. Then Pods are created through the API
+server:
+
+- an opted-in Pod (pod label, or namespace label) comes back instrumented;
+- a Pod that opted in nowhere comes back untouched, and so does an exempt one;
+- an opted-in Pod that cannot be instrumented is refused with the webhook's reason. It is
+  forced by an ``LD_PRELOAD`` taken from a ConfigMap (``valueFrom``): the webhook cannot
+  prepend the shim to a value it does not see, so it refuses rather than drop it;
+- with the webhook server stopped, opted-in Pods are refused (failurePolicy Fail) while Pods
+  outside opted-in namespaces are still admitted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+
+from gleaner.api.contract import (
+    ANNOTATION_INJECTED,
+    ENV_ROLE,
+    LABEL_ROLE,
+    ROLE_EXEMPT,
+    ROLE_OFFLINE,
+    ROLE_ONLINE,
+    SHIM_PATH,
+    SOCKET_DIR,
+)
+from gleaner.operator.webhook import MUTATE_PATH, WebhookServer
+from gleaner.testing.controlplane import ControlPlane, KubectlError
+from gleaner.testing.net import free_port
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "gleaner"
+
+
+def _openssl(directory: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and a serving certificate for IP 127.0.0.1 signed by it (EC P-256)."""
+    d = tmp_path_factory.mktemp("webhook-tls")
+    ec = ("-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256")
+    _openssl(d, "genpkey", *ec, "-out", "ca.key")
+    _openssl(d, "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=webhook-test-ca",
+             "-days", "1", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign", "-out", "ca.crt")  # fmt: skip
+    _openssl(d, "genpkey", *ec, "-out", "tls.key")
+    _openssl(d, "req", "-new", "-key", "tls.key", "-subj", "/CN=127.0.0.1", "-out", "tls.csr")
+    (d / "tls.ext").write_text(
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n"
+    )
+    _openssl(d, "x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "1", "-extfile", "tls.ext", "-out", "tls.crt")  # fmt: skip
+    return d
+
+
+def chart_webhook_configuration() -> dict[str, Any]:
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(None, name="gleaner", namespace="gleaner-system", is_install=True)
+    import yaml
+
+    for path, text in rendered.items():
+        for doc in yaml.safe_load_all(text) if path.endswith(".yaml") else ():
+            if doc and doc["kind"] == "MutatingWebhookConfiguration":
+                return dict(doc)
+    raise AssertionError("the chart renders no MutatingWebhookConfiguration")
+
+
+@dataclass
+class Webhook:
+    plane: ControlPlane
+    server: WebhookServer
+    name: str
+
+
+def _pod(name: str, labels: dict[str, str] | None = None, **container: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [{"name": "server", "image": "vllm/vllm-openai", **container}]},
+    }
+
+
+def create(plane: ControlPlane, namespace: str, pod: dict[str, Any], *extra: str) -> dict[str, Any]:
+    out = plane.kubectl("create", "-n", namespace, "-o", "json", *extra, "-f", "-",
+                        input=json.dumps(pod))  # fmt: skip
+    created: dict[str, Any] = json.loads(out.stdout)
+    return created
+
+
+def instrumented(pod: dict[str, Any]) -> bool:
+    return (pod["metadata"].get("annotations") or {}).get(ANNOTATION_INJECTED) == ROLE_ONLINE
+
+
+def _probe(plane: ControlPlane, namespace: str) -> dict[str, Any] | None:
+    """A server-side dry run of an opted-in Pod (runs the webhooks; stores nothing); None
+    when it is refused."""
+    try:
+        return create(
+            plane, namespace, _pod("probe", {LABEL_ROLE: ROLE_ONLINE}), "--dry-run=server"
+        )
+    except KubectlError:
+        return None
+
+
+def _until(what: str, ready: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+@pytest.fixture
+def webhook(control_plane: ControlPlane, namespace: str, tls: Path) -> Iterator[Webhook]:
+    """The webhook server on 127.0.0.1 and the chart's configuration pointing at it, in
+    force for ``namespace`` (waited for: the API server loads configurations a moment after
+    they are created)."""
+    port = free_port()
+    server = WebhookServer(str(tls / "tls.crt"), str(tls / "tls.key"), "127.0.0.1", port).start()
+    _until("the webhook server", lambda: server.started, 10.0)
+    config = chart_webhook_configuration()
+    name = f"gleaner-webhook-test-{uuid.uuid4().hex[:6]}"
+    config["metadata"] = {"name": name}
+    ca = base64.b64encode((tls / "ca.crt").read_bytes()).decode()
+    for entry in config["webhooks"]:
+        entry["clientConfig"] = {"url": f"https://127.0.0.1:{port}{MUTATE_PATH}", "caBundle": ca}
+    control_plane.kubectl("create", "-f", "-", input=json.dumps(config))
+    try:
+        _until(
+            "the webhook configuration to take effect",
+            lambda: (pod := _probe(control_plane, namespace)) is not None and instrumented(pod),
+        )
+        yield Webhook(control_plane, server, name)
+    finally:
+        server.stop()
+        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, check=False)
+        # The next test must not meet this configuration (its server is gone).
+        _until(
+            "the webhook configuration to be gone",
+            lambda: (pod := _probe(control_plane, namespace)) is not None and not instrumented(pod),
+        )
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def test_an_opted_in_pod_is_instrumented_and_others_are_untouched(
+    webhook: Webhook, namespace: str
+) -> None:
+    plane = webhook.plane
+    pod = create(plane, namespace, _pod("online", {LABEL_ROLE: ROLE_ONLINE}))
+    assert instrumented(pod)
+    container = pod["spec"]["containers"][0]
+    assert _env(container)["LD_PRELOAD"] == SHIM_PATH
+    assert _env(container)[ENV_ROLE] == ROLE_ONLINE
+    assert SOCKET_DIR in {m["mountPath"] for m in container["volumeMounts"]}
+    assert {v["name"] for v in pod["spec"]["volumes"] if "hostPath" in v} == {
+        "gleaner-shim",
+        "gleaner-run",
+    }
+    # Stored as admitted: reading it back gives the instrumented Pod.
+    stored = json.loads(plane.kubectl("get", "pod", "online", "-n", namespace, "-o", "json").stdout)
+    assert stored["spec"]["containers"][0]["env"] == container["env"]
+
+    plain = create(plane, namespace, _pod("plain", {"app": "web"}))
+    assert not instrumented(plain)
+    assert "env" not in plain["spec"]["containers"][0]
+    assert not [v for v in plain["spec"].get("volumes", []) if "hostPath" in v]
+
+
+def test_a_namespace_label_opts_in_every_pod_but_exempt_ones(
+    webhook: Webhook, namespace: str
+) -> None:
+    plane = webhook.plane
+    plane.kubectl("label", "namespace", namespace, f"{LABEL_ROLE}={ROLE_ONLINE}")
+    _until(
+        "the namespace label to be seen",
+        lambda: instrumented(create(plane, namespace, _pod("p", {"app": "x"}), "--dry-run=server")),
+    )
+    pod = create(plane, namespace, _pod("unlabelled"))
+    assert instrumented(pod)
+    assert _env(pod["spec"]["containers"][0])[ENV_ROLE] == ROLE_ONLINE
+    exempt = create(plane, namespace, _pod("exempt", {LABEL_ROLE: ROLE_EXEMPT}))
+    assert not instrumented(exempt) and "env" not in exempt["spec"]["containers"][0]
+
+
+def test_an_opted_in_pod_that_cannot_be_instrumented_is_refused(
+    webhook: Webhook, namespace: str
+) -> None:
+    from_config = {"configMapKeyRef": {"name": "preload", "key": "libs"}}
+    pod = _pod(
+        "odd", {LABEL_ROLE: ROLE_ONLINE}, env=[{"name": "LD_PRELOAD", "valueFrom": from_config}]
+    )
+    with pytest.raises(KubectlError) as refused:
+        create(webhook.plane, namespace, pod)
+    message = refused.value.stderr
+    assert "denied the request" in message
+    assert "LD_PRELOAD from valueFrom" in message
+    assert f"{LABEL_ROLE}={ROLE_EXEMPT}" in message
+    missing = webhook.plane.kubectl("get", "pod", "odd", "-n", namespace, check=False)
+    assert missing.returncode != 0
+
+
+def test_with_the_webhook_down_only_opted_in_pods_are_refused(
+    webhook: Webhook, namespace: str
+) -> None:
+    plane = webhook.plane
+    webhook.server.stop()
+    _until("the webhook to be down", lambda: _probe(plane, namespace) is None)
+    with pytest.raises(KubectlError) as refused:
+        create(plane, namespace, _pod("online", {LABEL_ROLE: ROLE_ONLINE}))
+    assert "failed calling webhook" in refused.value.stderr
+    # Not opted in: admitted as before, in this namespace and in a fresh one.
+    assert not instrumented(create(plane, namespace, _pod("plain", {"app": "web"})))
+    other = f"t-{uuid.uuid4().hex[:8]}"
+    plane.kubectl("create", "namespace", other)
+    try:
+        plane.wait_service_account(other)
+        assert not instrumented(create(plane, other, _pod("plain", {"app": "web"})))
+        offline = create(plane, other, _pod("offline", {LABEL_ROLE: ROLE_OFFLINE}))
+        assert not instrumented(offline)
+    finally:
+        plane.kubectl("delete", "namespace", other, "--wait=false", check=False)

@@ -1,0 +1,120 @@
+"""gleaner.operator.webhook: AdmissionReview in, AdmissionReview out (no cluster; the real
+kube-apiserver calls it in e2e/controlplane/test_webhook.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from gleaner.api.contract import ANNOTATION_INJECTED, LABEL_ROLE, ROLE_ONLINE
+from gleaner.operator.config import OperatorConfig
+from gleaner.operator.main import start_webhook
+from gleaner.operator.webhook import MUTATE_PATH, WebhookServer, build_webhook_app
+from gleaner.testing.net import free_port
+
+
+def _review(obj: Any, kind: str = "Pod") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "namespace": "serving",
+            "operation": "CREATE",
+            "object": obj,
+        },
+    }
+
+
+def _post(body: Any) -> dict[str, Any]:
+    client = TestClient(build_webhook_app())
+    answer = client.post(MUTATE_PATH, content=json.dumps(body))
+    assert answer.status_code == 200
+    review: dict[str, Any] = answer.json()
+    assert review["apiVersion"] == "admission.k8s.io/v1"
+    assert review["kind"] == "AdmissionReview"
+    response: dict[str, Any] = review["response"]
+    return response
+
+
+POD = {
+    "metadata": {"name": "s", "labels": {LABEL_ROLE: ROLE_ONLINE}},
+    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+}
+
+
+def test_an_online_pod_gets_a_json_patch() -> None:
+    response = _post(_review(POD))
+    assert response["uid"] == "u-1" and response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    paths = [op["path"] for op in patch]
+    assert paths == ["/spec/containers", "/spec/volumes", "/metadata/annotations"]
+    assert patch[-1]["value"] == {ANNOTATION_INJECTED: ROLE_ONLINE}
+
+
+def test_a_pod_that_cannot_be_instrumented_is_refused() -> None:
+    pod = {
+        "metadata": {"name": "s"},
+        "spec": {"containers": [{"name": "a", "env": [{"name": "LD_PRELOAD", "valueFrom": {}}]}]},
+    }
+    response = _post(_review(pod))
+    assert response["allowed"] is False and "patch" not in response
+    assert response["status"]["code"] == 403
+    assert "LD_PRELOAD from valueFrom" in response["status"]["message"]
+
+
+@pytest.mark.parametrize("body", [_review(POD, kind="Deployment"), _review(None), ["x"]])
+def test_anything_but_a_pod_review_is_refused(body: Any) -> None:
+    response = _post(body)
+    assert response["allowed"] is False
+    assert "Gleaner" in response["status"]["message"]
+
+
+def test_the_server_refuses_to_start_without_its_certificate(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        WebhookServer(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), "127.0.0.1", 0)
+
+
+def _self_signed(directory: Path) -> None:
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", "tls.key", "-out", "tls.crt", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        cwd=directory, check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def test_the_operator_serves_the_webhook_over_tls_when_configured(tmp_path: Path) -> None:
+    assert start_webhook(OperatorConfig()) is None  # off by default
+    _self_signed(tmp_path)
+    port = free_port()
+    config = OperatorConfig(
+        webhook_port=port, webhook_host="127.0.0.1", webhook_cert_dir=str(tmp_path)
+    )
+    server = start_webhook(config)
+    assert server is not None
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        url = f"https://127.0.0.1:{port}{MUTATE_PATH}"
+        with httpx.Client(verify=ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))) as c:
+            answer = c.post(url, content=json.dumps(_review(POD)))
+        assert answer.status_code == 200
+        assert answer.json()["response"]["allowed"] is True
+        with pytest.raises(httpx.HTTPError):
+            httpx.post(url.replace("https", "http"), content=b"{}", timeout=5)
+    finally:
+        server.stop()
