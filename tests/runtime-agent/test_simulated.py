@@ -137,3 +137,22 @@ def test_memory_pressure_reclaims_offline_handles_greedily() -> None:
     assert sim.offline[0].reclaimed_bytes == t.reclaimed_bytes
     assert sim.offline[0].recomputed_tokens > 0
     assert sim.agent.memory[0].pressure_events >= t.reclamations
+
+
+def test_the_synthetic_server_runs_the_shared_engine_model() -> None:
+    from gleaner.perfmodel.engine import LLAMA31_8B_H100, EngineModel
+    from gleaner.runtime_agent.simulated import ENGINE, TOKENS_PER_BLOCK
+
+    assert ENGINE is LLAMA31_8B_H100 and ENGINE.block_tokens == TOKENS_PER_BLOCK
+    c = SyntheticConfig()
+    assert c.prefill_latency() == ENGINE.prefill(c.prompt_tokens)
+    assert c.iteration_latency(3, 600.0) == ENGINE.decode(3, 600.0)
+    assert c.kv_bytes(10) == 10 * ENGINE.kv_bytes_per_token
+    fixed = SyntheticConfig(prefill_s=0.04, iteration_s=0.02, kv_bytes_per_token=7)
+    assert (fixed.prefill_latency(), fixed.iteration_latency(9, 1.0), fixed.kv_bytes(2)) == (
+        0.04,
+        0.02,
+        14,
+    )
+    slow = EngineModel(k1=0, k2=0, k3=0, k4=0, k5=0.5, kv_bytes_per_token=1, weights_gib=1)
+    assert SyntheticConfig(engine=slow).iteration_latency(1, 1.0) == 0.5

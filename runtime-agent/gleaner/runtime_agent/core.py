@@ -66,6 +66,13 @@ from gleaner.runtime_agent.policy import (
     plan_reclamation,
     select_handles_greedy,
 )
+from gleaner.runtime_agent.policy.memory_sequence import (
+    MemoryView,
+    ReclaimHandles,
+    RestoreDeferred,
+    RestorePage,
+    memory_command,
+)
 from gleaner.runtime_agent.policy.reclaim import Selector
 
 ACCOUNTING_BATCH = 256
@@ -416,33 +423,47 @@ class NodeAgent:
             self._deferred.append((_REQUEST, 0.0, gpu, n))
 
     def _apply_memory(self, t: float, actions: list[MemoryAction]) -> None:
+        """Carry out the reservation's answers; :func:`memory_command` decides each one."""
+        hb = self.memory_config.handle_bytes
         for a in actions:
-            if not isinstance(a, Grow):  # a Release: online gave a headroom handle back
-                if self.quarantine[a.gpu]:
-                    self._restore_oldest(t, a.gpu)
-                continue
-            if self.offline_handles is None:
-                continue
-            table = self.offline_handles(a.gpu)
-            hb = self.memory_config.handle_bytes
-            known = None if self.free_bytes is None else self.free_bytes(a.gpu)
-            free = 0 if known is None else max(0, known)
-            short = a.handles - free // hb  # handles free memory cannot cover
-            k = min(short, len(table))
-            if k <= 0:
-                continue
-            # Reclamation order (docs/agent.md): compute off first, then remap/release/report.
-            self._changed.add(a.gpu)
-            self._apply(self.gates[a.gpu].force_disable(t))
-            plan = plan_reclamation(
-                a.gpu,
-                table,
-                k,
-                handle_bytes=self.memory_config.handle_bytes,
-                selector=self.selector,
-            )
-            if self.sink.reclaim(plan, t):
-                self.reclaim_completed(t, plan)
+            table: HandleMap | None = None
+            if isinstance(a, Grow):
+                if self.offline_handles is None:
+                    continue
+                table = self.offline_handles(a.gpu)
+                view = MemoryView(free_bytes=self._free(a.gpu), reclaimable_handles=len(table))
+            else:
+                pages = self.quarantine[a.gpu]
+                if not pages or a.gpu in self._restoring:
+                    continue  # nothing to restore, or one in flight: the next Release tries
+                view = MemoryView(
+                    free_bytes=self._free(a.gpu),
+                    oldest_quarantined_bytes=pages[0].nbytes,
+                )
+            cmd = memory_command(a, view, hb)
+            if isinstance(cmd, ReclaimHandles) and table is not None:
+                self._reclaim(t, cmd.gpu, table, cmd.handles)
+            elif isinstance(cmd, RestorePage):
+                self._restore_oldest(t, cmd.gpu)
+            elif isinstance(cmd, RestoreDeferred):
+                self.restores[cmd.gpu].deferred += 1
+
+    def _free(self, gpu: int) -> int | None:
+        return None if self.free_bytes is None else self.free_bytes(gpu)
+
+    def _reclaim(self, t: float, gpu: int, table: HandleMap, k: int) -> None:
+        # Reclamation order (docs/agent.md): compute off first, then remap/release/report.
+        self._changed.add(gpu)
+        self._apply(self.gates[gpu].force_disable(t))
+        plan = plan_reclamation(
+            gpu,
+            table,
+            k,
+            handle_bytes=self.memory_config.handle_bytes,
+            selector=self.selector,
+        )
+        if self.sink.reclaim(plan, t):
+            self.reclaim_completed(t, plan)
 
     def reclaim_completed(
         self, t: float, plan: ReclaimPlan, owners: Mapping[int, str] | None = None
@@ -523,14 +544,8 @@ class NodeAgent:
         return dropped
 
     def _restore_oldest(self, t: float, gpu: int) -> None:
-        """A Release on ``gpu``: give its oldest quarantined page back if memory allows."""
-        if gpu in self._restoring:
-            return  # one at a time; the next Release tries again
+        """Give ``gpu``'s oldest quarantined page back (``memory_command`` said so)."""
         page = self.quarantine[gpu][0]
-        free = None if self.free_bytes is None else self.free_bytes(gpu)
-        if free is not None and free < page.nbytes:
-            self.restores[gpu].deferred += 1
-            return
         self._restoring[gpu] = page
         if self.sink.restore(gpu, page.owner, (page.handle,), t):
             self.restore_completed(t, gpu, (page.handle,), ok=True)

@@ -8,19 +8,20 @@ comes from one of:
 
 - :class:`SyntheticOnline` — a continuous-batching server per GPU: Gamma-distributed request
   arrivals, each request a prefill and a number of decode iterations separated by short
-  decode gaps, KV memory growing with the tokens in flight; seeded by the node name, so a node
-  always sees the same load;
+  decode gaps, KV memory growing with the tokens in flight; prefill and iteration latency and
+  KV bytes per token come from the engine model (``gleaner.perfmodel.engine``, the one the
+  simulator runs); seeded by the node name, so a node always sees the same load;
 - :class:`TraceOnline` — a trace file (``timestamp, node, gpu, online_busy,
   free_memory_gib``): each sample of length Δ is busy for ``online_busy · Δ`` at its start;
   free memory sets the online memory use; the trace loops;
 - injected bursts (:meth:`SimulatedNode.inject_burst`), on top of either.
 
 Offline work is modeled per GPU that holds an offline job: it fills the harvestable memory
-with KV handles of its requests (4 handles per request, 16 blocks per handle), loses the
-handles a reclamation plan takes and recomputes those tokens (``recomputed_tokens``); a
-restore gives a lost handle back (``restored_bytes``), and the pages of a job that leaves a GPU
-are dropped from the agent's quarantine. The GPU inventory is synthetic
-(:func:`synthetic_inventory`), UUIDs derived from the node name.
+with KV handles of its requests (4 handles per request, the engine model's KV blocks in a
+handle), loses the handles a reclamation plan takes and recomputes those tokens
+(``recomputed_tokens``); a restore gives a lost handle back (``restored_bytes``), and the
+pages of a job that leaves a GPU are dropped from the agent's quarantine. The GPU inventory
+is synthetic (:func:`synthetic_inventory`), UUIDs derived from the node name.
 """
 
 from __future__ import annotations
@@ -37,12 +38,17 @@ from pathlib import Path
 from gleaner.api import GpuInfo
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.api.units import GIB
+from gleaner.perfmodel.engine import LLAMA31_8B_H100, EngineModel
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.policy import GateConfig, HandleMap, KvSpan, MemoryConfig, ReclaimPlan
 
 SIM_PRODUCT = "Simulated GPU"
-BLOCKS_PER_HANDLE = 16
-TOKENS_PER_BLOCK = 16
+ENGINE = LLAMA31_8B_H100
+"""The engine model both synthetic workloads run (``gleaner.perfmodel.engine``, shared with the
+simulator and the vLLM test fake)."""
+TOKENS_PER_BLOCK = ENGINE.block_tokens
+BLOCKS_PER_HANDLE = max(1, MemoryConfig().handle_bytes // ENGINE.block_bytes)
+"""KV blocks of the engine model in one memory handle of the default size."""
 HANDLES_PER_REQUEST = 4
 
 
@@ -73,15 +79,37 @@ class SyntheticConfig:
     request_rate_per_s: float = 0.25
     arrival_shape: float = 0.5
     """Gamma shape of inter-arrival times (< 1: burstier than Poisson)."""
-    prefill_s: float = 0.04
-    iteration_s: float = 0.02
+    engine: EngineModel = ENGINE
+    """Iteration latency and KV bytes per token come from this engine model."""
+    prefill_s: float | None = None
+    """A request's prefill iteration, seconds (None: the engine's prefill of
+    ``prompt_tokens``)."""
+    iteration_s: float | None = None
+    """One decode iteration, seconds (None: the engine's decode step of the batch in flight
+    at its mean context)."""
     decode_gap_s: float = 0.002
+    """CPU time between two decode iterations (scheduling, sampling), mean."""
     min_tokens: int = 16
     max_tokens: int = 160
     prompt_tokens: int = 512
-    kv_bytes_per_token: int = 160 * 1024
+    kv_bytes_per_token: int | None = None
+    """KV bytes per token (None: the engine's)."""
     weights_fraction: float = 0.35
     """Fraction of GPU memory the online model's weights take."""
+
+    def prefill_latency(self) -> float:
+        if self.prefill_s is not None:
+            return self.prefill_s
+        return self.engine.prefill(self.prompt_tokens)
+
+    def iteration_latency(self, batch: int, mean_context: float) -> float:
+        if self.iteration_s is not None:
+            return self.iteration_s
+        return self.engine.decode(max(1, batch), mean_context)
+
+    def kv_bytes(self, tokens: int) -> int:
+        per_token = self.kv_bytes_per_token or self.engine.kv_bytes_per_token
+        return tokens * per_token
 
 
 @dataclass(slots=True)
@@ -128,7 +156,7 @@ class SyntheticOnline:
             sim.agent.online_busy(t, gpu, "synthetic", name)
             if not self._running[gpu]:
                 self._running[gpu] = True
-                sim.schedule(t + c.prefill_s, self._iteration_end(sim, gpu))
+                sim.schedule(t + c.prefill_latency(), self._iteration_end(sim, gpu))
             sim.schedule(t + self._interarrival(gpu), self._arrival(sim, gpu))
 
         return run
@@ -145,7 +173,7 @@ class SyntheticOnline:
                     finished.append(r.name)
             self._active[gpu] = [r for r in active if r.remaining > 0]
             sim.agent.online_idle(t, gpu, "synthetic", finished)
-            kv = sum(r.tokens for r in self._active[gpu]) * c.kv_bytes_per_token
+            kv = c.kv_bytes(sum(r.tokens for r in self._active[gpu]))
             sim.agent.set_online_memory(t, gpu, dynamic_bytes=kv)
             if not self._active[gpu]:
                 self._running[gpu] = False
@@ -162,7 +190,9 @@ class SyntheticOnline:
                 self._running[gpu] = False
                 return
             sim.agent.online_busy(t, gpu, "synthetic", active[0].name)
-            sim.schedule(t + self.config.iteration_s, self._iteration_end(sim, gpu))
+            context = sum(r.tokens for r in active) / len(active)
+            latency = self.config.iteration_latency(len(active), context)
+            sim.schedule(t + latency, self._iteration_end(sim, gpu))
 
         return run
 

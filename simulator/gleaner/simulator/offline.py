@@ -3,10 +3,9 @@
 Contract.
 
 - :func:`memory_curve` derives the job's one-time profile (throughput against memory per GPU)
-  from the same iteration latency model as the online engine: with ``kv`` GiB of KV cache a
-  continuous-batching engine keeps ``B = min(max_seqs, kv / (prompt + output/2) tokens)``
-  requests in flight; finishing ``B`` requests takes ``output`` decode steps of batch ``B``
-  plus ``B`` prefills, so ``tokens/s = B·output / (output·decode(B) + B·prefill(prompt))``.
+  from the same engine model as the online engine (``gleaner.perfmodel.engine``: with ``kv``
+  GiB of KV cache it keeps ``B = min(max_seqs, kv / (prompt + output/2) tokens)`` requests in
+  flight, ``tokens/s = B·output / (output·decode(B) + B·prefill(prompt))``).
 - :class:`OfflineKV` tracks *where* the job's KV blocks live: a list of memory handles in
   mapping order (oldest first), each holding blocks of several offline requests. Blocks are
   allocated first-fit in mapping order (what vLLM's free-block queue converges to: recycled
@@ -28,12 +27,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gleaner.api.units import GIB
 from gleaner.runtime_agent.policy.reclaim import HandleMap, KvSpan
-from gleaner.simulator.latency import LatencyModel
+from gleaner.simulator.latency import LLAMA31_8B_H100, LatencyModel
 from gleaner.simulator.workload import LengthConfig, lognormal_lengths
 
-BLOCK_TOKENS = 16
+BLOCK_TOKENS = LLAMA31_8B_H100.block_tokens
+"""Tokens per KV block (the engine model's, vLLM's default block size)."""
 
 
 class OfflineJobConfig(BaseModel):
@@ -77,17 +76,12 @@ class MemoryCurve:
 
 
 def batch_throughput(model: LatencyModel, job: OfflineJobConfig, kv_gib: float) -> float:
-    """Steady-state output tokens/s of the job with ``kv_gib`` of KV cache."""
-    p = job.prompt_tokens.mean
-    o = job.output_tokens.mean
-    per_request_tokens = p + o / 2.0
-    tokens = kv_gib * GIB / model.kv_bytes_per_token
-    b = min(float(job.max_seqs), tokens / per_request_tokens)
-    if b < 1.0:
-        return 0.0
-    decode = model.decode(int(b), p + o / 2.0)
-    prefill = model.prefill(p) - model.k5  # prompts ride along decode steps (chunked prefill)
-    return b * o / (o * decode + b * prefill)
+    """Steady-state output tokens/s of the job with ``kv_gib`` of KV cache (the engine
+    model's :meth:`~gleaner.perfmodel.engine.EngineModel.batch_throughput` at the job's mean
+    lengths)."""
+    return model.batch_throughput(
+        kv_gib, job.prompt_tokens.mean, job.output_tokens.mean, job.max_seqs
+    )
 
 
 def memory_curve(

@@ -19,9 +19,12 @@ Compute (when may the offline job run, and what does an online launch pay):
   latency.
 
 Memory (how the GPU's memory is split; who pays when online grows):
-- ``gleaner``: MIAD headroom (``MemoryReservation``); a pressure event reclaims handles from
-  the offline job with ``plan_reclamation`` (selective, Algorithm 1), or FIFO for
-  ``gleaner-fifo``; online stalls only when it outgrows its headroom before the reclamation.
+- ``gleaner``: MIAD headroom (``MemoryReservation``); each of its answers goes through the
+  agent's ``memory_command``, so a pressure event reclaims, with ``plan_reclamation``
+  (selective, Algorithm 1, or FIFO for ``gleaner-fifo``), only the handles free memory cannot
+  cover, and a release gives the oldest reclaimed (quarantined) page back to the offline job
+  when free memory covers it — exactly what the agent does; online stalls only when it
+  outgrows its headroom before the reclamation.
 - ``uvm``: oversubscription — the offline job fills all memory online does not touch; online
   growth faults offline pages out to host at ``uvm_bandwidth`` (online stalls), and the
   offline job pays the same bandwidth to fault them back.
@@ -37,6 +40,7 @@ Memory (how the GPU's memory is split; who pays when online grows):
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -46,6 +50,14 @@ import numpy as np
 from gleaner.api.units import GIB
 from gleaner.runtime_agent.policy.gate import ComputeGate, Disable, Enable, GateConfig
 from gleaner.runtime_agent.policy.memory import Grow, MemoryConfig, MemoryReservation, Release
+from gleaner.runtime_agent.policy.memory_sequence import (
+    MemoryCommand,
+    MemoryView,
+    ReclaimHandles,
+    RestoreDeferred,
+    RestorePage,
+    memory_command,
+)
 from gleaner.runtime_agent.policy.reclaim import (
     Selector,
     plan_reclamation,
@@ -315,6 +327,12 @@ class GleanerMemory:
     reclaimed_bytes: int = 0
     recompute_tokens: int = 0
     invalidated_blocks: int = 0
+    restores: int = 0
+    restores_deferred: int = 0
+    commands: list[MemoryCommand] = field(default_factory=list)
+    """Every command carried out, in order (what the agent would have sent)."""
+    quarantine: deque[int] = field(default_factory=deque)
+    """Bytes of each page reclaimed and not given back yet, oldest first."""
     reservation: MemoryReservation = field(init=False)
     ledger: _OfflineLedger = field(init=False)
     _pending_tokens: float = 0.0
@@ -339,28 +357,45 @@ class GleanerMemory:
         self._apply(t, self.reservation.observe(t, used), compute)
         return stall
 
+    def free_bytes(self) -> int:
+        """Memory neither online (its headroom, or more while it outgrows it) nor the
+        offline job holds — what the agent reads from NVML."""
+        res = self.reservation
+        held = max(res.headroom, res.used) + self.kv.handles
+        return (self.capacity_handles - held) * self.config.handle_bytes
+
     def _apply(self, t: float, actions: Sequence[Grow | Release], compute: ComputePolicy) -> None:
+        # The agent's own decision (memory_command): reclaim only what free memory cannot
+        # cover; on a Release give the oldest quarantined page back when free memory covers it.
+        hb = self.config.handle_bytes
         for a in actions:
-            if isinstance(a, Grow):
-                k = min(a.handles, self.kv.handles)
-                if k <= 0:
-                    continue
+            oldest = self.quarantine[0] if self.quarantine else None
+            view = MemoryView(
+                free_bytes=self.free_bytes(),
+                reclaimable_handles=self.kv.handles,
+                oldest_quarantined_bytes=oldest,
+            )
+            cmd = memory_command(a, view, hb)
+            if cmd is not None:
+                self.commands.append(cmd)
+            if isinstance(cmd, ReclaimHandles):
                 compute.force_disable(t)
                 plan = plan_reclamation(
-                    0,
-                    self.kv.handle_map(),
-                    k,
-                    handle_bytes=self.config.handle_bytes,
-                    selector=self.selector,
+                    0, self.kv.handle_map(), cmd.handles, handle_bytes=hb, selector=self.selector
                 )
                 self.kv.remove_handles(list(plan.handles))
+                self.quarantine.extend([plan.handle_bytes] * len(plan.handles))
                 self.reclamations += 1
                 self.reclaimed_bytes += plan.reclaimed_bytes
                 self.invalidated_blocks += plan.blocks_invalidated
                 self.recompute_tokens += plan.tokens_to_recompute
                 self.ledger.owe(plan.tokens_to_recompute)
-            elif isinstance(a, Release):
-                self.kv.add_handles(a.handles)
+            elif isinstance(cmd, RestorePage):
+                self.quarantine.popleft()
+                self.kv.add_handles(1)  # the page comes back empty
+                self.restores += 1
+            elif isinstance(cmd, RestoreDeferred):
+                self.restores_deferred += 1
 
     def advance(self, t0: float, t1: float, run_s: float) -> float:
         res = self.reservation

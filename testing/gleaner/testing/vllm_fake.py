@@ -17,6 +17,10 @@ hook relies on:
 - ``schedule()`` schedules every running request from ``num_computed_tokens`` to
   ``num_tokens`` (so a truncated request recomputes), ``update_from_output`` advances the
   computed count and appends one sampled token per request that reached its end.
+
+Sizes. The default block size (tokens per KV block) and bytes per block are the shared engine
+model's (``gleaner.perfmodel.engine.LLAMA31_8B_H100``: the simulator and the agent's simulated
+backend run the same one); a test passes its own when it needs a small pool.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from gleaner.perfmodel.engine import LLAMA31_8B_H100
+
+ENGINE = LLAMA31_8B_H100
+"""The engine model the fake's default sizes come from."""
 
 
 class RequestStatus(enum.Enum):
@@ -67,7 +76,7 @@ class SchedulerOutput:
 class Scheduler:
     """The surface of ``vllm.v1.core.sched.scheduler.Scheduler`` the hook uses."""
 
-    def __init__(self, block_size: int = 16, recompute: bool = True) -> None:
+    def __init__(self, block_size: int = ENGINE.block_tokens, recompute: bool = True) -> None:
         self.block_size = block_size
         self.recompute_kv_load_failures = recompute
         self.requests: dict[str, Request] = {}
@@ -414,9 +423,9 @@ class EngineScheduler(Scheduler):
     def __init__(
         self,
         num_blocks: int,
-        block_size: int = 16,
+        block_size: int = ENGINE.block_tokens,
         enable_caching: bool = True,
-        bytes_per_block: int = 4096,
+        bytes_per_block: int = ENGINE.block_bytes,
         token_budget: int = 1 << 20,
     ) -> None:
         super().__init__(block_size=block_size)

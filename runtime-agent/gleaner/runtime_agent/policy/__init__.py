@@ -5,7 +5,9 @@ The same classes run in the agent daemon, in the simulator and in tests
 
 - :class:`ComputeGate` (per GPU): disable offline channels at once when online turns busy,
   re-enable after ``T_cool = 2·G_max`` of idleness, at most one preemption per online request.
-- :class:`MemoryReservation` (per GPU): MIAD online headroom in handles, MIAD release interval.
+- :class:`MemoryReservation` (per GPU): MIAD online headroom in handles, MIAD release interval;
+  :func:`memory_command` turns its Grow/Release into a reclamation, a restore or nothing (the
+  agent and the simulator share it).
 - :func:`select_handles_greedy` (Algorithm 1) / :func:`select_handles_fifo` and
   :func:`plan_reclamation` → :class:`ReclaimPlan` (compute off, quarantine, release, report).
 - :class:`Accounting` (per node): offline-enabled and online-busy seconds, pairwise busy
@@ -36,6 +38,14 @@ from gleaner.runtime_agent.policy.memory import (
     MemoryConfig,
     MemoryReservation,
     Release,
+)
+from gleaner.runtime_agent.policy.memory_sequence import (
+    MemoryCommand,
+    MemoryView,
+    ReclaimHandles,
+    RestoreDeferred,
+    RestorePage,
+    memory_command,
 )
 from gleaner.runtime_agent.policy.reclaim import (
     HandleMap,
@@ -77,22 +87,28 @@ __all__ = [
     "HoldEnded",
     "KvSpan",
     "MemoryAction",
+    "MemoryCommand",
     "MemoryConfig",
     "MemoryReservation",
+    "MemoryView",
     "PairTotals",
     "ReclaimAbandoned",
     "ReclaimCommand",
     "ReclaimCompleted",
+    "ReclaimHandles",
     "ReclaimPlan",
     "ReclaimSequence",
     "ReclaimStep",
     "Release",
+    "RestoreDeferred",
     "RestoreEnd",
     "RestoreFinished",
+    "RestorePage",
     "SendReclaim",
     "SendRestore",
     "StepKind",
     "Totals",
+    "memory_command",
     "plan_reclamation",
     "reclaim_cost",
     "reclaim_targets",

@@ -1,0 +1,47 @@
+"""The one engine model (gleaner.perfmodel.engine): formulas, KV sizes, throughput vs memory."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from gleaner.perfmodel.engine import ENGINES, GIB, LLAMA31_8B_H100, EngineModel
+
+M = LLAMA31_8B_H100
+
+
+def test_the_iteration_latency_is_the_documented_sum() -> None:
+    p = np.array([3.0, 1.0])
+    c = np.array([10.0, 100.0])
+    expected = (M.k1 + M.k3) * 4 + M.k2 * (3 * 13 + 1 * 101) + M.k4 * 114 + M.k5
+    assert M.batch(p, c) == pytest.approx(expected, rel=1e-12)
+    assert M.prefill(512) == pytest.approx(M.step(512, 512 * 512, 512))
+    assert M.decode(8, 99) == pytest.approx(M.batch(np.ones(8), np.full(8, 99.0)))
+
+
+def test_kv_use_per_token_comes_in_blocks() -> None:
+    assert M.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert M.block_tokens == 16
+    assert M.block_bytes == 16 * M.kv_bytes_per_token
+    assert [M.blocks_for(n) for n in (0, 1, 16, 17)] == [0, 1, 1, 2]
+    assert M.kv_gib(GIB / M.kv_bytes_per_token) == pytest.approx(1.0)
+
+
+def test_offline_throughput_grows_with_memory_and_stops_at_max_seqs() -> None:
+    rates = [M.batch_throughput(kv, 1024, 256, 256) for kv in (0.01, 1, 4, 16, 64, 128)]
+    assert rates[0] == 0.0  # not even one request fits
+    assert all(b > a for a, b in itertools.pairwise(rates[:-1]))
+    # 256 requests of 1,152 tokens need ~36 GiB: beyond that the batch is capped.
+    assert rates[-1] == pytest.approx(rates[-2])
+
+
+def test_parameters_are_checked() -> None:
+    with pytest.raises(ValueError):
+        EngineModel(k1=-1, k2=0, k3=0, k4=0, k5=0, kv_bytes_per_token=1, weights_gib=1)
+    with pytest.raises(ValueError):
+        EngineModel(
+            k1=0, k2=0, k3=0, k4=0, k5=0, kv_bytes_per_token=1, weights_gib=1, block_tokens=0
+        )
+    assert ENGINES["llama-3.1-8b-h100"] is M
