@@ -21,6 +21,10 @@ Contract.
   Running and deleted ones go away as with a kubelet. Without, the Node does not exist and
   bound Pods stay Pending (a node whose kubelet has not started them yet).
 - ``add_namespace(suffix)`` creates a further namespace of the tenant (with its peering).
+- ``Tenant(..., namespaces=("default", "batch"))`` uses those fixed namespaces instead (the
+  e2e scenarios name theirs): made when missing, and emptied on ``close()`` instead of
+  deleted (a namespace takes a while to go, and the next test needs the same name): its
+  OfflineJobs, Pods, Events and ConfigMaps (but the cluster's ``kube-root-ca.crt``).
 - ``api`` is ``gleaner.testing.kube.KubeApi`` with ``namespace`` as its default.
 - ``close()`` deletes what the tenant made: its jobs' finalizers and its namespaces, its
   Pods at once (no kubelet finalizes Pods on a node that does not exist), its NodeTraces,
@@ -34,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -58,11 +62,19 @@ def _api_exception() -> type[Exception]:
 class Tenant:
     """One test's namespace, node names and peering on a shared ``ControlPlane``."""
 
-    def __init__(self, plane: ControlPlane, workdir: Path, *, gpus_per_node: int = 8) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        workdir: Path,
+        *,
+        gpus_per_node: int = 8,
+        namespaces: Sequence[str] = (),
+    ) -> None:
         self.plane = plane
         self.workdir = Path(workdir)
         self.id = uuid.uuid4().hex[:8]
-        self.namespace = f"t-{self.id}"
+        self.fixed_namespaces = tuple(namespaces)
+        self.namespace = self.fixed_namespaces[0] if namespaces else f"t-{self.id}"
         self.peering = f"{PEERING_NAME}-{self.id}"
         self.kubeconfig = self.workdir / "kubeconfig.yaml"
         self.gpus_per_node = gpus_per_node
@@ -79,7 +91,11 @@ class Tenant:
         peering: dict[str, Any] = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering"}
         peering["metadata"] = {"name": self.peering}
         self.api.custom.create_cluster_custom_object(*KOPF_GROUP, "clusterkopfpeerings", peering)
-        self.add_namespace(None)
+        if self.fixed_namespaces:
+            for name in self.fixed_namespaces:
+                self._use_namespace(name)
+        else:
+            self.add_namespace(None)
         config = yaml.safe_load(self.plane.admin_kubeconfig.read_text())
         for context in config["contexts"]:
             context["context"]["namespace"] = self.namespace
@@ -91,13 +107,24 @@ class Tenant:
         name = self.namespace if suffix is None else f"{self.namespace}-{suffix}"
         self.api.core.create_namespace({"metadata": {"name": name}})
         self.namespaces.append(name)
+        self._add_peering(name)
+        return name
+
+    def _use_namespace(self, name: str) -> None:
+        """Use the fixed namespace ``name``, making it when missing."""
+        with contextlib.suppress(_api_exception()):  # 409: it is there already
+            self.api.core.create_namespace({"metadata": {"name": name}})
+        self._add_peering(name)
+
+    def _add_peering(self, name: str) -> None:
         peering: dict[str, Any] = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering"}
         peering["metadata"] = {"name": self.peering}
         self.api.custom.create_namespaced_custom_object(*KOPF_GROUP, name, "kopfpeerings", peering)
         self.plane.wait_service_account(name)
-        return name
 
     def close(self) -> None:
+        for ns in self.fixed_namespaces:
+            self._empty_namespace(ns)
         for ns in self.namespaces:
             self._release_jobs(ns)
             with contextlib.suppress(Exception):
@@ -113,6 +140,22 @@ class Tenant:
         with contextlib.suppress(Exception):
             self.api.custom.delete_cluster_custom_object(
                 *KOPF_GROUP, "clusterkopfpeerings", self.peering
+            )
+
+    def _empty_namespace(self, ns: str) -> None:
+        self._release_jobs(ns)
+        core = self.api.core
+        with contextlib.suppress(Exception):
+            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        with contextlib.suppress(Exception):
+            core.delete_collection_namespaced_event(ns)
+        with contextlib.suppress(Exception):
+            for cm in core.list_namespaced_config_map(ns).items:
+                if cm.metadata.name != "kube-root-ca.crt":
+                    core.delete_namespaced_config_map(cm.metadata.name, ns)
+        with contextlib.suppress(Exception):
+            self.api.custom.delete_namespaced_custom_object(
+                *KOPF_GROUP, ns, "kopfpeerings", self.peering
             )
 
     def __enter__(self) -> Self:
