@@ -324,8 +324,10 @@ def test_jobs_waiting_for_their_profile_configmap_converge_without_edits(
     assert cluster.job("later")["metadata"]["generation"] == 1
 
     # A job waiting for a GPU loses its ConfigMap: Invalid at once, not a pass loop.
-    cluster.api.create_job(offlinejob_manifest("waiter", namespace=ns, profile_from="prof2"))
+    # Its ConfigMap first: created after the job, it could come after the job's first
+    # validation (a distinct InvalidSpec Event of its own, which the count below excludes).
     core.create_namespaced_config_map(ns, configmap("prof2", {"profile.yaml": profile}))
+    cluster.api.create_job(offlinejob_manifest("waiter", namespace=ns, profile_from="prof2"))
     cluster.wait_phase("waiter", "Unschedulable")
     core.delete_namespaced_config_map("prof2", ns)
     status = cluster.wait_phase("waiter", "Invalid")
