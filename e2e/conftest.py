@@ -1,11 +1,15 @@
-"""End-to-end scenarios: real processes (kmock API, agents, Prometheus, operator) on loopback.
+"""End-to-end scenarios: real processes (the real Kubernetes control plane, agents,
+Prometheus, operator) on loopback.
 
 Fixtures:
 
-- ``start_system(nodes=NODES, **kwargs)`` starts a whole ``GleanerSystem``
-  (``gleaner.testing.system``) in the test's ``tmp_path`` and returns it; every system a
-  test started is stopped when the test ends, pass or fail (process groups killed, the
-  emulator thread stopped).
+- ``start_system(nodes=NODES, emulated=False, **kwargs)`` starts a whole ``GleanerSystem``
+  (``gleaner.testing.system``) in the test's ``tmp_path`` and returns it: on the worker's
+  real control plane (docs/controlplane.md) through a ``Tenant`` with the fixed namespaces
+  ``default`` and ``batch`` that the scenarios name (emptied afterwards), or, with
+  ``emulated``, on kmock's emulator (only for a scenario the real API server cannot run,
+  which says why). Every system a test started is stopped when the test ends, pass or fail
+  (process groups killed, the emulator thread stopped, the tenant's objects removed).
 - ``examples``: the repository's ``examples/`` directory.
 
 When a test fails, its report gets a section "gleaner e2e: where to look" with each
@@ -20,7 +24,9 @@ from typing import Any
 
 import pytest
 
-from gleaner.testing.system import GleanerSystem, SimNode
+from gleaner.testing.controlplane import ControlPlane
+from gleaner.testing.system import NAMESPACES, GleanerSystem, SimNode
+from gleaner.testing.tenant import Tenant
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,10 +57,21 @@ def start_system(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Generator[Callable[..., GleanerSystem]]:
     systems: list[GleanerSystem] = []
+    tenants: list[Tenant] = []
     setattr(request.node, SYSTEMS_ATTR, systems)
 
-    def start(nodes: Sequence[SimNode] = NODES, **kwargs: Any) -> GleanerSystem:
-        system = GleanerSystem(tmp_path / f"system-{len(systems)}", nodes, **kwargs)
+    def start(
+        nodes: Sequence[SimNode] = NODES, *, emulated: bool = False, **kwargs: Any
+    ) -> GleanerSystem:
+        workdir = tmp_path / f"system-{len(systems)}"
+        tenant = None
+        if not emulated:
+            plane: ControlPlane = request.getfixturevalue("control_plane")
+            request.getfixturevalue("gleaner_crds")
+            request.getfixturevalue("kopf_crds")
+            tenant = Tenant(plane, workdir / "tenant", namespaces=NAMESPACES).open()
+            tenants.append(tenant)
+        system = GleanerSystem(workdir, nodes, tenant=tenant, **kwargs)
         systems.append(system)
         return system.start()
 
@@ -63,6 +80,8 @@ def start_system(
     finally:
         for system in systems:
             system.stop()
+        for tenant in tenants:
+            tenant.close()
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """Scenario 6: invalid OfflineJobs are refused with field-level messages; nothing else moves.
 
-The emulator, unlike a real API server, does not enforce the CRD's schema, so the invalid
-examples reach the operator, as they would on a cluster whose CRD is older than the
-operator (or through a client that skips validation). Each must end in phase Invalid with a
+This scenario stays on kmock's emulator: a real API server refuses the invalid examples at
+admission (the CRD's schema and CEL rules; e2e/controlplane/test_real_apiserver.py checks
+that), so only an API server that does not enforce them lets them reach the operator, as
+they would on a cluster whose CRD is older than the operator (or through a client that
+skips validation). Each must end in phase Invalid with a
 ``Valid=False`` condition and an ``InvalidSpec`` Event whose message names the offending
 field, get no Pod, and be counted as Invalid; a job whose ConfigMap profile does not exist
 likewise. A valid job running meanwhile must be untouched.
@@ -48,7 +50,7 @@ def _kept(status: dict[str, Any]) -> dict[str, Any]:
 def test_invalid_jobs_are_refused_and_disturb_nothing(
     start_system: Callable[..., GleanerSystem], examples: Path
 ) -> None:
-    system = start_system()
+    system = start_system(emulated=True)
     system.apply_file(examples / "mistral-7b-profile-configmap.yaml")
     before = system.wait_phase(VALID, "Running")["status"]
     placements_before = system.operator_metric("gleaner_operator_placements_total")

@@ -1,8 +1,16 @@
-"""The real ``gleaner operator`` process against kmock's Kubernetes emulator, over HTTP.
+"""The real ``gleaner operator`` process against the real Kubernetes control plane.
 
-Each test starts its own emulator (a real HTTP server on loopback) and operator subprocess
-(KUBECONFIG pointing at it, kopf peering on) and drives it the way users, agents and the
-kubelet would: by creating and patching objects through the ``kubernetes`` client.
+Each test gets its share of the worker's control plane (``tenant``: a namespace, node names
+and a kopf peering of its own; docs/controlplane.md), starts operator subprocesses
+(KUBECONFIG pointing at the API server, kopf peering on) and drives them the way users,
+agents and the kubelet would: by creating and patching objects through the ``kubernetes``
+client. Pods bound to a node with a KWOK Node turn Running through KWOK; tests that assert
+on the Scheduled phase publish NodeTraces for nodes without one (``kwok=False``), whose
+Pods stay Pending as on a node whose kubelet has not started them yet.
+
+One test stays on kmock's emulator, and says why: the real API server refuses its invalid
+spec at admission (the CRD's CEL rules), so only an API server without them lets it reach
+the operator.
 """
 
 from __future__ import annotations
@@ -25,30 +33,61 @@ from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     KubeApi,
     KubeEmulator,
+    KubeTarget,
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
     wait_for,
 )
 from gleaner.testing.net import free_port
+from gleaner.testing.tenant import Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 class Cluster:
-    def __init__(self, kube: KubeEmulator) -> None:
-        self.kube = kube
-        self.api = KubeApi(kube)
+    """The operators of one test and helpers over its API server: the real control plane
+    (``tenant``) or, where a test says why, kmock's emulator (``kube``)."""
+
+    def __init__(self, target: KubeTarget, api: KubeApi, tenant: Tenant | None = None) -> None:
+        self.target = target
+        self.tenant = tenant
+        self.api = api
+        self.ns = api.namespace
         self.operators: list[OperatorProcess] = []
         self.port = free_port()
 
+    @classmethod
+    def real(cls, tenant: Tenant) -> Cluster:
+        return cls(tenant, tenant.api, tenant)
+
+    @classmethod
+    def emulated(cls, kube: KubeEmulator) -> Cluster:
+        return cls(kube, KubeApi(kube))
+
+    @property
+    def peering(self) -> str:
+        return self.tenant.peering if self.tenant is not None else "gleaner"
+
+    def node(self, name: str) -> str:
+        return self.tenant.node(name) if self.tenant is not None else name
+
+    def apply_nodetrace(self, manifest: dict[str, Any], *, kwok: bool = True) -> None:
+        if self.tenant is not None:
+            self.tenant.apply_nodetrace(manifest, kwok=kwok)
+        else:
+            self.api.apply_nodetrace(manifest)
+
     def start_operator(self, *extra: str, env: dict[str, str] | None = None) -> OperatorProcess:
         op = OperatorProcess(
-            self.kube,
-            [*FAST_OPERATOR_FLAGS, f"--http-port={self.port}", "--http-host=127.0.0.1", *extra],
+            self.target,
+            [
+                *FAST_OPERATOR_FLAGS, f"--peering={self.peering}",
+                f"--http-port={self.port}", "--http-host=127.0.0.1", *extra,
+            ],
             env=env,
             log_name=f"operator-{len(self.operators)}.log",
-        ).start()
+        ).start()  # fmt: skip
         self.operators.append(op)
         return op
 
@@ -95,9 +134,13 @@ class Cluster:
         return cond
 
     def events_for(self, name: str, reason: str) -> list[Any]:
-        return [
+        """``name``'s Events for ``reason`` in the order they were made: an API server lists
+        them by name (random suffixes), and their resourceVersions (etcd revisions) give
+        the order of their creation."""
+        events = [
             e for e in self.api.events() if e.involved_object.name == name and e.reason == reason
         ]
+        return sorted(events, key=lambda e: int(e.metadata.resource_version))
 
 
 def _condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -108,9 +151,20 @@ def _condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def cluster(tenant: Tenant) -> Iterator[Cluster]:
+    c = Cluster.real(tenant)
+    try:
+        yield c
+    finally:
+        for op in c.operators:
+            op.stop()
+        print(c.logs())  # shown by pytest only when the test failed
+
+
+@pytest.fixture
+def emulated(tmp_path: Path) -> Iterator[Cluster]:
     with KubeEmulator(tmp_path) as kube:
-        c = Cluster(kube)
+        c = Cluster.emulated(kube)
         try:
             yield c
         finally:
@@ -124,16 +178,18 @@ def _env(pod: Any) -> dict[str, str]:
 
 
 def test_apply_binds_a_pod_that_follows_the_contract(cluster: Cluster) -> None:
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2, offline_enabled=0.9))
+    node_a = cluster.node("node-a")
+    cluster.apply_nodetrace(nodetrace_manifest(node_a, gpus=2, offline_enabled=0.9))
     cluster.start_operator()
-    cluster.api.create_job(offlinejob_manifest("llama", sla=0.5))
+    cluster.api.create_job(offlinejob_manifest("llama", namespace=cluster.ns, sla=0.5))
 
-    status = cluster.wait_phase("llama", "Scheduled")
+    # KWOK runs the Pod as soon as it is bound: the job may be Running already.
+    status = cluster.wait_phase("llama", "Scheduled", "Running")
     pods = cluster.wait_pods("llama")
     assert [p.metadata.name for p in pods] == ["llama-0"]
     pod = pods[0]
     gpu = int(pod.metadata.annotations["gleaner.dev/gpus"])
-    assert pod.spec.node_name == "node-a" == status["placement"]["node"]
+    assert pod.spec.node_name == node_a == status["placement"]["node"]
     assert status["placement"]["gpuIndices"] == [gpu]
     assert pod.metadata.labels["gleaner.dev/role"] == "offline"
     assert pod.metadata.labels["gleaner.dev/attempt"] == "0"
@@ -144,16 +200,16 @@ def test_apply_binds_a_pod_that_follows_the_contract(cluster: Cluster) -> None:
         cluster.job("llama")["metadata"]["uid"],
     )
     env = _env(pod)
-    assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid("node-a", gpu)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid(node_a, gpu)
     assert env["LD_PRELOAD"] == "/var/lib/gleaner/lib/libgleaner_shim.so"
-    assert env["GLEANER_JOB"] == "default/llama"
+    assert env["GLEANER_JOB"] == f"{cluster.ns}/llama"
     assert "nvidia.com/gpu" not in str(pod.spec.containers[0].resources)
     assert status["placement"]["throughputFraction"] == pytest.approx(0.9)
     assert cluster.condition("llama", "Scheduled")["status"] == "True"
     assert cluster.events_for("llama", "Scheduled")
 
-    # The kubelet runs it, then it completes: the job follows.
-    cluster.api.set_pod_phase("llama-0", "Running")
+    # KWOK runs it (no test patches that), then it completes (KWOK completes no Pod on
+    # demand: the test writes the phase, as the kubelet would): the job follows.
     cluster.wait_phase("llama", "Running")
     assert cluster.condition("llama", "Ready")["status"] == "True"
     cluster.api.set_pod_phase("llama-0", "Succeeded")
@@ -170,10 +226,12 @@ def test_apply_binds_a_pod_that_follows_the_contract(cluster: Cluster) -> None:
 
 
 def test_two_jobs_never_share_a_gpu(cluster: Cluster) -> None:
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2, offline_enabled=0.9))
+    # No KWOK Node: the Pods stay Pending, so the jobs stay Scheduled.
+    trace = nodetrace_manifest(cluster.node("node-a"), gpus=2, offline_enabled=0.9)
+    cluster.apply_nodetrace(trace, kwok=False)
     cluster.start_operator()
     for i in range(3):
-        cluster.api.create_job(offlinejob_manifest(f"j{i}", sla=0.5))
+        cluster.api.create_job(offlinejob_manifest(f"j{i}", namespace=cluster.ns, sla=0.5))
     wait_for(lambda: len(cluster.api.pods()) == 2, message=cluster.logs)
     held = sorted(p.metadata.annotations["gleaner.dev/gpus"] for p in cluster.api.pods())
     assert held == ["0", "1"]
@@ -181,7 +239,11 @@ def test_two_jobs_never_share_a_gpu(cluster: Cluster) -> None:
     assert phases == ["Scheduled", "Scheduled", "Unschedulable"]
 
 
-def test_invalid_spec_gets_invalid_with_a_message_and_no_retries(cluster: Cluster) -> None:
+def test_invalid_spec_gets_invalid_with_a_message_and_no_retries(emulated: Cluster) -> None:
+    """On kmock: a real API server refuses the decreasing memory curve at admission (the
+    CRD's CEL rule, e2e/controlplane/test_real_apiserver.py), so the operator's own check,
+    its Invalid phase and its no-retry rule are reachable only without that rule."""
+    cluster = emulated
     cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1))
     cluster.start_operator()
     cluster.api.create_job(offlinejob_manifest("bad", memory_curve=[(10, 900), (40, 400)]))
@@ -217,8 +279,10 @@ def test_invalid_spec_gets_invalid_with_a_message_and_no_retries(cluster: Cluste
 def test_jobs_waiting_for_their_profile_configmap_converge_without_edits(
     cluster: Cluster,
 ) -> None:
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1, offline_enabled=0.5))
+    trace = nodetrace_manifest(cluster.node("node-a"), gpus=1, offline_enabled=0.5)
+    cluster.apply_nodetrace(trace, kwok=False)
     cluster.start_operator()
+    ns = cluster.ns
     profile = yaml.safe_dump(offlinejob_manifest("x")["spec"]["profile"])
     core = cluster.api.core
 
@@ -228,51 +292,53 @@ def test_jobs_waiting_for_their_profile_configmap_converge_without_edits(
     def valid_message(name: str) -> str:
         return str(cluster.condition(name, "Valid")["message"])
 
-    cluster.api.create_job(offlinejob_manifest("later", profile_from="prof"))
+    cluster.api.create_job(offlinejob_manifest("later", namespace=ns, profile_from="prof"))
     status = cluster.wait_phase("later", "Invalid")
-    assert status["message"] == "spec.profileFrom.name: ConfigMap default/prof not found"
+    assert status["message"] == f"spec.profileFrom.name: ConfigMap {ns}/prof not found"
 
     # The ConfigMap appears, but its profile is not YAML: still Invalid, the message says why.
-    core.create_namespaced_config_map("default", configmap("prof", {"profile.yaml": "a: [1,"}))
+    core.create_namespaced_config_map(ns, configmap("prof", {"profile.yaml": "a: [1,"}))
     wait_for(
         lambda: "is not valid YAML" in valid_message("later"),
         message=lambda: f"{cluster.status('later')}\n{cluster.logs()}",
     )
     assert valid_message("later").startswith(
-        "spec.profileFrom.key: ConfigMap default/prof key 'profile.yaml' is not valid YAML: "
+        f"spec.profileFrom.key: ConfigMap {ns}/prof key 'profile.yaml' is not valid YAML: "
     )
     # ... then under the wrong key.
-    # (kmock serves no PUT: a merge patch, as kubectl edit would send, null deletes a key)
+    # (a merge patch, as kubectl edit would send: null deletes a key)
     core.patch_namespaced_config_map(
-        "prof", "default", {"data": {"profile.yaml": None, "p.yaml": profile}}
+        "prof", ns, {"data": {"profile.yaml": None, "p.yaml": profile}}
     )
     wait_for(
         lambda: "has no key" in valid_message("later"),
         message=lambda: f"{cluster.status('later')}\n{cluster.logs()}",
     )
     assert valid_message("later") == (
-        "spec.profileFrom.key: ConfigMap default/prof has no key 'profile.yaml' (keys: p.yaml)"
+        f"spec.profileFrom.key: ConfigMap {ns}/prof has no key 'profile.yaml' (keys: p.yaml)"
     )
     # Fixed: the job is placed, nobody touched it.
-    core.patch_namespaced_config_map("prof", "default", {"data": {"profile.yaml": profile}})
+    core.patch_namespaced_config_map("prof", ns, {"data": {"profile.yaml": profile}})
     cluster.wait_phase("later", "Scheduled")
     assert cluster.condition("later", "Valid")["status"] == "True"
     assert cluster.job("later")["metadata"]["generation"] == 1
 
     # A job waiting for a GPU loses its ConfigMap: Invalid at once, not a pass loop.
-    cluster.api.create_job(offlinejob_manifest("waiter", profile_from="prof2"))
-    core.create_namespaced_config_map("default", configmap("prof2", {"profile.yaml": profile}))
+    # Its ConfigMap first: created after the job, it could come after the job's first
+    # validation (a distinct InvalidSpec Event of its own, which the count below excludes).
+    core.create_namespaced_config_map(ns, configmap("prof2", {"profile.yaml": profile}))
+    cluster.api.create_job(offlinejob_manifest("waiter", namespace=ns, profile_from="prof2"))
     cluster.wait_phase("waiter", "Unschedulable")
-    core.delete_namespaced_config_map("prof2", "default")
+    core.delete_namespaced_config_map("prof2", ns)
     status = cluster.wait_phase("waiter", "Invalid")
-    assert status["message"] == "spec.profileFrom.name: ConfigMap default/prof2 not found"
+    assert status["message"] == f"spec.profileFrom.name: ConfigMap {ns}/prof2 not found"
 
     # Unrelated ConfigMaps re-validate nobody, and nothing was retried in a loop: one
     # InvalidSpec Event per distinct problem.
     for i in range(5):
-        core.create_namespaced_config_map("default", configmap(f"other-{i}", {"k": "v"}))
+        core.create_namespaced_config_map(ns, configmap(f"other-{i}", {"k": "v"}))
     time.sleep(2)
-    assert "default/other-" not in cluster.logs()
+    assert f"{ns}/other-" not in cluster.logs()
     assert [e.message.split(":")[0] for e in cluster.events_for("later", "InvalidSpec")] == [
         "spec.profileFrom.name",
         "spec.profileFrom.key",
@@ -283,9 +349,10 @@ def test_jobs_waiting_for_their_profile_configmap_converge_without_edits(
 
 
 def test_unschedulable_says_why_and_is_retried_when_nodetraces_change(cluster: Cluster) -> None:
-    cluster.api.apply_nodetrace(nodetrace_manifest("busy", gpus=2, offline_enabled=0.3))
+    busy = cluster.node("busy")
+    cluster.apply_nodetrace(nodetrace_manifest(busy, gpus=2, offline_enabled=0.3), kwok=False)
     cluster.start_operator()
-    cluster.api.create_job(offlinejob_manifest("picky", sla=0.8))
+    cluster.api.create_job(offlinejob_manifest("picky", namespace=cluster.ns, sla=0.8))
 
     status = cluster.wait_phase("picky", "Unschedulable")
     cond = cluster.condition("picky", "Scheduled")
@@ -297,25 +364,28 @@ def test_unschedulable_says_why_and_is_retried_when_nodetraces_change(cluster: C
     assert events[0].type == "Warning"
 
     # The node's online load drops (its agent reports a new window): the job fits now.
-    cluster.api.apply_nodetrace(nodetrace_manifest("busy", gpus=2, offline_enabled=0.95))
+    cluster.apply_nodetrace(nodetrace_manifest(busy, gpus=2, offline_enabled=0.95), kwok=False)
     cluster.wait_phase("picky", "Scheduled")
-    assert [p.spec.node_name for p in cluster.wait_pods("picky")] == ["busy"]
+    assert [p.spec.node_name for p in cluster.wait_pods("picky")] == [busy]
 
 
 def test_gpu_selector_matches_node_labels_and_follows_relabelling(cluster: Cluster) -> None:
-    for name in ("node-a", "node-b"):
-        cluster.api.apply_nodetrace(nodetrace_manifest(name, gpus=1, offline_enabled=0.9))
-    cluster.api.apply_node("node-a", {"pool": "a100"})
-    cluster.api.apply_node("node-b", {"pool": "h100"})
+    assert cluster.tenant is not None
+    node_a, node_b = cluster.node("node-a"), cluster.node("node-b")
+    for name in (node_a, node_b):
+        cluster.apply_nodetrace(nodetrace_manifest(name, gpus=1, offline_enabled=0.9), kwok=False)
+    # Nodes as a kubelet registers them, which no KWOK runs: the Pods stay Pending.
+    cluster.tenant.apply_node(node_a, {"pool": "a100"})
+    cluster.tenant.apply_node(node_b, {"pool": "h100"})
     cluster.start_operator()
 
-    pinned = offlinejob_manifest("pinned")
+    pinned = offlinejob_manifest("pinned", namespace=cluster.ns)
     pinned["spec"]["gpuSelector"] = {"nodeSelector": {"pool": "h100"}}
     cluster.api.create_job(pinned)
     status = cluster.wait_phase("pinned", "Scheduled")
-    assert status["placement"]["node"] == "node-b"
+    assert status["placement"]["node"] == node_b
 
-    nowhere = offlinejob_manifest("nowhere")
+    nowhere = offlinejob_manifest("nowhere", namespace=cluster.ns)
     nowhere["spec"]["gpuSelector"] = {"nodeSelector": {"pool": "l4"}}
     cluster.api.create_job(nowhere)
     status = cluster.wait_phase("nowhere", "Unschedulable")
@@ -324,27 +394,29 @@ def test_gpu_selector_matches_node_labels_and_follows_relabelling(cluster: Clust
 
     # An administrator relabels node-a (kubectl label --overwrite): the Node watch sees it
     # and the job is placed there.
-    cluster.api.apply_node("node-a", {"pool": "l4"})
+    cluster.tenant.apply_node(node_a, {"pool": "l4"})
     status = cluster.wait_phase("nowhere", "Scheduled")
-    assert status["placement"]["node"] == "node-a"
-    assert [p.spec.node_name for p in cluster.wait_pods("nowhere")] == ["node-a"]
+    assert status["placement"]["node"] == node_a
+    assert [p.spec.node_name for p in cluster.wait_pods("nowhere")] == [node_a]
 
 
 def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> None:
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1, offline_enabled=0.95))
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-b", gpus=1, offline_enabled=0.7))
+    node_a, node_b = cluster.node("node-a"), cluster.node("node-b")
+    cluster.apply_nodetrace(nodetrace_manifest(node_a, gpus=1, offline_enabled=0.95))
+    cluster.apply_nodetrace(nodetrace_manifest(node_b, gpus=1, offline_enabled=0.7))
     cluster.start_operator()
-    cluster.api.create_job(offlinejob_manifest("victim", sla=0.6, max_evictions=3))
+    job = offlinejob_manifest("victim", namespace=cluster.ns, sla=0.6, max_evictions=3)
+    cluster.api.create_job(job)
 
-    first = cluster.wait_phase("victim", "Scheduled")["placement"]["node"]
-    other = {"node-a": "node-b", "node-b": "node-a"}[first]
+    # KWOK runs the Pod as soon as it is bound: the job may be Running already.
+    first = cluster.wait_phase("victim", "Scheduled", "Running")["placement"]["node"]
+    other = {node_a: node_b, node_b: node_a}[first]
     # The placement is recorded before the Pod is created: wait for the Pod first.
     cluster.wait_pods("victim")
-    cluster.api.set_pod_phase("victim-0", "Running")
     cluster.wait_phase("victim", "Running")
 
     # The agent of the job's node reports a window in which the job's GPU was starved.
-    cluster.api.apply_nodetrace(nodetrace_manifest(first, gpus=1, offline_enabled=0.05))
+    cluster.apply_nodetrace(nodetrace_manifest(first, gpus=1, offline_enabled=0.05))
     status = cluster.wait_phase("victim", "Evicted", "Scheduled")
     assert status["evictionCount"] == 1
     assert status["excludedNodes"] == [first]
@@ -357,17 +429,25 @@ def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> 
     reports = cluster.api.configmaps(selector="gleaner.dev/report=sla-eviction")
     assert [cm.metadata.name for cm in reports] == ["victim-sla-eviction-1"]
     report = json.loads(reports[0].data["report.json"])
-    assert report["job"] == "default/victim" and report["node"] == first
+    assert report["job"] == f"{cluster.ns}/victim" and report["node"] == first
     assert report["outcome"] == "requeued"
 
-    # After the backoff it runs again, on the other node, as attempt 1.
-    status = cluster.wait_phase("victim", "Scheduled")
+    # After the backoff it runs again, on the other node, as attempt 1 (KWOK runs it).
+    status = cluster.wait_phase("victim", "Scheduled", "Running")
     assert status["placement"]["node"] == other
-    pods = cluster.wait_pods("victim")
+    # The evicted Pod goes once KWOK has finalized its deletion.
+    pods = wait_for(
+        lambda: (
+            [p for p in cluster.pods_of("victim") if p.metadata.deletion_timestamp is None]
+            if len(cluster.pods_of("victim")) == 1
+            else []
+        ),
+        message=cluster.logs,
+    )
     assert [(p.metadata.name, p.spec.node_name) for p in pods] == [("victim-1", other)]
 
     # `gleaner report evictions` reads the report back from the cluster.
-    env = {**os.environ, "KUBECONFIG": str(cluster.kube.kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": str(cluster.target.kubeconfig)}
     for fmt in ("json", "csv", "markdown", "table"):
         out = subprocess.run(
             [sys.executable, "-m", "gleaner.cli.main", "report", "evictions", "--format", fmt],
@@ -389,7 +469,7 @@ def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> 
         ).stdout
     )
     assert [(r["job"], r["node"], r["evictionCount"]) for r in rows] == [
-        ("default/victim", first, 1)
+        (f"{cluster.ns}/victim", first, 1)
     ]
     bad = subprocess.run(
         [sys.executable, "-m", "gleaner.cli.main", "report", "evictions", "--since", "soon"],
@@ -402,9 +482,9 @@ def test_sla_miss_evicts_reports_and_reschedules_elsewhere(cluster: Cluster) -> 
 
 
 def test_deleting_a_job_deletes_its_pods(cluster: Cluster) -> None:
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=1))
+    cluster.apply_nodetrace(nodetrace_manifest(cluster.node("node-a"), gpus=1))
     cluster.start_operator()
-    cluster.api.create_job(offlinejob_manifest("doomed"))
+    cluster.api.create_job(offlinejob_manifest("doomed", namespace=cluster.ns))
     cluster.wait_pods("doomed")
     assert cluster.job("doomed")["metadata"]["finalizers"] == ["gleaner.dev/finalizer"]
 
@@ -414,16 +494,16 @@ def test_deleting_a_job_deletes_its_pods(cluster: Cluster) -> None:
 
 
 def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) -> None:
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=4))
+    cluster.apply_nodetrace(nodetrace_manifest(cluster.node("node-a"), gpus=4))
     first = cluster.start_operator(env={"GLEANER_OPERATOR_BIND_DELAY": "120"})
     names = [f"r{i}" for i in range(4)]
     # r0's placement is recorded, and its pass sleeps before creating the Pod, holding the
     # scheduling lock: r1-r3 are validated but wait (which jobs one pass sees depends on
     # timing, so the test sets the split up instead of hoping all four land in one pass).
-    cluster.api.create_job(offlinejob_manifest("r0"))
+    cluster.api.create_job(offlinejob_manifest("r0", namespace=cluster.ns))
     recorded = cluster.wait_phase("r0", "Scheduled")["placement"]
     for name in names[1:]:
-        cluster.api.create_job(offlinejob_manifest(name))
+        cluster.api.create_job(offlinejob_manifest(name, namespace=cluster.ns))
     for name in names[1:]:
         waiting = cluster.wait_valid(name)
         assert waiting["phase"] == "Pending", waiting
@@ -462,12 +542,12 @@ def test_two_replicas_one_active_and_the_standby_takes_over(cluster: Cluster) ->
     Both start with the default (random) peering priority; kopf pauses every replica of a
     tie, so with equal priorities nothing would ever be bound.
     """
-    cluster.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2))
+    cluster.apply_nodetrace(nodetrace_manifest(cluster.node("node-a"), gpus=2))
     replicas = [cluster.start_operator(f"--http-port={free_port()}") for _ in range(2)]
 
     def peers() -> dict[str, Any]:
         peering = cluster.api.custom.get_cluster_custom_object(
-            "kopf.dev", "v1", "clusterkopfpeerings", "gleaner"
+            "kopf.dev", "v1", "clusterkopfpeerings", cluster.peering
         )
         return dict(peering.get("status") or {})
 
@@ -475,7 +555,7 @@ def test_two_replicas_one_active_and_the_standby_takes_over(cluster: Cluster) ->
     wait_for(lambda: len(peers()) == 2, timeout=40, message=cluster.logs)
     priorities = sorted(int(p["priority"]) for p in peers().values())
     assert priorities[0] != priorities[1]
-    cluster.api.create_job(offlinejob_manifest("first"))
+    cluster.api.create_job(offlinejob_manifest("first", namespace=cluster.ns))
     wait_for(lambda: cluster.pods_of("first"), timeout=40, message=cluster.logs)
     assert not any("Pausing all operators, including self" in op.log() for op in replicas)
 
@@ -483,7 +563,7 @@ def test_two_replicas_one_active_and_the_standby_takes_over(cluster: Cluster) ->
     [active] = [op for op in replicas if f"priority {priorities[1]}" in op.log()]
     [standby] = [op for op in replicas if op is not active]
     active.stop()
-    cluster.api.create_job(offlinejob_manifest("second"))
+    cluster.api.create_job(offlinejob_manifest("second", namespace=cluster.ns))
     wait_for(lambda: cluster.pods_of("second"), timeout=40, message=cluster.logs)
     assert "Resuming operations" in standby.log()
     assert [p.metadata.name for p in cluster.pods_of("first")] == ["first-0"]
@@ -492,21 +572,18 @@ def test_two_replicas_one_active_and_the_standby_takes_over(cluster: Cluster) ->
     assert held == ["0", "1"]
 
 
-def test_namespaced_operator_serves_only_its_namespace(tmp_path: Path) -> None:
-    with KubeEmulator(tmp_path, namespaces=("default", "team-a")) as kube:
-        c = Cluster(kube)
-        try:
-            c.api.apply_nodetrace(nodetrace_manifest("node-a", gpus=2))
-            c.start_operator("--namespace=team-a")
-            c.api.create_job(offlinejob_manifest("mine", namespace="team-a"))
-            c.api.create_job(offlinejob_manifest("theirs", namespace="default"))
-            wait_for(lambda: c.api.pods("team-a"), message=c.logs)
-            assert [p.metadata.name for p in c.api.pods("team-a")] == ["mine-0"]
-            job = c.api.get_job("mine", "team-a")
-            assert job is not None and job["status"]["phase"] == "Scheduled"
-            assert c.api.pods("default") == []
-            assert "status" not in (c.api.get_job("theirs") or {})
-        finally:
-            for op in c.operators:
-                op.stop()
-            print(c.logs())
+def test_namespaced_operator_serves_only_its_namespace(cluster: Cluster) -> None:
+    assert cluster.tenant is not None
+    team_a = cluster.tenant.add_namespace("team-a")
+    other = cluster.ns
+    c = cluster
+    c.apply_nodetrace(nodetrace_manifest(c.node("node-a"), gpus=2), kwok=False)
+    c.start_operator(f"--namespace={team_a}")
+    c.api.create_job(offlinejob_manifest("mine", namespace=team_a))
+    c.api.create_job(offlinejob_manifest("theirs", namespace=other))
+    wait_for(lambda: c.api.pods(team_a), message=c.logs)
+    assert [p.metadata.name for p in c.api.pods(team_a)] == ["mine-0"]
+    job = c.api.get_job("mine", team_a)
+    assert job is not None and job["status"]["phase"] == "Scheduled"
+    assert c.api.pods(other) == []
+    assert "status" not in (c.api.get_job("theirs", other) or {})

@@ -1,4 +1,6 @@
-"""``gleaner operator --prometheus-url`` against a real Prometheus and kmock, over HTTP.
+"""``gleaner operator --prometheus-url`` against a real Prometheus and the real Kubernetes
+control plane (docs/controlplane.md; namespace ``default``, which the backfilled series
+name, emptied afterwards; KWOK runs the Pods), over HTTP.
 
 Prometheus is Debian's server, backfilled by ``promtool`` (``gleaner.testing.prometheus``)
 with agent metrics for two nodes: ``prom-good`` (offline work enabled 90% of the time) and
@@ -24,10 +26,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gleaner.api.nodetrace import gpu_uuid
+from gleaner.testing.controlplane import ControlPlane
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     KubeApi,
-    KubeEmulator,
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
@@ -35,6 +37,7 @@ from gleaner.testing.kube import (
 )
 from gleaner.testing.net import free_port
 from gleaner.testing.prometheus import PrometheusServer, Series
+from gleaner.testing.tenant import Tenant
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -89,28 +92,44 @@ def prometheus() -> Iterator[PrometheusServer]:
         yield server
 
 
-def test_placement_and_sla_follow_prometheus(tmp_path: Path, prometheus: PrometheusServer) -> None:
-    with KubeEmulator(tmp_path) as kube:
-        api = KubeApi(kube)
-        # The NodeTraces contradict Prometheus on the load; they only lend their inventory.
-        api.apply_nodetrace(nodetrace_manifest("prom-good", gpus=2, offline_enabled=0.2))
-        api.apply_nodetrace(nodetrace_manifest("prom-bad", gpus=2, offline_enabled=0.95))
-        port = free_port()
-        operator = OperatorProcess(
-            kube,
-            [
-                *FAST_OPERATOR_FLAGS,
-                f"--sla-window={SLA_WINDOW:g}s",
-                f"--prometheus-url={prometheus.url}",
-                f"--http-port={port}",
-                "--http-host=127.0.0.1",
-            ],
-        ).start()
-        try:
-            run_scenario(api, operator, f"http://127.0.0.1:{port}/metrics")
-        finally:
-            operator.stop()
-            print(operator.log()[-6000:])  # shown by pytest only when the test failed
+@pytest.fixture
+def default_tenant(
+    control_plane: ControlPlane,
+    gleaner_crds: list[str],
+    kopf_crds: list[str],
+    tmp_path: Path,
+) -> Iterator[Tenant]:
+    """The control plane's ``default`` namespace (the backfilled series name it) and the
+    node names as they are (NodeTraces left by earlier tests are removed on open)."""
+    with Tenant(control_plane, tmp_path / "tenant", namespaces=("default",)) as tenant:
+        yield tenant
+
+
+def test_placement_and_sla_follow_prometheus(
+    default_tenant: Tenant, prometheus: PrometheusServer
+) -> None:
+    tenant = default_tenant
+    api = tenant.api
+    # The NodeTraces contradict Prometheus on the load; they only lend their inventory.
+    tenant.apply_nodetrace(nodetrace_manifest("prom-good", gpus=2, offline_enabled=0.2))
+    tenant.apply_nodetrace(nodetrace_manifest("prom-bad", gpus=2, offline_enabled=0.95))
+    port = free_port()
+    operator = OperatorProcess(
+        tenant,
+        [
+            *FAST_OPERATOR_FLAGS,
+            f"--peering={tenant.peering}",
+            f"--sla-window={SLA_WINDOW:g}s",
+            f"--prometheus-url={prometheus.url}",
+            f"--http-port={port}",
+            "--http-host=127.0.0.1",
+        ],
+    ).start()
+    try:
+        run_scenario(api, operator, f"http://127.0.0.1:{port}/metrics")
+    finally:
+        operator.stop()
+        print(operator.log()[-6000:])  # shown by pytest only when the test failed
 
 
 def job_series(metrics_url: str) -> dict[tuple[str, str], float]:
@@ -144,7 +163,8 @@ def run_scenario(api: KubeApi, operator: OperatorProcess, metrics_url: str) -> N
     # NodeTrace 0.95, which Prometheus puts at 0.3, below the SLA).
     gpus: dict[str, int] = {}
     for name in TIMESLICE:
-        placement = wait_phase(name, "Scheduled")["placement"]
+        # KWOK runs the Pod as soon as it is bound: the job may be Running already.
+        placement = wait_phase(name, "Scheduled", "Running")["placement"]
         assert placement["node"] == "prom-good"
         assert placement["compute"] == pytest.approx(0.9, abs=1e-6)
         assert placement["throughputFraction"] == pytest.approx(0.9, abs=1e-6)
@@ -155,7 +175,7 @@ def run_scenario(api: KubeApi, operator: OperatorProcess, metrics_url: str) -> N
         )
         env = {e.name: e.value for e in pod.spec.containers[0].env}
         assert env["NVIDIA_VISIBLE_DEVICES"] == gpu_uuid("prom-good", gpus[name])
-        api.set_pod_phase(pod.metadata.name, "Running")
+        wait_phase(name, "Running")  # KWOK ran it
     assert sorted(gpus.values()) == [0, 1]
 
     # The SLA monitor reads the job's timeslice counter: 0.8 (kept), 0.2 (evicted).

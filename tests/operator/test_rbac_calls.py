@@ -7,6 +7,11 @@ call the operator makes (start-up scans, watches, binding Pods, status patches, 
 Events, Node labels, profile ConfigMaps, an SLA eviction with its report and Pod deletion,
 a rescheduling, the job's deletion), records each (API group, resource, verb) the operator's
 clients used, and fails on any that no rule grants: on a cluster that call would be a 403.
+
+It stays on kmock on purpose: the emulator records every kind of access each client makes,
+which a real API server does not hand a test on demand. The real server's side, the
+operator bound to exactly these rules and refused nothing through a bind, run and delete,
+is e2e/controlplane/test_operator_real.py.
 """
 
 from __future__ import annotations

@@ -30,6 +30,16 @@ Contract.
 - ``add_gpu_nodes(GpuNode(...), ...)`` creates KWOK Nodes with GPU capacity
   (``nvidia.com/gpu``), the GPU product label ``GPU_PRODUCT_LABEL`` and any extra labels,
   and waits until they are Ready. ``gpu_node_manifest`` is the pure manifest builder.
+- ``stop_apiserver()`` / ``start_apiserver()`` stop kube-apiserver and start it again on
+  the same port and the same etcd (``restart_apiserver()`` does both), the way an upgrade
+  or a crash of the API server looks to its clients: connections drop, then a fresh watch
+  cache answers.
+- ``etcd_revision()`` is etcd's current revision; ``bump_etcd_revision(n)`` writes ``n``
+  keys outside the API server's prefix (so the revision moves on without any Kubernetes
+  object changing); ``compact_etcd()`` compacts etcd's history up to the current revision
+  (physically, through etcd's own ``/v3/kv/compaction`` API, as ``etcdctl compact`` does).
+  Together with a restarted API server these make a client's next watch from an older
+  ``resourceVersion`` end in ``410 Gone`` on demand.
 - ``stop()`` stops every process (SIGTERM to its group, SIGKILL after a grace period;
   reverse start order; safe to call twice). ``diagnostics()`` gives each process's
   command, state, log path and last log lines.
@@ -39,6 +49,7 @@ Everything listens on 127.0.0.1 only. Nothing here knows Gleaner's resources.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -390,6 +401,53 @@ class ControlPlane:
                 "--cidr=10.244.0.1/16",
             ],
         )  # fmt: skip
+
+    # ---- faults on demand --------------------------------------------------------------
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM, then SIGKILL); etcd and the rest keep running."""
+        self.processes.get("kube-apiserver").stop(grace=10.0)
+
+    def start_apiserver(self, timeout: float = 120.0) -> None:
+        """Start the stopped kube-apiserver again, same flags, port and etcd; wait for
+        ``/readyz``."""
+        process = self.processes.get("kube-apiserver").start()
+        deadline = time.monotonic() + timeout
+        self._wait_url(f"{self.server}/readyz", process, deadline, ssl_context=self._ssl())
+
+    def restart_apiserver(self, timeout: float = 120.0) -> None:
+        self.stop_apiserver()
+        self.start_apiserver(timeout)
+
+    def _etcd(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST to etcd's JSON gateway (the gRPC API over HTTP) and return its answer."""
+        request = urllib.request.Request(
+            f"{self.etcd_url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30.0) as resp:
+            return dict(json.load(resp))
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (every write, of any key, moves it on by one)."""
+        return int(self._etcd("/v3/maintenance/status", {})["header"]["revision"])
+
+    def bump_etcd_revision(self, writes: int = 1) -> int:
+        """Write ``writes`` keys outside the API server's ``/registry`` prefix; the new
+        revision."""
+        for i in range(writes):
+            key = base64.b64encode(f"/gleaner-test/bump/{i}".encode()).decode()
+            self._etcd("/v3/kv/put", {"key": key, "value": base64.b64encode(b"x").decode()})
+        return self.etcd_revision()
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (physically: the old
+        revisions are gone when this returns); that revision."""
+        revision = self.etcd_revision()
+        self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
 
     def _wait_default_service_account(self, deadline: float) -> None:
         self._wait(

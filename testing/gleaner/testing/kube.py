@@ -69,7 +69,7 @@ from collections.abc import (
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 
 import attrs
 import kmock
@@ -693,8 +693,27 @@ class KubeEmulator:
 # ---------------------------------------------------------------------------------------
 
 
+class KubeTarget(Protocol):
+    """Where a process under test finds its API server: the emulator, or one test's share
+    of the real control plane (``gleaner.testing.tenant.Tenant``)."""
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    @property
+    def workdir(self) -> Path: ...
+
+
+class ApiClientSource(Protocol):
+    """Anything that makes a ``kubernetes.client.ApiClient`` (the emulator, the control
+    plane)."""
+
+    def api_client(self) -> Any: ...
+
+
 class OperatorProcess:
-    """``gleaner operator`` as a subprocess with ``KUBECONFIG`` pointing at an emulator.
+    """``gleaner operator`` as a subprocess with ``KUBECONFIG`` pointing at an emulator (or
+    at the real control plane: any ``KubeTarget``).
 
     Output goes to ``log_path`` (read it with ``log()`` when a test fails). ``kill()`` sends
     SIGKILL (a crash), ``stop()`` SIGTERM (a graceful exit).
@@ -702,7 +721,7 @@ class OperatorProcess:
 
     def __init__(
         self,
-        kube: KubeEmulator,
+        kube: KubeTarget,
         args: Sequence[str] = (),
         *,
         env: Mapping[str, str] | None = None,
@@ -935,9 +954,11 @@ def offlinejob_manifest(
 class KubeApi:
     """Thin synchronous helpers over the ``kubernetes`` client for tests and benchmarks."""
 
-    def __init__(self, kube: KubeEmulator) -> None:
+    def __init__(self, kube: ApiClientSource, namespace: str = "default") -> None:
         import kubernetes
 
+        self.namespace = namespace
+        """The namespace of every call that names none."""
         # Typed Any on purpose: tests pass plain dicts, which the client accepts at run time.
         self.client: Any = kube.api_client()
         self.core: Any = kubernetes.client.CoreV1Api(self.client)
@@ -959,18 +980,18 @@ class KubeApi:
         )
 
     def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        ns = manifest["metadata"].get("namespace", "default")
+        ns = manifest["metadata"].get("namespace") or self.namespace
         result = self.custom.create_namespaced_custom_object(
             "gleaner.dev", "v1alpha1", ns, "offlinejobs", manifest
         )
         return cast(dict[str, Any], result)
 
-    def get_job(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+    def get_job(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         import kubernetes
 
         try:
             result = self.custom.get_namespaced_custom_object(
-                "gleaner.dev", "v1alpha1", namespace, "offlinejobs", name
+                "gleaner.dev", "v1alpha1", namespace or self.namespace, "offlinejobs", name
             )
         except kubernetes.client.ApiException as exc:
             if exc.status == 404:
@@ -978,26 +999,32 @@ class KubeApi:
             raise
         return cast(dict[str, Any], result)
 
-    def delete_job(self, name: str, namespace: str = "default") -> None:
+    def delete_job(self, name: str, namespace: str | None = None) -> None:
         self.custom.delete_namespaced_custom_object(
-            "gleaner.dev", "v1alpha1", namespace, "offlinejobs", name
+            "gleaner.dev", "v1alpha1", namespace or self.namespace, "offlinejobs", name
         )
 
-    def list_jobs(self, namespace: str = "default") -> list[dict[str, Any]]:
+    def list_jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
         result = self.custom.list_namespaced_custom_object(
-            "gleaner.dev", "v1alpha1", namespace, "offlinejobs"
+            "gleaner.dev", "v1alpha1", namespace or self.namespace, "offlinejobs"
         )
         return list(cast(dict[str, Any], result).get("items", []))
 
-    def pods(self, namespace: str = "default", selector: str | None = None) -> list[Any]:
-        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+    def pods(self, namespace: str | None = None, selector: str | None = None) -> list[Any]:
+        return list(
+            self.core.list_namespaced_pod(
+                namespace or self.namespace, label_selector=selector
+            ).items
+        )
 
-    def set_pod_phase(self, name: str, phase: str, namespace: str = "default") -> None:
+    def set_pod_phase(self, name: str, phase: str, namespace: str | None = None) -> None:
         """What the kubelet would do: move a Pod to ``phase``."""
-        self.core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase}})
+        self.core.patch_namespaced_pod_status(
+            name, namespace or self.namespace, {"status": {"phase": phase}}
+        )
 
-    def events(self, namespace: str = "default") -> list[Any]:
-        return list(self.core.list_namespaced_event(namespace).items)
+    def events(self, namespace: str | None = None) -> list[Any]:
+        return list(self.core.list_namespaced_event(namespace or self.namespace).items)
 
     def apply_node(
         self,
@@ -1032,5 +1059,9 @@ class KubeApi:
     def delete_node(self, name: str) -> None:
         self.core.delete_node(name)
 
-    def configmaps(self, namespace: str = "default", selector: str | None = None) -> list[Any]:
-        return list(self.core.list_namespaced_config_map(namespace, label_selector=selector).items)
+    def configmaps(self, namespace: str | None = None, selector: str | None = None) -> list[Any]:
+        return list(
+            self.core.list_namespaced_config_map(
+                namespace or self.namespace, label_selector=selector
+            ).items
+        )

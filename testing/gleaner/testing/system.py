@@ -2,22 +2,26 @@
 
 Contract. ``GleanerSystem(workdir, nodes)`` starts, in this order,
 
-1. the Kubernetes API: kmock's emulator over HTTP (``gleaner.testing.kube.KubeEmulator``,
-   in this process), with the CRDs from ``crds/`` and namespaces ``default`` and ``batch``;
+1. the Kubernetes API: with ``tenant`` (``gleaner.testing.tenant.Tenant``, made with the
+   namespaces in ``NAMESPACES``), the tenant's share of the real control plane
+   (docs/controlplane.md), where every ``SimNode`` is also a KWOK Node; without, kmock's
+   emulator over HTTP (``gleaner.testing.kube.KubeEmulator``, in this process), with the
+   CRDs from ``crds/`` and namespaces ``default`` and ``batch``;
 2. one ``gleaner agent --backend simulated`` process per ``SimNode``, each replaying its own
    online trace (a trace-format CSV written by ``write_traces`` from a seeded generator),
    reporting its NodeTrace every ``agent_report_interval`` over a short ``agent_window``;
 3. the real ``prometheus`` scraping every agent and the operator every second
    (``gleaner.testing.processes.ScrapingPrometheus``);
 4. ``gleaner operator`` with short intervals (``OPERATOR_FAST_ARGS``) and its HTTP server;
-5. a stand-in kubelet (a thread): the emulator has none, so Pods bound to a node whose agent
-   is alive are moved to phase Running, as a kubelet would once the containers start.
+5. on the emulator only, a stand-in kubelet (a thread): the emulator has none, so Pods
+   bound to a node whose agent is alive are moved to phase Running, as a kubelet would once
+   the containers start. On the control plane KWOK runs them.
 
 and waits until every agent answers ``/healthz``, every NodeTrace has a window, Prometheus
 scrapes every target and the operator answers ``/healthz``. ``stop()`` ends everything it
 started (process groups, the emulator thread), also after a failed start.
 ``diagnostics()`` says where to look: each process' log path and last lines, and the
-objects in the emulator.
+objects in the API server.
 
 Everything a scenario does goes through the same doors a user or a cluster would use: the
 Kubernetes API (``api``), the agents' HTTP endpoints (``burst``), the operator's HTTP server
@@ -58,6 +62,7 @@ from gleaner.testing.processes import (
     http_text,
     wait_http,
 )
+from gleaner.testing.tenant import Tenant
 
 T = TypeVar("T")
 
@@ -229,7 +234,9 @@ class GleanerSystem:
     """Start the operator with ``--prometheus-url`` (traces and SLA observations from the
     agents' metrics in Prometheus instead of NodeTraces)."""
     startup_timeout: float = 90.0
-    kube: KubeEmulator = field(init=False)
+    tenant: Tenant | None = None
+    """The share of the real control plane to run on; None: kmock's emulator."""
+    kube: KubeEmulator | None = field(default=None, init=False)
     api: KubeApi = field(init=False)
     prom: ScrapingPrometheus = field(init=False)
     processes: ProcessSet = field(default_factory=ProcessSet, init=False)
@@ -244,7 +251,8 @@ class GleanerSystem:
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
-        self.kube = KubeEmulator(self.workdir / "kube", namespaces=NAMESPACES)
+        if self.tenant is None:
+            self.kube = KubeEmulator(self.workdir / "kube", namespaces=NAMESPACES)
         self.prom = ScrapingPrometheus(self.workdir / "prometheus")
 
     def __enter__(self) -> Self:
@@ -261,9 +269,23 @@ class GleanerSystem:
             raise
         return self
 
+    @property
+    def kubeconfig(self) -> Path:
+        """The kubeconfig every process and the CLI use."""
+        if self.tenant is not None:
+            return self.tenant.kubeconfig
+        assert self.kube is not None
+        return self.kube.kubeconfig
+
     def _start(self) -> None:
-        self.kube.start()
-        self.api = KubeApi(self.kube)
+        if self.tenant is not None:
+            self.api = KubeApi(self.tenant.plane)
+            for node in self.nodes:
+                self.tenant.add_kwok_node(node.name)
+        else:
+            assert self.kube is not None
+            self.kube.start()
+            self.api = KubeApi(self.kube)
         traces, self.combined_trace = write_traces(
             self.workdir / "traces", self.nodes, seed=self.seed
         )
@@ -271,8 +293,9 @@ class GleanerSystem:
         for node in self.nodes:
             self._launch_agent(node, traces[node.name])
         self.start_operator()
-        self._kubelet = threading.Thread(target=self._kubelet_loop, name="kubelet", daemon=True)
-        self._kubelet.start()
+        if self.kube is not None:
+            self._kubelet = threading.Thread(target=self._kubelet_loop, name="kubelet", daemon=True)
+            self._kubelet.start()
         self.prom.wait_ready()
         for agent in self.agents.values():
             self.wait_agent_ready(agent.node.name)
@@ -289,8 +312,9 @@ class GleanerSystem:
         if self._kubelet is not None:
             self._kubelet.join(timeout=5)
         self.processes.stop_all()
-        with contextlib.suppress(Exception):
-            self.kube.stop()
+        if self.kube is not None:
+            with contextlib.suppress(Exception):
+                self.kube.stop()
 
     # -- environment ----------------------------------------------------------------------
 
@@ -301,7 +325,7 @@ class GleanerSystem:
             for k, v in os.environ.items()
             if not k.startswith(("GLEANER_", "KUBERNETES_SERVICE"))
         }
-        env.update({"KUBECONFIG": str(self.kube.kubeconfig), "PYTHONUNBUFFERED": "1"})
+        env.update({"KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"})
         env.update(extra or {})
         return env
 
@@ -334,7 +358,7 @@ class GleanerSystem:
             f"--trace={trace}",
             f"--report-interval={self.agent_report_interval}",
             f"--window={self.agent_window}",
-            f"--kubeconfig={self.kube.kubeconfig}",
+            f"--kubeconfig={self.kubeconfig}",
         ]
         process = ManagedProcess(
             f"agent {node.name}", argv, self.workdir / "logs" / f"agent-{node.name}.log"
@@ -349,6 +373,8 @@ class GleanerSystem:
         """Start an agent for a node that was not there (capacity appears)."""
         if node.name in self.agents:
             raise ValueError(f"agent {node.name} exists")
+        if self.tenant is not None:
+            self.tenant.add_kwok_node(node.name)
         rows = trace_rows(node, seed=self.seed)
         trace = write_trace(self.workdir / "traces" / f"trace-{node.name}.csv", rows)
         agent = self._launch_agent(node, trace)
@@ -419,6 +445,8 @@ class GleanerSystem:
         ]
         if self.operator_reads_prometheus:
             argv.append(f"--prometheus-url={self.prom.url}")
+        if self.tenant is not None:
+            argv.append(f"--peering={self.tenant.peering}")
         if self.operator is None:
             self.operator = self.processes.add(
                 ManagedProcess("operator", argv, self.workdir / "logs" / "operator.log")
@@ -603,6 +631,7 @@ class GleanerSystem:
                 self._kubelet_once()
 
     def _kubelet_once(self) -> None:
+        assert self.kube is not None
         for pod in self.kube.objects("v1/pods"):
             meta = pod.get("metadata") or {}
             node = (pod.get("spec") or {}).get("nodeName")
@@ -615,12 +644,23 @@ class GleanerSystem:
 
     # -- diagnostics ----------------------------------------------------------------------
 
+    def _objects(self, resource: str) -> list[dict[str, Any]]:
+        """Every object of ``resource`` (``'v1/pods'``, ``'<group>/<version>/<plural>'``)."""
+        if self.kube is not None:
+            return self.kube.objects(resource)
+        if resource == "v1/pods":
+            pods = self.api.core.list_pod_for_all_namespaces().items
+            return [dict(self.api.client.sanitize_for_serialization(p)) for p in pods]
+        group, version, plural = resource.split("/")
+        listed = self.api.custom.list_cluster_custom_object(group, version, plural)
+        return list(listed.get("items", []))
+
     def diagnostics(self) -> str:
         lines = [self.processes.diagnostics()]
         with contextlib.suppress(Exception):
-            lines.append("--- objects in the Kubernetes emulator:")
+            lines.append("--- objects in the API server:")
             for resource in ("gleaner.dev/v1alpha1/offlinejobs", "v1/pods"):
-                for obj in self.kube.objects(resource):
+                for obj in self._objects(resource):
                     meta = obj.get("metadata") or {}
                     status = obj.get("status") or {}
                     lines.append(
@@ -629,7 +669,7 @@ class GleanerSystem:
                         f"node={(obj.get('spec') or {}).get('nodeName', '')} "
                         f"message={str(status.get('message', ''))[:200]}"
                     )
-            for obj in self.kube.objects("gleaner.dev/v1alpha1/nodetraces"):
+            for obj in self._objects("gleaner.dev/v1alpha1/nodetraces"):
                 status = obj.get("status") or {}
                 lines.append(
                     f"    nodetrace {obj['metadata']['name']}: lastReportTime="
