@@ -17,6 +17,9 @@ The same classes run in the agent daemon, in the simulator and in tests
   sequences — gate acks, RECLAIM_ACK and RESTORE_ACK, disconnects and timeouts in; RECLAIM
   and RESTORE frames, completions and abandons out (:func:`reclaim_targets` picks who
   releases which page).
+- :class:`Instrumentation` (per node): which processes on each GPU no connected shim
+  accounts for (the driver's process list against the shims' pids, silent and disconnected
+  online shims); such a GPU's gate is held closed.
 """
 
 from gleaner.runtime_agent.policy.accounting import (
@@ -30,6 +33,12 @@ from gleaner.runtime_agent.policy.accounting import (
     window_summary,
 )
 from gleaner.runtime_agent.policy.gate import ComputeGate, Disable, Enable, GateAction, GateConfig
+from gleaner.runtime_agent.policy.instrumented import (
+    GpuProcess,
+    Instrumentation,
+    InstrumentationConfig,
+    Uninstrumented,
+)
 from gleaner.runtime_agent.policy.memory import (
     Grow,
     MemoryAction,
@@ -71,10 +80,13 @@ __all__ = [
     "Enable",
     "GateAction",
     "GateConfig",
+    "GpuProcess",
     "GpuTotals",
     "Grow",
     "HandleMap",
     "HoldEnded",
+    "Instrumentation",
+    "InstrumentationConfig",
     "KvSpan",
     "MemoryAction",
     "MemoryConfig",
@@ -93,6 +105,7 @@ __all__ = [
     "SendRestore",
     "StepKind",
     "Totals",
+    "Uninstrumented",
     "plan_reclamation",
     "reclaim_cost",
     "reclaim_targets",
