@@ -67,6 +67,10 @@ what it reclaimed since, and a report sent while a restore was under way would b
 restored page back (were one adopted anyway, its RESTORE answers ``ENOENT`` and it is
 forgotten).
 
+Every HELLO, read and disconnect is told to ``instrumentation`` (when set), which holds the
+gates of GPUs with processes no connected shim accounts for (docs/agent.md, "Uninstrumented
+processes").
+
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
 """
 
@@ -89,7 +93,9 @@ from gleaner.protocol import wire as p
 from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
+from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
+from gleaner.runtime_agent.policy.instrumented import Role
 from gleaner.runtime_agent.policy.reclaim_sequence import (
     HoldEnded,
     ReclaimAbandoned,
@@ -197,6 +203,9 @@ class Process:
         return None if self.hello is None else self.hello.role
 
 
+_ROLE_NAMES: dict[p.Role, Role] = {p.Role.ONLINE: "online", p.Role.OFFLINE: "offline"}
+
+
 class ShimServer:
     """See the module docstring."""
 
@@ -235,6 +244,8 @@ class ShimServer:
         """What RECLAIM and RESTORE go where, and when they are over (the decisions)."""
         self._sequence_timer: asyncio.TimerHandle | None = None
         self._sequence_timer_at: float | None = None
+        self.instrumentation: InstrumentationWatch | None = None
+        """Told of every HELLO, frame and disconnect (uninstrumented-process guard)."""
 
     @property
     def reclaims_done(self) -> int:
@@ -457,6 +468,8 @@ class ShimServer:
             proc.pending += data
             data = bytes(proc.pending)
             proc.pending.clear()
+        if self.instrumentation is not None:
+            self.instrumentation.policy.heard(self.clock(), proc.source)
         if not self._consume(proc, data, self.clock()):
             return False
         if self.on_event is not None:
@@ -600,6 +613,10 @@ class ShimServer:
                 os.close(fd)
         proc.sock.close()
         self._unindex(proc)
+        if self.instrumentation is not None:
+            now = self.clock()
+            self.instrumentation.policy.disconnected(now, proc.source)
+            self.instrumentation.apply(now)  # a lost online shim closes its GPUs at once
         if proc.role == p.Role.ONLINE:
             self.agent.drop_source(self.clock(), proc.source)
         if proc.role == p.Role.OFFLINE:
@@ -755,6 +772,11 @@ class ShimServer:
         if not gpus and not msg.gpu_uuids and not msg.gpu_indices:
             gpus = list(self.agent.gates)  # no GPU list: the process sees the whole node
         proc.gpus = tuple(sorted(set(gpus)))
+        if self.instrumentation is not None:  # before the ack: it tells the gate's state
+            now = self.clock()
+            role = _ROLE_NAMES.get(msg.role, "framework")
+            self.instrumentation.policy.connected(now, proc.source, msg.pid, role, proc.gpus)
+            self.instrumentation.apply(now)
         accepted = bool(proc.gpus) or msg.role == p.Role.FRAMEWORK
         gate_open = accepted and all(self.agent.gates[g].enabled for g in proc.gpus)
         proc.gate_open = gate_open and msg.role == p.Role.OFFLINE
@@ -765,6 +787,7 @@ class ShimServer:
         self.sequence.offline_joined(
             proc.conn_id, proc.gpus if proc.offline else (), proc.gate_open
         )
+
         if msg.role == p.Role.OFFLINE:
             for g in proc.gpus:
                 self._offline_by_gpu.setdefault(g, []).append(proc)
