@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gleaner.api import GpuInfo
+from gleaner.api import GpuInfo, GpuTrace, NodeTraceStatus, UninstrumentedGuard
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.policy import (
     ComputeGate,
@@ -21,6 +21,7 @@ from gleaner.runtime_agent.policy import (
     InstrumentationConfig,
     Uninstrumented,
 )
+from gleaner.runtime_agent.reporting import with_uninstrumented
 
 GPUS = (0, 1)
 SILENCE = 1.0
@@ -270,3 +271,27 @@ def test_the_gate_never_opens_while_an_uninstrumented_process_is_on_its_gpu(
             if oracle.unaccounted(g, t):
                 assert not agent.gates[g].enabled
             assert ins.held(g, t) == oracle.unaccounted(g, t)
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def test_every_report_says_what_is_uninstrumented_and_whether_the_node_opted_out() -> None:
+    status = NodeTraceStatus(
+        gpus=[GpuInfo(index=g, uuid=f"GPU-{g}", memory_gi_b=80) for g in GPUS],
+        per_gpu=[GpuTrace(index=g, offline_enabled_seconds=1, online_busy_seconds=1) for g in GPUS],
+    )
+    found = {1: (Uninstrumented(300, "unknown", "ns/web"), Uninstrumented(7, "silent"))}
+    out = with_uninstrumented(status, found, enforced=True).to_k8s()
+    assert out["uninstrumentedGuard"] == "Enforced"
+    assert "uninstrumentedProcesses" not in out["perGPU"][0]
+    assert out["perGPU"][1]["uninstrumentedProcesses"] == [
+        {"pid": 300, "pod": "ns/web", "reason": "unknown"},
+        {"pid": 7, "pod": "", "reason": "silent"},
+    ]
+    back = NodeTraceStatus.model_validate(out)
+    assert {g: u.describe() for g, u in back.uninstrumented_gpus().items()} == {1: "pod ns/web"}
+    off = NodeTraceStatus.model_validate(with_uninstrumented(status, found, False).to_k8s())
+    assert off.uninstrumented_guard == UninstrumentedGuard.OPTED_OUT
+    assert off.uninstrumented_gpus() == {}  # reported, but nothing for the scheduler to avoid
+    assert off.per_gpu[1].uninstrumented_processes is not None

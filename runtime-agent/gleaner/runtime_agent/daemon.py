@@ -60,7 +60,7 @@ from gleaner.runtime_agent.kube import PodWatcher, ReportError, load_client, wri
 from gleaner.runtime_agent.metrics import uninstrumented_families
 from gleaner.runtime_agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
 from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
-from gleaner.runtime_agent.reporting import ReportWindow
+from gleaner.runtime_agent.reporting import ReportWindow, with_uninstrumented
 from gleaner.runtime_agent.server import ShimServer
 from gleaner.runtime_agent.simulated import SimulatedNode, TraceOnline, synthetic_inventory
 from gleaner.runtime_agent.timers import Timer
@@ -508,6 +508,9 @@ class AgentDaemon:
         status = self.reports.status(self.inventory, self.agent.offline_jobs)
         if status is None:
             return True
+        if self.instrumentation is not None:
+            found = self.instrumentation.report(self.clock())
+            status = with_uninstrumented(status, found, self.options.instrumentation.enforce)
         try:
             await asyncio.to_thread(
                 write_nodetrace,
