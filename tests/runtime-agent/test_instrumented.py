@@ -116,6 +116,25 @@ def test_a_disconnected_online_shim_holds_until_it_reconnects_or_its_process_end
     assert ins.uninstrumented(0, 3.3) == (Uninstrumented(100, "unknown"),)
 
 
+def test_a_shim_in_another_pid_namespace_is_matched_by_its_peer_pid() -> None:
+    ins = Instrumentation(GPUS, InstrumentationConfig(silence_s=SILENCE))
+    # The pod's shim says pid 1 (its own namespace); the socket says 4242 (the agent's).
+    ins.connected(0.0, "c1", 1, "online", [0], peer_pid=4242)
+    ins.set_processes(0.0, 0, [GpuProcess(4242, "ns/web")])
+    assert not ins.held(0, 0.5)
+    ins.disconnected(0.6, "c1")
+    assert ins.uninstrumented(0, 0.6) == (Uninstrumented(4242, "disconnected", "ns/web"),)
+    ins.connected(0.7, "c2", 1, "online", [0], peer_pid=4242)  # it reconnects
+    assert not ins.held(0, 0.7)
+    ins.disconnected(0.8, "c2")
+    ins.set_processes(0.9, 0, [])  # the process ended (the driver lists neither pid)
+    assert not ins.held(0, 0.9)
+    # Silent: reported once, under the pid the driver lists.
+    ins.connected(1.0, "c3", 1, "online", [0], peer_pid=5000)
+    ins.set_processes(1.0, 0, [GpuProcess(5000)])
+    assert ins.uninstrumented(0, 2.5) == (Uninstrumented(5000, "silent"),)
+
+
 def test_opting_out_reports_but_never_holds() -> None:
     ins = Instrumentation(GPUS, InstrumentationConfig(enforce=False))
     ins.set_processes(0.0, 0, [GpuProcess(7)])
@@ -149,6 +168,7 @@ connects = st.tuples(
     st.sampled_from(PIDS),
     st.sampled_from(("online", "offline", "framework")),
     st.sets(st.sampled_from(GPUS), min_size=1).map(sorted),
+    st.none() | st.sampled_from(PIDS),  # the socket's peer pid (another pid namespace)
 )
 events = st.one_of(
     connects,
@@ -169,28 +189,37 @@ events = st.one_of(
 class Oracle:
     """What is on each GPU and who is connected, kept the simplest way."""
 
-    shims: dict[str, tuple[int, str, list[int], float]] = field(default_factory=dict)
+    shims: dict[str, tuple[set[int], str, list[int], float]] = field(default_factory=dict)
+    """key -> (its pids: HELLO's and the peer's, role, GPUs, last heard)."""
     listed: dict[int, list[int] | None] = field(default_factory=lambda: dict.fromkeys(GPUS))
-    lost: dict[int, set[int]] = field(default_factory=lambda: {g: set() for g in GPUS})
+    lost: dict[int, list[set[int]]] = field(default_factory=lambda: {g: [] for g in GPUS})
+    """GPU -> the pid sets of online shims whose connection closed."""
 
     def live(self, t: float) -> set[int]:
-        return {
-            pid
-            for pid, role, _, heard in self.shims.values()
-            if role == "offline" or (role == "online" and t - heard < SILENCE)
-        }
+        out: set[int] = set()
+        for pids, role, _, heard in self.shims.values():
+            if role == "offline" or (role == "online" and t - heard < SILENCE):
+                out |= pids
+        return out
 
     def unaccounted(self, gpu: int, t: float) -> bool:
         live = self.live(t)
         listed = self.listed[gpu] or []
         if any(pid not in live for pid in listed):
             return True
-        if any(pid not in live for pid in self.lost[gpu]):
+        if any(not (pids & live) for pids in self.lost[gpu]):
             return True
         return any(
-            role == "online" and gpu in gpus and pid not in live
-            for pid, role, gpus, _ in self.shims.values()
+            role == "online" and gpu in gpus and not (pids & live)
+            for pids, role, gpus, _ in self.shims.values()
         )
+
+    def drop(self, t: float, key: str) -> None:
+        if key in self.shims:
+            pids, role, gpus, _ = self.shims.pop(key)
+            if role == "online" and not (pids & self.live(t)):
+                for g in gpus:
+                    self.lost[g].append(pids)
 
 
 @settings(max_examples=300, deadline=None)
@@ -213,42 +242,35 @@ def test_the_gate_never_opens_while_an_uninstrumented_process_is_on_its_gpu(
         kind = event[0]
         n_before = len(sent)
         if kind == "connect":
-            _, key, pid, role, gpus = event
+            _, key, pid, role, gpus, peer = event
             assert isinstance(key, str) and isinstance(pid, int) and isinstance(role, str)
-            assert isinstance(gpus, list)
+            assert isinstance(gpus, list) and (peer is None or isinstance(peer, int))
             ins.disconnected(t, key)  # a key reused is a new connection
-            if key in oracle.shims:
-                old_pid, old_role, old_gpus, _ = oracle.shims.pop(key)
-                if old_role == "online" and old_pid not in oracle.live(t):
-                    for g in old_gpus:
-                        oracle.lost[g].add(old_pid)
-            ins.connected(t, key, pid, role, gpus)  # type: ignore[arg-type]
-            oracle.shims[key] = (pid, role, gpus, t)
+            oracle.drop(t, key)
+            ins.connected(t, key, pid, role, gpus, peer)  # type: ignore[arg-type]
+            pids = {pid} if peer is None else {pid, peer}
+            oracle.shims[key] = (pids, role, gpus, t)
             if role in ("online", "offline"):
-                for lost in oracle.lost.values():
-                    lost.discard(pid)
+                for g in GPUS:
+                    oracle.lost[g] = [gone for gone in oracle.lost[g] if not (gone & pids)]
         elif kind == "frame":
             key = str(event[1])
             ins.heard(t, key)
             if key in oracle.shims:
-                pid, role, gpus, _ = oracle.shims[key]
-                oracle.shims[key] = (pid, role, gpus, t)
+                pids, role, gpus, _ = oracle.shims[key]
+                oracle.shims[key] = (pids, role, gpus, t)
         elif kind == "disconnect":
             key = str(event[1])
             ins.disconnected(t, key)
-            if key in oracle.shims:
-                pid, role, gpus, _ = oracle.shims.pop(key)
-                if role == "online" and pid not in oracle.live(t):
-                    for g in gpus:
-                        oracle.lost[g].add(pid)
+            oracle.drop(t, key)
         elif kind == "processes":
-            _, gpu, pids = event
-            assert isinstance(gpu, int)
-            listed = None if pids is None else list(pids)  # type: ignore[call-overload]
+            _, gpu, seen = event
+            assert isinstance(gpu, int) and (seen is None or isinstance(seen, list))
+            listed = None if seen is None else [int(p) for p in seen]
             ins.set_processes(t, gpu, None if listed is None else [GpuProcess(p) for p in listed])
             oracle.listed[gpu] = listed
             if listed is not None:
-                oracle.lost[gpu] &= set(listed)
+                oracle.lost[gpu] = [gone for gone in oracle.lost[gpu] if gone & set(listed)]
         elif kind == "busy":
             _, gpu, key = event
             agent.online_busy(t, int(str(gpu)), str(key))

@@ -175,8 +175,9 @@ DAEMON = textwrap.dedent(
         memory=MemoryConfig(initial_handles=4, min_handles=4, initial_interval_s=60.0,
                             max_interval_s=60.0),
         shim_source=sock_dir / "absent.so",
+        # peer_pids off: the test plays several processes from one (their peer pid).
         instrumentation=InstrumentationConfig(
-            silence_s=float(sys.argv[4]) if len(sys.argv) > 4 else 5.0
+            silence_s=float(sys.argv[4]) if len(sys.argv) > 4 else 5.0, peer_pids=False
         ),
         instrumentation_poll_s=0.05,
     )

@@ -84,6 +84,7 @@ import itertools
 import logging
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -193,6 +194,9 @@ class Process:
     """Whether its HELLO said role OFFLINE."""
     polled: bool = False
     """Whether the poll reads it (not the loop)."""
+    peer_pid: int | None = None
+    """The peer's pid from the socket's credentials (this process's pid namespace; None:
+    unknown, e.g. a peer in a pid namespace this one cannot see)."""
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -443,7 +447,9 @@ class ShimServer:
                 return
             sock.setblocking(False)
             conn_id = next(self._ids)
-            proc = Process(conn_id=conn_id, sock=sock, source=f"conn-{conn_id}")
+            proc = Process(
+                conn_id=conn_id, sock=sock, source=f"conn-{conn_id}", peer_pid=_peer_pid(sock)
+            )
             self.processes[proc.conn_id] = proc
             self._loop.add_reader(sock.fileno(), self._readable, proc)
 
@@ -775,7 +781,9 @@ class ShimServer:
         if self.instrumentation is not None:  # before the ack: it tells the gate's state
             now = self.clock()
             role = _ROLE_NAMES.get(msg.role, "framework")
-            self.instrumentation.policy.connected(now, proc.source, msg.pid, role, proc.gpus)
+            self.instrumentation.policy.connected(
+                now, proc.source, msg.pid, role, proc.gpus, proc.peer_pid
+            )
             self.instrumentation.apply(now)
         accepted = bool(proc.gpus) or msg.role == p.Role.FRAMEWORK
         gate_open = accepted and all(self.agent.gates[g].enabled for g in proc.gpus)
@@ -876,6 +884,20 @@ def summarize_offline_status(
         if job:
             held[job] = max(held.get(job, 0.0), seconds)
     return OfflineStatus(processes=counts, held_seconds=held)
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The connected peer's pid (SO_PEERCRED, Linux); None where unknown (0: another pid
+    namespace that this one cannot see)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid = int(struct.unpack("3i", creds)[0])
+    return pid if pid > 0 else None
 
 
 def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:

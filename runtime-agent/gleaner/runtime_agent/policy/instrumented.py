@@ -3,8 +3,10 @@
 Contract. An :class:`Instrumentation` (one per node) is fed, in non-decreasing time order:
 
 - :meth:`Instrumentation.connected` — a shim said HELLO on a connection (its pid, role and
-  GPUs); only ``online`` and ``offline`` shims account for their pid (a framework hook gates
-  nothing, so its pid alone does not count);
+  GPUs, and the pid the socket's peer credentials give in the agent's pid namespace, when
+  known: a shim in another pid namespace reports its own); only ``online`` and ``offline``
+  shims account for their pids (a framework hook gates nothing, so its pid alone does not
+  count);
 - :meth:`Instrumentation.heard` — any frame from that connection;
 - :meth:`Instrumentation.disconnected` — the connection closed;
 - :meth:`Instrumentation.set_processes` — the processes the driver lists on a GPU now
@@ -71,6 +73,10 @@ class InstrumentationConfig:
     """An online shim silent this long no longer accounts for its GPUs (None: never). The
     shim sends a HEARTBEAT every second (docs/protocol.md), so 5 s is several missed beats."""
 
+    peer_pids: bool = True
+    """Count the pid from the socket's peer credentials as the shim's too (False: the HELLO
+    pid only, for tests that play several processes from one)."""
+
     def __post_init__(self) -> None:
         if self.silence_s is not None and self.silence_s <= 0:
             raise ValueError("silence_s must be positive")
@@ -79,6 +85,8 @@ class InstrumentationConfig:
 @dataclass(slots=True)
 class _Shim:
     pid: int
+    peer: int | None
+    """The pid the socket's peer credentials gave (the agent's pid namespace), if any."""
     role: Role
     gpus: tuple[int, ...]
     last_heard: float
@@ -92,22 +100,34 @@ class Instrumentation:
     config: InstrumentationConfig = field(default_factory=InstrumentationConfig)
     _shims: dict[str, _Shim] = field(init=False, default_factory=dict)
     _processes: dict[int, tuple[GpuProcess, ...] | None] = field(init=False)
-    _lost: dict[int, set[int]] = field(init=False)
-    """GPU → pids of online shims whose connection closed (rule 3)."""
+    _lost: dict[int, dict[int, int | None]] = field(init=False)
+    """GPU → HELLO pid → peer pid of online shims whose connection closed (rule 3)."""
 
     def __post_init__(self) -> None:
         self._processes = {g: None for g in self.gpus}
-        self._lost = {g: set() for g in self.gpus}
+        self._lost = {g: {} for g in self.gpus}
 
     # -- events ---------------------------------------------------------------------------
 
-    def connected(self, t: float, key: str, pid: int, role: Role, gpus: Iterable[int]) -> None:
+    def connected(
+        self,
+        t: float,
+        key: str,
+        pid: int,
+        role: Role,
+        gpus: Iterable[int],
+        peer_pid: int | None = None,
+    ) -> None:
         """Connection ``key`` said HELLO (again: the last HELLO counts)."""
         mine = tuple(g for g in gpus if g in self._lost)
-        self._shims[key] = _Shim(pid, role, mine, t)
+        use_peer = self.config.peer_pids and peer_pid and peer_pid != pid
+        peer = peer_pid if use_peer else None
+        self._shims[key] = _Shim(pid, peer, role, mine, t)
         if role in ("online", "offline"):
+            mine_pids = {pid} if peer is None else {pid, peer}
             for lost in self._lost.values():
-                lost.discard(pid)
+                for gone in [h for h, p in lost.items() if h in mine_pids or p in mine_pids]:
+                    del lost[gone]
 
     def heard(self, t: float, key: str) -> None:
         """A frame arrived on connection ``key``."""
@@ -123,7 +143,7 @@ class Instrumentation:
         if shim.pid in self._live_pids(t):
             return  # another connection of the same process still accounts for it
         for g in shim.gpus:
-            self._lost[g].add(shim.pid)
+            self._lost[g][shim.pid] = shim.peer
 
     def set_processes(self, t: float, gpu: int, processes: Sequence[GpuProcess] | None) -> None:
         """The processes the driver lists on ``gpu`` now (None: unknown)."""
@@ -135,7 +155,9 @@ class Instrumentation:
         listed = tuple(processes)
         self._processes[gpu] = listed
         pids = {proc.pid for proc in listed}
-        self._lost[gpu] &= pids  # a lost online process that ended is gone for good
+        lost = self._lost[gpu]
+        for gone in [h for h, p in lost.items() if h not in pids and p not in pids]:
+            del lost[gone]  # a lost online process that ended is gone for good
 
     # -- answers --------------------------------------------------------------------------
 
@@ -145,15 +167,23 @@ class Instrumentation:
         out: dict[int, Uninstrumented] = {}
         listed = self._processes[gpu]
         pods = {proc.pid: proc.pod for proc in listed} if listed is not None else {}
-        for pid in self._lost[gpu]:
-            if pid not in live:
-                out[pid] = Uninstrumented(pid, "disconnected", pods.get(pid, ""))
+        covered: set[int] = set()
+
+        def add(hello: int, peer: int | None, why: Why) -> None:
+            # One entry per process, under the pid the driver lists when it lists one.
+            pid = peer if peer is not None and peer in pods else hello
+            out[pid] = Uninstrumented(pid, why, pods.get(pid, ""))
+            covered.update((hello, peer) if peer is not None else (hello,))
+
+        for hello, peer in self._lost[gpu].items():
+            if hello not in live and peer not in live:
+                add(hello, peer, "disconnected")
         for shim in self._shims.values():
             online = shim.role == "online" and gpu in shim.gpus
             if online and shim.pid not in live and not self._alive(shim, t):
-                out[shim.pid] = Uninstrumented(shim.pid, "silent", pods.get(shim.pid, ""))
+                add(shim.pid, shim.peer, "silent")
         for proc in listed or ():
-            if proc.pid not in live and proc.pid not in out:
+            if proc.pid not in live and proc.pid not in covered:
                 out[proc.pid] = Uninstrumented(proc.pid, "unknown", proc.pod)
         return tuple(sorted(out.values()))
 
@@ -182,8 +212,10 @@ class Instrumentation:
         return t - shim.last_heard < silence
 
     def _live_pids(self, t: float) -> set[int]:
-        return {
-            s.pid
-            for s in self._shims.values()
-            if s.role in ("online", "offline") and self._alive(s, t)
-        }
+        live: set[int] = set()
+        for s in self._shims.values():
+            if s.role in ("online", "offline") and self._alive(s, t):
+                live.add(s.pid)
+                if s.peer is not None:
+                    live.add(s.peer)
+        return live
