@@ -4,6 +4,7 @@ hold it drives (ComputeGate.hold, NodeAgent.hold)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from gleaner.api import GpuInfo, GpuTrace, NodeTraceStatus, UninstrumentedGuard
 from gleaner.runtime_agent.core import NodeAgent
+from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
 from gleaner.runtime_agent.policy import (
     ComputeGate,
     Disable,
@@ -317,3 +319,29 @@ def test_every_report_says_what_is_uninstrumented_and_whether_the_node_opted_out
     assert off.uninstrumented_guard == UninstrumentedGuard.OPTED_OUT
     assert off.uninstrumented_gpus() == {}  # reported, but nothing for the scheduler to avoid
     assert off.per_gpu[1].uninstrumented_processes is not None
+
+
+# -- backends -----------------------------------------------------------------------------
+
+
+def test_the_simulated_backend_is_unchanged_and_the_nvidia_one_checks(tmp_path: Path) -> None:
+    sim = AgentDaemon(AgentOptions(backend="simulated", node="n", gpus=2, kube=False))
+    assert sim.instrumentation is None and sim.health()["uninstrumented"] is None
+    assert [m.name for m in sim.extra_metrics() if "uninstrumented" in m.name] == []
+    nv = AgentDaemon(
+        AgentOptions(
+            backend="nvidia",
+            node="n",
+            gpus=1,
+            kube=False,
+            nvml=False,
+            socket_dir=tmp_path,
+            instrumentation=InstrumentationConfig(enforce=False),
+        )
+    )
+    assert nv.health()["uninstrumented"] == {"enforced": False, "gpus": {}}
+    names = {m.name: m for m in nv.extra_metrics()}
+    guard = names["gleaner_uninstrumented_guard_enforced"]
+    assert [s.value for s in guard.samples] == [0.0]
+    count = names["gleaner_gpu_uninstrumented_processes"]
+    assert [(s.labels["gpu"], s.value) for s in count.samples] == [("0", 0.0)]
