@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from gleaner.api import GpuInfo, GpuTrace, NodeTraceStatus, UninstrumentedGuard
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
+from gleaner.runtime_agent.instrumented import InstrumentationWatch, pod_uid_of
+from gleaner.runtime_agent.kube import PodNames
 from gleaner.runtime_agent.policy import (
     ComputeGate,
     Disable,
@@ -345,3 +348,42 @@ def test_the_simulated_backend_is_unchanged_and_the_nvidia_one_checks(tmp_path: 
     assert [s.value for s in guard.samples] == [0.0]
     count = names["gleaner_gpu_uninstrumented_processes"]
     assert [(s.labels["gpu"], s.value) for s in count.samples] == [("0", 0.0)]
+
+
+def test_pods_are_named_from_their_cgroup_and_the_node_pod_list(tmp_path: Path) -> None:
+    uid = "0f1e2d3c-4b5a-6978-8695-a4b3c2d1e0f9"
+    cg = tmp_path / "300"
+    cg.mkdir()
+    systemd = uid.replace("-", "_")
+    cg.joinpath("cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{systemd}.slice/"
+        "cri-containerd-abc.scope\n"
+    )
+    assert pod_uid_of(300, tmp_path) == uid
+    assert pod_uid_of(301, tmp_path) is None  # no such process
+
+    calls: list[str | None] = []
+
+    class Client:
+        def list(self, path: str, *, field_selector: str | None = None) -> list[dict[str, Any]]:
+            calls.append(field_selector)
+            return [{"metadata": {"uid": uid, "namespace": "ns", "name": "web"}}]
+
+    now = [0.0]
+    names = PodNames(cast(Any, Client()), "n1", refresh_s=30.0, clock=lambda: now[0])
+    names.refresh()
+    assert names(uid) == "ns/web" and calls == ["spec.nodeName=n1"]
+
+    agent, _ = _agent()
+    watch = InstrumentationWatch(
+        agent,
+        InstrumentationConfig(),
+        running_pids=lambda gpu: [300, 301] if gpu == 0 else None,
+        pod_name=names,
+        proc_root=tmp_path,
+    )
+    watch.poll(1.0)
+    assert watch.report(1.0) == {
+        0: (Uninstrumented(300, "unknown", "ns/web"), Uninstrumented(301, "unknown"))
+    }
+    assert agent.gates[0].held and not agent.gates[1].held

@@ -56,7 +56,13 @@ from gleaner.protocol.node import SHIM_DIR, SHIM_IMAGE_PATH, SOCKET_DIR
 from gleaner.runtime_agent import timers
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.instrumented import InstrumentationWatch
-from gleaner.runtime_agent.kube import PodWatcher, ReportError, load_client, write_nodetrace
+from gleaner.runtime_agent.kube import (
+    PodNames,
+    PodWatcher,
+    ReportError,
+    load_client,
+    write_nodetrace,
+)
 from gleaner.runtime_agent.metrics import uninstrumented_families
 from gleaner.runtime_agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
 from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
@@ -350,6 +356,8 @@ class AgentDaemon:
             self._copy_shim()
             await self.server.start()
             self._rearm()
+        if self._api_client is not None and self.instrumentation is not None:
+            self.instrumentation.pod_name = PodNames(self._api_client, o.node)
         if self._api_client is not None and self.sim is not None:
             self._watcher = PodWatcher(self._api_client, o.node, self._jobs_changed)
             self._watcher.start()
