@@ -474,9 +474,10 @@ class ShimServer:
             proc.pending += data
             data = bytes(proc.pending)
             proc.pending.clear()
+        now = self.clock()
         if self.instrumentation is not None:
-            self.instrumentation.policy.heard(self.clock(), proc.source)
-        if not self._consume(proc, data, self.clock()):
+            self.instrumentation.policy.heard(now, proc.source)
+        if not self._consume(proc, data, now):
             return False
         if self.on_event is not None:
             self.on_event()

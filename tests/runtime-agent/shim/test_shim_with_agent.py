@@ -18,16 +18,20 @@ import pytest
 
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent.daemon import AgentDaemon
-from gleaner.runtime_agent.policy import MemoryConfig
+from gleaner.runtime_agent.policy import InstrumentationConfig, MemoryConfig
 from gleaner.testing.shim import ShimProcess, agent_metrics, running_agent, wait_until
 
 NODE = "shim-node"
 GPU = 3  # rm_client's GLEANER_GPU_INDICES; its UUID is unknown to the synthetic inventory
+NO_GUARD = InstrumentationConfig(enforce=False)
 
 
 @pytest.fixture
 def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
-    with running_agent(sock_path, node=NODE) as d:
+    # Opted out of the uninstrumented-process guard: these tests close the online client
+    # to show that a vanished online process counts as idle, and without NVML the guard
+    # would hold the gate until it reconnects (tests/runtime-agent/test_instrumented.py).
+    with running_agent(sock_path, node=NODE, instrumentation=NO_GUARD) as d:
         assert wait_until(lambda: all(d.health()["gates"].values()))  # one cooldown after start
         yield d
 
