@@ -100,12 +100,12 @@ class Instrumentation:
     config: InstrumentationConfig = field(default_factory=InstrumentationConfig)
     _shims: dict[str, _Shim] = field(init=False, default_factory=dict)
     _processes: dict[int, tuple[GpuProcess, ...] | None] = field(init=False)
-    _lost: dict[int, dict[int, int | None]] = field(init=False)
-    """GPU → HELLO pid → peer pid of online shims whose connection closed (rule 3)."""
+    _lost: dict[int, set[tuple[int, int | None]]] = field(init=False)
+    """GPU → (HELLO pid, peer pid) of online shims whose connection closed (rule 3)."""
 
     def __post_init__(self) -> None:
         self._processes = {g: None for g in self.gpus}
-        self._lost = {g: {} for g in self.gpus}
+        self._lost = {g: set() for g in self.gpus}
 
     # -- events ---------------------------------------------------------------------------
 
@@ -124,10 +124,9 @@ class Instrumentation:
         peer = peer_pid if use_peer else None
         self._shims[key] = _Shim(pid, peer, role, mine, t)
         if role in ("online", "offline"):
-            mine_pids = {pid} if peer is None else {pid, peer}
+            pids = _pids(pid, peer)
             for lost in self._lost.values():
-                for gone in [h for h, p in lost.items() if h in mine_pids or p in mine_pids]:
-                    del lost[gone]
+                lost -= {gone for gone in lost if _pids(*gone) & pids}
 
     def heard(self, t: float, key: str) -> None:
         """A frame arrived on connection ``key``."""
@@ -140,10 +139,10 @@ class Instrumentation:
         shim = self._shims.pop(key, None)
         if shim is None or shim.role != "online":
             return
-        if shim.pid in self._live_pids(t):
+        if _pids(shim.pid, shim.peer) & self._live_pids(t):
             return  # another connection of the same process still accounts for it
         for g in shim.gpus:
-            self._lost[g][shim.pid] = shim.peer
+            self._lost[g].add((shim.pid, shim.peer))
 
     def set_processes(self, t: float, gpu: int, processes: Sequence[GpuProcess] | None) -> None:
         """The processes the driver lists on ``gpu`` now (None: unknown)."""
@@ -155,9 +154,8 @@ class Instrumentation:
         listed = tuple(processes)
         self._processes[gpu] = listed
         pids = {proc.pid for proc in listed}
-        lost = self._lost[gpu]
-        for gone in [h for h, p in lost.items() if h not in pids and p not in pids]:
-            del lost[gone]  # a lost online process that ended is gone for good
+        # A lost online process that ended is gone for good.
+        self._lost[gpu] = {gone for gone in self._lost[gpu] if _pids(*gone) & pids}
 
     # -- answers --------------------------------------------------------------------------
 
@@ -175,12 +173,12 @@ class Instrumentation:
             out[pid] = Uninstrumented(pid, why, pods.get(pid, ""))
             covered.update((hello, peer) if peer is not None else (hello,))
 
-        for hello, peer in self._lost[gpu].items():
-            if hello not in live and peer not in live:
+        for hello, peer in sorted(self._lost[gpu], key=str):
+            if not _pids(hello, peer) & live:
                 add(hello, peer, "disconnected")
         for shim in self._shims.values():
             online = shim.role == "online" and gpu in shim.gpus
-            if online and shim.pid not in live and not self._alive(shim, t):
+            if online and not _pids(shim.pid, shim.peer) & live and not self._alive(shim, t):
                 add(shim.pid, shim.peer, "silent")
         for proc in listed or ():
             if proc.pid not in live and proc.pid not in covered:
@@ -219,3 +217,7 @@ class Instrumentation:
                 if s.peer is not None:
                     live.add(s.peer)
         return live
+
+
+def _pids(pid: int, peer: int | None) -> set[int]:
+    return {pid} if peer is None else {pid, peer}
