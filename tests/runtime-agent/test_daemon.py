@@ -23,7 +23,7 @@ from gleaner.api.units import parse_duration
 from gleaner.cli.main import main as cli_main
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentError, AgentOptions, event_loop_factory
-from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
+from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
 from gleaner.testing.agent import agent_process, simulated_agent
 from gleaner.testing.kube import KubeEmulator, wait_for
 from gleaner.testing.net import free_port
@@ -226,6 +226,10 @@ def test_online_process_gone_while_busy_reenables_on_the_cooldown_timer(tmp_path
         gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
         memory=MemoryConfig(initial_interval_s=10.0, max_interval_s=60.0),
         shim_source=tmp_path / "absent.so",
+        # Opted out of the uninstrumented-process guard: without NVML a disconnected online
+        # shim would hold the gate until it reconnects (test_instrumented.py,
+        # test_nvml.py); this test is about the cooldown timer after an idle edge.
+        instrumentation=InstrumentationConfig(enforce=False),
     )
     daemon = AgentDaemon(options)
     runner = threading.Thread(target=lambda: asyncio.run(daemon.run()), daemon=True)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -56,9 +56,10 @@ def _env(lib_dir: Path, state: Path, log: Path | None = None) -> dict[str, str]:
     return env
 
 
-def _write_state(state: Path, rows: list[tuple[str, int, int | None]]) -> None:
+def _write_state(state: Path, rows: Sequence[tuple[str, int, int | None]], pids: str = "-") -> None:
+    """One device per row; ``pids``: every device's processes ("1,2"; "-" none; "!" fails)."""
     tmp = state.with_suffix(".tmp")
-    tmp.write_text("".join(f"{u} {t} {'-' if f is None else f}\n" for u, t, f in rows))
+    tmp.write_text("".join(f"{u} {t} {'-' if f is None else f} {pids}\n" for u, t, f in rows))
     tmp.replace(state)  # atomic: the fake never reads half a file
 
 
@@ -163,7 +164,7 @@ DAEMON = textwrap.dedent(
     import asyncio, logging, sys
     from pathlib import Path
     from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
-    from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
+    from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     sock_dir, port = Path(sys.argv[1]), int(sys.argv[2])
@@ -174,6 +175,11 @@ DAEMON = textwrap.dedent(
         memory=MemoryConfig(initial_handles=4, min_handles=4, initial_interval_s=60.0,
                             max_interval_s=60.0),
         shim_source=sock_dir / "absent.so",
+        # peer_pids off: the test plays several processes from one (their peer pid).
+        instrumentation=InstrumentationConfig(
+            silence_s=float(sys.argv[4]) if len(sys.argv) > 4 else 5.0, peer_pids=False
+        ),
+        instrumentation_poll_s=0.05,
     )
     asyncio.run(AgentDaemon(options).run())
     """
@@ -181,12 +187,19 @@ DAEMON = textwrap.dedent(
 
 
 @pytest.fixture
-def nvml_daemon(fake_nvml: Path, tmp_path: Path) -> Iterator[tuple[Path, str, Path]]:
-    """The nvidia-backend daemon in a subprocess on the fake NVML: (socket, metrics URL, state)."""
+def nvml_daemon(
+    fake_nvml: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Path, str, Path]]:
+    """The nvidia-backend daemon in a subprocess on the fake NVML: (socket, metrics URL, state).
+
+    ``@pytest.mark.parametrize("nvml_daemon", [SECONDS], indirect=True)`` sets the online
+    silence limit (5 s otherwise)."""
     sock_dir = Path(tempfile.mkdtemp(prefix="glnv", dir="/tmp"))  # sun_path is short
     state = tmp_path / "state"
     _write_state(state, [(gpu_uuid(NODE, 0), 80 * GIB, GIB)])
     args = ["-c", DAEMON, str(sock_dir), "{port}", NODE]
+    if getattr(request, "param", None) is not None:
+        args.append(str(request.param))
     try:
         with agent_process(args, tmp_path / "agent.log", env=_env(fake_nvml, state)) as agent:
             yield sock_dir / "agent.sock", agent.base, state
@@ -290,4 +303,87 @@ def test_pressure_reclaims_only_what_nvml_free_memory_cannot_cover(
     wait_for(lambda: _metric(base, "gleaner_memory_reclaimed_bytes_total") == 7 * HB)
     assert _metric(base, "gleaner_memory_quarantined_bytes") == 7 * HB
     for c in (off, hook, on):
+        c.sock.close()
+
+
+# -- uninstrumented processes ----------------------------------------------------------------
+
+
+def _gate(conn: Conn, enable: bool, timeout: float = 10.0) -> None:
+    """Wait for a GATE of that direction to the offline ``conn`` and acknowledge it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = conn.expect(p.Gate, timeout=max(0.1, deadline - time.monotonic()))[-1]
+        assert isinstance(got, p.Gate)
+        conn.send(p.GateAck(gate_seq=got.gate_seq, enabled=got.enable, ok=True))
+        if got.enable == enable:
+            return
+    raise AssertionError(f"no GATE enable={enable}")
+
+
+def _health(base: str) -> dict[str, object]:
+    data = httpx.get(f"{base}/healthz", timeout=5).json()
+    assert isinstance(data, dict)
+    found = data["uninstrumented"]
+    assert isinstance(found, dict)
+    return found
+
+
+def test_the_gate_stays_closed_over_a_process_no_shim_accounts_for(
+    nvml_daemon: tuple[Path, str, Path],
+) -> None:
+    path, base, state = nvml_daemon
+    uuid = gpu_uuid(NODE, 0)
+    row = [(uuid, 80 * GIB, GIB)]
+    # pid 100 is the offline shim, 300 an online service without the shim.
+    _write_state(state, row, "100,300")
+    wait_for(lambda: _metric(base, "gleaner_gpu_uninstrumented_processes") == 2)
+    off = Conn(path, p.Hello(pid=100, role=p.Role.OFFLINE, gpu_uuids=(uuid,), job="ns/job"))
+    ack = off.expect(p.HelloAck)[-1]
+    assert isinstance(ack, p.HelloAck) and not ack.gate_open
+    wait_for(lambda: _metric(base, "gleaner_gpu_uninstrumented_processes") == 1)
+    assert [m for m in off.frames(0.5) if isinstance(m, p.Gate) and m.enable] == []
+    assert _health(base) == {"enforced": True, "gpus": {"0": [{"pid": 300, "why": "unknown",
+                                                               "pod": ""}]}}  # fmt: skip
+
+    # It ends: the gate opens by its usual rule.
+    _write_state(state, row, "100")
+    _gate(off, enable=True)
+    assert _metric(base, "gleaner_gpu_uninstrumented_processes") == 0
+
+    # An instrumented online process: the gate stays open while it is connected.
+    _write_state(state, row, "100,200")
+    on = Conn(path, p.Hello(pid=200, role=p.Role.ONLINE, gpu_uuids=(uuid,)))
+    assert [m for m in off.frames(0.3) if isinstance(m, p.Gate)] == []
+    # Its shim disconnects while the process runs on: closed at once, until it is gone.
+    on.sock.close()
+    _gate(off, enable=False, timeout=2.0)
+    wait_for(lambda: _metric(base, "gleaner_gpu_uninstrumented_processes") == 1)
+    gpus = _health(base)["gpus"]
+    assert gpus == {"0": [{"pid": 200, "why": "disconnected", "pod": ""}]}
+    assert [m for m in off.frames(0.3) if isinstance(m, p.Gate) and m.enable] == []
+    _write_state(state, row, "100")  # it vanished
+    _gate(off, enable=True)
+    off.sock.close()
+
+
+@pytest.mark.parametrize("nvml_daemon", [0.5], indirect=True)
+def test_a_silent_online_shim_closes_the_gate_until_it_speaks(
+    nvml_daemon: tuple[Path, str, Path],
+) -> None:
+    path, base, state = nvml_daemon
+    uuid = gpu_uuid(NODE, 0)
+    _write_state(state, [(uuid, 80 * GIB, GIB)], "!")  # NVML cannot list processes here
+    off = Conn(path, p.Hello(pid=100, role=p.Role.OFFLINE, gpu_uuids=(uuid,), job="ns/job"))
+    ack = off.expect(p.HelloAck)[-1]
+    assert isinstance(ack, p.HelloAck)
+    if not ack.gate_open:
+        _gate(off, enable=True)
+    on = Conn(path, p.Hello(pid=200, role=p.Role.ONLINE, gpu_uuids=(uuid,)))
+    assert [m for m in off.frames(0.3) if isinstance(m, p.Gate)] == []
+    _gate(off, enable=False, timeout=3.0)  # 0.5 s without a frame from the online shim
+    assert _health(base)["gpus"] == {"0": [{"pid": 200, "why": "silent", "pod": ""}]}
+    on.send(p.Heartbeat(mono_ns=1, pid=200))
+    _gate(off, enable=True, timeout=3.0)
+    for c in (off, on):
         c.sock.close()

@@ -48,6 +48,7 @@ def test_a_placement_explains_itself_with_the_bias_that_chose_it() -> None:
         "NodeExcluded",
         "GPUSelector",
         "GPUFree",
+        "Instrumented",
         "PairOverlap",
         "MemoryFit",
         "ThroughputSLA",

@@ -50,6 +50,7 @@ def test_registry_names_match_classes() -> None:
         "NodeExcluded",
         "GPUSelector",
         "GPUFree",
+        "Instrumented",
         "PairOverlap",
         "MemoryFit",
         "ThroughputSLA",

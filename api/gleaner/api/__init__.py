@@ -67,6 +67,8 @@ from gleaner.api.nodetrace import (
     NodeTraceStatus,
     TraceSource,
     TraceWindow,
+    UninstrumentedGuard,
+    UninstrumentedProcess,
 )
 from gleaner.api.offlinejob import (
     ConditionType,
@@ -140,6 +142,8 @@ __all__ = [
     "SlaWindows",
     "TraceSource",
     "TraceWindow",
+    "UninstrumentedGuard",
+    "UninstrumentedProcess",
     "eviction_report_data",
     "eviction_report_labels",
     "eviction_report_name",

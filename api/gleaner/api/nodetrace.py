@@ -13,6 +13,10 @@ addition and the scheduler never rescans raw samples:
   over any GPU subset gives the tightest-GPU memory M(t) a multi-GPU job sees, so
   E[f(M)] is exact up to the quantization step (floor: never optimistic).
 
+- per GPU, ``uninstrumentedProcesses``: the processes on it that no connected shim accounts
+  for now (its offline gate is held closed), and ``uninstrumentedGuard``: whether the node
+  enforces that hold or opted out (docs/agent.md, "Uninstrumented processes").
+
 Only the node's agent writes it (or the simulator); the operator and scheduler read it.
 ``status.lastReportTime`` lets readers tell a stale trace from a live one.
 """
@@ -66,6 +70,33 @@ class TraceWindow(KubeModel):
     seconds: float = Field(gt=0, description="Seconds of samples in the window.")
 
 
+class UninstrumentedGuard(StrEnum):
+    """Whether the node's agent holds GPUs with uninstrumented processes closed."""
+
+    ENFORCED = "Enforced"
+    OPTED_OUT = "OptedOut"
+
+
+class UninstrumentedProcess(KubeModel):
+    """A process on a GPU that no connected Gleaner shim accounts for."""
+
+    pid: int = Field(ge=0, description="Its pid (the node's pid namespace).")
+    pod: str = Field(
+        default="",
+        description="namespace/name of its pod ('uid <uid>' when only the UID is known; "
+        "empty when it is no pod's).",
+    )
+    reason: str = Field(
+        default="unknown",
+        description="unknown (no shim connected with its pid), silent (online shim sent "
+        "nothing for too long) or disconnected (online shim's connection closed).",
+    )
+
+    def describe(self) -> str:
+        """``pod ns/name``, or ``pid N`` when the pod is not known."""
+        return f"pod {self.pod}" if self.pod else f"pid {self.pid}"
+
+
 class GpuTrace(KubeModel):
     """What one GPU did over the window, in seconds and counts (windows merge by addition)."""
 
@@ -83,6 +114,12 @@ class GpuTrace(KubeModel):
     reclaimed_bytes: int = Field(default=0, ge=0, description="Bytes reclaimed from offline.")
     offline_job: str | None = Field(
         default=None, description="namespace/name of the offline job on this GPU, if any."
+    )
+    uninstrumented_processes: list[UninstrumentedProcess] | None = Field(
+        default=None,
+        max_length=64,
+        description="Processes on this GPU no connected shim accounts for, at the report "
+        "(its offline gate is held closed unless the node opted out).",
     )
 
 
@@ -188,7 +225,20 @@ class NodeTraceStatus(KubeModel):
         description="10th percentile of the node's per-GPU harvestable memory, GiB.",
     )
     offline_jobs: int = Field(default=0, ge=0, description="Offline jobs running on the node.")
+    uninstrumented_guard: UninstrumentedGuard | None = Field(
+        default=None,
+        description="Enforced: GPUs with uninstrumented processes are held closed; OptedOut: "
+        "the node opted out (they are reported only). Unset: the agent does not check.",
+    )
     conditions: list[Condition] = Field(default_factory=list, description="Agent conditions.")
+
+    def uninstrumented_gpus(self) -> dict[int, UninstrumentedProcess]:
+        """GPU index → its first uninstrumented process, for GPUs the scheduler must avoid
+        (none when the node opted out)."""
+        if self.uninstrumented_guard == UninstrumentedGuard.OPTED_OUT:
+            return {}
+        return {g.index: g.uninstrumented_processes[0] for g in self.per_gpu
+                if g.uninstrumented_processes}  # fmt: skip
 
     @computed_field(  # type: ignore[prop-decorator]
         alias="gpuCount", description="Number of GPUs in the inventory (derived from gpus)."

@@ -62,6 +62,19 @@ def _duration(text: str) -> float:
     help="Do not read free GPU memory from NVML (nvidia backend): every growth of the "
     "online headroom then reclaims offline memory.",
 )
+@click.option(
+    "--allow-uninstrumented",
+    is_flag=True,
+    help="Opt this node out of the uninstrumented-process guard (nvidia backend): GPU "
+    "processes no connected shim accounts for are reported, but offline work may run over "
+    "them (docs/agent.md).",
+)
+@click.option(
+    "--online-silence",
+    default="5s",
+    show_default=True,
+    help="An online shim silent this long no longer counts as instrumented.",
+)
 @click.option("--log-level", default="info", show_default=True)
 @click.option(
     "--event-loop",
@@ -86,6 +99,8 @@ def command(
     cool_floor: str,
     cool_ceiling: str,
     no_nvml: bool,
+    allow_uninstrumented: bool,
+    online_silence: str,
     log_level: str,
     event_loop: str,
 ) -> None:
@@ -96,13 +111,16 @@ def command(
         AgentOptions,
         event_loop_factory,
     )
-    from gleaner.runtime_agent.policy import GateConfig
+    from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig
 
     try:
         interval = _duration(report_interval)
         window_s = _duration(window)
         gate = GateConfig(
             cool_floor_s=_duration(cool_floor), cool_ceiling_s=_duration(cool_ceiling)
+        )
+        guard = InstrumentationConfig(
+            enforce=not allow_uninstrumented, silence_s=_duration(online_silence)
         )
     except ValueError as exc:
         fail(str(exc))
@@ -130,6 +148,7 @@ def command(
         kubeconfig=kubeconfig,
         gate=gate,
         nvml=not no_nvml,
+        instrumentation=guard,
     )
     try:
         loop_factory = event_loop_factory(event_loop)

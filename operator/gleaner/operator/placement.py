@@ -56,12 +56,14 @@ def plan_placements(
     stale_after_seconds: float = 600.0,
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
     unavailable: Mapping[str, str] | None = None,
+    uninstrumented: Mapping[str, Mapping[int, str]] | None = None,
 ) -> PlacementPlan:
     """One scheduling decision for the whole queue (see the module docstring).
 
     ``node_labels`` are the Kubernetes Node labels (for ``gpuSelector.nodeSelector``);
     ``unavailable`` names nodes that must not receive Pods (cordoned, not ready) with a
-    class-level reason, on top of the nodes whose trace is stale.
+    class-level reason, on top of the nodes whose trace is stale; ``uninstrumented`` the
+    GPUs whose agent reports a process no shim accounts for (nothing is placed there).
     """
     plan = PlacementPlan()
     if not queue:
@@ -75,6 +77,7 @@ def plan_placements(
         occupied=occupied,
         unavailable=unavailable or {},
         stale_after_seconds=stale_after_seconds,
+        uninstrumented=uninstrumented or {},
     )
     result = decide(snapshot, config or SchedulerConfig())
     for decision in result.placements:

@@ -10,6 +10,10 @@ GPU inventory, so each Prometheus summary takes its GPUs' UUIDs, products and me
 the node's NodeTrace when there is one (``with_inventory``: the load from Prometheus, the
 inventory from the agent's NodeTrace).
 
+``uninstrumented_gpus(nodetraces)`` lists, per node, the GPUs whose agent reports a process no
+shim accounts for (``perGPU[].uninstrumentedProcesses``; none for a node that opted out):
+the scheduler's Instrumented filter keeps offline work off them.
+
 ``unbindable_nodes(summaries)`` names the nodes a Pod cannot be bound to because a GPU's
 UUID is unknown (``NVIDIA_VISIBLE_DEVICES`` needs them): the scheduling pass treats them as
 unavailable, with the reason ``GPU UUIDs unknown``.
@@ -24,6 +28,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from gleaner.api import NodeTraceStatus
 from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
 
 if TYPE_CHECKING:
@@ -75,6 +80,21 @@ def with_inventory(
             gpus=tuple(fill(g) for g in summary.gpus),
             labels={**known.labels, **summary.labels},
         )
+    return out
+
+
+def uninstrumented_gpus(nodetraces: Sequence[dict[str, Any]]) -> dict[str, dict[int, str]]:
+    """node -> {GPU index: ``pod ns/name`` or ``pid N``} from the NodeTraces' status."""
+    out: dict[str, dict[int, str]] = {}
+    for obj in nodetraces:
+        name = (obj.get("metadata") or {}).get("name")
+        try:
+            status = NodeTraceStatus.model_validate(obj.get("status") or {})
+        except ValueError:
+            continue  # summaries_from_nodetraces already warned about it
+        found = status.uninstrumented_gpus()
+        if name and found:
+            out[str(name)] = {gpu: proc.describe() for gpu, proc in found.items()}
     return out
 
 

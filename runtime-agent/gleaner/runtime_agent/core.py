@@ -292,6 +292,11 @@ class NodeAgent:
         self._apply(self._gate(gpu).decode_gap(gap_s, t))
         self._changed.add(gpu)
 
+    def hold(self, t: float, gpu: int, held: bool) -> None:
+        """Keep ``gpu``'s gate closed (a process on it nobody accounts for) or let it go."""
+        self._changed.add(gpu)
+        self._apply(self._gate(gpu).hold(t, held))
+
     def is_busy(self, gpu: int) -> bool:
         return bool(self._busy_sources[gpu])
 

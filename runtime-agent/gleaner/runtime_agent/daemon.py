@@ -55,10 +55,18 @@ from gleaner.clients.kube import KubeConfigError, SyncKubeClient
 from gleaner.protocol.node import SHIM_DIR, SHIM_IMAGE_PATH, SOCKET_DIR
 from gleaner.runtime_agent import timers
 from gleaner.runtime_agent.core import NodeAgent
-from gleaner.runtime_agent.kube import PodWatcher, ReportError, load_client, write_nodetrace
+from gleaner.runtime_agent.instrumented import InstrumentationWatch
+from gleaner.runtime_agent.kube import (
+    PodNames,
+    PodWatcher,
+    ReportError,
+    load_client,
+    write_nodetrace,
+)
+from gleaner.runtime_agent.metrics import uninstrumented_families
 from gleaner.runtime_agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
-from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
-from gleaner.runtime_agent.reporting import ReportWindow
+from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
+from gleaner.runtime_agent.reporting import ReportWindow, with_uninstrumented
 from gleaner.runtime_agent.server import ShimServer
 from gleaner.runtime_agent.simulated import SimulatedNode, TraceOnline, synthetic_inventory
 from gleaner.runtime_agent.timers import Timer
@@ -120,6 +128,11 @@ class AgentOptions:
     """Read free GPU memory from NVML (nvidia backend)."""
     nvml_ttl_s: float = DEFAULT_TTL_S
     """How long one NVML free-memory reading is reused."""
+    instrumentation: InstrumentationConfig = field(default_factory=InstrumentationConfig)
+    """The uninstrumented-process guard (nvidia backend); ``enforce=False`` opts the node
+    out (reported, never held)."""
+    instrumentation_poll_s: float = 0.5
+    """How often the GPUs' process lists are read and silent online shims looked for."""
 
 
 def agent_version() -> str:
@@ -169,6 +182,7 @@ class AgentDaemon:
         self.sim: SimulatedNode | None = None
         self.server: ShimServer | None = None
         self.nvml: NvmlFreeMemory | None = None
+        self.instrumentation: InstrumentationWatch | None = None
         o = options
         if o.backend == "simulated":
             inventory = synthetic_inventory(o.node, o.gpus or 4, o.gpu_memory_gib)
@@ -203,6 +217,12 @@ class AgentDaemon:
                 self.nvml = NvmlFreeMemory.open(inventory, ttl_s=o.nvml_ttl_s)
             if self.nvml is not None:
                 self.agent.free_bytes = self.nvml.free_bytes
+            self.instrumentation = InstrumentationWatch(
+                self.agent,
+                o.instrumentation,
+                running_pids=None if self.nvml is None else self.nvml.running_pids,
+            )
+            self.server.instrumentation = self.instrumentation
             source = TraceSource.AGENT
         else:
             raise AgentError(f"unknown backend {o.backend!r} (nvidia or simulated)")
@@ -283,6 +303,13 @@ class AgentDaemon:
             )
             failed.add_metric([node], self.server.gate_acks_failed)
             yield failed
+        if self.instrumentation is not None:
+            yield from uninstrumented_families(
+                self.options.node,
+                self.agent.gpus,
+                self.instrumentation.report(self.clock()),
+                self.options.instrumentation.enforce,
+            )
 
     def health(self) -> dict[str, Any]:
         return {
@@ -296,6 +323,19 @@ class AgentDaemon:
             "last_report_error": self.last_report_error,
             "offline_jobs": {str(g): j for g, j in sorted(self.agent.offline_jobs.items())},
             "gates": {str(g): gate.enabled for g, gate in sorted(self.agent.gates.items())},
+            "uninstrumented": self._uninstrumented_health(),
+        }
+
+    def _uninstrumented_health(self) -> dict[str, Any] | None:
+        if self.instrumentation is None:
+            return None
+        found = self.instrumentation.report(self.clock())
+        return {
+            "enforced": self.options.instrumentation.enforce,
+            "gpus": {
+                str(g): [{"pid": u.pid, "why": u.why, "pod": u.pod} for u in procs]
+                for g, procs in sorted(found.items())
+            },
         }
 
     # -- run ------------------------------------------------------------------------------
@@ -316,6 +356,8 @@ class AgentDaemon:
             self._copy_shim()
             await self.server.start()
             self._rearm()
+        if self._api_client is not None and self.instrumentation is not None:
+            self.instrumentation.pod_name = PodNames(self._api_client, o.node)
         if self._api_client is not None and self.sim is not None:
             self._watcher = PodWatcher(self._api_client, o.node, self._jobs_changed)
             self._watcher.start()
@@ -331,6 +373,8 @@ class AgentDaemon:
         tasks = [asyncio.create_task(self._report_loop(), name="reporter")]
         if self.sim is not None:
             tasks.append(asyncio.create_task(self._sim_loop(), name="simulator"))
+        if self.instrumentation is not None:
+            tasks.append(asyncio.create_task(self._instrumentation_loop(), name="processes"))
         web = asyncio.create_task(self._uvicorn.serve(), name="http")
         started = asyncio.create_task(self._note_port())
         stop = asyncio.create_task(self._stopping.wait())
@@ -372,6 +416,15 @@ class AgentDaemon:
         while True:
             self.sim.advance(self.clock())
             await asyncio.sleep(self.options.sim_step_s)
+
+    async def _instrumentation_loop(self) -> None:
+        """Read the GPUs' process lists and apply the holds, every poll interval (silence
+        is noticed here too, at most one interval late)."""
+        assert self.instrumentation is not None
+        while True:
+            self.instrumentation.poll(self.clock())
+            self._rearm()
+            await asyncio.sleep(self.options.instrumentation_poll_s)
 
     def _make_timers(self, loop: asyncio.AbstractEventLoop) -> None:
         monotonic = self.clock is time.monotonic  # timerfd deadlines are on that clock
@@ -463,6 +516,9 @@ class AgentDaemon:
         status = self.reports.status(self.inventory, self.agent.offline_jobs)
         if status is None:
             return True
+        if self.instrumentation is not None:
+            found = self.instrumentation.report(self.clock())
+            status = with_uninstrumented(status, found, self.options.instrumentation.enforce)
         try:
             await asyncio.to_thread(
                 write_nodetrace,

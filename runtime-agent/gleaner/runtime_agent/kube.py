@@ -12,6 +12,9 @@ Contract.
   ``ANNOTATION_GPUS`` (names of ``gleaner.api.contract``); finished Pods are skipped.
 - :class:`PodWatcher` lists, then watches those Pods (``spec.nodeName=<node>``) in a thread
   and calls back with the new mapping on every change; errors re-list after a pause.
+- :class:`PodNames` answers pod UID → ``namespace/name`` for the node's pods from a cache,
+  re-listing them (``spec.nodeName=<node>``) in a thread when asked for an unknown UID, at
+  most every 30 s (the uninstrumented-process report).
 - :func:`load_client` is the agent's connection: ``gleaner.clients.kube``'s synchronous
   client (in-cluster, else the kubeconfig; :class:`~gleaner.clients.kube.KubeConfigError`
   when there is neither). Both calls above run in threads of their own, never on the
@@ -203,6 +206,59 @@ class PodWatcher:
         if jobs != self._last:
             self._last = jobs
             self.on_change(jobs)
+
+
+class PodNames:
+    """Pod UID → ``namespace/name`` of the pods on this node, for the uninstrumented-process
+    report (docs/agent.md). Answers from a cache at once (the agent's loop asks); an unknown
+    UID starts one re-list of the node's pods in a daemon thread, at most every
+    ``refresh_s``, and is answered None until it is known."""
+
+    def __init__(
+        self,
+        client: SyncKubeClient,
+        node: str,
+        *,
+        refresh_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.node = node
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.errors = 0
+        self._names: dict[str, str] = {}
+        self._listed_at: float | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, uid: str) -> str | None:
+        name = self._names.get(uid)
+        if name is None:
+            self._maybe_refresh()
+        return name
+
+    def refresh(self) -> None:
+        """List the node's pods now (blocking)."""
+        try:
+            pods = self.client.list(pods_path(), field_selector=f"spec.nodeName={self.node}")
+        except Exception as exc:  # a failed list leaves the names as they were
+            self.errors += 1
+            log.warning("pod list on %s failed: %s", self.node, exc)
+            return
+        names: dict[str, str] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if meta.get("uid"):
+                names[str(meta["uid"])] = _key(pod)
+        self._names = names
+
+    def _maybe_refresh(self) -> None:
+        now = self.clock()
+        with self._lock:
+            if self._listed_at is not None and now - self._listed_at < self.refresh_s:
+                return
+            self._listed_at = now
+        threading.Thread(target=self.refresh, name="pod-names", daemon=True).start()
 
 
 def _key(pod: Mapping[str, Any]) -> str:

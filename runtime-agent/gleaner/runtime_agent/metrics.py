@@ -17,12 +17,16 @@ name and the time-weighted histogram is ``gleaner_gpu_harvestable_memory_histogr
 (bucket values and ``_count`` in seconds, ``_sum`` in byte-seconds: ``rate(_bucket) /
 rate(_count)`` is the fraction of time with at most ``le`` bytes harvestable).
 
+The uninstrumented-process families (:func:`uninstrumented_families`, nvidia backend) come
+from the guard's report: per GPU how many processes no connected shim accounts for, and
+whether the node enforces the guard or opted out.
+
 Each test builds its own ``CollectorRegistry`` with :func:`build_registry`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -35,7 +39,7 @@ from prometheus_client.registry import Collector
 
 from gleaner.api.units import GIB
 from gleaner.runtime_agent.core import NodeAgent
-from gleaner.runtime_agent.policy import HARVESTABLE_BUCKETS_GIB
+from gleaner.runtime_agent.policy import HARVESTABLE_BUCKETS_GIB, Uninstrumented
 
 PREEMPTION_BUCKETS = (0, 1, 2, 3, 5, 10)
 
@@ -202,3 +206,30 @@ def build_registry(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(refresh, extra))
     return registry
+
+
+def uninstrumented_families(
+    node: str,
+    gpus: Iterable[int],
+    found: Mapping[int, tuple[Uninstrumented, ...]],
+    enforced: bool,
+) -> Iterator[Metric]:
+    """``gleaner_gpu_uninstrumented_processes{node,gpu}`` (every GPU, 0 when none) and
+    ``gleaner_uninstrumented_guard_enforced{node}`` (1: such GPUs are held closed; 0: the
+    node opted out and they are only reported)."""
+    count = GaugeMetricFamily(
+        "gleaner_gpu_uninstrumented_processes",
+        "Processes on the GPU that no connected shim accounts for (its offline gate is held "
+        "closed unless the node opted out).",
+        labels=["node", "gpu"],
+    )
+    for gpu in gpus:
+        count.add_metric([node, str(gpu)], len(found.get(gpu, ())))
+    yield count
+    guard = GaugeMetricFamily(
+        "gleaner_uninstrumented_guard_enforced",
+        "1: GPUs with uninstrumented processes are held closed; 0: the node opted out.",
+        labels=["node"],
+    )
+    guard.add_metric([node], 1.0 if enforced else 0.0)
+    yield guard

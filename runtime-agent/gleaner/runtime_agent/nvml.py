@@ -12,6 +12,10 @@ renumbering by ``CUDA_VISIBLE_DEVICES`` or container device lists cannot mix GPU
   query; a decision never acts on a reading older than that), or None when it is unknown —
   a UUID NVML does not know, or a query that failed (each logged once per GPU; a failed
   query is retried at the next call, never cached).
+- :meth:`NvmlFreeMemory.running_pids` returns the pids of the GPU's compute and graphics
+  processes (``nvmlDeviceGetComputeRunningProcesses`` / ``GraphicsRunningProcesses``), never
+  cached, or None when NVML cannot tell (logged once per GPU) — the agent's own view of who
+  uses the GPU, independent of the shims (docs/agent.md, "Uninstrumented processes").
 - :meth:`NvmlFreeMemory.close` shuts NVML down.
 
 NVML answers from the driver in microseconds, so queries run inline on the agent's loop.
@@ -49,6 +53,7 @@ class NvmlFreeMemory:
         self._clock = clock
         self._cache: dict[int, tuple[float, int]] = {}
         self._warned: set[int] = set()
+        self._warned_procs: set[int] = set()
         self.queries = 0
         """NVML memory queries made (cache misses)."""
 
@@ -105,6 +110,24 @@ class NvmlFreeMemory:
             return None
         self._cache[gpu] = (now, free)
         return free
+
+    def running_pids(self, gpu: int) -> list[int] | None:
+        """Pids of the processes using ``gpu`` now (compute and graphics); None: unknown."""
+        handle = self._handles.get(gpu)
+        if handle is None:
+            return None
+        nvml = self._nvml
+        try:
+            procs = [
+                *nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+            ]
+        except nvml.NVMLError as exc:
+            if gpu not in self._warned_procs:
+                self._warned_procs.add(gpu)
+                log.warning("NVML process query for GPU %s failed: %s", gpu, exc)
+            return None
+        return sorted({int(proc.pid) for proc in procs})
 
     def close(self) -> None:
         try:

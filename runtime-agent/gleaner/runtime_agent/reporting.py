@@ -9,6 +9,8 @@ outage) loses nothing: the next one covers the gap, up to ``window_s`` back.
 :meth:`ReportWindow.reported` records a successful report (``last_report_time``);
 :meth:`ReportWindow.add` trims snapshots older than the window and never fails (a wall
 clock that stepped back is held at the last snapshot's time).
+:func:`with_uninstrumented` adds what the uninstrumented-process guard sees now (per GPU)
+and whether the node enforces it, so every report says so.
 """
 
 from __future__ import annotations
@@ -18,8 +20,42 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from gleaner.api import GpuInfo, NodeTraceStatus, TraceSource
-from gleaner.runtime_agent.policy import Totals, to_nodetrace_status, window_between
+from gleaner.api import (
+    GpuInfo,
+    NodeTraceStatus,
+    TraceSource,
+    UninstrumentedGuard,
+    UninstrumentedProcess,
+)
+from gleaner.runtime_agent.policy import (
+    Totals,
+    Uninstrumented,
+    to_nodetrace_status,
+    window_between,
+)
+
+
+def with_uninstrumented(
+    status: NodeTraceStatus,
+    found: Mapping[int, Sequence[Uninstrumented]],
+    enforced: bool,
+) -> NodeTraceStatus:
+    """``status`` with each GPU's uninstrumented processes now and the guard's mode."""
+    per_gpu = [
+        g.model_copy(
+            update={
+                "uninstrumented_processes": [
+                    UninstrumentedProcess(pid=u.pid, pod=u.pod, reason=u.why)
+                    for u in found[g.index][:64]
+                ]
+                if found.get(g.index)
+                else None
+            }
+        )
+        for g in status.per_gpu
+    ]
+    guard = UninstrumentedGuard.ENFORCED if enforced else UninstrumentedGuard.OPTED_OUT
+    return status.model_copy(update={"per_gpu": per_gpu, "uninstrumented_guard": guard})
 
 
 @dataclass

@@ -67,6 +67,10 @@ what it reclaimed since, and a report sent while a restore was under way would b
 restored page back (were one adopted anyway, its RESTORE answers ``ENOENT`` and it is
 forgotten).
 
+Every HELLO, read and disconnect is told to ``instrumentation`` (when set), which holds the
+gates of GPUs with processes no connected shim accounts for (docs/agent.md, "Uninstrumented
+processes").
+
 Event times are this process's ``time.monotonic()`` at receipt (the same clock as the loop's).
 """
 
@@ -80,6 +84,7 @@ import itertools
 import logging
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +94,9 @@ from gleaner.protocol import wire as p
 from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
+from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
+from gleaner.runtime_agent.policy.instrumented import Role
 from gleaner.runtime_agent.policy.reclaim_sequence import (
     HoldEnded,
     ReclaimAbandoned,
@@ -187,6 +194,9 @@ class Process:
     """Whether its HELLO said role OFFLINE."""
     polled: bool = False
     """Whether the poll reads it (not the loop)."""
+    peer_pid: int | None = None
+    """The peer's pid from the socket's credentials (this process's pid namespace; None:
+    unknown, e.g. a peer in a pid namespace this one cannot see)."""
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -195,6 +205,9 @@ class Process:
     @property
     def role(self) -> p.Role | None:
         return None if self.hello is None else self.hello.role
+
+
+_ROLE_NAMES: dict[p.Role, Role] = {p.Role.ONLINE: "online", p.Role.OFFLINE: "offline"}
 
 
 class ShimServer:
@@ -235,6 +248,8 @@ class ShimServer:
         """What RECLAIM and RESTORE go where, and when they are over (the decisions)."""
         self._sequence_timer: asyncio.TimerHandle | None = None
         self._sequence_timer_at: float | None = None
+        self.instrumentation: InstrumentationWatch | None = None
+        """Told of every HELLO, frame and disconnect (uninstrumented-process guard)."""
 
     @property
     def reclaims_done(self) -> int:
@@ -432,7 +447,9 @@ class ShimServer:
                 return
             sock.setblocking(False)
             conn_id = next(self._ids)
-            proc = Process(conn_id=conn_id, sock=sock, source=f"conn-{conn_id}")
+            proc = Process(
+                conn_id=conn_id, sock=sock, source=f"conn-{conn_id}", peer_pid=_peer_pid(sock)
+            )
             self.processes[proc.conn_id] = proc
             self._loop.add_reader(sock.fileno(), self._readable, proc)
 
@@ -457,7 +474,10 @@ class ShimServer:
             proc.pending += data
             data = bytes(proc.pending)
             proc.pending.clear()
-        if not self._consume(proc, data, self.clock()):
+        now = self.clock()
+        if self.instrumentation is not None:
+            self.instrumentation.policy.heard(now, proc.source)
+        if not self._consume(proc, data, now):
             return False
         if self.on_event is not None:
             self.on_event()
@@ -600,6 +620,10 @@ class ShimServer:
                 os.close(fd)
         proc.sock.close()
         self._unindex(proc)
+        if self.instrumentation is not None:
+            now = self.clock()
+            self.instrumentation.policy.disconnected(now, proc.source)
+            self.instrumentation.apply(now)  # a lost online shim closes its GPUs at once
         if proc.role == p.Role.ONLINE:
             self.agent.drop_source(self.clock(), proc.source)
         if proc.role == p.Role.OFFLINE:
@@ -755,6 +779,13 @@ class ShimServer:
         if not gpus and not msg.gpu_uuids and not msg.gpu_indices:
             gpus = list(self.agent.gates)  # no GPU list: the process sees the whole node
         proc.gpus = tuple(sorted(set(gpus)))
+        if self.instrumentation is not None:  # before the ack: it tells the gate's state
+            now = self.clock()
+            role = _ROLE_NAMES.get(msg.role, "framework")
+            self.instrumentation.policy.connected(
+                now, proc.source, msg.pid, role, proc.gpus, proc.peer_pid
+            )
+            self.instrumentation.apply(now)
         accepted = bool(proc.gpus) or msg.role == p.Role.FRAMEWORK
         gate_open = accepted and all(self.agent.gates[g].enabled for g in proc.gpus)
         proc.gate_open = gate_open and msg.role == p.Role.OFFLINE
@@ -765,6 +796,7 @@ class ShimServer:
         self.sequence.offline_joined(
             proc.conn_id, proc.gpus if proc.offline else (), proc.gate_open
         )
+
         if msg.role == p.Role.OFFLINE:
             for g in proc.gpus:
                 self._offline_by_gpu.setdefault(g, []).append(proc)
@@ -853,6 +885,20 @@ def summarize_offline_status(
         if job:
             held[job] = max(held.get(job, 0.0), seconds)
     return OfflineStatus(processes=counts, held_seconds=held)
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The connected peer's pid (SO_PEERCRED, Linux); None where unknown (0: another pid
+    namespace that this one cannot see)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid = int(struct.unpack("3i", creds)[0])
+    return pid if pid > 0 else None
 
 
 def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:

@@ -54,6 +54,9 @@ class ClusterState:
     unavailable: Mapping[str, str] = field(default_factory=dict)
     """node -> class-level reason it must not be used."""
     bias: BiasTable = field(default_factory=BiasTable)
+    uninstrumented: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    """node -> {GPU index: who runs there uninstrumented, e.g. ``pod ns/name``}: GPUs the
+    Instrumented filter keeps offline work off (docs/scheduler.md)."""
 
     def labels(self, node: str) -> dict[str, str]:
         summary = self.nodes.get(node)
@@ -106,6 +109,8 @@ class SchedulingSnapshot:
     stale_after_seconds: float | None = None
     """Nodes whose last report is older than this at ``now`` are unavailable (None: never)."""
     bias: BiasTable = field(default_factory=BiasTable)
+    uninstrumented: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    """node -> {GPU index: who runs there uninstrumented} (see ClusterState)."""
 
     def state(self) -> ClusterState:
         """The ClusterState this snapshot implies (stale nodes marked unavailable)."""
@@ -119,6 +124,7 @@ class SchedulingSnapshot:
             occupied=self.occupied,
             unavailable=unavailable,
             bias=self.bias,
+            uninstrumented=self.uninstrumented,
         )
 
     @property

@@ -22,6 +22,7 @@ FILTER_PLUGINS: frozenset[str] = frozenset(
         "NodeExcluded",
         "GPUSelector",
         "GPUFree",
+        "Instrumented",
         "PairOverlap",
         "MemoryFit",
         "ThroughputSLA",
@@ -34,7 +35,7 @@ SCORE_PLUGINS: frozenset[str] = frozenset({"SLAFit", "KeepAligned", "PackNodes"}
 """Names of the score plugins the registry registers (see ``FILTER_PLUGINS``)."""
 
 DEFAULT_NODE_FILTERS: tuple[str, ...] = ("NodeUsable", "NodeExcluded", "GPUSelector", "GPUFree")
-DEFAULT_SET_FILTERS: tuple[str, ...] = ("PairOverlap", "MemoryFit", "ThroughputSLA")
+DEFAULT_SET_FILTERS: tuple[str, ...] = ("Instrumented", "PairOverlap", "MemoryFit", "ThroughputSLA")
 DEFAULT_FILTERS: tuple[str, ...] = DEFAULT_NODE_FILTERS + DEFAULT_SET_FILTERS
 DEFAULT_SCORES: Mapping[str, float] = MappingProxyType(
     {"SLAFit": 1.0, "KeepAligned": 1.0, "PackNodes": 1.0}

@@ -12,6 +12,7 @@ from gleaner.scheduler.config import SchedulerConfig
 from gleaner.scheduler.framework import NodeFilter, ScorePlugin, SetFilter
 from gleaner.scheduler.plugins.gpu_free import GPUFree
 from gleaner.scheduler.plugins.gpu_selector import GPUSelector
+from gleaner.scheduler.plugins.instrumented import Instrumented
 from gleaner.scheduler.plugins.keep_aligned import KeepAligned
 from gleaner.scheduler.plugins.memory_fit import MemoryFit
 from gleaner.scheduler.plugins.node_excluded import NodeExcluded
@@ -28,6 +29,7 @@ FILTERS: dict[str, type[NodeFilter] | type[SetFilter]] = {
         NodeExcluded,
         GPUSelector,
         GPUFree,
+        Instrumented,
         PairOverlap,
         MemoryFit,
         ThroughputSLA,

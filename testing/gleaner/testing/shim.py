@@ -42,7 +42,7 @@ from typing import Any, Self, TypeVar
 from gleaner.protocol import node as pn
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
-from gleaner.runtime_agent.policy import GateConfig, MemoryConfig
+from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
 
 REPO = Path(__file__).resolve().parents[3]
 SHIM_DIR = REPO / "runtime-agent" / "shim"
@@ -419,10 +419,12 @@ def running_agent(
     memory: MemoryConfig | None = None,
     nvml: bool = True,
     ready_timeout: float = 30.0,
+    instrumentation: InstrumentationConfig | None = None,
 ) -> Iterator[AgentDaemon]:
     """The real agent (nvidia backend, ``gpus`` synthetic GPUs, no cluster, no shim to
     copy) on a thread, its socket ``sock_path`` and metrics on a free loopback port; yields
-    once both are up, stops it on exit."""
+    once both are up, stops it on exit. ``instrumentation``: the uninstrumented-process
+    guard's settings (the default's, enforced, when None)."""
     options = AgentOptions(
         backend="nvidia",
         node=node,
@@ -435,6 +437,7 @@ def running_agent(
         memory=memory if memory is not None else MemoryConfig(),
         shim_source=sock_path.parent / "absent.so",
         nvml=nvml,
+        instrumentation=instrumentation or InstrumentationConfig(),
     )
     d = AgentDaemon(options)
     failed: list[BaseException] = []

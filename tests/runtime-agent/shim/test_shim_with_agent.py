@@ -18,16 +18,20 @@ import pytest
 
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent.daemon import AgentDaemon
-from gleaner.runtime_agent.policy import MemoryConfig
+from gleaner.runtime_agent.policy import InstrumentationConfig, MemoryConfig
 from gleaner.testing.shim import ShimProcess, agent_metrics, running_agent, wait_until
 
 NODE = "shim-node"
 GPU = 3  # rm_client's GLEANER_GPU_INDICES; its UUID is unknown to the synthetic inventory
+NO_GUARD = InstrumentationConfig(enforce=False)
 
 
 @pytest.fixture
 def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
-    with running_agent(sock_path, node=NODE) as d:
+    # Opted out of the uninstrumented-process guard: these tests close the online client
+    # to show that a vanished online process counts as idle, and without NVML the guard
+    # would hold the gate until it reconnects (tests/runtime-agent/test_instrumented.py).
+    with running_agent(sock_path, node=NODE, instrumentation=NO_GUARD) as d:
         assert wait_until(lambda: all(d.health()["gates"].values()))  # one cooldown after start
         yield d
 
@@ -290,3 +294,32 @@ def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> No
             assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
             hook.close()
             on.close()
+
+
+def test_a_lost_online_shim_keeps_offline_work_held_until_it_reconnects(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    # The guard enforced (the default), no NVML: a closed online connection could be a
+    # process still running on the GPU without its shim, so the gate stays closed.
+    with (
+        running_agent(sock_path, node=NODE) as d,
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        assert wait_until(lambda: all(d.health()["gates"].values()))
+        h = _setup(sp)
+        assert wait_until(lambda: _registered(d, h["tsg"]))
+        assert sp.cmd("launch 1")["rc"] == "0"
+        online = _online(sock_path)
+        p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
+        assert wait_until(lambda: any(c["enable"] == "0" for c in _controls(sp)), timeout=5)
+        online.close()
+        sp.send("launch 1")
+        assert sp.no_reply_within(0.5), "offline work ran over a lost online shim"
+        assert d.health()["uninstrumented"]["gpus"] == {
+            str(GPU): [{"pid": 7, "why": "disconnected", "pod": ""}]
+        }
+        again = _online(sock_path)  # the same process reconnects: accounted for again
+        try:
+            assert sp.reply()["rc"] == "0"
+        finally:
+            again.close()

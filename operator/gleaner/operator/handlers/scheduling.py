@@ -60,7 +60,7 @@ from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import load_node_summaries, unbindable_nodes
+from gleaner.operator.traces import load_node_summaries, unbindable_nodes, uninstrumented_gpus
 from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
 
 logger = logging.getLogger(__name__)
@@ -263,6 +263,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         stale_after_seconds=ctx.config.trace_stale_after,
         node_labels=ctx.nodes.labels(),
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
+        uninstrumented=uninstrumented_gpus(traces),
     )
     stage("decide")
     sem = asyncio.Semaphore(BIND_CONCURRENCY)

@@ -19,6 +19,9 @@ The same classes run in the agent daemon, in the simulator and in tests
   sequences — gate acks, RECLAIM_ACK and RESTORE_ACK, disconnects and timeouts in; RECLAIM
   and RESTORE frames, completions and abandons out (:func:`reclaim_targets` picks who
   releases which page).
+- :class:`Instrumentation` (per node): which processes on each GPU no connected shim
+  accounts for (the driver's process list against the shims' pids, silent and disconnected
+  online shims); such a GPU's gate is held closed.
 """
 
 from gleaner.runtime_agent.policy.accounting import (
@@ -32,6 +35,12 @@ from gleaner.runtime_agent.policy.accounting import (
     window_summary,
 )
 from gleaner.runtime_agent.policy.gate import ComputeGate, Disable, Enable, GateAction, GateConfig
+from gleaner.runtime_agent.policy.instrumented import (
+    GpuProcess,
+    Instrumentation,
+    InstrumentationConfig,
+    Uninstrumented,
+)
 from gleaner.runtime_agent.policy.memory import (
     Grow,
     MemoryAction,
@@ -81,10 +90,13 @@ __all__ = [
     "Enable",
     "GateAction",
     "GateConfig",
+    "GpuProcess",
     "GpuTotals",
     "Grow",
     "HandleMap",
     "HoldEnded",
+    "Instrumentation",
+    "InstrumentationConfig",
     "KvSpan",
     "MemoryAction",
     "MemoryCommand",
@@ -108,6 +120,7 @@ __all__ = [
     "SendRestore",
     "StepKind",
     "Totals",
+    "Uninstrumented",
     "memory_command",
     "plan_reclamation",
     "reclaim_cost",

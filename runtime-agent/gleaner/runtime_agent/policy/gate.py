@@ -9,7 +9,10 @@ time order, by
   the requests that just finished);
 - :meth:`ComputeGate.request_done` — an online request finished;
 - :meth:`ComputeGate.decode_gap` — a measured gap between two decode iterations online;
-- :meth:`ComputeGate.tick` — time passed (the shell calls it at :meth:`next_deadline`).
+- :meth:`ComputeGate.tick` — time passed (the shell calls it at :meth:`next_deadline`);
+- :meth:`ComputeGate.hold` — keep the gate closed whatever the online side does (a process
+  on the GPU the agent cannot account for, docs/agent.md "Uninstrumented processes"), or
+  let it go; released, the gate reopens by the usual rule, one cooldown after the release.
 
 Each returns the commands to carry out, in order: :class:`Disable` (stop every offline
 channel group on the GPU now) or :class:`Enable` (let them run again). The guarantees,
@@ -25,6 +28,7 @@ checked by property tests:
    flight has already been preempted. Requests are named by the caller; a busy event without a
    name is an anonymous request that lasts one busy period. A request silent for longer than
    ``request_timeout_s`` is presumed lost (its end event never came) and forgotten.
+4. Never enabled while held (:meth:`ComputeGate.hold`).
 
 No I/O, no clocks: times are arguments (seconds, any monotonic origin).
 """
@@ -97,6 +101,8 @@ class ComputeGate:
     """Whether offline channels are enabled now (starts closed; opens after one cooldown)."""
 
     busy: bool = False
+    held: bool = False
+    """Whether :meth:`hold` keeps the gate closed."""
     g_max_s: float = 0.0
     preemptions: int = 0
     online_requests: int = 0
@@ -141,7 +147,7 @@ class ComputeGate:
 
     def next_deadline(self) -> float | None:
         """When a :meth:`tick` may next change something (None: only an event can)."""
-        if self.enabled or self.busy:
+        if self.enabled or self.busy or self.held:
             return None
         c = self.config  # the cooldown, as cooldown_s (inline: this runs after every event)
         cool = min(c.cool_ceiling_s, max(c.cool_floor_s, c.cool_factor * self.g_max_s))
@@ -248,6 +254,24 @@ class ComputeGate:
         self.enabled = False
         return [Disable(self.gpu, t, preempted=False)]
 
+    def hold(self, t: float, held: bool) -> list[GateAction]:
+        """Keep the gate closed (``held``) or let it go (not a preemption either way).
+
+        Held, it disables at once if enabled and never enables; let go, it reopens after a
+        whole cooldown counted from the release, by the usual rule.
+        """
+        t = self._advance(t)
+        if held == self.held:
+            return []
+        self.held = held
+        if held:
+            if not self.enabled:
+                return []
+            self.enabled = False
+            return [Disable(self.gpu, t, preempted=False)]
+        self._idle_since = max(self._idle_since, t)
+        return self._maybe_enable(t)
+
     # -- internals ------------------------------------------------------------------------
 
     def _advance(self, t: float) -> float:
@@ -285,7 +309,7 @@ class ComputeGate:
             self.g_max_s = gap_s
 
     def _maybe_enable(self, t: float) -> list[GateAction]:
-        if self.enabled or self.busy:
+        if self.enabled or self.busy or self.held:
             return []
         c = self.config
         if t < self._idle_since + min(

@@ -1,6 +1,6 @@
 """Filter and score plugins, one small module each (registered in ``gleaner.scheduler.registry``).
 
 Node filters: ``node_usable``, ``node_excluded``, ``gpu_selector``, ``gpu_free``.
-Set filters: ``pair_overlap``, ``memory_fit``, ``throughput_sla``.
+Set filters: ``instrumented``, ``pair_overlap``, ``memory_fit``, ``throughput_sla``.
 Scores: ``sla_fit``, ``keep_aligned``, ``pack_nodes``.
 """
