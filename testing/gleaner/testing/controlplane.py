@@ -10,7 +10,8 @@ Contract.
   CA; the API server's serving certificate for 127.0.0.1 and localhost; client
   certificates for an admin in ``system:masters`` and for ``system:kube-controller-manager``;
   a service-account signing key), then starts, each in its own process group with its log
-  under ``workdir``:
+  under ``workdir`` (``apiserver_args`` are appended to kube-apiserver's flags, e.g. an
+  audit policy):
 
   1. etcd on two free loopback ports (fsync off: the data dies with the session);
   2. kube-apiserver on ``https://127.0.0.1:<free port>`` with client-certificate and
@@ -248,11 +249,13 @@ class ControlPlane:
         binary: Path | None = None,
         startup_timeout: float = 180.0,
         controllers: Sequence[str] = CONTROLLERS,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.workdir = Path(workdir)
         self.binary = binary
         self.startup_timeout = startup_timeout
         self.controllers = tuple(controllers)
+        self.apiserver_args = tuple(apiserver_args)
         self.pki = Pki(self.workdir / "pki")
         self.processes = ProcessSet()
         self.server = ""
@@ -331,6 +334,7 @@ class ControlPlane:
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 "--profiling=false",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )  # fmt: skip
         self._wait_url(f"{self.server}/readyz", process, deadline, ssl_context=self._ssl())
