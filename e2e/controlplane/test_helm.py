@@ -174,27 +174,7 @@ def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
 
 def account_kubeconfig(plane: ControlPlane, account: str, path: Path) -> Path:
     """A kubeconfig with a TokenRequest token of the chart's ServiceAccount ``account``."""
-    token = plane.kubectl(
-        "create", "token", account, "-n", NAMESPACE, "--duration=2h"
-    ).stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "test",
-                "cluster": {
-                    "server": plane.server,
-                    "certificate-authority": str(plane.pki.path("ca.crt")),
-                },
-            }
-        ],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
-        "current-context": account,
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return plane.token_kubeconfig(account, NAMESPACE, path)
 
 
 def operator_argv(deployment: dict[str, Any], http_port: int) -> list[str]:
