@@ -1,4 +1,5 @@
-"""Run benchmarks: ``python -m bench`` runs all, ``python -m bench NAME...`` runs some.
+"""Run benchmarks: ``python -m bench`` runs all, ``python -m bench NAME...`` runs some;
+options after the names (``python -m bench controlplane --quick``) go to each of them.
 
 Every ``bench/bench_*.py`` module exposes ``main(argv: list[str]) -> int``; it prints its
 measurements (and their ratios to targets) as a table and returns non-zero when a target
@@ -23,7 +24,8 @@ def available() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or available()
+    split = next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+    names, options = argv[:split] or available(), argv[split:]
     unknown = [n for n in names if n not in available()]
     if unknown:
         print(f"error: unknown benchmark(s) {unknown}; available: {available()}", file=sys.stderr)
@@ -32,7 +34,7 @@ def main(argv: list[str]) -> int:
     for name in names:
         print(f"== bench {name}")
         module = importlib.import_module(f"bench.bench_{name}")
-        worst = max(worst, int(module.main([])))
+        worst = max(worst, int(module.main(list(options))))
     return worst
 
 

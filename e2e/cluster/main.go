@@ -1,7 +1,7 @@
 // Command glcluster is a single binary holding the upstream Kubernetes control-plane
 // components that Gleaner's tests run against a real API server (see
-// docs/controlplane.md): etcd, kube-apiserver, kube-controller-manager and the KWOK
-// controller, each selected by its first argument, the way the old hyperkube binary
+// docs/controlplane.md): etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+// and the KWOK controller, each selected by its first argument, the way the old hyperkube binary
 // did. One binary links the shared Kubernetes packages once, which halves the link
 // time and the disk of four separate binaries.
 //
@@ -11,6 +11,7 @@
 //	glcluster kube-apiserver [upstream kube-apiserver flags]
 //	glcluster kube-controller-manager [upstream kube-controller-manager flags]
 //	glcluster kwok [upstream kwok flags]
+//	glcluster scheduler [upstream kube-scheduler flags]
 //	glcluster kwok-default-stages   # print KWOK's upstream "fast" node and pod stages
 //	glcluster version
 //
@@ -35,6 +36,7 @@ var subcommands = map[string]subcommand{
 	"kube-controller-manager": runControllerManager,
 	"kwok":                    runKwok,
 	"kwok-default-stages":     printKwokStages,
+	"scheduler":               runScheduler,
 	"version":                 printVersion,
 }
 

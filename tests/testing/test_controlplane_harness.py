@@ -96,7 +96,7 @@ def _openssl(*args: str) -> str:
 def test_the_pki_signs_what_the_api_server_and_its_clients_need(tmp_path: Path) -> None:
     pki = Pki(tmp_path / "pki").generate()
     ca = str(pki.path("ca.crt"))
-    for name in ("apiserver", "admin", "controller-manager"):
+    for name in ("apiserver", "admin", "controller-manager", "scheduler"):
         assert "OK" in _openssl("verify", "-CAfile", ca, str(pki.path(f"{name}.crt")))
 
     server = _openssl("x509", "-in", str(pki.path("apiserver.crt")), "-noout", "-text")
@@ -107,6 +107,8 @@ def test_the_pki_signs_what_the_api_server_and_its_clients_need(tmp_path: Path) 
     assert "O = system:masters" in admin
     manager = _openssl("x509", "-in", str(pki.path("controller-manager.crt")), "-noout", "-subject")
     assert "CN = system:kube-controller-manager" in manager
+    scheduler = _openssl("x509", "-in", str(pki.path("scheduler.crt")), "-noout", "-subject")
+    assert "CN = system:kube-scheduler" in scheduler
     client = _openssl("x509", "-in", str(pki.path("admin.crt")), "-noout", "-text")
     assert "TLS Web Client Authentication" in client
 

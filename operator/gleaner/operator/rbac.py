@@ -17,19 +17,21 @@ if TYPE_CHECKING:  # the chart tooling loads this file without Gleaner installed
     from gleaner.api.rbac import PolicyRule
 
 OPERATOR_RULES: Final[list[PolicyRule]] = [
-    # kopf handlers for OfflineJob (watch, bind, status patches, finalizers).
+    # kopf handlers for OfflineJob: watch, and patch (finalizers, progress annotations);
+    # gleaner.operator.jobs reads one job before a status patch.
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["offlinejobs"],
-        "verbs": ["get", "list", "watch", "patch", "update"],
+        "verbs": ["get", "list", "watch", "patch"],
     },
-    # Operator writes OfflineJob status (phase, attempt, bound GPUs, SLA attainment).
+    # Operator writes OfflineJob status (phase, attempt, bound GPUs, SLA attainment) by patch.
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["offlinejobs/status"],
-        "verbs": ["get", "patch", "update"],
+        "verbs": ["patch"],
     },
-    # Operator reads the agents' NodeTraces (per-GPU utilization history) for scheduling.
+    # The scheduling pass lists and watches the agents' NodeTraces; the SLA monitor gets the
+    # trace of a running job's node (handlers/sla.py).
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["nodetraces"],
@@ -40,45 +42,43 @@ OPERATOR_RULES: Final[list[PolicyRule]] = [
     {
         "apiGroups": [""],
         "resources": ["nodes"],
-        "verbs": ["get", "list", "watch"],
+        "verbs": ["list", "watch"],
     },
-    # Operator creates offline Pods (<job>-<attempt>), watches them, deletes them on eviction.
+    # Operator creates offline Pods (<job>-<attempt>; a get first, as the name is
+    # deterministic), watches them, deletes them on job deletion and on eviction.
     {
         "apiGroups": [""],
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "create", "delete"],
     },
-    # Profiles and SLA eviction reports (ConfigMaps labelled gleaner.dev/report=sla-eviction).
+    # Profiles (get) and SLA eviction reports (create; ConfigMaps labelled
+    # gleaner.dev/report=sla-eviction); kopf watches them for the scheduling pass.
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
         "verbs": ["get", "list", "watch", "create"],
     },
-    # kopf posts Kubernetes Events for handler outcomes (core API).
+    # kopf and gleaner.operator.events post core v1 Events (create only, never patched).
     {
         "apiGroups": [""],
         "resources": ["events"],
-        "verbs": ["create", "patch"],
+        "verbs": ["create"],
     },
-    # kopf/operator Events through the events.k8s.io API.
-    {
-        "apiGroups": ["events.k8s.io"],
-        "resources": ["events"],
-        "verbs": ["create", "patch"],
-    },
-    # kopf peering (peering name "gleaner") so only one replica handles events at a time.
+    # kopf peering (peering name "gleaner") so only one replica handles events at a time:
+    # ClusterKopfPeering cluster-wide, KopfPeering with operator.watchNamespace.
     {
         "apiGroups": ["kopf.dev"],
         "resources": ["clusterkopfpeerings", "kopfpeerings"],
         "verbs": ["get", "list", "watch", "patch"],
     },
-    # kopf scans CRDs at start-up to resolve the resources it serves.
+    # kopf lists and watches CRDs at start-up to resolve the resources it serves.
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
-        "verbs": ["get", "list", "watch"],
+        "verbs": ["list", "watch"],
     },
-    # kopf --all-namespaces discovers and watches namespaces.
+    # kopf lists and watches namespaces when it serves named namespaces
+    # (operator.watchNamespace); cluster-wide (--all-namespaces) it does not.
     {
         "apiGroups": [""],
         "resources": ["namespaces"],

@@ -17,29 +17,25 @@ if TYPE_CHECKING:  # the chart tooling loads this file without Gleaner installed
     from gleaner.api.rbac import PolicyRule
 
 AGENT_RULES: Final[list[PolicyRule]] = [
-    # Agent reporter creates/updates its node's NodeTrace (cluster-scoped, name = node name).
+    # The reporter creates its node's NodeTrace (cluster-scoped, name = node name) when the
+    # status patch answers 404 (gleaner.runtime_agent.kube).
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["nodetraces"],
-        "verbs": ["get", "create", "patch", "update"],
+        "verbs": ["create"],
     },
-    # Agent reporter writes the NodeTrace status (per-GPU utilization samples).
+    # The reporter patches the NodeTrace status (per-GPU utilization samples).
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["nodetraces/status"],
-        "verbs": ["get", "patch", "update"],
+        "verbs": ["patch"],
     },
-    # Agent watches the offline/online Pods on its node (field selector spec.nodeName).
+    # Agent lists and watches the offline/online Pods on its node (field selector
+    # spec.nodeName).
     {
         "apiGroups": [""],
         "resources": ["pods"],
-        "verbs": ["get", "list", "watch"],
-    },
-    # Agent reads its own Node (GPU labels, capacity) at start-up.
-    {
-        "apiGroups": [""],
-        "resources": ["nodes"],
-        "verbs": ["get"],
+        "verbs": ["list", "watch"],
     },
 ]
 """ClusterRole rules of the agent's ServiceAccount (rendered verbatim by the Helm chart)."""

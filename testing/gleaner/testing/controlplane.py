@@ -8,9 +8,11 @@ Contract.
   ``ControlPlaneUnavailableError`` when there is none, saying how to build it.
 - ``ControlPlane(workdir).start()`` generates a throw-away PKI with the ``openssl`` CLI (a
   CA; the API server's serving certificate for 127.0.0.1 and localhost; client
-  certificates for an admin in ``system:masters`` and for ``system:kube-controller-manager``;
+  certificates for an admin in ``system:masters``, for ``system:kube-controller-manager`` and
+  for ``system:kube-scheduler``;
   a service-account signing key), then starts, each in its own process group with its log
-  under ``workdir``:
+  under ``workdir`` (``apiserver_args`` are appended to kube-apiserver's flags, e.g. an
+  audit policy):
 
   1. etcd on two free loopback ports (fsync off: the data dies with the session);
   2. kube-apiserver on ``https://127.0.0.1:<free port>`` with client-certificate and
@@ -244,6 +246,8 @@ class Pki:
                      client + "extendedKeyUsage=clientAuth\n")  # fmt: skip
         self._signed("controller-manager", "/CN=system:kube-controller-manager",
                      client + "extendedKeyUsage=clientAuth\n")  # fmt: skip
+        self._signed("scheduler", "/CN=system:kube-scheduler",
+                     client + "extendedKeyUsage=clientAuth\n")  # fmt: skip
         self._key("sa")
         self._openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
         return self
@@ -259,11 +263,13 @@ class ControlPlane:
         binary: Path | None = None,
         startup_timeout: float = 180.0,
         controllers: Sequence[str] = CONTROLLERS,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         self.workdir = Path(workdir)
         self.binary = binary
         self.startup_timeout = startup_timeout
         self.controllers = tuple(controllers)
+        self.apiserver_args = tuple(apiserver_args)
         self.pki = Pki(self.workdir / "pki")
         self.processes = ProcessSet()
         self.server = ""
@@ -342,6 +348,7 @@ class ControlPlane:
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 "--profiling=false",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )  # fmt: skip
         self._wait_url(f"{self.server}/readyz", process, deadline, ssl_context=self._ssl())
@@ -382,6 +389,77 @@ class ControlPlane:
                 "--v=1",
             ],
         )  # fmt: skip
+
+    def start_scheduler(self, *args: str) -> ManagedProcess:
+        """Start upstream kube-scheduler (``args`` appended to its flags) and wait until it
+        serves ``/healthz``."""
+        binary = self.binary or find_binary()
+        p = self.pki.path
+        kubeconfig = self.workdir / "scheduler.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                kubeconfig_document(
+                    self.server, p("ca.crt"), p("scheduler.crt"), p("scheduler.key"),
+                    user="system:kube-scheduler",
+                )
+            )
+        )  # fmt: skip
+        port = free_port()
+        process = self._process(
+            "kube-scheduler",
+            [
+                str(binary), "scheduler",
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--authentication-skip-lookup",
+                "--bind-address=127.0.0.1", f"--secure-port={port}",
+                f"--cert-dir={self.workdir / 'scheduler-certs'}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+                *args,
+            ],
+        )  # fmt: skip
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # its serving certificate is self-signed
+        self._wait_url(
+            f"https://127.0.0.1:{port}/healthz",
+            process,
+            time.monotonic() + self.startup_timeout,
+            ssl_context=insecure,
+        )
+        return process
+
+    def token_kubeconfig(
+        self, account: str, namespace: str, path: Path, duration: str = "2h"
+    ) -> Path:
+        """Write to ``path`` a kubeconfig authenticating as the ServiceAccount ``account`` of
+        ``namespace`` with a token from the TokenRequest API; return ``path``."""
+        token = self.kubectl(
+            "create", "token", account, "-n", namespace, f"--duration={duration}"
+        ).stdout.strip()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "gleaner-test",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.pki.path("ca.crt")),
+                    },
+                }
+            ],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [
+                {"name": account, "context": {"cluster": "gleaner-test", "user": account}}
+            ],
+            "current-context": account,
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     def _start_kwok(self, binary: Path) -> None:
         stages = subprocess.run(

@@ -1,0 +1,449 @@
+"""Scheduling on the real control plane: Gleaner's operator against upstream kube-scheduler.
+
+One real control plane (``gleaner.testing.controlplane``: etcd, kube-apiserver,
+kube-controller-manager, KWOK; docs/controlplane.md), ``--n`` KWOK nodes of 8 GPUs, each
+with a NodeTrace of varied online load. Two rounds on the same API server:
+
+1. Gleaner: the real ``gleaner operator`` process, authenticated as a ServiceAccount bound
+   to exactly ``OPERATOR_RULES``; ``--n`` OfflineJobs (1/2/4/8 GPUs; 5% with an SLA no node
+   meets) created at once. The clock runs from the first creation until every job is
+   Running (its Pod bound and run by KWOK) or Unschedulable with a reason.
+2. kube-scheduler (``glcluster scheduler``, upstream defaults): ``--n`` plain Pods
+   requesting the same mix of ``nvidia.com/gpu`` created at once. The clock runs until every
+   Pod is bound (and, reported too, Running). The operator is stopped by then; Gleaner's
+   Pods request no ``nvidia.com/gpu``, so every GPU is free to kube-scheduler.
+
+The API server audits (metadata only) the requests of the operator's ServiceAccount and of
+``system:kube-scheduler``; the rounds' windows give requests per bound job/Pod. Reported:
+jobs and Pods bound per second, their ratio, requests per bound object. Exit 1 when a round
+does not finish within ``--timeout`` or an Unschedulable job has no reason; 2 without the
+control-plane binary. Results: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gleaner.operator.rbac import OPERATOR_RULES
+from gleaner.testing.controlplane import (
+    GPU_RESOURCE,
+    ControlPlane,
+    ControlPlaneUnavailableError,
+    GpuNode,
+    find_binary,
+    gpu_node_manifest,
+)
+from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest, offlinejob_manifest
+from gleaner.testing.net import free_port
+from gleaner.testing.processes import ManagedProcess
+
+OPERATOR_NAMESPACE = "gleaner-bench"
+OPERATOR_ACCOUNT = "gleaner-operator"
+JOBS_NAMESPACE = "bench-jobs"
+PODS_NAMESPACE = "bench-pods"
+SCHEDULER_USER = "system:kube-scheduler"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}"
+GPU_MIX = ((1, 50), (2, 25), (4, 15), (8, 10))
+"""GPUs per job or Pod, and weights: 2.4 GPUs on average, 30% of the cluster's GPUs."""
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "users": [SCHEDULER_USER]},
+        {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{OPERATOR_NAMESPACE}"]},
+        {"level": "None"},
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Round:
+    """One scheduler's round: objects, how many were bound, seconds until all were done."""
+
+    objects: int
+    bound: int
+    seconds: float
+    requests: int
+
+    @property
+    def per_second(self) -> float:
+        return self.bound / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def requests_per_bound(self) -> float:
+        return self.requests / self.bound if self.bound else float("nan")
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench controlplane")
+    parser.add_argument("--n", type=int, default=1000, help="nodes, jobs and Pods")
+    parser.add_argument("--quick", action="store_true", help="--n 100")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per round, seconds")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=8, help="client threads creating")
+    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    return parser.parse_args(argv)
+
+
+def _gpus(rng: random.Random) -> int:
+    counts, weights = zip(*GPU_MIX, strict=True)
+    return int(rng.choices(counts, weights=weights)[0])
+
+
+def _stamp(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def audited(log: Path, user: str, start: float, end: float) -> int:
+    """Requests of ``user`` that the API server received between ``start`` and ``end``
+    (wall-clock seconds)."""
+    count = 0
+    with log.open() as lines:
+        for line in lines:
+            if user not in line:
+                continue
+            event = json.loads(line)
+            if event.get("user", {}).get("username") != user:
+                continue
+            at = _stamp(event["requestReceivedTimestamp"])
+            count += start <= at <= end
+    return count
+
+
+def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> float | None:
+    """Poll ``done`` (finished, total) until all finished; seconds from now, or None."""
+    start = time.monotonic()
+    last = -1
+    while time.monotonic() - start < timeout:
+        finished, total = done()
+        if finished != last:
+            print(f"  {what}: {finished}/{total} at {time.monotonic() - start:.1f} s", flush=True)
+            last = finished
+        if finished == total:
+            return time.monotonic() - start
+        time.sleep(0.5)
+    return None
+
+
+class Bench:
+    """The control plane, its clients and the two rounds."""
+
+    def __init__(self, plane: ControlPlane, workers: int) -> None:
+        import kubernetes
+
+        self.plane = plane
+        self.workers = workers
+        client = plane.api_client()
+        client.configuration.connection_pool_maxsize = workers * 2
+        self.core: Any = kubernetes.client.CoreV1Api(client)
+        self.custom: Any = kubernetes.client.CustomObjectsApi(client)
+
+    def parallel(self, fn: Callable[[Any], object], items: list[Any]) -> None:
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            list(pool.map(fn, items))
+
+    # ---- the cluster -----------------------------------------------------------------
+
+    def nodes(self, n: int, rng: random.Random) -> None:
+        names = [f"gpu-{i:04d}" for i in range(n)]
+        self.parallel(lambda name: self.core.create_node(gpu_node_manifest(GpuNode(name))), names)
+
+        def ready() -> tuple[int, int]:
+            items = self.core.list_node().items
+            ok = sum(
+                1
+                for node in items
+                if any(
+                    c.type == "Ready" and c.status == "True" for c in node.status.conditions or []
+                )
+            )
+            return ok, n
+
+        if _wait(ready, 300, "nodes Ready") is None:
+            raise SystemExit("error: the KWOK nodes did not turn Ready")
+        # The API server taints every new Node not-ready (TaintNodesByCondition); the node
+        # lifecycle controller, which lifts it once the Node is Ready, does not run here.
+        # kube-scheduler honours the taint (Gleaner's placement does not read taints).
+        self.plane.kubectl("taint", "nodes", "--all", "node.kubernetes.io/not-ready:NoSchedule-")
+        traces = [
+            nodetrace_manifest(
+                name, gpus=8, offline_enabled=[round(rng.uniform(0.5, 0.97), 3) for _ in range(8)]
+            )
+            for name in names
+        ]
+        self.parallel(self.apply_trace, traces)
+
+    def apply_trace(self, manifest: dict[str, Any]) -> None:
+        body = {k: v for k, v in manifest.items() if k != "status"}
+        name = manifest["metadata"]["name"]
+        self.custom.create_cluster_custom_object("gleaner.dev", "v1alpha1", "nodetraces", body)
+        self.custom.patch_cluster_custom_object_status(
+            "gleaner.dev", "v1alpha1", "nodetraces", name, {"status": manifest["status"]}
+        )
+
+    def install(self, repo: Path) -> None:
+        """Gleaner's CRDs, kopf's peering CRDs and object, the operator's ServiceAccount bound
+        to exactly OPERATOR_RULES, and the rounds' namespaces."""
+        files = [*sorted((repo / "crds").glob("*.yaml"))]
+        files += sorted((repo / "helm" / "gleaner" / "files" / "kopf").glob("*.yaml"))
+        self.plane.kubectl("apply", *(f"--filename={f}" for f in files))
+        self.plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"}
+        docs: list[dict[str, Any]] = [
+            {
+                "apiVersion": "kopf.dev/v1",
+                "kind": "ClusterKopfPeering",
+                "metadata": {"name": "gleaner"},
+            },
+            *(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                for ns in (OPERATOR_NAMESPACE, JOBS_NAMESPACE, PODS_NAMESPACE)
+            ),
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": OPERATOR_ACCOUNT, "namespace": OPERATOR_NAMESPACE},
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": OPERATOR_ACCOUNT},
+                "rules": [dict(rule) for rule in OPERATOR_RULES],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": OPERATOR_ACCOUNT},
+                "roleRef": {**role_ref, "name": OPERATOR_ACCOUNT},
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": OPERATOR_ACCOUNT,
+                        "namespace": OPERATOR_NAMESPACE,
+                    }
+                ],
+            },
+        ]
+        self.plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
+        for ns in (OPERATOR_NAMESPACE, JOBS_NAMESPACE, PODS_NAMESPACE):
+            self.plane.wait_service_account(ns)
+
+    # ---- round 1: Gleaner ------------------------------------------------------------
+
+    def gleaner(self, n: int, rng: random.Random, timeout: float) -> tuple[Round, dict[str, int]]:
+        work = self.plane.workdir
+        kubeconfig = self.plane.token_kubeconfig(
+            OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, work / "operator.kubeconfig"
+        )
+        operator = ManagedProcess(
+            "gleaner-operator",
+            [
+                sys.executable, "-m", "gleaner.cli.main", "operator", "--all-namespaces",
+                *FAST_OPERATOR_FLAGS, "--unschedulable-backoff=30s",
+                f"--http-port={free_port()}", "--http-host=127.0.0.1",
+            ],
+            work / "logs" / "operator.log",
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        # Not one of the plane's processes: it stops before kube-scheduler starts, and the
+        # plane treats any of its own processes that exited as a failure.
+        operator.start()
+        try:
+            return self._gleaner_round(operator, n, rng, timeout)
+        finally:
+            operator.stop(grace=15)
+
+    def _gleaner_round(
+        self, operator: ManagedProcess, n: int, rng: random.Random, timeout: float
+    ) -> tuple[Round, dict[str, int]]:
+        work = self.plane.workdir
+        time.sleep(3.0)  # kopf's start-up: peering, CRD scan, the first listings
+        jobs = []
+        for i in range(n):
+            impossible = i % 20 == 19
+            sla = 0.99 if impossible else round(rng.uniform(0.3, 0.8), 2)
+            job = offlinejob_manifest(
+                f"job-{i:04d}", namespace=JOBS_NAMESPACE, gpus=_gpus(rng), sla=sla
+            )
+            jobs.append(job)
+
+        def create(job: dict[str, Any]) -> None:
+            self.custom.create_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs", job
+            )
+
+        phases: dict[str, int] = {}
+        unexplained = 0
+
+        def done() -> tuple[int, int]:
+            nonlocal phases, unexplained
+            if not operator.alive():
+                raise SystemExit(f"error: the operator exited:\n{operator.log()[-3000:]}")
+            items = self.custom.list_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs"
+            )["items"]
+            phases = {}
+            unexplained = 0
+            finished = 0
+            for job in items:
+                status = job.get("status") or {}
+                phase = str(status.get("phase", "(none)"))
+                phases[phase] = phases.get(phase, 0) + 1
+                if phase == "Running":
+                    finished += 1
+                elif phase == "Unschedulable":
+                    finished += 1
+                    unexplained += not any(
+                        c["type"] == "Scheduled" and c.get("message")
+                        for c in status.get("conditions", [])
+                    )
+            return finished, n
+
+        began = time.time()
+        start = time.monotonic()
+        self.parallel(create, jobs)
+        print(f"  {n} OfflineJobs created in {time.monotonic() - start:.1f} s", flush=True)
+        waited = _wait(done, timeout, "jobs Running or Unschedulable")
+        seconds = time.monotonic() - start if waited is not None else float("inf")
+        ended = time.time()
+        requests = audited(work / "audit.log", OPERATOR_USER, began, ended)
+        if unexplained:
+            phases["Unschedulable without a reason"] = unexplained
+        return Round(n, phases.get("Running", 0), seconds, requests), phases
+
+    # ---- round 2: kube-scheduler -----------------------------------------------------
+
+    def kube_scheduler(self, n: int, rng: random.Random, timeout: float) -> tuple[Round, float]:
+        self.plane.start_scheduler()
+        pods = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"pod-{i:04d}", "namespace": PODS_NAMESPACE},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.example/offline:1",
+                            "resources": {"limits": {GPU_RESOURCE: str(_gpus(rng))}},
+                        }
+                    ],
+                },
+            }
+            for i in range(n)
+        ]
+
+        def create(pod: dict[str, Any]) -> None:
+            self.core.create_namespaced_pod(PODS_NAMESPACE, pod)
+
+        def count(running: bool) -> Callable[[], tuple[int, int]]:
+            def done() -> tuple[int, int]:
+                items = self.core.list_namespaced_pod(PODS_NAMESPACE).items
+                if running:
+                    return sum(1 for p in items if p.status.phase == "Running"), n
+                return sum(1 for p in items if p.spec.node_name), n
+
+            return done
+
+        began = time.time()
+        start = time.monotonic()
+        self.parallel(create, pods)
+        print(f"  {n} Pods created in {time.monotonic() - start:.1f} s", flush=True)
+        bound = _wait(count(running=False), timeout, "Pods bound")
+        seconds = time.monotonic() - start if bound is not None else float("inf")
+        ended = time.time()
+        running = _wait(count(running=True), timeout, "Pods Running")
+        run_seconds = time.monotonic() - start if running is not None else float("inf")
+        requests = audited(self.plane.workdir / "audit.log", SCHEDULER_USER, began, ended)
+        bound_pods = count(running=False)()[0]
+        return Round(n, bound_pods, seconds, requests), run_seconds
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    if args.quick:
+        args.n = 100
+    try:
+        binary = find_binary()
+    except ControlPlaneUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    repo = Path(__file__).resolve().parents[1]
+    workdir = Path(tempfile.mkdtemp(prefix="bench-controlplane-"))
+    policy = workdir / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    plane = ControlPlane(
+        workdir,
+        binary=binary,
+        apiserver_args=(
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={workdir / 'audit.log'}",
+            "--audit-log-maxsize=0",
+        ),
+    )
+    rng = random.Random(args.seed)
+    print(f"control plane in {workdir}; {args.n} nodes x 8 GPUs", flush=True)
+    try:
+        t0 = time.monotonic()
+        plane.start()
+        bench = Bench(plane, args.workers)
+        bench.install(repo)
+        bench.nodes(args.n, rng)
+        print(f"  cluster ready in {time.monotonic() - t0:.1f} s", flush=True)
+        gleaner, phases = bench.gleaner(args.n, rng, args.timeout)
+        kube, kube_running = bench.kube_scheduler(args.n, rng, args.timeout)
+    finally:
+        plane.stop()
+
+    ratio = gleaner.per_second / kube.per_second if kube.per_second else float("nan")
+    print(f"machine: {platform.machine()}, {platform.node()}, python {platform.python_version()}")
+    print(f"Gleaner: {args.n} jobs, phases {dict(sorted(phases.items()))}")
+    print(
+        f"  all Running or explained in {gleaner.seconds:.1f} s: "
+        f"{gleaner.per_second:.1f} jobs bound/s; {gleaner.requests} operator requests, "
+        f"{gleaner.requests_per_bound:.2f} per bound job"
+    )
+    print(
+        f"kube-scheduler: {args.n} Pods, all bound in {kube.seconds:.1f} s "
+        f"(Running in {kube_running:.1f} s): {kube.per_second:.1f} Pods bound/s; "
+        f"{kube.requests} scheduler requests, {kube.requests_per_bound:.2f} per bound Pod"
+    )
+    print(f"ratio Gleaner jobs bound/s : kube-scheduler Pods bound/s = {ratio:.2f}")
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "n": args.n,
+                    "gleaner": asdict(gleaner) | {"per_second": gleaner.per_second},
+                    "phases": phases,
+                    "kube_scheduler": asdict(kube) | {"per_second": kube.per_second},
+                    "kube_running_seconds": kube_running,
+                    "ratio": ratio,
+                },
+                indent=1,
+            )
+        )
+    unexplained = phases.get("Unschedulable without a reason", 0)
+    finished = gleaner.seconds != float("inf") and kube.seconds != float("inf")
+    return 0 if finished and not unexplained else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
