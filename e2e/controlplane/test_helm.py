@@ -18,6 +18,7 @@ ClusterRoles it creates, which must not collide with those the session fixtures 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -177,12 +178,30 @@ def account_kubeconfig(plane: ControlPlane, account: str, path: Path) -> Path:
     return plane.token_kubeconfig(account, NAMESPACE, path)
 
 
-def operator_argv(deployment: dict[str, Any], http_port: int) -> list[str]:
-    """The installed Deployment's operator command line, on a local port instead of 8080."""
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+def operator_argv(
+    plane: ControlPlane, deployment: dict[str, Any], http_port: int, cert_dir: Path
+) -> list[str]:
+    """The installed Deployment's operator command line, on local ports instead of the Pod's.
+
+    The webhook's certificate is mounted from the chart's Secret in the Pod; here the same
+    Secret's ``tls.crt`` and ``tls.key`` are written to ``cert_dir`` and the flag points there.
+    """
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     args = list(container["args"])
-    at = args.index("--http-port")
-    args[at + 1] = str(http_port)
+    args[args.index("--http-port") + 1] = str(http_port)
+    if "--webhook-cert-dir" in args:
+        at = args.index("--webhook-cert-dir")
+        mounted = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        secret_name = volumes[mounted[args[at + 1]]]["secret"]["secretName"]
+        secret = get_json(plane, "secret", secret_name, "-n", NAMESPACE)
+        assert secret is not None, f"the chart's webhook Secret {secret_name} is missing"
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        for key in ("tls.crt", "tls.key"):
+            (cert_dir / key).write_bytes(base64.b64decode(secret["data"][key]))
+        args[at + 1] = str(cert_dir)
+        args[args.index("--webhook-port") + 1] = str(free_port())
     return [sys.executable, "-m", "gleaner.cli.main", *args, "--http-host=127.0.0.1"]
 
 
@@ -289,7 +308,7 @@ def run_operator_and_agent(plane: ControlPlane, deployment: dict[str, Any], work
     operator_config = account_kubeconfig(plane, OPERATOR_ACCOUNT, work / "operator.kubeconfig")
     operator = ManagedProcess(
         "gleaner-operator",
-        operator_argv(deployment, free_port()),
+        operator_argv(plane, deployment, free_port(), work / "webhook-certs"),
         work / "operator.log",
         env={
             **env,
