@@ -234,28 +234,8 @@ class Scheduler:
         masks, _ = aligned_sets(view.adj[node_row], k, self.config.max_sets_per_node, within)
         if not masks:
             return _empty(k)
-        slots = np.array(
-            [[p for p in range(view.width) if m >> p & 1] for m in masks], dtype=np.int64
-        )
-        compute, memory, multi = subset_factors(ctx.job.profile, view.summaries[node_row], slots)
-        adj = view.adj[node_row]
-        neighbours = np.array(
-            [_or(adj[p] for p in row) & ~m for row, m in zip(slots.tolist(), masks, strict=True)],
-            dtype=np.int64,
-        )
-        n = len(masks)
-        return CandidateBatch(
-            row=np.full(n, -1, dtype=np.int64),
-            node=np.full(n, node_row, dtype=np.int64),
-            mask=np.asarray(masks, dtype=np.int64),
-            slots=slots,
-            compute=compute,
-            memory=memory,
-            multi=multi,
-            bias=np.full(n, ctx.bias[node_row]),
-            neighbours=neighbours,
-            exact=True,
-        )
+        sets = [[p for p in range(view.width) if m >> p & 1] for m in masks]
+        return self._positions_batch(ctx, node_row, sets)
 
     def exact(self, ctx: JobContext, batch: CandidateBatch) -> CandidateBatch:
         """The batch with the joint (tightest-GPU) memory factor instead of its bound."""
