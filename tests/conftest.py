@@ -1,17 +1,29 @@
 """Fixtures shared by the shim, protocol and vLLM hook tests: the C shim built once per
 session (``shim_build``) and a Unix-socket path short enough for ``sun_path``
-(``sock_path``)."""
+(``sock_path``).
+
+Hypothesis: under CI (``CI`` set) the property tests draw a fixed sequence of examples
+(``derandomize``), so a landing is judged on the same cases every time; on a developer's
+machine they draw new ones each run and keep what failed in ``.hypothesis/``, which is
+where new counterexamples are found (and then pinned with ``@example``).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from gleaner.testing.shim import build_shim
+
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import errno
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gleaner.runtime_agent.policy import (
@@ -593,12 +593,20 @@ _START = (Join(1, (0,), False), Join(2, (0, 1), False), Join(3, (1,), False))
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_OPS, min_size=20, max_size=100))
+# Three restores pending with three deadlines: the final ticks must reach the last one.
+@example(
+    [Join(1, (0,), False), *[Leave(1)] * 10, Join(1, (0,), False), Adopt(0, 3, 0),
+     Restore(0, 3, 0), Wait(0.1), Join(1, (0,), False), Join(1, (0,), False),
+     Restore(0, 3, 0), Wait(0.1), Restore(0, 3, 0)]
+)  # fmt: skip
 def test_any_interleaving_keeps_the_guarantees_and_ends_everything(ops: list[Op]) -> None:
     world = _World(ReclaimSequence(RECLAIM_S, RESTORE_S))
     for op in (*_START, *ops):
         world.run(op)
-    # Nothing pends forever: ticking at each next deadline ends everything under way.
-    for _ in range(world.seq.pending_reclaims() + 2):
+    # Nothing pends forever: ticking at each next deadline ends everything under way. Each
+    # tick ends at least the reclaim or restore whose deadline it is, so one tick per pending
+    # reclaim and restore (each restore has its own deadline) is enough.
+    for _ in range(world.seq.pending_reclaims() + world.seq.pending_restores() + 2):
         deadline = world.seq.next_deadline()
         if deadline is None:
             break
