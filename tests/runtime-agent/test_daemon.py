@@ -256,7 +256,7 @@ def test_online_process_gone_while_busy_reenables_on_the_cooldown_timer(tmp_path
         assert _recv_gate(off, dec).enable
         # The gate's own timer, one cooldown after the disconnect; not whatever event
         # (a memory release, 10 s away; a scrape) happens to come next.
-        assert 0.045 <= time.monotonic() - t_gone < 1.0
+        assert 0.045 <= time.monotonic() - t_gone < 5.0  # the memory release is 10 s away
     finally:
         online.close()
         off.close()
