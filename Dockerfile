@@ -2,6 +2,7 @@
 # The one Gleaner image: `gleaner operator` and `gleaner agent` (entry point `gleaner`), with
 # the GPU shim at /opt/gleaner/lib/libgleaner_shim.so, which the agent copies to the node.
 #   docker build -t gleaner/gleaner:0.1.0 .
+# Pushing it, and building the same image without a Docker daemon (make image): docs/image.md.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # ---- build: the C shim (gcc + make) and wheels of Gleaner and its dependencies ----------

@@ -1,5 +1,5 @@
 # Gleaner developer entry points. `make help` lists them.
-.PHONY: help simulate test lint bootstrap crds proto shim bench clean
+.PHONY: help simulate test lint bootstrap crds proto shim image bench clean
 
 help:  ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,10 @@ proto:  ## Regenerate the shim's gleaner_proto.h from the protocol table (gleane
 
 shim:  ## Build the C LD_PRELOAD shim
 	$(MAKE) -C runtime-agent/shim
+
+image:  ## Build the Gleaner image without a Docker daemon: build/image (OCI layout) and build/gleaner-image.tar (docs/image.md)
+	@scripts/bootstrap.sh --no-apt
+	.venv/bin/python scripts/image_build.py --archive build/gleaner-image.tar
 
 bench:  ## Run the benchmarks in bench/ (see docs/benchmarks.md)
 	@scripts/bootstrap.sh --no-apt

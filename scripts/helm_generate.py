@@ -37,8 +37,9 @@ RULE_SOURCES: dict[str, tuple[Path, str]] = {
 }
 TABLE_START = "<!-- values-table:start -->"
 TABLE_END = "<!-- values-table:end -->"
-# Helm passes `global` to every chart; it is in the schema but not a Gleaner setting.
-UNDOCUMENTED_KEYS = frozenset({"global"})
+# Keys of the schema that values.yaml need not document (none: even `global`, which Helm
+# passes to every chart, is documented for its imageRegistry).
+UNDOCUMENTED_KEYS: frozenset[str] = frozenset()
 
 _KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.\-/]+|\"[^\"]+\"):(?:\s|$)")
 

@@ -190,3 +190,16 @@ def test_full_default_node_level_meets_the_targets() -> None:
     missed = [t["name"] for t in results["targets"] if not t["met"]]
     assert missed == []
     assert results["node"]["runs"]["gleaner"]["requests"] > 200
+
+
+def test_write_trace_needs_a_cluster_and_a_writable_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "t.csv")
+    assert main(["simulate", "--scenario", "node-only", "--write-trace", out]) == 2
+    assert "needs a scenario with a 'cluster' section" in capsys.readouterr().err
+    missing = tmp_path / "no-such-dir" / "t.csv"
+    assert main(["simulate", "--quick", "--write-trace", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --write-trace") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.csv").exists()

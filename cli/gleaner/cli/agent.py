@@ -48,7 +48,7 @@ def _duration(text: str) -> float:
     "--trace",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Online trace to replay (CSV/Parquet, docs/architecture.md; simulated backend).",
+    help="Online trace to replay (CSV/Parquet, docs/formats.md; simulated backend).",
 )
 @click.option("--gpus", type=click.IntRange(1, 16), default=None, help="Synthetic GPU count.")
 @click.option("--gpu-memory-gib", type=click.FloatRange(min=1), default=80.0, show_default=True)

@@ -36,7 +36,7 @@ def trace_options(func: F) -> F:
             "--trace",
             "trace_path",
             type=click.Path(path_type=Path),
-            help="Trace file (CSV or Parquet; format in docs/architecture.md).",
+            help="Trace file (CSV or Parquet; format in docs/formats.md).",
         ),
         click.option(
             "--prometheus", "prometheus_url", help="Prometheus base URL (instead of --trace)."

@@ -158,7 +158,7 @@ def _parse_gpus(text: str) -> list[int]:
     "profile_path",
     type=click.Path(path_type=Path),
     help="Profile (YAML/JSON, or a manifest file holding the ConfigMap) for jobs that use "
-    "profileFrom; default: that ConfigMap when the job's own file holds it.",
+    "profileFrom (docs/formats.md); default: that ConfigMap when the job's own file holds it.",
 )
 @format_option("table", "json")
 def command(

@@ -3,7 +3,8 @@
 Thin shell over ``gleaner.simulator``: load the scenario (a shipped name or a YAML file), run it
 with progress bars on stderr, print a summary (table or JSON), and with ``--out DIR`` write
 DIR/results.json (everything behind the report), DIR/report.html (plotly, opens offline)
-and DIR/dashboard.json (the dashboard's snapshot of the simulated cluster).
+and DIR/dashboard.json (the dashboard's snapshot of the simulated cluster). ``--write-trace
+FILE`` only writes the scenario cluster's online load as a trace file (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
+
+if TYPE_CHECKING:
+    from gleaner.simulator.scenario import Scenario
 
 _BULKY = ("series", "ttft_cdf_s", "tpot_cdf_s", "scenario_config")
 
@@ -135,6 +139,21 @@ def _print_tables(results: dict[str, Any]) -> None:
         )
 
 
+def _write_trace(scenario: Scenario, seed: int | None, path: Path) -> None:
+    """``--write-trace``: the cluster's online load only, no simulation."""
+    from gleaner.simulator.tracefile import cluster_trace, write_trace
+
+    if scenario.cluster is None:
+        fail(f"--write-trace needs a scenario with a 'cluster' section ({scenario.name} has none)")
+    frame = cluster_trace(scenario.cluster, scenario.seed if seed is None else seed)
+    try:
+        write_trace(frame, path)
+    except OSError as exc:
+        fail(f"--write-trace {path}: {exc.strerror or exc}")
+    nodes = frame["node"].nunique()
+    click.echo(f"wrote {path}: {len(frame)} rows, {nodes} nodes", err=True)
+
+
 @click.command(name="simulate")
 @click.option(
     "--scenario",
@@ -156,7 +175,14 @@ def _print_tables(results: dict[str, Any]) -> None:
     "--trace",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Replay a trace file (CSV/Parquet, docs/architecture.md) as the cluster's online load.",
+    help="Replay a trace file (CSV/Parquet, docs/formats.md) as the cluster's online load.",
+)
+@click.option(
+    "--write-trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the scenario cluster's online load (history and run) as a trace file "
+    "(CSV, .csv.gz or .parquet; docs/formats.md) and exit without simulating.",
 )
 @click.option("--quick", is_flag=True, help="A reduced run (smoke tests, CI).")
 @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
@@ -179,6 +205,7 @@ def command(
     output_format: str,
     out_dir: Path | None,
     trace: Path | None,
+    write_trace: Path | None,
     quick: bool,
     progress: bool,
     serve: bool,
@@ -195,6 +222,9 @@ def command(
         fail(str(exc))
     if quick:
         scenario = make_quick(scenario)
+    if write_trace is not None:
+        _write_trace(scenario, seed, write_trace)
+        return
     if trace is not None:
         if not trace.is_file():
             fail(f"--trace {trace}: no such file")

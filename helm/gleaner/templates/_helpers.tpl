@@ -86,12 +86,17 @@ app.kubernetes.io/component: agent
 {{- end -}}
 {{- end -}}
 
-{{/* The image reference: registry/repository:tag[@digest]. */}}
+{{/* The image reference: registry/repository:tag[@digest]; global.imageRegistry replaces
+image.registry when set. */}}
 {{- define "gleaner.image" -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag -}}
 {{- $repo := .Values.image.repository -}}
-{{- if .Values.image.registry -}}
-{{- $repo = printf "%s/%s" .Values.image.registry .Values.image.repository -}}
+{{- $registry := .Values.image.registry -}}
+{{- with (.Values.global | default dict).imageRegistry -}}
+{{- $registry = . -}}
+{{- end -}}
+{{- if $registry -}}
+{{- $repo = printf "%s/%s" $registry .Values.image.repository -}}
 {{- end -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s:%s@%s" $repo $tag .Values.image.digest -}}
