@@ -180,6 +180,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path, s
         while _answers(state) < n - 10 and kills < 6:
             proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
             target = min(n, _answers(state) + rng.randint(1, 15))
+
             def progressed(t: int = target, p: subprocess.Popen[bytes] = proc) -> bool:
                 return _answers(state) >= t or p.poll() is not None
 
