@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gleaner.api import ConditionStatus, ConditionType, Observed, OfflineJob, find_condition
-from gleaner.batch.tracking import REASON_REACHABLE, REASON_UNREACHABLE, RunnerReport, track
+from gleaner.batch.tracking import (
+    REASON_REACHABLE,
+    REASON_UNREACHABLE,
+    RunnerReport,
+    finished,
+    track,
+)
 
 from .conftest import batch_manifest
 
@@ -102,3 +108,16 @@ def test_runner_report_shape() -> None:
     for bad in bad_docs:
         with pytest.raises(ValueError):
             RunnerReport.from_json(bad)
+
+
+def test_a_succeeded_pod_completes_the_count() -> None:
+    job = job_with_deadline(None)
+    status = track(job, report(990), 1000.0, NOW)
+    done = finished(status)
+    assert status.batch is not None and done.batch is not None
+    assert status.batch.summary == "990/1000"
+    assert (done.batch.requests_done, done.batch.summary) == (1000, "1000/1000")
+    assert done.batch.requests_failed == status.batch.requests_failed
+    # A template job has no batch progress to complete.
+    plain = job.status
+    assert finished(plain) == plain

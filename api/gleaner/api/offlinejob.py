@@ -291,6 +291,17 @@ class OfflineJobSpec(KubeModel):
         description="SLA evictions before the job gives up as Failed.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _template_or_batch(cls, data: Any) -> Any:
+        # Checked before the fields, so a spec that gives neither is told so first (the
+        # field errors of a spec with nothing to run are beside the point).
+        if isinstance(data, dict):
+            given = [k for k in ("template", "batch") if data.get(k) is not None]
+            if len(given) != 1:
+                raise ValueError("exactly one of spec.template and spec.batch must be set")
+        return data
+
     @field_validator("template")
     @classmethod
     def _template_has_containers(cls, template: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -311,8 +322,6 @@ class OfflineJobSpec(KubeModel):
     def _one_profile_source(self) -> Self:
         if (self.profile is None) == (self.profile_from is None):
             raise ValueError("exactly one of spec.profile and spec.profileFrom must be set")
-        if (self.template is None) == (self.batch is None):
-            raise ValueError("exactly one of spec.template and spec.batch must be set")
         return self
 
 

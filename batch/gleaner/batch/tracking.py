@@ -13,6 +13,9 @@ stands, and returns the new ``status``:
   remaining tokens fit in the remaining standalone capacity, False (``DeadlineUnreachable``)
   once they do not.
 
+:func:`finished` completes the count when the Pod succeeds (the runner exits 0 only when
+every request has an answer).
+
 No I/O, no clock: ``now`` is an argument.
 """
 
@@ -136,3 +139,15 @@ def track(
             ),
         )
     return status.model_copy(update={"batch": progress, "conditions": conditions})
+
+
+def finished(status: OfflineJobStatus) -> OfflineJobStatus:
+    """The status of a batch job whose Pod succeeded: the runner exits 0 only once every
+    request has an answer, so done = total even when the last tick saw less."""
+    if status.batch is None:
+        return status
+    total = status.batch.requests_total
+    batch = status.batch.model_copy(
+        update={"requests_done": total, "summary": f"{total}/{total}", "projected_finish": None}
+    )
+    return status.model_copy(update={"batch": batch})
