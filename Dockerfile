@@ -29,6 +29,7 @@ COPY cli cli
 COPY dashboard dashboard
 COPY runtime-agent runtime-agent
 COPY simulator simulator
+COPY batch batch
 RUN pip wheel --no-cache-dir --wheel-dir /out/wheels ./protocol .
 
 # ---- runtime: the wheels installed into a slim Python, run as a non-root user ------------

@@ -35,6 +35,7 @@ WHEEL_FOLDERS = (
     "dashboard",
     "runtime-agent",
     "simulator",
+    "batch",
 )
 OWN_DISTRIBUTIONS = {"protocol": ROOT / "protocol", "vllm-hook": ROOT / "vllm-hook"}
 INDIRECT = {

@@ -30,6 +30,7 @@ PRODUCT_DIRS = (
     "dashboard",
     "runtime-agent",
     "simulator",
+    "batch",
     "protocol",
     "vllm-hook",
 )

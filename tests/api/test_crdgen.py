@@ -184,6 +184,7 @@ def test_offlinejob_names_scope_and_columns() -> None:
         ("Predicted", "number", ".status.placement.throughputFraction"),
         ("Observed", "number", ".status.observed.throughputFraction"),
         ("Evictions", "integer", ".status.evictionCount"),
+        ("Requests", "string", ".status.batch.summary"),
         ("Age", "date", ".metadata.creationTimestamp"),
     ]
 
@@ -226,7 +227,8 @@ def test_schema_details_follow_the_models() -> None:
     spec = schema_of("OfflineJob")["properties"]["spec"]
     props = spec["properties"]
     assert schema_of("OfflineJob")["required"] == ["spec"]
-    assert spec["required"] == ["template", "throughputSLA"]
+    # template became optional when spec.batch arrived: exactly one of the two (CEL below).
+    assert spec["required"] == ["throughputSLA"]
     assert props["throughputSLA"] == {
         "description": "Required fraction (0, 1] of the job's standalone throughput.",
         "type": "number",
@@ -246,8 +248,10 @@ def test_schema_details_follow_the_models() -> None:
     assert "nullable" not in props["profile"] and "nullable" not in props["profileFrom"]
     assert "default" not in props["profile"]
     assert [r["rule"] for r in spec["x-kubernetes-validations"]] == [
-        "has(self.profile) != has(self.profileFrom)"
+        "has(self.profile) != has(self.profileFrom)",
+        "has(self.template) != has(self.batch)",
     ]
+    assert "nullable" not in props["template"] and "nullable" not in props["batch"]
     status = schema_of("OfflineJob")["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == [
         "Pending",

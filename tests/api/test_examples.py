@@ -69,6 +69,7 @@ def test_example_is_valid_for_the_crd_and_pydantic(path: Path) -> None:
         if doc["kind"] != "OfflineJob":
             continue
         job = OfflineJob.model_validate(doc)
+        assert job.spec.template is not None
         assert job.spec.template["spec"]["containers"][0]["image"].startswith("vllm/vllm-openai:")
         requests = [
             c.get("resources", {}).get("requests", {})

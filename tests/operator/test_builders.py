@@ -93,6 +93,7 @@ def test_pod_requests_no_gpus_and_keeps_other_resources() -> None:
 
 def test_pod_prepends_the_shim_to_an_existing_ld_preload() -> None:
     job = _job()
+    assert job.spec.template is not None
     container = job.spec.template["spec"]["containers"][0]
     container["env"].append({"name": "LD_PRELOAD", "value": "/opt/their.so"})
     container["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
@@ -110,6 +111,7 @@ def test_pod_builder_does_not_mutate_the_job() -> None:
 
 def test_init_containers_get_the_shim_too_and_node_selector_is_dropped() -> None:
     job = _job()
+    assert job.spec.template is not None
     job.spec.template["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
     job.spec.template["spec"]["nodeSelector"] = {"pool": "gpu"}
     job.spec.template["spec"]["restartPolicy"] = "OnFailure"

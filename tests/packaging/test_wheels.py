@@ -32,6 +32,7 @@ PLUGIN_GROUP = "vllm.general_plugins"
 PLUGIN_TARGET = "gleaner.vllm_hook.plugin:register"
 COMPONENTS = (
     "api", "perfmodel", "scheduler", "runtime_agent", "operator", "dashboard", "simulator", "cli",
+    "batch",
 )
 
 

@@ -71,6 +71,8 @@ from gleaner.api.nodetrace import (
     UninstrumentedProcess,
 )
 from gleaner.api.offlinejob import (
+    BatchProgress,
+    BatchSpec,
     ConditionType,
     ConfigMapProfileRef,
     EvictionRecord,
@@ -112,6 +114,8 @@ __all__ = [
     "SOCKET_DIR",
     "SOCKET_PATH",
     "VERSION",
+    "BatchProgress",
+    "BatchSpec",
     "Condition",
     "ConditionStatus",
     "ConditionType",

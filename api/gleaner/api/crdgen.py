@@ -150,6 +150,12 @@ CRDS: tuple[CrdSpec, ...] = (
                 "Observed throughput fraction over the SLA window.",
             ),
             PrinterColumn("Evictions", "integer", ".status.evictionCount", "SLA evictions so far."),
+            PrinterColumn(
+                "Requests",
+                "string",
+                ".status.batch.summary",
+                "A batch job's requests answered / in its input (spec.batch).",
+            ),
             _AGE,
         ),
         spec_required=True,

@@ -23,6 +23,8 @@ from pydantic import Field, field_validator, model_validator
 from gleaner.api.common import Condition, CustomResource, KubeModel
 
 MAX_GPUS_PER_JOB = 8
+DEFAULT_RUNNER_IMAGE = "gleaner/gleaner:0.1.0"
+"""The image spec.batch runs the batch runner from unless it names one (the Gleaner image)."""
 MAX_EVICTION_RECORDS = 20
 
 
@@ -149,6 +151,60 @@ class GpuSelector(KubeModel):
     )
 
 
+class BatchSpec(KubeModel):
+    """A batch of OpenAI-format requests, run by Gleaner's resumable runner (docs/batch.md)."""
+
+    model: str = Field(
+        min_length=1, max_length=512, description="Model the engine serves (its --model)."
+    )
+    engine_image: str = Field(
+        min_length=1,
+        description="Image of the engine: vLLM's OpenAI server (vllm/vllm-openai or one "
+        "built from it, with the Gleaner vLLM hook).",
+    )
+    engine_args: list[str] = Field(
+        default_factory=list, max_length=64, description="Extra arguments for the engine."
+    )
+    runner_image: str = Field(
+        default=DEFAULT_RUNNER_IMAGE,
+        min_length=1,
+        description="Image holding the batch runner (the Gleaner image).",
+    )
+    claim_name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="PersistentVolumeClaim holding the input and the output; it outlives "
+        "the job's Pods, so a restarted attempt continues where the last one stopped.",
+    )
+    input: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[^/].*",
+        description="Path of the batch input file (OpenAI batch JSONL) in the volume.",
+    )
+    output: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[^/].*",
+        description="Directory in the volume for output.jsonl, errors.jsonl and the checkpoint.",
+    )
+    deadline: datetime | None = Field(
+        default=None,
+        description="When every request should be answered. Gleaner raises the job's "
+        "throughput SLA as needed to meet it, and the DeadlineMet condition says when it "
+        "no longer can.",
+    )
+    concurrency: int = Field(
+        default=8, ge=1, le=1024, description="Requests the runner keeps in flight."
+    )
+    expected_tokens_per_request: int = Field(
+        default=512,
+        ge=1,
+        description="Prompt plus completion tokens a request is expected to take, for the "
+        "deadline estimate before the first answers arrive.",
+    )
+
+
 class OfflineJobSpec(KubeModel):
     """What to run, on how many GPUs, at which throughput SLA, with which profile."""
 
@@ -158,15 +214,21 @@ class OfflineJobSpec(KubeModel):
                 {
                     "rule": "has(self.profile) != has(self.profileFrom)",
                     "message": "exactly one of spec.profile and spec.profileFrom must be set",
-                }
+                },
+                {
+                    "rule": "has(self.template) != has(self.batch)",
+                    "message": "exactly one of spec.template and spec.batch must be set",
+                },
             ]
         }
     }
 
-    template: dict[str, Any] = Field(
+    template: dict[str, Any] | None = Field(
+        default=None,
         description="Pod template (PodTemplateSpec) of the offline inference worker. "
         "The operator creates the job's Pods from it (one per attempt) and injects the "
-        "binding: nodeName, NVIDIA_VISIBLE_DEVICES, the shim and its sockets.",
+        "binding: nodeName, NVIDIA_VISIBLE_DEVICES, the shim and its sockets. "
+        "Exactly one of template and batch.",
         json_schema_extra={
             "x-kubernetes-preserve-unknown-fields": True,
             "required": ["spec"],
@@ -204,6 +266,11 @@ class OfflineJobSpec(KubeModel):
         le=1,
         description="Required fraction (0, 1] of the job's standalone throughput.",
     )
+    batch: BatchSpec | None = Field(
+        default=None,
+        description="Instead of a template: a batch of OpenAI-format requests that Gleaner "
+        "runs with its engine and resumable runner (docs/batch.md).",
+    )
     profile: Profile | None = Field(default=None, description="The one-time profile, inline.")
     profile_from: ConfigMapProfileRef | None = Field(
         default=None, description="The one-time profile, from a ConfigMap (instead of profile)."
@@ -224,9 +291,22 @@ class OfflineJobSpec(KubeModel):
         description="SLA evictions before the job gives up as Failed.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _template_or_batch(cls, data: Any) -> Any:
+        # Checked before the fields, so a spec that gives neither is told so first (the
+        # field errors of a spec with nothing to run are beside the point).
+        if isinstance(data, dict):
+            given = [k for k in ("template", "batch") if data.get(k) is not None]
+            if len(given) != 1:
+                raise ValueError("exactly one of spec.template and spec.batch must be set")
+        return data
+
     @field_validator("template")
     @classmethod
-    def _template_has_containers(cls, template: dict[str, Any]) -> dict[str, Any]:
+    def _template_has_containers(cls, template: dict[str, Any] | None) -> dict[str, Any] | None:
+        if template is None:
+            return None
         spec = template.get("spec")
         if not isinstance(spec, dict):
             raise ValueError("template.spec is required (a PodSpec)")
@@ -269,6 +349,7 @@ class ConditionType(StrEnum):
     SCHEDULED = "Scheduled"
     READY = "Ready"
     SLA_MET = "SLAMet"
+    DEADLINE_MET = "DeadlineMet"
 
 
 class Placement(KubeModel):
@@ -321,6 +402,38 @@ class EvictionRecord(KubeModel):
     )
 
 
+class BatchProgress(KubeModel):
+    """How far a spec.batch job is, and what its deadline asks (written by the operator)."""
+
+    requests_total: int = Field(default=0, ge=0, description="Requests in the input file.")
+    requests_done: int = Field(
+        default=0, ge=0, description="Requests answered (output or error file)."
+    )
+    requests_failed: int = Field(
+        default=0, ge=0, description="Requests the engine refused (error file)."
+    )
+    tokens: int = Field(default=0, ge=0, description="Prompt plus completion tokens so far.")
+    summary: str = Field(default="", description="requestsDone/requestsTotal, for kubectl.")
+    deadline_sla: float | None = Field(
+        default=None,
+        alias="deadlineSLA",
+        gt=0,
+        le=1,
+        description="The throughput SLA the deadline asks for now (never lowered while the "
+        "job runs); the job is placed and monitored at the larger of it and throughputSLA.",
+    )
+    required_fraction: float | None = Field(
+        default=None,
+        ge=0,
+        description="Remaining tokens over the remaining standalone capacity before the "
+        "deadline (above 1: the deadline cannot be met).",
+    )
+    projected_finish: datetime | None = Field(
+        default=None, description="When the batch finishes at the observed rate."
+    )
+    updated_at: datetime | None = Field(default=None, description="When progress was read.")
+
+
 class OfflineJobStatus(KubeModel):
     """What the operator decided and observed; written by the operator only."""
 
@@ -351,7 +464,12 @@ class OfflineJobStatus(KubeModel):
     )
     pods: list[str] = Field(default_factory=list, description="Names of the job's Pods.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Valid, Scheduled, Ready and SLAMet (docs/api.md)."
+        default_factory=list,
+        description="Valid, Scheduled, Ready, SLAMet and, for a batch with a deadline, "
+        "DeadlineMet (docs/api.md).",
+    )
+    batch: BatchProgress | None = Field(
+        default=None, description="Progress of a spec.batch job (docs/batch.md)."
     )
 
 
@@ -364,3 +482,10 @@ class OfflineJob(CustomResource):
     kind: str = "OfflineJob"
     spec: OfflineJobSpec
     status: OfflineJobStatus = Field(default_factory=OfflineJobStatus)
+
+    @property
+    def effective_throughput_sla(self) -> float:
+        """The SLA the job is placed and monitored at: spec.throughputSLA, raised to what a
+        batch deadline asks for (status.batch.deadlineSLA)."""
+        deadline = self.status.batch.deadline_sla if self.status.batch else None
+        return max(self.spec.throughput_sla, deadline or 0.0)

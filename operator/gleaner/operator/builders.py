@@ -5,7 +5,8 @@ every label, annotation, environment variable and path is a name of
 ``gleaner.api.contract``, declared there once):
 
 ``build_offline_pod(job, placement, attempt)`` returns the Pod manifest (a plain dict) for
-one attempt of an OfflineJob on the GPUs the scheduler chose:
+one attempt of an OfflineJob on the GPUs the scheduler chose, from ``spec.template`` or, for
+a ``spec.batch`` job, the engine-and-runner template of ``gleaner.batch.pod``:
 
 - name ``<job>-<attempt>`` (attempt = the job's eviction count), in the job's namespace,
   ``spec.nodeName`` = the placement's node (the default scheduler is bypassed: the GPUs are
@@ -45,6 +46,7 @@ from gleaner.api.contract import (
     gpus_annotation,
     parse_gpus_annotation,
 )
+from gleaner.batch.pod import template_of
 from gleaner.operator.injection import (
     CONTAINER_KEYS,
     SHIM_VOLUME,
@@ -102,7 +104,7 @@ def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> di
     """The Pod for ``attempt`` of ``job`` on ``placement`` (see the module docstring)."""
     name = job.metadata.name
     namespace = job.metadata.namespace or "default"
-    template = copy.deepcopy(job.spec.template)
+    template = copy.deepcopy(template_of(job))  # spec.template, or what spec.batch implies
     tmeta: dict[str, Any] = dict(template.get("metadata") or {})
     spec: dict[str, Any] = dict(template["spec"])
 

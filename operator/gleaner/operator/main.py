@@ -16,6 +16,7 @@ on every replica. What is registered:
 ``@on.delete`` jobs (finalizer)             ``handlers.delete``: delete the job's Pods
 ``@timer`` Running jobs, every SLA window   ``handlers.sla``: observe, keep / evict
 ``@timer`` waiting jobs                     ``handlers.requeue``: kick when backoff passed
+``@timer`` Running ``spec.batch`` jobs       ``handlers.batch``: runner progress, deadline SLA
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
 ``@on.event`` NodeTraces                    ``handlers.requeue``: kick (load changed)
 ``@on.event`` Nodes                         ``handlers.nodes``: labels / cordon cache, kick
@@ -47,6 +48,7 @@ from gleaner.clients.kube import Credentials, KubeClient, SyncKubeClient
 from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.context import OperatorContext
+from gleaner.operator.handlers.batch import PROGRESS_INTERVAL, is_batch_job, track_batch
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
@@ -165,6 +167,17 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     )
     async def sla_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
         logger.debug("SLA: %s", await monitor_sla(memo.ctx, dict(body)))
+
+    @kopf.timer(
+        *JOBS,
+        id="batch",
+        interval=PROGRESS_INTERVAL,
+        when=lambda status, spec, **_: _phase(status) == Phase.RUNNING.value
+        and is_batch_job(spec),
+        registry=registry,
+    )
+    async def batch_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
+        logger.debug("batch: %s", await track_batch(memo.ctx, dict(body)))
 
     @kopf.timer(
         *JOBS,

@@ -15,6 +15,12 @@ contract: ``gleaner_operator_`` prefix) and nothing in the global default regist
 - ``gleaner_operator_job_observed_throughput_fraction{namespace,job}`` (gauge): the fraction
   of standalone throughput observed over the last SLA window, for bound jobs that have an
   observation of their current placement (``status.observed``);
+- ``gleaner_operator_job_batch_requests{namespace,job,state}`` (gauge): a ``spec.batch``
+  job's requests by ``state`` = ``done`` (answered), ``failed`` (refused, part of done),
+  ``total`` (in its input), as its runner last reported (docs/batch.md);
+- ``gleaner_operator_job_batch_projected_finish_timestamp_seconds{namespace,job}`` and
+  ``gleaner_operator_job_batch_deadline_timestamp_seconds{namespace,job}`` (gauges, Unix
+  time): when the batch finishes at its observed throughput, and its deadline (when set);
 - ``gleaner_operator_sla_attainment`` (gauge): SLA attainment of the bound jobs, as of the
   last pass; NaN when no job is bound;
 - ``gleaner_operator_offline_throughput`` (gauge): offline throughput of the bound jobs, in
@@ -38,15 +44,17 @@ Tests give each instance a fresh ``CollectorRegistry`` and read values with
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
-from gleaner.api import OfflineJobStatus, Phase
+from gleaner.api import BatchProgress, OfflineJobStatus, Phase
 from gleaner.scheduler import measures
 from gleaner.scheduler.lifecycle import BOUND_PHASES
 from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -164,6 +172,25 @@ class OperatorMetrics:
             "(standalone-GPU equivalents, docs/dashboard.md).",
             registry=self.registry,
         )
+        self.batch_requests = Gauge(
+            "gleaner_operator_job_batch_requests",
+            "A batch job's requests: done (answered), failed (refused), total (in its input).",
+            ["namespace", "job", "state"],
+            registry=self.registry,
+        )
+        self.batch_projected_finish = Gauge(
+            "gleaner_operator_job_batch_projected_finish_timestamp_seconds",
+            "When a batch job finishes at its observed throughput (Unix time).",
+            ["namespace", "job"],
+            registry=self.registry,
+        )
+        self.batch_deadline = Gauge(
+            "gleaner_operator_job_batch_deadline_timestamp_seconds",
+            "A batch job's deadline (Unix time).",
+            ["namespace", "job"],
+            registry=self.registry,
+        )
+        self._batch_keys: set[JobKey] = set()
         self.sla_attainment.set(math.nan)
         self._sla_keys: set[JobKey] = set()
         self._observed_keys: set[JobKey] = set()
@@ -191,10 +218,43 @@ class OperatorMetrics:
             self.job_observed.labels(namespace=namespace, job=job).set(observed)
             self._observed_keys.add(key)
 
+    def set_batch(
+        self,
+        namespace: str,
+        job: str,
+        progress: BatchProgress,
+        deadline: datetime | None,
+    ) -> None:
+        """A batch job's progress series (from its status)."""
+        for state, value in (
+            ("done", progress.requests_done),
+            ("failed", progress.requests_failed),
+            ("total", progress.requests_total),
+        ):
+            self.batch_requests.labels(namespace=namespace, job=job, state=state).set(value)
+        for gauge, when in (
+            (self.batch_projected_finish, progress.projected_finish),
+            (self.batch_deadline, deadline),
+        ):
+            if when is not None:
+                gauge.labels(namespace=namespace, job=job).set(when.timestamp())
+            else:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, job)
+        self._batch_keys.add((namespace, job))
+
     def forget_job(self, namespace: str, job: str) -> None:
         """Remove a job's series (it was deleted)."""
         self._remove(self.job_sla, self._sla_keys, (namespace, job))
         self._remove(self.job_observed, self._observed_keys, (namespace, job))
+        if (namespace, job) in self._batch_keys:
+            self._batch_keys.discard((namespace, job))
+            for state in ("done", "failed", "total"):
+                with contextlib.suppress(KeyError):
+                    self.batch_requests.remove(namespace, job, state)
+            for gauge in (self.batch_projected_finish, self.batch_deadline):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, job)
 
     def sync_jobs(self, sla: Mapping[JobKey, float], observed: Mapping[JobKey, float]) -> None:
         """Make the per-job series exactly these (from a full list of jobs)."""

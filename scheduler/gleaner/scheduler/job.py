@@ -80,7 +80,7 @@ class JobRequest:
             key=key,
             profile=profile,
             gpus=spec.gpus,
-            sla=spec.throughput_sla,
+            sla=job.effective_throughput_sla,  # a batch deadline may raise it
             priority=spec.priority,
             node_selector=dict(selector.node_selector) if selector else {},
             products=tuple(selector.products) if selector else (),

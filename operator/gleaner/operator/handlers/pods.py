@@ -5,7 +5,9 @@ initial listing, so a restarted operator catches up), the owning job's status mo
 the phase machine: Running -> Running (``Ready=True``), Succeeded -> Succeeded, Failed ->
 Failed (with the container's termination reason), and a deleted current Pod of a bound
 job -> Evicted (``PodDeleted``), requeued. Only the job's current Pod (``status.pods[-1]``)
-counts. A Pod that finished or vanished frees GPUs, so the scheduling loop is kicked.
+counts. A Pod that finished or vanished frees GPUs, so the scheduling loop is kicked. A
+``spec.batch`` job's Pod that succeeded completes its ``status.batch`` count
+(``gleaner.batch.tracking.finished``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from gleaner.api import OfflineJobStatus
 from gleaner.api.contract import LABEL_JOB
+from gleaner.batch.tracking import finished
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
@@ -53,7 +56,10 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
     detail = failure_detail(pod) if phase == "Failed" else ""
 
     def follow(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
-        return st.from_pod_phase(cur, name, phase, now, detail)
+        new = st.from_pod_phase(cur, name, phase, now, detail)
+        if new is not None and phase == "Succeeded":
+            new = finished(new)  # a batch job's last requests, answered after its last tick
+        return new
 
     new = await update_status(ctx, namespace, job, follow)
     if new is None:

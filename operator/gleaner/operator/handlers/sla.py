@@ -83,6 +83,8 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
     if status.phase is not Phase.RUNNING or placement is None:
         return "not running"
     sla = float((body.get("spec") or {}).get("throughputSLA") or 0)
+    if status.batch is not None and status.batch.deadline_sla is not None:
+        sla = max(sla, status.batch.deadline_sla)  # a batch deadline raised it (docs/batch.md)
     if not 0 < sla <= 1:
         return "no SLA"
     now = datetime.now(UTC)
