@@ -70,6 +70,7 @@ from gleaner.scheduler.measures import (
     offline_throughput,
     sla_attainment,
 )
+from gleaner.scheduler.monitor import samples_needed
 from gleaner.simulator.cluster_scenario import ClusterScenario, PolicyName
 from gleaner.simulator.latency import MODELS
 from gleaner.simulator.offline import OfflineJobConfig, memory_curve
@@ -97,6 +98,8 @@ class SimJob:
     work_tokens: float
     arrival: float
     max_evictions: int
+    sla_window_s: float | None = None
+    """The job's SLA window (``spec.slaWindow``), seconds; None: one monitor window."""
     done_tokens: float = 0.0
     phase: Phase = Phase.PENDING
     node: int | None = None
@@ -116,7 +119,8 @@ class SimJob:
     truth_step0: int = 0
     stay_observed: list[float] = field(default_factory=list)
     windows_total: int = 0
-    """SLA windows observed (grace windows included, as the operator's ``SLAMet``)."""
+    """SLA windows judged (closed windows of ``sla_window_s``; with no longer SLA window,
+    every monitor window, grace windows included, as the operator's ``SLAMet``)."""
     windows_met: int = 0
     placements: list[dict[str, Any]] = field(default_factory=list)
     series: list[tuple[float, float]] = field(default_factory=list)
@@ -163,6 +167,7 @@ def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
                 work_tokens=hours * 3600.0 * prof.standalone_tokens_per_second,
                 arrival=float(t),
                 max_evictions=cfg.jobs.max_evictions,
+                sla_window_s=cfg.jobs.sla_window_s,
             )
         )
     return jobs
@@ -425,6 +430,8 @@ def run_policy(
                         gpus=gpus,
                         placed_at=now,
                         predicted=factors.throughput_fraction,
+                        max_windows=max(64, samples_needed(job.sla_window_s, mon)),
+                        sla_window_seconds=job.sla_window_s,
                     )
                     job.truth = _truth(online, job, s_abs, eta)
                     job.truth_step0 = s_abs
@@ -472,10 +479,9 @@ def run_policy(
                 job.series.append((t_end, observed))
                 tick = sla_tick(job.history, (t_end, observed), t_end, mon)
                 job.history = tick.history
-                if tick.met is not None:
-                    met_now.append(tick.met)
-                    job.windows_total += 1
-                    job.windows_met += int(tick.met)
+                met_now.extend(tick.judged)
+                job.windows_total += len(tick.judged)
+                job.windows_met += sum(tick.judged)
                 if policy != "first-fit" and job.predicted is not None:
                     bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_raw)
                 decision = tick.decision
@@ -645,6 +651,7 @@ def _fresh(j: SimJob) -> SimJob:
         work_tokens=j.work_tokens,
         arrival=j.arrival,
         max_evictions=j.max_evictions,
+        sla_window_s=j.sla_window_s,
     )
 
 

@@ -14,6 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gleaner.api import DEFAULT_SLA_WINDOW
+from gleaner.api.units import parse_duration
+
 PolicyName = Literal["no-harvest", "gleaner", "first-fit", "no-multi-filter"]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
 
@@ -59,6 +62,11 @@ class JobsConfig(BaseModel):
         default=(1.0, 6.0), description="Work per job in hours on dedicated GPUs."
     )
     max_evictions: int = Field(default=3, ge=0)
+    sla_window_s: float | None = Field(
+        default=parse_duration(DEFAULT_SLA_WINDOW),
+        gt=0,
+        description="Each job's SLA window (spec.slaWindow), seconds; null: one monitor window.",
+    )
 
 
 class MonitorConfig(BaseModel):
