@@ -47,6 +47,7 @@ import numpy.typing as npt
 from gleaner.api import Phase
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import JobProfile, NodeSummary
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, forecast
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
     BiasTable,
@@ -354,6 +355,7 @@ def run_policy(
     else:
         placer = None
     summaries: dict[str, NodeSummary] = {}
+    profiles = _Profiles(online)
     occupied: dict[str, dict[int, str]] = {}
     gpu_job: list[SimJob | None] = [None] * online.n_gpus
     offline_used = np.zeros(n_steps)
@@ -406,7 +408,10 @@ def run_policy(
             nxt += 1
         if k % refresh == 0:
             start = max(0, s_abs - win_steps)
-            if s_abs > start:
+            if cfg.forecast == "diurnal":
+                profiles = _fold_hours(online, profiles, s_abs, eta)
+                summaries = _diurnal_summaries(cfg, online, profiles, s_abs, now, eta)
+            elif s_abs > start:
                 summaries = {
                     online.node_names[n]: node_summary(online, n, start, s_abs, eta)
                     for n in range(len(online.node_names))
@@ -539,6 +544,58 @@ def run_policy(
         cfg, online, jobs, policy, offline_used, offline_equiv, sla_ok, reports, preds, evictions
     )
     out["_dashboard"] = shown
+    return out
+
+
+class _Profiles:
+    """Each node's time-of-day profile, and the first step not folded into it yet."""
+
+    def __init__(self, online: OnlineCluster) -> None:
+        self.by_node = [DiurnalProfile(name) for name in online.node_names]
+        self.next_step = 0
+
+
+def _fold_hours(online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: float) -> _Profiles:
+    """Fold every whole clock hour that ended by step ``s_abs`` into the nodes' profiles
+    (history included): what an agent's hourly summaries would have accumulated."""
+    per_hour = max(1, round(3600 / online.step_s))
+    # Hours are clock hours of simulated time (EPOCH is midnight UTC), so a step's hour is
+    # (step - t0) // per_hour, and a boundary is where that changes.
+    first = profiles.next_step
+    start = first
+    while True:
+        hour_index = math.floor((start - online.t0_step) / per_hour)
+        end = online.t0_step + (hour_index + 1) * per_hour
+        if end > s_abs:
+            break
+        hour = hour_index % HOURS
+        for n in range(len(online.node_names)):
+            summary = node_summary(online, n, start, end, eta)
+            profiles.by_node[n] = profiles.by_node[n].fold(hour, summary)
+        start = end
+    profiles.next_step = start
+    return profiles
+
+
+def _diurnal_summaries(
+    cfg: ClusterScenario,
+    online: OnlineCluster,
+    profiles: _Profiles,
+    s_abs: int,
+    now: float,
+    eta: float,
+) -> dict[str, NodeSummary]:
+    """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours, blended
+    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``)."""
+    recent_steps = max(1, round(cfg.recent_h * 3600 / online.step_s))
+    start = max(0, s_abs - recent_steps)
+    if s_abs <= start:
+        return {}
+    at = EPOCH + timedelta(seconds=now)
+    out: dict[str, NodeSummary] = {}
+    for n, name in enumerate(online.node_names):
+        recent = node_summary(online, n, start, s_abs, eta)
+        out[name] = forecast(profiles.by_node[n], recent, at, cfg.forecast_horizon_h * 3600)
     return out
 
 

@@ -93,6 +93,15 @@ class ClusterScenario(BaseModel):
     history_h: float = Field(default=6.0, ge=0, description="Trace before the first job.")
     window_h: float = Field(default=6.0, gt=0, description="NodeSummary window (trailing).")
     summary_refresh_s: float = Field(default=3600.0, gt=0)
+    forecast: Literal["trailing", "diurnal"] = Field(
+        default="trailing",
+        description="What the scheduler predicts from: the trailing window_h summary, or the "
+        "time-of-day forecast (gleaner.perfmodel.diurnal) over forecast_horizon_h.",
+    )
+    forecast_horizon_h: float = Field(default=2.0, gt=0)
+    recent_h: float = Field(
+        default=1.0, gt=0, description="The recent level blended into the diurnal forecast."
+    )
     schedule_interval_s: float = Field(default=300.0, gt=0)
     gpu_memory_gib: float = Field(default=80.0, gt=0)
     usable_gib: float = Field(default=76.0, gt=0)
