@@ -50,6 +50,7 @@ from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, forecast
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
+    BiasConfig,
     BiasTable,
     EvictionReport,
     JobRequest,
@@ -343,9 +344,11 @@ def run_policy(
         backoff_base_seconds=cfg.monitor.backoff_base_s,
         backoff_max_seconds=cfg.monitor.backoff_max_s,
     )
-    bias = BiasTable()
+    risk = None if policy in ("paper", "no-risk") else cfg.risk_target
+    forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
+    bias = BiasTable(BiasConfig(risk_target=risk))
     placer: Placer | None
-    if policy == "gleaner":
+    if policy in ("gleaner", "paper", "no-diurnal", "no-risk"):
         placer = _scheduler_placer(SchedulerConfig(), bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
@@ -408,7 +411,7 @@ def run_policy(
             nxt += 1
         if k % refresh == 0:
             start = max(0, s_abs - win_steps)
-            if cfg.forecast == "diurnal":
+            if forecast_mode == "diurnal":
                 profiles = _fold_hours(online, profiles, s_abs, eta)
                 summaries = _diurnal_summaries(cfg, online, profiles, s_abs, now, eta)
             elif s_abs > start:
@@ -654,6 +657,7 @@ def _cluster_metrics(
         "prediction_error": {
             "placements": len(preds),
             "mean_abs": float(np.mean(abs_err)) if abs_err else 0.0,
+            "median_abs": float(np.median(abs_err)) if abs_err else 0.0,
             "mean_rel": float(np.mean(errors)) if errors else 0.0,
             "p90_abs": float(np.percentile(abs_err, 90)) if abs_err else 0.0,
             "multi_gpu_mean_abs": float(np.mean(multi)) if multi else 0.0,

@@ -17,8 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
 
-PolicyName = Literal["no-harvest", "gleaner", "first-fit", "no-multi-filter"]
+PolicyName = Literal[
+    "no-harvest", "gleaner", "first-fit", "no-multi-filter", "paper", "no-diurnal", "no-risk"
+]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
+"""The policies a scenario runs by default. ``paper`` (the paper's model: the trailing
+window, the mean rule, the 0.95 pair filter), ``no-diurnal`` (the trailing window instead
+of the time-of-day forecast) and ``no-risk`` (the mean rule instead of risk-aware
+admission) are the ablations ``python -m bench sla`` runs beside ``gleaner``."""
 
 
 class ServiceKind(BaseModel):
@@ -94,11 +100,18 @@ class ClusterScenario(BaseModel):
     window_h: float = Field(default=6.0, gt=0, description="NodeSummary window (trailing).")
     summary_refresh_s: float = Field(default=3600.0, gt=0)
     forecast: Literal["trailing", "diurnal"] = Field(
-        default="trailing",
+        default="diurnal",
         description="What the scheduler predicts from: the trailing window_h summary, or the "
         "time-of-day forecast (gleaner.perfmodel.diurnal) over forecast_horizon_h.",
     )
     forecast_horizon_h: float = Field(default=2.0, gt=0)
+    risk_target: float | None = Field(
+        default=0.9,
+        gt=0,
+        lt=1,
+        description="Risk-aware admission (the scheduler's BiasConfig.risk_target); null: "
+        "the mean rule.",
+    )
     recent_h: float = Field(
         default=1.0, gt=0, description="The recent level blended into the diurnal forecast."
     )
