@@ -71,6 +71,7 @@ from gleaner.api.nodetrace import (
     UninstrumentedProcess,
 )
 from gleaner.api.offlinejob import (
+    DEFAULT_SLA_WINDOW,
     BatchProgress,
     BatchSpec,
     ConditionType,
@@ -91,6 +92,7 @@ __all__ = [
     "ANNOTATION_GPUS",
     "ANNOTATION_SLA_WINDOWS",
     "API_VERSION",
+    "DEFAULT_SLA_WINDOW",
     "ENV_JOB",
     "ENV_OPERATOR_BIND_DELAY",
     "ENV_ROLE",

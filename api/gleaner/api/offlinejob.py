@@ -21,11 +21,18 @@ from typing import Any, ClassVar, Self
 from pydantic import Field, field_validator, model_validator
 
 from gleaner.api.common import Condition, CustomResource, KubeModel
+from gleaner.api.units import parse_duration
 
 MAX_GPUS_PER_JOB = 8
 DEFAULT_RUNNER_IMAGE = "gleaner/gleaner:0.1.0"
 """The image spec.batch runs the batch runner from unless it names one (the Gleaner image)."""
 MAX_EVICTION_RECORDS = 20
+DEFAULT_SLA_WINDOW = "30m"
+"""The default ``spec.slaWindow``: batch throughput is judged over tens of minutes."""
+SLA_WINDOW_PATTERN = r"^([1-9][0-9]?h([1-9][0-9]?m)?|[1-9][0-9]{0,3}m)$"
+"""Whole minutes or hours and minutes (``30m``, ``90m``, ``2h``, ``1h30m``): a grammar both
+pydantic and the API server (OpenAPI ``pattern``) check, and a subset of
+:func:`gleaner.api.units.parse_duration`'s."""
 
 
 class MemoryPoint(KubeModel):
@@ -266,6 +273,15 @@ class OfflineJobSpec(KubeModel):
         le=1,
         description="Required fraction (0, 1] of the job's standalone throughput.",
     )
+    sla_window: str = Field(
+        default=DEFAULT_SLA_WINDOW,
+        alias="slaWindow",
+        pattern=SLA_WINDOW_PATTERN,
+        max_length=8,
+        description="The span the throughput SLA is judged over, in whole minutes or hours "
+        f"(e.g. 30m, 90m, 1h30m; default {DEFAULT_SLA_WINDOW}): a window meets the SLA when "
+        "the job's mean throughput fraction over it does (docs/api.md).",
+    )
     batch: BatchSpec | None = Field(
         default=None,
         description="Instead of a template: a batch of OpenAI-format requests that Gleaner "
@@ -301,6 +317,11 @@ class OfflineJobSpec(KubeModel):
             if len(given) != 1:
                 raise ValueError("exactly one of spec.template and spec.batch must be set")
         return data
+
+    @property
+    def sla_window_seconds(self) -> float:
+        """``slaWindow`` in seconds."""
+        return parse_duration(self.sla_window)
 
     @field_validator("template")
     @classmethod

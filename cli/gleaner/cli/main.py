@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("gleaner.cli.simulate", "Simulate a whole harvested cluster from traces."),
     "predict": ("gleaner.cli.predict", "Predict a job's throughput on one node's GPUs."),
     "place": ("gleaner.cli.place", "Place a queue of OfflineJobs on a cluster trace."),
+    "backtest": ("gleaner.cli.backtest", "Backtest placements on held-out time of a trace."),
     "operator": ("gleaner.cli.operator", "Run the Kubernetes operator (kopf)."),
     "agent": ("gleaner.cli.agent", "Run the per-node runtime agent."),
     "report": ("gleaner.cli.report", "Reports from the cluster (SLA evictions)."),

@@ -80,6 +80,12 @@ def _seconds(text: str, flag: str) -> float:
     "--sla-window", default="60s", show_default=True, help="SLA monitor window (timer interval)."
 )
 @click.option(
+    "--max-sla-window",
+    default=None,
+    help="Judge no job's SLA over a longer span than this (e.g. 10m) [default: each "
+    "job's spec.slaWindow]. At or below --sla-window every sample is a window.",
+)
+@click.option(
     "--sla-grace",
     default="300s",
     show_default=True,
@@ -155,6 +161,7 @@ def command(
     peering_lifetime: str,
     peering_priority: str | None,
     sla_window: str,
+    max_sla_window: str | None,
     sla_grace: str,
     sla_violations: str,
     eviction_backoff: str,
@@ -203,6 +210,9 @@ def command(
             grace_seconds=_seconds(sla_grace, "--sla-grace"),
             backoff_base_seconds=_seconds(eviction_backoff, "--eviction-backoff"),
             backoff_max_seconds=_seconds(eviction_backoff_max, "--eviction-backoff-max"),
+            max_sla_window_seconds=None
+            if max_sla_window is None
+            else _seconds(max_sla_window, "--max-sla-window"),
         )
     except ValueError as exc:
         fail(f"SLA monitor: {exc}")

@@ -4,26 +4,46 @@ Contract: the scheduler's ``decide_sla`` needs the last n observed windows of th
 placement (``SLAHistory``). The operator keeps no state of its own, so the windows live in
 the API server, in the job's annotation ``ANNOTATION_SLA_WINDOWS``: a
 ``gleaner.api.contract.SlaWindows`` document (read only through its parser), bounded to
-``MAX_WINDOWS``. A history recorded for another placement (different node, GPUs or decision
-time) is discarded, so a rescheduled job starts clean. A restarted operator reads it back
-and decides exactly as the old one would have.
+what the k-of-n rule needs over the job's SLA window
+(``gleaner.scheduler.monitor.samples_needed``, at least ``MAX_WINDOWS``). A history
+recorded for another placement (different node, GPUs or decision time) is discarded, so
+a rescheduled job starts clean. A restarted operator reads it back and decides exactly as
+the old one would have.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gleaner.api import Placement
 from gleaner.api.contract import SlaWindows
 from gleaner.scheduler.lifecycle import has_window as has_window  # re-exported
-from gleaner.scheduler.monitor import SLAHistory, WindowObservation
+from gleaner.scheduler.monitor import (
+    SLAHistory,
+    SLAMonitorConfig,
+    WindowObservation,
+    effective_sla_window,
+    samples_needed,
+)
 
 MAX_WINDOWS = 16
 
 
 def history_for(
-    job_key: str, sla: float, placement: Placement, annotation: str | None
+    job_key: str,
+    sla: float,
+    placement: Placement,
+    annotation: str | None,
+    sla_window_seconds: float | None = None,
+    config: SLAMonitorConfig | None = None,
 ) -> SLAHistory:
-    """The stored history of this placement (empty if none, unreadable or for another one)."""
+    """The stored history of this placement (empty if none, unreadable or for another one),
+    judged over ``sla_window_seconds`` capped by ``config`` (None: each sample is a window)."""
     placed_at = placement.decided_at.timestamp()
+    keep = MAX_WINDOWS
+    if config is not None:
+        sla_window_seconds = effective_sla_window(sla_window_seconds, config)
+        keep = max(MAX_WINDOWS, samples_needed(sla_window_seconds, config))
     base = SLAHistory(
         job=job_key,
         sla=sla,
@@ -31,7 +51,8 @@ def history_for(
         gpus=tuple(placement.gpu_indices),
         placed_at=placed_at,
         predicted=placement.throughput_fraction,
-        max_windows=MAX_WINDOWS,
+        max_windows=keep,
+        sla_window_seconds=sla_window_seconds,
     )
     stored = SlaWindows.parse(annotation)
     if stored is None:
@@ -44,16 +65,7 @@ def history_for(
     if not same:
         return base
     windows = tuple(WindowObservation(end, frac) for end, frac in stored.windows)
-    return SLAHistory(
-        job=base.job,
-        sla=base.sla,
-        node=base.node,
-        gpus=base.gpus,
-        placed_at=base.placed_at,
-        predicted=base.predicted,
-        windows=windows[-MAX_WINDOWS:],
-        max_windows=MAX_WINDOWS,
-    )
+    return replace(base, windows=windows[-keep:])
 
 
 def dump_history(history: SLAHistory) -> str:

@@ -208,9 +208,12 @@ def pod_lost(status: OfflineJobStatus, pod_name: str, now: datetime) -> OfflineJ
 
 
 def observed(
-    status: OfflineJobStatus, obs: Observed, sla: float, met: bool, now: datetime
+    status: OfflineJobStatus, obs: Observed, sla: float, met: bool | None, now: datetime
 ) -> OfflineJobStatus:
-    """Record one observed window and the ``SLAMet`` condition."""
+    """Record one observed window and the ``SLAMet`` condition (``met`` None: no SLA window
+    closed with this sample, so the condition keeps the verdict of the last one)."""
+    if met is None:
+        return status.model_copy(update={"observed": obs})
     message = f"observed {obs.throughput_fraction:.2f} of standalone throughput (SLA {sla:.2f})"
     return status.model_copy(
         update={

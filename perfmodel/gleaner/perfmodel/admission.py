@@ -8,6 +8,11 @@ one caller and refused by another, and every caller words a verdict the same way
 - **SLA**: the bias-corrected product ``clip(compute * memory * multi * bias, 0, 1)``
   must reach the job's throughput SLA (:func:`meets_sla`, with a 1e-12 tolerance so
   that a product equal to the SLA up to rounding passes);
+- **risk** (when a target probability is configured): the product is first multiplied by
+  :func:`risk_factor`, the ``1 - target`` quantile of how past windows came out relative
+  to their (bias-corrected) prediction, so the SLA rule then admits a set only where the
+  predicted probability that a window meets the SLA (:func:`meet_probability`) is at least
+  the target; without enough past windows the factor is 1 (the mean rule);
 - **pair overlap**: every GPU pair of a multi-GPU set must have online busy
   overlap / union >= ``ModelConfig.min_pair_overlap`` (:func:`pairs_admissible` on
   P_multi, the minimum over the pairs; an unmeasured pair scores 0).
@@ -46,6 +51,32 @@ def corrected(raw: npt.ArrayLike, bias: npt.ArrayLike) -> FloatArray:
 def meets_sla(product: npt.ArrayLike, sla: float) -> BoolArray:
     """The SLA rule: True where the (corrected) ``product`` reaches ``sla``."""
     return np.asarray(np.asarray(product, dtype=np.float64) >= sla - SLA_EPS, dtype=bool)
+
+
+def risk_factor(residuals: Sequence[float], target: float, min_samples: int = 20) -> float:
+    """The ``1 - target`` empirical quantile of ``residuals`` (observed / predicted of past
+    windows), at most 1; 1 with fewer than ``min_samples`` residuals (no spread known).
+
+    ``product * risk_factor(...) >= sla`` holds exactly when at least ``target`` of the past
+    windows, replayed around ``product``, would have met ``sla``.
+    """
+    if not 0 < target < 1:
+        raise ValueError("target must be in (0, 1)")
+    values = np.asarray([r for r in residuals if np.isfinite(r) and r >= 0], dtype=np.float64)
+    if values.size < max(1, min_samples):
+        return 1.0
+    # "lower": a quantile that is one of the residuals, so the bound is never interpolated
+    # above a window that actually happened.
+    return float(min(1.0, np.quantile(values, 1.0 - target, method="lower")))
+
+
+def meet_probability(product: float, sla: float, residuals: Sequence[float]) -> float | None:
+    """The predicted probability that a window meets ``sla`` when the model says
+    ``product``: the share of past residuals r with ``product * r >= sla`` (None: none)."""
+    values = np.asarray([r for r in residuals if np.isfinite(r) and r >= 0], dtype=np.float64)
+    if values.size == 0:
+        return None
+    return float(np.mean(product * values >= sla - SLA_EPS))
 
 
 def pairs_admissible(multi: npt.ArrayLike, k: int, threshold: float) -> BoolArray:

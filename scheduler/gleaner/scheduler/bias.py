@@ -27,12 +27,17 @@ let the operator persist it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gleaner.perfmodel.admission import risk_factor
+
 NODE_LEVEL = ""
 """The job-class key of a node's class-independent entry."""
+ALL_NODES = ""
+"""The residual pool of the whole table (node names are never empty)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,14 @@ class BiasConfig:
     """Observations before a (node, class) entry overrides the node-level entry."""
     min_predicted: float = 0.01
     """Predictions below this carry no information about the ratio and are ignored."""
+    risk_target: float | None = None
+    """Risk-aware admission: the probability a window must meet the SLA with (e.g. 0.99);
+    :meth:`BiasTable.factor` then also multiplies by the ``1 - target`` quantile of past
+    residuals (``gleaner.perfmodel.admission.risk_factor``). None: the mean rule."""
+    residuals_kept: int = 256
+    """Residuals (observed / corrected prediction) kept per node and for the whole table."""
+    min_residuals: int = 20
+    """Residuals a node needs before its own spread is used (else the table's)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha <= 1:
@@ -57,6 +70,10 @@ class BiasConfig:
             raise ValueError("need 0 < min_ratio <= 1 <= max_ratio")
         if self.min_observations < 1:
             raise ValueError("min_observations must be >= 1")
+        if self.risk_target is not None and not 0 < self.risk_target < 1:
+            raise ValueError("risk_target must be in (0, 1)")
+        if self.residuals_kept < 1 or self.min_residuals < 1:
+            raise ValueError("residuals_kept and min_residuals must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -72,9 +89,14 @@ class BiasTable:
         self,
         config: BiasConfig | None = None,
         entries: Mapping[tuple[str, str], BiasEntry] | None = None,
+        residuals: Mapping[str, Sequence[float]] | None = None,
     ) -> None:
         self.config = config or BiasConfig()
         self._entries: dict[tuple[str, str], BiasEntry] = dict(entries or {})
+        keep = self.config.residuals_kept
+        self._residuals: dict[str, deque[float]] = {
+            node: deque(values, maxlen=keep) for node, values in (residuals or {}).items()
+        }
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -90,6 +112,12 @@ class BiasTable:
         cfg = self.config
         if predicted < cfg.min_predicted or observed < 0:
             return False
+        # The residual is taken against the prediction as corrected before this observation:
+        # the spread the admission rule must cover is the one left after the correction.
+        residual = observed / max(cfg.min_predicted, predicted * self._ratio(node, job_class))
+        for pool_key in (node, ALL_NODES):
+            pool = self._residuals.setdefault(pool_key, deque(maxlen=cfg.residuals_kept))
+            pool.append(residual)
         r = min(cfg.max_ratio, max(cfg.min_ratio, observed / predicted))
         keys = [(node, NODE_LEVEL)]
         if job_class != NODE_LEVEL:
@@ -101,7 +129,28 @@ class BiasTable:
         return True
 
     def factor(self, node: str, job_class: str = NODE_LEVEL) -> float:
-        """The multiplier for a prediction of a ``job_class`` job on ``node``."""
+        """The multiplier for a prediction of a ``job_class`` job on ``node``: the learned
+        ratio, times the risk quantile (and at most 1) when ``config.risk_target`` is set."""
+        ratio = self._ratio(node, job_class)
+        target = self.config.risk_target
+        if target is None:
+            return ratio
+        # With a risk target a correction never raises a prediction above the model's own:
+        # the target is a bound from below, and an upward correction is what it guards.
+        return min(1.0, ratio * risk_factor(self.residuals(node), target, 1))
+
+    def residuals(self, node: str) -> list[float]:
+        """The spread to judge ``node`` by: its own residuals once it has ``min_residuals``,
+        else the whole table's (empty: none known)."""
+        own = self._residuals.get(node)
+        if own is not None and len(own) >= self.config.min_residuals:
+            return list(own)
+        pool = self._residuals.get(ALL_NODES)
+        if pool is None or len(pool) < self.config.min_residuals:
+            return []
+        return list(pool)
+
+    def _ratio(self, node: str, job_class: str) -> float:
         if job_class != NODE_LEVEL:
             specific = self._entries.get((node, job_class))
             if specific is not None and specific.observations >= self.config.min_observations:
@@ -121,7 +170,8 @@ class BiasTable:
             "entries": [
                 {"node": n, "jobClass": c, "ratio": e.ratio, "observations": e.observations}
                 for (n, c), e in sorted(self._entries.items())
-            ]
+            ],
+            "residuals": {n: [round(r, 6) for r in v] for n, v in sorted(self._residuals.items())},
         }
 
     @classmethod
@@ -133,6 +183,9 @@ class BiasTable:
                 )
                 for e in data.get("entries", [])
             }
-        except (KeyError, TypeError, ValueError) as exc:
+            residuals = {
+                str(n): [float(r) for r in v] for n, v in (data.get("residuals") or {}).items()
+            }
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed bias table: {exc}") from exc
-        return cls(config, entries)
+        return cls(config, entries, residuals)

@@ -9,10 +9,11 @@ Succeeded job back to Running). The steps both drivers take, with time as an arg
   passed (:func:`may_attempt`);
 - **place**: Pending/Unschedulable/Evicted → Scheduled → Running (the operator sees the
   Pod start; the simulator starts it at once);
-- **watch**: each SLA window of a Running job goes through :func:`sla_tick`: the window is
-  recorded once (a window seen twice is ignored), judged met or missed
-  (:func:`gleaner.scheduler.monitor.window_missed`) and the monitor decides keep or evict
-  (:func:`gleaner.scheduler.monitor.decide_sla`: grace, k of n);
+- **watch**: each monitor sample of a Running job goes through :func:`sla_tick`: the sample
+  is recorded once (a sample seen twice is ignored); every SLA window it closes
+  (:func:`gleaner.scheduler.monitor.sla_windows`; without a longer SLA window, the sample
+  itself) is judged met or missed (:func:`gleaner.scheduler.monitor.window_missed`) and the
+  monitor decides keep or evict (:func:`gleaner.scheduler.monitor.decide_sla`: grace, k of n);
 - **evict**: :func:`evict` plans the requeue (excluded node, exponential backoff) or the
   give-up after ``maxEvictions`` (:func:`gleaner.scheduler.monitor.plan_after_eviction`)
   and moves the phase to Evicted (queued again) or Failed;
@@ -32,8 +33,10 @@ from gleaner.scheduler.monitor import (
     SLADecision,
     SLAHistory,
     SLAMonitorConfig,
+    aggregates,
     decide_sla,
     plan_after_eviction,
+    sla_windows,
     window_missed,
 )
 
@@ -93,9 +96,11 @@ class SLATick:
     recorded: bool
     """True: the tick brought a window not seen before (it is in ``history``)."""
     met: bool | None
-    """The new window met the SLA (None when nothing new was recorded)."""
+    """The latest SLA window this tick closed met the SLA (None: it closed none)."""
     decision: SLADecision
     """Keep or evict, on the history including the new window."""
+    judged: tuple[bool, ...] = ()
+    """One verdict per SLA window this tick closed, oldest first (what metrics count)."""
 
 
 def sla_tick(
@@ -104,19 +109,31 @@ def sla_tick(
     now: float,
     config: SLAMonitorConfig,
 ) -> SLATick:
-    """Record ``window`` = (end, throughput fraction) once, judge it, and decide at ``now``.
+    """Record the sample ``window`` = (end, throughput fraction) once, judge the SLA windows
+    it closes, and decide at ``now``.
 
-    A missing window (no observation this tick) or one already recorded still gets a
-    decision: the grace period may have ended, and the k-of-n rule looks at the history.
+    Without a longer SLA window the sample is the window and is judged at once (grace
+    samples too, as the operator's ``SLAMet``). A missing sample (no observation this tick)
+    or one already recorded still gets a decision: the grace period may have ended, and
+    the k-of-n rule looks at the history.
     """
     recorded = False
-    met: bool | None = None
+    judged: tuple[bool, ...] = ()
     if window is not None and not has_window(history, window[0]):
         end, fraction = window
-        history = history.observe(end, fraction)
+        if aggregates(history, config):
+            before = {w.end for w in sla_windows(history, config)}
+            history = history.observe(end, fraction)
+            closed = [w for w in sla_windows(history, config) if w.end not in before]
+            judged = tuple(
+                not window_missed(w.throughput_fraction, history.sla, config) for w in closed
+            )
+        else:
+            history = history.observe(end, fraction)
+            judged = (not window_missed(fraction, history.sla, config),)
         recorded = True
-        met = not window_missed(fraction, history.sla, config)
-    return SLATick(history, recorded, met, decide_sla(history, now, config))
+    met = judged[-1] if judged else None
+    return SLATick(history, recorded, met, decide_sla(history, now, config), judged)
 
 
 def eviction_phase(failed: bool) -> Phase:

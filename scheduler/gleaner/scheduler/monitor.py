@@ -17,12 +17,25 @@ After an eviction the job is requeued away from the node it missed on:
 capped at ``backoff_max_seconds`` for the e-th eviction) or gives up as Failed when the
 eviction count reaches the job's ``maxEvictions``.
 
+**SLA windows.** The monitor measures short *samples* (one per ``window_seconds``, the
+operator's measuring interval), but a job's throughput SLA is judged over its own *SLA
+window* (``spec.slaWindow``, tens of minutes by default: batch throughput is a rate over a
+long stretch, and a short dip inside a stretch that met the SLA is not a miss).
+:func:`sla_windows` groups the samples that ended after the grace period into consecutive
+SLA windows aligned at the end of grace, ``(start + i*W, start + (i+1)*W]``; a window is
+*closed* once samples cover it (or a later sample exists) and its fraction is the mean of
+its samples. The k-of-n rule and every metric (``gleaner.scheduler.measures``) count
+closed SLA windows. When the SLA window is not longer than a sample (or unset), every
+sample is its own window, grace samples included, exactly as before SLA windows existed.
+docs/scheduler.md ("SLA windows") describes the same rule.
+
 Times are seconds (floats) on any clock the caller chooses (Unix time in the operator,
 simulated time in the simulator). Nothing here reads a clock.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -46,6 +59,10 @@ class SLAMonitorConfig:
     """Delay before the first re-placement attempt after an eviction, seconds."""
     backoff_max_seconds: float = 1800.0
     """Upper bound of the exponential backoff, seconds."""
+    max_sla_window_seconds: float | None = None
+    """Judge no job over a longer span than this (None: each job's ``spec.slaWindow``).
+    For clusters and tests whose time runs in seconds: at or below ``window_seconds`` every
+    sample is its own SLA window again."""
 
     def __post_init__(self) -> None:
         if self.history_windows < 1:
@@ -58,6 +75,8 @@ class SLAMonitorConfig:
             raise ValueError("tolerance must be in [0, 1)")
         if self.backoff_base_seconds < 0 or self.backoff_max_seconds < self.backoff_base_seconds:
             raise ValueError("need 0 <= backoff_base_seconds <= backoff_max_seconds")
+        if self.max_sla_window_seconds is not None and self.max_sla_window_seconds <= 0:
+            raise ValueError("max_sla_window_seconds must be > 0")
 
 
 @dataclass(frozen=True)
@@ -83,8 +102,10 @@ class SLAHistory:
     predicted: float = 0.0
     """The throughput fraction the scheduler predicted for this placement."""
     windows: tuple[WindowObservation, ...] = ()
-    """Observed windows, oldest first (only the last ``max_windows`` are kept)."""
+    """Observed samples, oldest first (only the last ``max_windows`` are kept)."""
     max_windows: int = 64
+    sla_window_seconds: float | None = None
+    """The job's SLA window, seconds (``spec.slaWindow``); None: each sample is a window."""
 
     def observe(self, end: float, throughput_fraction: float) -> SLAHistory:
         """A copy with one more window (bounded; out-of-order windows are sorted in)."""
@@ -126,6 +147,63 @@ def window_missed(observed: float, sla: float, config: SLAMonitorConfig) -> bool
     return observed < sla * (1.0 - config.tolerance)
 
 
+def effective_sla_window(spec_seconds: float | None, config: SLAMonitorConfig) -> float | None:
+    """The span a job is judged over: its ``spec.slaWindow`` capped by
+    ``config.max_sla_window_seconds``."""
+    cap = config.max_sla_window_seconds
+    if spec_seconds is None:
+        return cap
+    return spec_seconds if cap is None else min(spec_seconds, cap)
+
+
+def aggregates(history: SLAHistory, config: SLAMonitorConfig) -> bool:
+    """Whether the SLA window of ``history`` spans several samples (else a sample is a window)."""
+    w = history.sla_window_seconds
+    return w is not None and w > config.window_seconds * (1.0 + 1e-9)
+
+
+def sla_windows(history: SLAHistory, config: SLAMonitorConfig) -> tuple[WindowObservation, ...]:
+    """The closed SLA windows of ``history`` after grace, oldest first (module docstring).
+
+    Each is reported at the end of its span (``start + (i+1)*W``) with the mean fraction of
+    its samples. Without aggregation (:func:`aggregates` false) these are the samples after
+    grace, unchanged.
+    """
+    samples = history.after_grace(config.grace_seconds)
+    if not aggregates(history, config):
+        return samples
+    assert history.sla_window_seconds is not None
+    width = history.sla_window_seconds
+    start = history.placed_at + config.grace_seconds
+    buckets: dict[int, list[WindowObservation]] = {}
+    for w in samples:
+        # (start + i*W, start + (i+1)*W] holds bucket i; ceil keeps a sample ending
+        # exactly on a boundary in the window it completes.
+        i = max(0, math.ceil((w.end - start) / width - 1e-9) - 1)
+        buckets.setdefault(i, []).append(w)
+    last = max(buckets, default=-1)
+    out: list[WindowObservation] = []
+    for i in sorted(buckets):
+        members = buckets[i]
+        end = start + (i + 1) * width
+        # Closed: the samples reach the window's end (half a sample of slack for a timer
+        # that fires a little early), or a later window has begun (a gap left it short).
+        closed = i < last or members[-1].end >= end - config.window_seconds / 2
+        if closed:
+            mean = sum(m.throughput_fraction for m in members) / len(members)
+            out.append(WindowObservation(end, mean))
+    return tuple(out)
+
+
+def samples_needed(sla_window_seconds: float | None, config: SLAMonitorConfig) -> int:
+    """How many samples a history must keep for the k-of-n rule over SLA windows (plus one
+    window being filled); at least ``history_windows`` + 1."""
+    per = 1
+    if sla_window_seconds is not None and sla_window_seconds > config.window_seconds:
+        per = math.ceil(sla_window_seconds / config.window_seconds)
+    return (config.history_windows + 1) * per + 1
+
+
 def decide_sla(history: SLAHistory, now: float, config: SLAMonitorConfig) -> SLADecision:
     """Keep or evict ``history.job`` at ``now`` (see the module docstring for the rule)."""
     grace_end = history.placed_at + config.grace_seconds
@@ -135,7 +213,7 @@ def decide_sla(history: SLAHistory, now: float, config: SLAMonitorConfig) -> SLA
             f"in grace period for {grace_end - now:.0f}s more after placement",
             in_grace=True,
         )
-    recent = history.after_grace(config.grace_seconds)[-config.history_windows :]
+    recent = sla_windows(history, config)[-config.history_windows :]
     missed = [w for w in recent if window_missed(w.throughput_fraction, history.sla, config)]
     k, n = config.violation_windows, config.history_windows
     if len(missed) >= k:

@@ -47,8 +47,10 @@ import numpy.typing as npt
 from gleaner.api import Phase
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import JobProfile, NodeSummary
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, forecast
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
+    BiasConfig,
     BiasTable,
     EvictionReport,
     JobRequest,
@@ -70,6 +72,7 @@ from gleaner.scheduler.measures import (
     offline_throughput,
     sla_attainment,
 )
+from gleaner.scheduler.monitor import samples_needed
 from gleaner.simulator.cluster_scenario import ClusterScenario, PolicyName
 from gleaner.simulator.latency import MODELS
 from gleaner.simulator.offline import OfflineJobConfig, memory_curve
@@ -97,6 +100,8 @@ class SimJob:
     work_tokens: float
     arrival: float
     max_evictions: int
+    sla_window_s: float | None = None
+    """The job's SLA window (``spec.slaWindow``), seconds; None: one monitor window."""
     done_tokens: float = 0.0
     phase: Phase = Phase.PENDING
     node: int | None = None
@@ -116,7 +121,8 @@ class SimJob:
     truth_step0: int = 0
     stay_observed: list[float] = field(default_factory=list)
     windows_total: int = 0
-    """SLA windows observed (grace windows included, as the operator's ``SLAMet``)."""
+    """SLA windows judged (closed windows of ``sla_window_s``; with no longer SLA window,
+    every monitor window, grace windows included, as the operator's ``SLAMet``)."""
     windows_met: int = 0
     placements: list[dict[str, Any]] = field(default_factory=list)
     series: list[tuple[float, float]] = field(default_factory=list)
@@ -163,6 +169,7 @@ def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
                 work_tokens=hours * 3600.0 * prof.standalone_tokens_per_second,
                 arrival=float(t),
                 max_evictions=cfg.jobs.max_evictions,
+                sla_window_s=cfg.jobs.sla_window_s,
             )
         )
     return jobs
@@ -337,9 +344,11 @@ def run_policy(
         backoff_base_seconds=cfg.monitor.backoff_base_s,
         backoff_max_seconds=cfg.monitor.backoff_max_s,
     )
-    bias = BiasTable()
+    risk = None if policy in ("paper", "no-risk") else cfg.risk_target
+    forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
+    bias = BiasTable(BiasConfig(risk_target=risk))
     placer: Placer | None
-    if policy == "gleaner":
+    if policy in ("gleaner", "paper", "no-diurnal", "no-risk"):
         placer = _scheduler_placer(SchedulerConfig(), bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
@@ -349,6 +358,7 @@ def run_policy(
     else:
         placer = None
     summaries: dict[str, NodeSummary] = {}
+    profiles = _Profiles(online)
     occupied: dict[str, dict[int, str]] = {}
     gpu_job: list[SimJob | None] = [None] * online.n_gpus
     offline_used = np.zeros(n_steps)
@@ -401,7 +411,10 @@ def run_policy(
             nxt += 1
         if k % refresh == 0:
             start = max(0, s_abs - win_steps)
-            if s_abs > start:
+            if forecast_mode == "diurnal":
+                profiles = _fold_hours(online, profiles, s_abs, eta)
+                summaries = _diurnal_summaries(cfg, online, profiles, s_abs, now, eta)
+            elif s_abs > start:
                 summaries = {
                     online.node_names[n]: node_summary(online, n, start, s_abs, eta)
                     for n in range(len(online.node_names))
@@ -425,6 +438,8 @@ def run_policy(
                         gpus=gpus,
                         placed_at=now,
                         predicted=factors.throughput_fraction,
+                        max_windows=max(64, samples_needed(job.sla_window_s, mon)),
+                        sla_window_seconds=job.sla_window_s,
                     )
                     job.truth = _truth(online, job, s_abs, eta)
                     job.truth_step0 = s_abs
@@ -472,10 +487,9 @@ def run_policy(
                 job.series.append((t_end, observed))
                 tick = sla_tick(job.history, (t_end, observed), t_end, mon)
                 job.history = tick.history
-                if tick.met is not None:
-                    met_now.append(tick.met)
-                    job.windows_total += 1
-                    job.windows_met += int(tick.met)
+                met_now.extend(tick.judged)
+                job.windows_total += len(tick.judged)
+                job.windows_met += sum(tick.judged)
                 if policy != "first-fit" and job.predicted is not None:
                     bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_raw)
                 decision = tick.decision
@@ -536,6 +550,58 @@ def run_policy(
     return out
 
 
+class _Profiles:
+    """Each node's time-of-day profile, and the first step not folded into it yet."""
+
+    def __init__(self, online: OnlineCluster) -> None:
+        self.by_node = [DiurnalProfile(name) for name in online.node_names]
+        self.next_step = 0
+
+
+def _fold_hours(online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: float) -> _Profiles:
+    """Fold every whole clock hour that ended by step ``s_abs`` into the nodes' profiles
+    (history included): what an agent's hourly summaries would have accumulated."""
+    per_hour = max(1, round(3600 / online.step_s))
+    # Hours are clock hours of simulated time (EPOCH is midnight UTC), so a step's hour is
+    # (step - t0) // per_hour, and a boundary is where that changes.
+    first = profiles.next_step
+    start = first
+    while True:
+        hour_index = math.floor((start - online.t0_step) / per_hour)
+        end = online.t0_step + (hour_index + 1) * per_hour
+        if end > s_abs:
+            break
+        hour = hour_index % HOURS
+        for n in range(len(online.node_names)):
+            summary = node_summary(online, n, start, end, eta)
+            profiles.by_node[n] = profiles.by_node[n].fold(hour, summary)
+        start = end
+    profiles.next_step = start
+    return profiles
+
+
+def _diurnal_summaries(
+    cfg: ClusterScenario,
+    online: OnlineCluster,
+    profiles: _Profiles,
+    s_abs: int,
+    now: float,
+    eta: float,
+) -> dict[str, NodeSummary]:
+    """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours, blended
+    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``)."""
+    recent_steps = max(1, round(cfg.recent_h * 3600 / online.step_s))
+    start = max(0, s_abs - recent_steps)
+    if s_abs <= start:
+        return {}
+    at = EPOCH + timedelta(seconds=now)
+    out: dict[str, NodeSummary] = {}
+    for n, name in enumerate(online.node_names):
+        recent = node_summary(online, n, start, s_abs, eta)
+        out[name] = forecast(profiles.by_node[n], recent, at, cfg.forecast_horizon_h * 3600)
+    return out
+
+
 def _epoch_s(t: float) -> float:
     return EPOCH.timestamp() + t
 
@@ -591,6 +657,7 @@ def _cluster_metrics(
         "prediction_error": {
             "placements": len(preds),
             "mean_abs": float(np.mean(abs_err)) if abs_err else 0.0,
+            "median_abs": float(np.median(abs_err)) if abs_err else 0.0,
             "mean_rel": float(np.mean(errors)) if errors else 0.0,
             "p90_abs": float(np.percentile(abs_err, 90)) if abs_err else 0.0,
             "multi_gpu_mean_abs": float(np.mean(multi)) if multi else 0.0,
@@ -645,6 +712,7 @@ def _fresh(j: SimJob) -> SimJob:
         work_tokens=j.work_tokens,
         arrival=j.arrival,
         max_evictions=j.max_evictions,
+        sla_window_s=j.sla_window_s,
     )
 
 

@@ -14,8 +14,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PolicyName = Literal["no-harvest", "gleaner", "first-fit", "no-multi-filter"]
+from gleaner.api import DEFAULT_SLA_WINDOW
+from gleaner.api.units import parse_duration
+
+PolicyName = Literal[
+    "no-harvest", "gleaner", "first-fit", "no-multi-filter", "paper", "no-diurnal", "no-risk"
+]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
+"""The policies a scenario runs by default. ``paper`` (the paper's model: the trailing
+window, the mean rule, the 0.95 pair filter), ``no-diurnal`` (the trailing window instead
+of the time-of-day forecast) and ``no-risk`` (the mean rule instead of risk-aware
+admission) are the ablations ``python -m bench sla`` runs beside ``gleaner``."""
 
 
 class ServiceKind(BaseModel):
@@ -59,6 +68,11 @@ class JobsConfig(BaseModel):
         default=(1.0, 6.0), description="Work per job in hours on dedicated GPUs."
     )
     max_evictions: int = Field(default=3, ge=0)
+    sla_window_s: float | None = Field(
+        default=parse_duration(DEFAULT_SLA_WINDOW),
+        gt=0,
+        description="Each job's SLA window (spec.slaWindow), seconds; null: one monitor window.",
+    )
 
 
 class MonitorConfig(BaseModel):
@@ -85,6 +99,22 @@ class ClusterScenario(BaseModel):
     history_h: float = Field(default=6.0, ge=0, description="Trace before the first job.")
     window_h: float = Field(default=6.0, gt=0, description="NodeSummary window (trailing).")
     summary_refresh_s: float = Field(default=3600.0, gt=0)
+    forecast: Literal["trailing", "diurnal"] = Field(
+        default="diurnal",
+        description="What the scheduler predicts from: the trailing window_h summary, or the "
+        "time-of-day forecast (gleaner.perfmodel.diurnal) over forecast_horizon_h.",
+    )
+    forecast_horizon_h: float = Field(default=2.0, gt=0)
+    risk_target: float | None = Field(
+        default=0.9,
+        gt=0,
+        lt=1,
+        description="Risk-aware admission (the scheduler's BiasConfig.risk_target); null: "
+        "the mean rule.",
+    )
+    recent_h: float = Field(
+        default=1.0, gt=0, description="The recent level blended into the diurnal forecast."
+    )
     schedule_interval_s: float = Field(default=300.0, gt=0)
     gpu_memory_gib: float = Field(default=80.0, gt=0)
     usable_gib: float = Field(default=76.0, gt=0)

@@ -781,6 +781,7 @@ FAST_OPERATOR_FLAGS: tuple[str, ...] = (
     "--min-pass-interval=0.1s",
     "--unschedulable-backoff=1s",
     "--sla-window=1s",
+    "--max-sla-window=1s",  # judge each 1 s sample, not the jobs' 30 min slaWindow
     "--sla-grace=0s",
     "--sla-violations=1/1",
     "--eviction-backoff=1s",

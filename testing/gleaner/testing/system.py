@@ -70,6 +70,7 @@ NAMESPACES = ("default", "batch")
 
 OPERATOR_FAST_ARGS: tuple[str, ...] = (
     "--sla-window=2s",
+    "--max-sla-window=2s",  # judge each 2 s sample, not the jobs' 30 min slaWindow
     "--sla-grace=2s",
     "--sla-violations=2/3",
     "--eviction-backoff=1s",

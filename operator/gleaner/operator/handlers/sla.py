@@ -5,8 +5,9 @@ Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``
 1. observes the job's throughput fraction for the latest window
    (``gleaner.operator.observation``: the NodeTrace of its node, or Prometheus through
    ``ctx.prometheus``), skipping windows from before the placement;
-2. appends the window to the placement's history (annotation ``gleaner.dev/sla-windows``)
-   and writes ``status.observed`` and the ``SLAMet`` condition (and the job's
+2. appends the sample to the placement's history (annotation ``gleaner.dev/sla-windows``),
+   judged over the job's ``spec.slaWindow`` (``gleaner.scheduler.monitor.sla_windows``), and
+   writes ``status.observed`` and the ``SLAMet`` condition (and the job's
    ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges);
 3. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
 
@@ -28,8 +29,16 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from gleaner.api import EvictionRecord, Observed, OfflineJobStatus, Phase, Placement
+from gleaner.api import (
+    DEFAULT_SLA_WINDOW,
+    EvictionRecord,
+    Observed,
+    OfflineJobStatus,
+    Phase,
+    Placement,
+)
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, job_selector
+from gleaner.api.units import parse_duration
 from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
 from gleaner.operator import status as st
 from gleaner.operator.builders import build_eviction_report_configmap
@@ -74,6 +83,15 @@ async def _observe(
         return None
 
 
+def _sla_window_seconds(spec: dict[str, Any]) -> float:
+    """The job's ``spec.slaWindow`` in seconds (the default when absent or unreadable: the
+    CRD validates it, so only an object written around the schema lands here)."""
+    try:
+        return parse_duration(str(spec.get("slaWindow") or DEFAULT_SLA_WINDOW))
+    except ValueError:
+        return parse_duration(DEFAULT_SLA_WINDOW)
+
+
 async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
     """One SLA tick for one job; returns a short outcome for kopf's log."""
     meta = body.get("metadata") or {}
@@ -94,6 +112,8 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         sla,
         placement,
         (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
+        _sla_window_seconds(body.get("spec") or {}),
+        ctx.config.sla,
     )
     tick = sla_tick(
         history,
@@ -106,7 +126,7 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         await patch_annotations(
             ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: dump_history(history)}
         )
-        met = bool(tick.met)
+        met = tick.met  # None: this sample closed no SLA window
         observed = Observed(
             throughput_fraction=obs.throughput_fraction,
             window_seconds=obs.seconds,

@@ -1,0 +1,83 @@
+"""The throughput SLA: Gleaner's default against the paper's model and its own ablations.
+
+``python -m bench sla`` runs the default scenario's cluster (256 GPUs, 24 h, the SLA
+window of the API's default, 30 min) over seeds 1-3 for every policy below, side by side
+on the same online trace and job queue per seed, and prints per policy the SLA windows
+met (SLA attainment), GPUs saved, SLA evictions, and the median absolute prediction
+error (predicted vs observed throughput fraction of each placement), averaged over the
+seeds:
+
+- ``gleaner``: the time-of-day forecast, risk-aware admission (target
+  ``cluster.risk_target``) and the pair-overlap filter;
+- ``paper``: the paper's model (trailing window, mean rule, 0.95 pair filter);
+- ``no-diurnal``, ``no-risk``, ``no-multi-filter``: ``gleaner`` less one rule.
+
+Targets (docs/benchmarks.md): SLA windows met >= 99% with GPUs saved no lower than
+``paper``, evictions at most half of ``paper``'s, median absolute prediction error <= 5%.
+It prints each target's verdict and returns 1 when one is missed. The gate efficiency is
+the runner's default (no node-level run), so the cluster numbers are comparable across
+policies but not identical to ``gleaner simulate``'s. ``--seeds 1,2`` picks other seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from statistics import mean
+from typing import Any
+
+from gleaner.simulator.cluster import run_cluster
+from gleaner.simulator.cluster_scenario import PolicyName
+from gleaner.simulator.runner import DEFAULT_GATE_EFFICIENCY
+from gleaner.simulator.scenario import load_scenario
+
+POLICIES: tuple[PolicyName, ...] = ("gleaner", "paper", "no-diurnal", "no-risk", "no-multi-filter")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench sla")
+    parser.add_argument("--seeds", default="1,2,3")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    base = load_scenario("default").cluster
+    assert base is not None
+    cfg = base.model_copy(update={"policies": list(POLICIES)})
+    rows: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
+    start = time.perf_counter()
+    for seed in seeds:
+        out = run_cluster(cfg, seed, DEFAULT_GATE_EFFICIENCY)
+        for policy in POLICIES:
+            rows[policy].append(out["policies"][policy])
+    wall = time.perf_counter() - start
+    print(f"seeds {seeds}, {wall:.0f} s; means over the seeds (each seed in brackets)")
+    print(
+        f"{'policy':16s} {'windows met':>12s} {'GPUs saved':>11s} {'evictions':>10s} "
+        f"{'median |err|':>13s}"
+    )
+    summary: dict[str, dict[str, float]] = {}
+    for policy in POLICIES:
+        ms = rows[policy]
+        met = [100 * (m["sla_attainment"] or 0.0) for m in ms]
+        saved = [m["gpus_saved"] for m in ms]
+        ev = [float(m["evictions"]) for m in ms]
+        err = [m["prediction_error"]["median_abs"] for m in ms]
+        summary[policy] = {"met": mean(met), "saved": mean(saved), "ev": mean(ev), "err": mean(err)}
+        print(
+            f"{policy:16s} {mean(met):11.1f}% {mean(saved):11.1f} {mean(ev):10.1f} "
+            f"{mean(err):13.3f}   [{' '.join(f'{x:.1f}%' for x in met)}; "
+            f"{' '.join(f'{x:.1f}' for x in saved)}; {' '.join(f'{x:.0f}' for x in ev)}]"
+        )
+    g, p = summary["gleaner"], summary["paper"]
+    targets = [
+        ("SLA windows met >= 99%", g["met"] >= 99.0, f"{g['met']:.1f}%"),
+        (
+            "GPUs saved >= paper's",
+            g["saved"] >= p["saved"],
+            f"{g['saved']:.1f} vs {p['saved']:.1f}",
+        ),
+        ("evictions <= half of paper's", g["ev"] <= p["ev"] / 2, f"{g['ev']:.0f} vs {p['ev']:.0f}"),
+        ("median |prediction error| <= 0.05", g["err"] <= 0.05, f"{g['err']:.3f}"),
+    ]
+    for name, ok, value in targets:
+        print(f"target {name}: {'met' if ok else 'MISSED'} ({value})")
+    return 0 if all(ok for _, ok, _ in targets) else 1

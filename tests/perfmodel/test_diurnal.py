@@ -1,0 +1,125 @@
+"""The time-of-day forecast: hour slots, bounded folding, blending with the recent level."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gleaner.perfmodel.diurnal import (
+    HOURS,
+    DiurnalProfile,
+    forecast,
+    horizon_hours,
+    hour_of,
+    scaled,
+)
+from gleaner.perfmodel.summary import NodeSummary
+
+DAY0 = datetime(2026, 1, 5, tzinfo=UTC)
+
+
+def _hour(busy: float, free_gib: float = 40.0, seconds: int = 3600, gpus: int = 2) -> NodeSummary:
+    """One node's summary of ``seconds`` at a constant online busy fraction."""
+    t = np.arange(0, seconds, 60.0)
+    b = np.full((t.size, gpus), busy)
+    free = np.full((t.size, gpus), free_gib)
+    return NodeSummary.from_samples("n", list(range(gpus)), t, b, free, 1.0 - b)
+
+
+def _idle(summary: NodeSummary) -> float:
+    return float(summary.compute_fractions().mean())
+
+
+def test_scaling_keeps_every_fraction_and_scales_the_weight() -> None:
+    s = _hour(0.3)
+    big = scaled(s, 4.0)
+    assert big.window_seconds == 4 * s.window_seconds
+    assert np.allclose(big.compute_fractions(), s.compute_fractions())
+    assert big.memory.total_seconds == pytest.approx(4 * s.memory.total_seconds)
+    # In a merge the scaled one weighs four times as much.
+    merged = _hour(0.8).merge(big)
+    assert _idle(merged) == pytest.approx((0.2 + 4 * 0.7) / 5)
+    with pytest.raises(ValueError, match="positive"):
+        scaled(s, 0.0)
+
+
+def test_horizon_hours_splits_at_clock_hours() -> None:
+    start = DAY0 + timedelta(hours=23, minutes=30)
+    assert horizon_hours(start, 2 * 3600) == [(23, 1800.0), (0, 3600.0), (1, 1800.0)]
+    assert hour_of(start) == 23
+    assert sum(s for _, s in horizon_hours(DAY0, 30 * 3600)) == 30 * 3600
+
+
+def test_folding_is_bounded_and_forgets_old_days() -> None:
+    profile = DiurnalProfile("n", day_weight=0.5)
+    for _ in range(50):  # fifty days of a busy hour 9
+        profile = profile.fold(9, _hour(0.9))
+    assert profile.hours_known == 1 and len(profile.slots) == HOURS
+    slot = profile.slots[9]
+    assert slot is not None
+    # Weights 1 + 0.5 + 0.25 + ...: bounded by twice an hour, not fifty hours.
+    assert slot.window_seconds < 2 * 3600 + 1
+    # The workload changes: after a few days the new level dominates.
+    for _ in range(5):
+        profile = profile.fold(9, _hour(0.1))
+    slot = profile.slots[9]
+    assert slot is not None and _idle(slot) > 0.85
+
+
+def test_forecast_uses_the_hours_ahead_not_the_trailing_ones() -> None:
+    # Nights idle (busy 0.1), days busy (busy 0.8, 8:00-20:00).
+    profile = DiurnalProfile("n")
+    for _day in range(3):
+        for h in range(HOURS):
+            profile = profile.fold(h, _hour(0.8 if 8 <= h < 20 else 0.1))
+    # At 7:00 the recent (night) level is idle; the day ahead is not.
+    recent = _hour(0.1)
+    at = DAY0 + timedelta(days=3, hours=7)
+    ahead = forecast(profile, recent, at, 4 * 3600, recent_weight=0.25)
+    seasonal = (0.9 * 3600 + 0.2 * 3 * 3600) / (4 * 3600)
+    assert _idle(ahead) == pytest.approx(0.75 * seasonal + 0.25 * 0.9)
+    assert _idle(ahead) < _idle(recent) - 0.3
+    # With no weight on the recent level the forecast is the hours ahead alone.
+    only = forecast(profile, recent, at, 4 * 3600, recent_weight=0.0)
+    assert _idle(only) == pytest.approx(seasonal)
+
+
+def test_without_history_the_forecast_is_the_recent_summary() -> None:
+    recent = _hour(0.4)
+    assert forecast(DiurnalProfile("n"), recent, DAY0, 7200) is recent
+    profile = DiurnalProfile("n").fold(3, _hour(0.9))
+    # Hours without a slot are left out: only hour 3 of [2:00, 4:00) is known.
+    out = forecast(profile, recent, DAY0 + timedelta(hours=2), 7200, recent_weight=0.5)
+    assert _idle(out) == pytest.approx(0.5 * 0.1 + 0.5 * 0.6)
+
+
+def test_profile_refuses_other_nodes_and_bad_hours() -> None:
+    profile = DiurnalProfile("m")
+    with pytest.raises(ValueError, match="cannot take"):
+        profile.fold(1, _hour(0.5))
+    with pytest.raises(ValueError, match=r"0\.\.23"):
+        DiurnalProfile("n").fold(24, _hour(0.5))
+
+
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=HOURS, max_size=HOURS),
+    st.floats(min_value=0.0, max_value=1.0),
+    st.integers(min_value=0, max_value=HOURS - 1),
+    st.floats(min_value=600.0, max_value=2 * 86400.0),
+    st.floats(min_value=0.0, max_value=0.99),
+)
+def test_the_forecast_is_a_weighted_mean_within_its_inputs(
+    busy_by_hour: list[float], recent_busy: float, hour: int, horizon: float, weight: float
+) -> None:
+    profile = DiurnalProfile("n")
+    for h, b in enumerate(busy_by_hour):
+        profile = profile.fold(h, _hour(b, seconds=600))
+    recent = _hour(recent_busy, seconds=600)
+    out = forecast(profile, recent, DAY0 + timedelta(hours=hour), horizon, weight)
+    values = [1.0 - b for b in (*busy_by_hour, recent_busy)]
+    assert min(values) - 1e-9 <= _idle(out) <= max(values) + 1e-9
+    assert out.memory.n_gpus == recent.memory.n_gpus
