@@ -53,7 +53,7 @@ def test_jobs_page_marks_the_finished_miss_and_names_its_node() -> None:
     row = re.search(r'<tr data-phase="Succeeded"[^>]*class="([^"]*)"[^>]*>(.*?)</tr>', html, re.S)
     assert row is not None and row.group(1) == "miss"
     assert "ran on</span>" in row.group(2) and "gpu-node-b" in row.group(2)
-    assert "a finished job at its last observed window" in html
+    assert "a finished job over its last placement" in html
 
 
 def test_failed_jobs_runner_ups_are_explained() -> None:

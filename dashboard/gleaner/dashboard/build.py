@@ -339,10 +339,13 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
             observed, predicted.throughput_fraction if predicted is not None else None
         )
         meets = None if basis is None else meets_sla(basis, spec.throughput_sla)
-    elif finished and observed is not None:
-        # A finished job is judged on what it got, so a Succeeded job far below its SLA
-        # shows as a miss (a prediction alone proves nothing once the job is over).
-        meets = meets_sla(observed, spec.throughput_sla)
+    elif finished:
+        # A finished job is judged on what it got over its last placement (the mean of its
+        # windows there; else the last one), so a Succeeded job far below its SLA shows as a
+        # miss, and one slow last window does not (a prediction proves nothing now).
+        stay = [p.v for p in series if since is None or p.t > since]
+        got = sum(stay) / len(stay) if stay else observed
+        meets = None if got is None else meets_sla(got, spec.throughput_sla)
     job_reports = reports.get(job.key, [])
     evictions: list[JobEviction] = []
     for rec in status.evictions:

@@ -249,7 +249,7 @@ class JobView(DashModel):
     meets_sla: bool | None = Field(
         default=None,
         description="Observed (else predicted) does not miss the SLA (the SLA monitor's rule, "
-        "with its tolerance); for a finished job, its last observed fraction.",
+        "with its tolerance); for a finished job, the mean of its last placement's windows.",
     )
     eviction_count: int = 0
     evictions: list[JobEviction] = Field(default_factory=list)
