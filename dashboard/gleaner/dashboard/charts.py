@@ -405,7 +405,7 @@ def histogram_chart(
     for tick in xticks:
         body.append(
             f'<text x="{x(tick):.1f}" y="{top + ph + 14}" text-anchor="middle" class="tick">'
-            f"{format_value(tick)}</text>"
+            f"{round(tick, 2):g}</text>"
         )
     body.append(
         f'<text x="{left + pw / 2:.1f}" y="{top + ph + 32}" text-anchor="middle" '
