@@ -570,9 +570,12 @@ def current_point(nodes: Sequence[NodeView], jobs: Sequence[JobView]) -> Cluster
 def period_figures(series: ClusterSeries) -> PeriodFigures | None:
     """The means of the cluster series over the time they cover (None: fewer than two
     points, no period to speak of). Points are one per reporting interval, so a plain mean
-    is the time average."""
+    is the time average; a figure the source gives itself (``series.period_means``, a
+    simulation's summary) is used as it is, so the cards say what its report says."""
 
-    def mean(points: list[Point]) -> float | None:
+    def mean(points: list[Point], name: str) -> float | None:
+        if name in series.period_means:
+            return series.period_means[name]
         return sum(p.v for p in points) / len(points) if points else None
 
     parts = (series.harvested_utilization, series.offline_throughput, series.sla_attainment)
@@ -584,9 +587,9 @@ def period_figures(series: ClusterSeries) -> PeriodFigures | None:
         start=datetime.fromtimestamp(min(times), UTC),
         end=datetime.fromtimestamp(max(times), UTC),
         points=longest,
-        harvested_utilization=mean(series.harvested_utilization),
-        offline_throughput=mean(series.offline_throughput),
-        sla_attainment=mean(series.sla_attainment),
+        harvested_utilization=mean(series.harvested_utilization, "harvestedUtilization"),
+        offline_throughput=mean(series.offline_throughput, "offlineThroughput"),
+        sla_attainment=mean(series.sla_attainment, "slaAttainment"),
     )
 
 
@@ -606,6 +609,7 @@ def series_with_point(series: ClusterSeries, t: float, summary: ClusterSummary) 
         preemptions=add(series.preemptions, float(summary.preemptions)),
         reclamations=add(series.reclamations, float(summary.reclamations)),
         notes=dict(series.notes),
+        period_means=dict(series.period_means),
     )
 
 

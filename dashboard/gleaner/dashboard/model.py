@@ -70,6 +70,13 @@ class ClusterSeries(DashModel):
     reclamations: list[Point] = Field(
         default_factory=list, description="Memory reclamation events in the interval."
     )
+    period_means: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per series name (harvestedUtilization, offlineThroughput, slaAttainment), "
+        "the source's own figure over the series' period (a simulation's summary, computed "
+        "on every step or job-window rather than on the plotted points); the overview cards "
+        "show it instead of the mean of the points.",
+    )
     notes: dict[str, str] = Field(
         default_factory=dict,
         description="Per series name (e.g. 'preemptions'), why it is empty or what it stands "
