@@ -60,3 +60,11 @@ def test_trace_online_reads_iso_times_and_says_what_is_wrong(tmp_path: Path) -> 
         ValueError, match=r"column 'online_busy' must be within 0\.\.1 \(row 1: 2\.5\)"
     ):
         TraceOnline.from_file(path, "n")
+
+
+def test_a_trace_in_mib_is_refused_with_the_likely_unit(tmp_path: Path) -> None:
+    path = tmp_path / "mib.csv"
+    rows = [(float(t), "n", 0, 0.5, 81000.0) for t in range(3)]
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"the values look like MiB \(DCGM's FB_FREE unit\)"):
+        TraceOnline.from_file(path, "n")

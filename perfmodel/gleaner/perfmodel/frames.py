@@ -133,6 +133,10 @@ def validate_trace_frame(frame: pd.DataFrame) -> pd.DataFrame:
             raise TraceFormatError(_column_error(frame, "gpu_memory_gib", bad, "must be >= 0"))
     if "gpu_product" in frame.columns:
         out["gpu_product"] = frame["gpu_product"].fillna("").astype(str)
+    # Every reader of trace files gets the unit check (summarize_samples repeats it with a
+    # nodes file's GPU memory): the trace's own gpu_memory_gib, else no GPU's memory.
+    stated = out["gpu_memory_gib"].to_numpy() if "gpu_memory_gib" in out else np.zeros(len(out))
+    check_free_memory(out, np.where(stated > 0, stated, MAX_GPU_MEMORY_GIB), stated > 0)
     return out
 
 
