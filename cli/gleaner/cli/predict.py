@@ -214,7 +214,7 @@ def command(
         ("memory (P_memory)", result.memory),
         ("multi_gpu (P_multi)", result.multi_gpu),
         ("throughput_fraction", result.throughput_fraction),
-        ("tokens_per_second", round(result.tokens_per_second, 1)),
+        ("tokens_per_second", f"{result.tokens_per_second:.1f}"),
         ("sla", result.sla),
         ("feasible", "yes" if result.feasible else "no"),
     ]
