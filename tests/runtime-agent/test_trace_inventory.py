@@ -68,3 +68,20 @@ def test_a_trace_in_mib_is_refused_with_the_likely_unit(tmp_path: Path) -> None:
     pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False)
     with pytest.raises(ValueError, match=r"the values look like MiB \(DCGM's FB_FREE unit\)"):
         TraceOnline.from_file(path, "n")
+
+
+def test_trace_columns_name_the_gpus(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    rows = [
+        (float(t), "n", g, 0.5, 30.0, "NVIDIA H100 80GB HBM3" if g == 0 else "", 80.0)
+        for t in range(3)
+        for g in range(2)
+    ]
+    pd.DataFrame(rows, columns=[*COLUMNS, "gpu_product", "gpu_memory_gib"]).to_csv(
+        path, index=False
+    )
+    daemon = AgentDaemon(AgentOptions(backend="simulated", node="n", trace=path, kube=False))
+    assert [(g.product, g.memory_gi_b) for g in daemon.inventory] == [
+        ("NVIDIA H100 80GB HBM3", 80.0),
+        ("Simulated GPU", 80.0),
+    ]

@@ -194,7 +194,7 @@ class AgentDaemon:
             if online is not None:
                 # The trace decides the inventory: a GPU it lacks would look idle forever.
                 inventory, warning = trace_inventory(
-                    o.node, sorted(online.samples), o.gpus, o.gpu_memory_gib
+                    o.node, sorted(online.samples), o.gpus, o.gpu_memory_gib, online.specs
                 )
                 if warning:
                     log.warning(warning)
