@@ -251,7 +251,11 @@ def line_chart(
         )
         # Above the line, or below it when the line runs along the plot's top.
         label_y = ry - 5 if ry - top > 14 else ry + 13
+        label_w = LABEL_CHAR_PX * len(reference[1]) + 6
+        # An opaque backing: a series passing through the label cannot cross its text.
         overlay.append(
+            f'<rect x="{left + pw - 1 - label_w:.1f}" y="{label_y - 10:.1f}" '
+            f'width="{label_w:.1f}" height="13" class="label-backing"/>'
             f'<text x="{left + pw - 4}" y="{label_y:.1f}" text-anchor="end" '
             f'class="reference-label">{escape(reference[1])}</text>'
         )
