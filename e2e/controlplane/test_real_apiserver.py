@@ -171,6 +171,7 @@ def test_kubectl_get_oj_wide_shows_the_printer_columns(
             "decidedAt": "2026-01-01T00:00:00Z",
         },
         "evictionCount": 0,
+        "message": "placed",
     }
     patched = control_plane.kubectl(
         "patch", "oj", name, "-n", namespace, "--subresource=status", "--type=merge",
@@ -181,10 +182,15 @@ def test_kubectl_get_oj_wide_shows_the_printer_columns(
     header, *rows = table(control_plane.kubectl("get", "oj", "-n", namespace, "-o", "wide").stdout)
     assert header == [
         "NAME", "PHASE", "NODE", "GPUS", "SLA", "PREDICTED", "OBSERVED", "EVICTIONS", "AGE",
+        "COMPUTE", "MEMORY", "MULTI-GPU", "REASON",
     ]  # fmt: skip
     (row,) = rows
     # OBSERVED is empty (no observation yet), so the row has one word less than the header.
     assert row[:7] == [name, "Running", "gpu-a", "1", "0.5", "0.71", "0"], row
+    # -o wide adds the predicted factors and the phase's reason.
+    assert row[8:] == ["0.79", "0.9", "1", "placed"], row
+    plain = table(control_plane.kubectl("get", "oj", "-n", namespace).stdout)[0]
+    assert plain[-1] == "AGE" and "COMPUTE" not in plain
 
 
 def test_kubectl_get_nt_shows_the_printer_columns(

@@ -175,7 +175,8 @@ def test_offlinejob_names_scope_and_columns() -> None:
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
     assert version["subresources"] == {"status": {}}
-    columns = [(c["name"], c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
+    printed = version["additionalPrinterColumns"]
+    columns = [(c["name"], c["type"], c["jsonPath"]) for c in printed if not c.get("priority")]
     assert columns == [
         ("Phase", "string", ".status.phase"),
         ("Node", "string", ".status.placement.node"),
@@ -186,6 +187,14 @@ def test_offlinejob_names_scope_and_columns() -> None:
         ("Evictions", "integer", ".status.evictionCount"),
         ("Requests", "string", ".status.batch.summary"),
         ("Age", "date", ".metadata.creationTimestamp"),
+    ]
+    # kubectl get -o wide adds the predicted factors and the phase's reason.
+    wide = [(c["name"], c["type"], c["jsonPath"]) for c in printed if c.get("priority") == 1]
+    assert wide == [
+        ("Compute", "number", ".status.placement.compute"),
+        ("Memory", "number", ".status.placement.memory"),
+        ("Multi-GPU", "number", ".status.placement.multiGPU"),
+        ("Reason", "string", ".status.message"),
     ]
 
 

@@ -139,10 +139,17 @@ def test_repository_examples_directory(tmp_path: Path, capsys: pytest.CaptureFix
     examples = Path(__file__).resolve().parents[2] / "examples"
     trace = tmp_path / "t.csv"
     pd.DataFrame(
-        [(float(t), "n1", g, 0.0, 70.0) for t in range(4) for g in range(2)],
+        [(float(t), "n1", g, 0.0, 70.0) for t in range(4) for g in range(4)],
         columns=["timestamp", "node", "gpu", "online_busy", "free_memory_gib"],
     ).to_csv(trace, index=False)
-    rc = main(["place", "--jobs", str(examples), "--trace", str(trace), "--format", "json"])
+    # The examples select H100s and a node pool label: a nodes file says what n1 is.
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        "nodes:\n- name: n1\n  labels: {gleaner.dev/pool: h100-serving}\n"
+        "  gpuProduct: NVIDIA H100 80GB HBM3\n  gpuMemoryGiB: 80\n"
+    )
+    args = ["place", "--jobs", str(examples), "--trace", str(trace), "--format", "json"]
+    rc = main([*args, "--nodes", str(nodes)])
     captured = capsys.readouterr()
     assert (rc, captured.err) == (0, "")
     data = json.loads(captured.out)
@@ -152,6 +159,16 @@ def test_repository_examples_directory(tmp_path: Path, capsys: pytest.CaptureFix
         "batch/mistral-7b-ticket-triage",
         "batch/qwen-32b-eval-sweep",
     }
+    assert {p["job"] for p in data["placements"]} == listed  # every example is placeable
+
+    # Without the nodes file the selectors cannot match, and a note says why in plain words.
+    rc = main(args)
+    captured = capsys.readouterr()
+    assert rc == 0
+    unplaced = {u["job"] for u in json.loads(captured.out)["unschedulable"]}
+    assert unplaced == {"batch/llama-8b-nightly-summaries", "batch/qwen-32b-eval-sweep"}
+    assert "gives no node labels: give them with --nodes FILE" in captured.err
+    assert "add a gpu_product column to the trace or give --nodes FILE" in captured.err
 
 
 @pytest.mark.parametrize(

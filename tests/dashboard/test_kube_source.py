@@ -178,3 +178,25 @@ def test_cli_serves_a_cluster_and_a_snapshot(kube: KubeEmulator, tmp_path: Path)
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def test_an_evicted_jobs_throughput_history_stays(kube: KubeEmulator) -> None:
+    from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
+
+    seed(kube)
+    clock = [1_000_000.0]
+    source = KubeSource(kube.client(), ttl_seconds=10, clock=lambda: clock[0])
+    before = source.data().snapshot.job("batch", "translate")
+    assert before is not None and len(before.observed_series) == 24
+    # The operator evicts the job: it clears the window annotation of the old placement.
+    KubeApi(kube).custom.patch_namespaced_custom_object(
+        "gleaner.dev",
+        "v1alpha1",
+        "batch",
+        "offlinejobs",
+        "translate",
+        {"metadata": {"annotations": {ANNOTATION_SLA_WINDOWS: None}}},
+    )
+    clock[0] += 30
+    after = source.data().snapshot.job("batch", "translate")
+    assert after is not None and after.observed_series == before.observed_series

@@ -64,6 +64,8 @@ def test_simulate_serve_shows_the_simulated_cluster(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
         log.close()
+    # The URL is printed once.
+    assert (tmp_path / "simulate.log").read_text().count(f"http://127.0.0.1:{port}/") == 1
 
 
 def test_serve_refuses_a_scenario_without_a_cluster() -> None:

@@ -149,6 +149,21 @@ def test_cards_agree_with_jobs_nodetraces_and_charts(sim_record: ClusterRecord) 
             assert e.next_attempt_after > e.time
 
 
+def test_period_cards_agree_with_the_simulation_summary() -> None:
+    cfg = ClusterScenario(
+        nodes=4, duration_h=6.0, history_h=2.0, window_h=2.0, policies=["no-harvest", "gleaner"]
+    )
+    raw = run_cluster(cfg, seed=5, gate_efficiency=0.96)
+    results: dict[str, Any] = {"scenario": "test", "cluster": {"config": cfg.model_dump()}}
+    metrics = raw["policies"]["gleaner"]
+    period = build_dashboard(ClusterRecord.model_validate(snapshot(raw, results))).snapshot
+    figures = period.summary.period
+    assert figures is not None
+    assert figures.harvested_utilization == pytest.approx(metrics["harvested_utilization"])
+    assert figures.offline_throughput == pytest.approx(metrics["gpus_saved"])
+    assert figures.sla_attainment == pytest.approx(metrics["sla_attainment"])
+
+
 def test_a_live_cluster_shows_the_same_numbers_for_the_same_state(
     sim_record: ClusterRecord,
 ) -> None:

@@ -161,3 +161,20 @@ def test_status_patch_nulls_removed_keys() -> None:
     patch = st.status_patch(s, lost)
     assert patch["status"]["placement"] is None
     assert patch["status"]["phase"] == "Evicted"
+
+
+def test_every_condition_carries_the_observed_generation() -> None:
+    s = st.valid(OfflineJobStatus(), NOW, 3)
+    s = st.scheduled(s, PLACEMENT, "job-0", NOW)
+    s = st.from_pod_phase(s, "job-0", "Running", NOW) or pytest.fail("no change")
+    obs = Observed(throughput_fraction=0.8, window_seconds=60, updated_at=NOW)
+    s = st.observed(s, obs, 0.5, True, NOW)
+    generations = {c.type: c.observed_generation for c in s.conditions}
+    assert generations == {"Valid": 3, "Scheduled": 3, "Ready": 3, "SLAMet": 3}
+    # A new spec revalidated: the next conditions describe generation 4.
+    s = st.valid(s, NOW, 4)
+    s = st.observed(s, obs, 0.5, False, NOW)
+    sla = find_condition(s.conditions, "SLAMet")
+    assert sla is not None and sla.observed_generation == 4
+    dumped = s.model_dump(by_alias=True, exclude_none=True)["conditions"]
+    assert dumped[1]["type"] == "Scheduled" and dumped[1]["observedGeneration"] == 3

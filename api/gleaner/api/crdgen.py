@@ -87,14 +87,19 @@ class PrinterColumn:
     type: str
     json_path: str
     description: str
+    priority: int = 0
+    """0: always printed; 1: only with ``kubectl get -o wide``."""
 
     def to_k8s(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "type": self.type,
             "jsonPath": self.json_path,
             "description": self.description,
         }
+        if self.priority:
+            out["priority"] = self.priority
+        return out
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,35 @@ CRDS: tuple[CrdSpec, ...] = (
                 "A batch job's requests answered / in its input (spec.batch).",
             ),
             _AGE,
+            # kubectl get -o wide: the factors behind Predicted, and why the job is where it is.
+            PrinterColumn(
+                "Compute",
+                "number",
+                ".status.placement.compute",
+                "Predicted P_compute (offline timeslices).",
+                priority=1,
+            ),
+            PrinterColumn(
+                "Memory",
+                "number",
+                ".status.placement.memory",
+                "Predicted P_memory (throughput under the harvestable memory).",
+                priority=1,
+            ),
+            PrinterColumn(
+                "Multi-GPU",
+                "number",
+                ".status.placement.multiGPU",
+                "Predicted P_multi (busy overlap of the job's GPUs).",
+                priority=1,
+            ),
+            PrinterColumn(
+                "Reason",
+                "string",
+                ".status.message",
+                "Why the job is in its phase (the scheduler's reasons when Unschedulable).",
+                priority=1,
+            ),
         ),
         spec_required=True,
     ),

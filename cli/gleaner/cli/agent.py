@@ -33,8 +33,16 @@ def _duration(text: str) -> float:
     help="nvidia: govern shims over the socket; simulated: model online and offline work.",
 )
 @click.option("--node", required=True, help="This node's name (the NodeTrace's name).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=9464, show_default=True)
-@click.option("--metrics-host", default="0.0.0.0", show_default=True)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9464,
+    show_default=True,
+    help="Port of /metrics, /healthz and the simulated backend's /simulate (0: any free).",
+)
+@click.option(
+    "--metrics-host", default="0.0.0.0", show_default=True, help="Address the port listens on."
+)
 @click.option(
     "--socket-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -42,20 +50,55 @@ def _duration(text: str) -> float:
     show_default=True,
     help=f"Directory of the control socket {SOCKET_NAME} (nvidia backend).",
 )
-@click.option("--report-interval", default="15s", show_default=True, help="NodeTrace period.")
-@click.option("--window", default="1h", show_default=True, help="Window each report covers.")
+@click.option(
+    "--report-interval",
+    default="15s",
+    show_default=True,
+    help="How often the NodeTrace is written (a duration: 15s, 2m).",
+)
+@click.option(
+    "--window",
+    default="1h",
+    show_default=True,
+    help="How much recent history each NodeTrace report summarizes (a duration).",
+)
 @click.option(
     "--trace",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Online trace to replay (CSV/Parquet, docs/formats.md; simulated backend).",
+    help="Online trace to replay (CSV/Parquet, docs/formats.md; simulated backend). "
+    "The node's GPUs in the trace are the agent's GPUs.",
 )
-@click.option("--gpus", type=click.IntRange(1, 16), default=None, help="Synthetic GPU count.")
-@click.option("--gpu-memory-gib", type=click.FloatRange(min=1), default=80.0, show_default=True)
+@click.option(
+    "--gpus",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="GPU count: simulated backend without --trace (default 4), or nvidia backend "
+    "when nvidia-smi finds none. With --trace the trace's GPUs count (a warning if not N).",
+)
+@click.option(
+    "--gpu-memory-gib",
+    type=click.FloatRange(min=1),
+    default=80.0,
+    show_default=True,
+    help="Memory of each simulated GPU, GiB (the nvidia backend reads it from the GPU).",
+)
 @click.option("--no-kube", is_flag=True, help="Run without a cluster (metrics only).")
-@click.option("--kubeconfig", default=None, help="Kubeconfig (default: in-cluster, then usual).")
-@click.option("--cool-floor", default="2ms", show_default=True, help="Smallest T_cool.")
-@click.option("--cool-ceiling", default="500ms", show_default=True, help="Largest T_cool.")
+@click.option(
+    "--kubeconfig",
+    default=None,
+    help="Kubeconfig file (default: the in-cluster account, then $KUBECONFIG or ~/.kube/config).",
+)
+@click.option(
+    "--cool-floor",
+    default="2ms",
+    show_default=True,
+    help="Shortest gate cooldown T_cool (the wait after online work goes idle before "
+    "offline work resumes; docs/agent.md).",
+)
+@click.option(
+    "--cool-ceiling", default="500ms", show_default=True, help="Longest gate cooldown T_cool."
+)
 @click.option(
     "--no-nvml",
     is_flag=True,
@@ -75,7 +118,12 @@ def _duration(text: str) -> float:
     show_default=True,
     help="An online shim silent this long no longer counts as instrumented.",
 )
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    help="Logging level: debug, info, warning or error.",
+)
 @click.option(
     "--event-loop",
     type=click.Choice(["auto", "asyncio", "uvloop"]),

@@ -6,8 +6,9 @@ a JSON list; ``--format table``: one row per CRD), ready for ``kubectl apply -f 
 YAML; ``-`` is stdin) and validates each through the generated CRD schema, the way the
 API server would (``gleaner.api.schema_validation``): one line per valid object, a
 kubectl-style error block per invalid one, and exit 2 (with a one-line error) when any is
-invalid. A ConfigMap named by an OfflineJob's ``profileFrom`` in the same files has its
-profile validated, too.
+invalid. A file that cannot be read or is not valid YAML (the error gives the line and
+column) is reported and the other files are still validated. A ConfigMap named by an
+OfflineJob's ``profileFrom`` in the same files has its profile validated, too.
 """
 
 from __future__ import annotations
@@ -22,19 +23,26 @@ import yaml
 from gleaner.cli.common import echo_json, echo_table, fail
 
 
-def _load(paths: tuple[str, ...]) -> list[tuple[str, Any]]:
+def _load(paths: tuple[str, ...]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """Every document of ``paths``, and one message per file that could not be read or
+    parsed (the others are still read: one bad file hides no error of the next)."""
+    from gleaner.cli.inputs import yaml_error
+
     docs: list[tuple[str, Any]] = []
+    problems: list[tuple[str, str]] = []
     for name in paths:
         try:
             text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
         except OSError as exc:
-            fail(f"cannot read {name}: {exc.strerror or exc}")
+            problems.append((name, f"cannot read {name}: {exc.strerror or exc}"))
+            continue
         try:
             loaded = [d for d in yaml.safe_load_all(text) if d is not None]
         except yaml.YAMLError as exc:
-            fail(f"{name}: not valid YAML: {' '.join(str(exc).split())}")
+            problems.append((name, f"{name}: not valid YAML: {yaml_error(exc)}"))
+            continue
         docs.extend((name, doc) for doc in loaded)
-    return docs
+    return docs, problems
 
 
 def _print_manifests(output_format: str) -> None:
@@ -61,26 +69,34 @@ def _print_manifests(output_format: str) -> None:
 def _validate(paths: tuple[str, ...], output_format: str) -> None:
     from gleaner.api.schema_validation import validate_documents
 
-    results = validate_documents(_load(paths))
+    docs, problems = _load(paths)
+    results = validate_documents(docs)
     checked = [r for r in results if not r.skipped]
     if not checked:
+        if len(problems) == 1:
+            fail(problems[0][1])
         fail("no OfflineJob or NodeTrace objects in " + ", ".join(paths))
     invalid = [r for r in checked if not r.valid]
     if output_format == "json":
-        echo_json(
-            [
-                {
-                    "file": r.source,
-                    "kind": r.kind,
-                    "name": r.name,
-                    "namespace": r.namespace,
-                    "valid": r.valid,
-                    "errors": [{"field": e.field, "message": str(e)} for e in r.errors],
-                }
-                for r in checked
-            ]
-        )
+        rows: list[dict[str, Any]] = [
+            {"file": name, "valid": False, "errors": [{"field": None, "message": message}]}
+            for name, message in problems
+        ]
+        rows += [
+            {
+                "file": r.source,
+                "kind": r.kind,
+                "name": r.name,
+                "namespace": r.namespace,
+                "valid": r.valid,
+                "errors": [{"field": e.field, "message": str(e)} for e in r.errors],
+            }
+            for r in checked
+        ]
+        echo_json(rows)
     else:
+        for _, message in problems:
+            click.echo(message)
         for r in checked:
             if r.valid:
                 click.echo(f"{r.resource} valid ({r.source})")
@@ -88,9 +104,11 @@ def _validate(paths: tuple[str, ...], output_format: str) -> None:
                 click.echo(f'{r.source}: The {r.kind} "{r.name}" is invalid:')
                 for err in r.errors:
                     click.echo(f"* {err}")
-        click.echo(f"{len(checked) - len(invalid)} valid, {len(invalid)} invalid")
-    if invalid:
-        fail(f"{len(invalid)} of {len(checked)} objects are invalid")
+        unread = f", {len(problems)} file(s) unreadable" if problems else ""
+        click.echo(f"{len(checked) - len(invalid)} valid, {len(invalid)} invalid{unread}")
+    if invalid or problems:
+        files = f"{len(problems)} file(s) unreadable; " if problems else ""
+        fail(f"{files}{len(invalid)} of {len(checked)} objects are invalid")
 
 
 @click.command(name="crds")

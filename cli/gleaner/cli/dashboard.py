@@ -23,7 +23,11 @@ def serve(source: Any, host: str, port: int, what: str) -> None:
 
     from gleaner.dashboard.app import create_app
 
-    click.echo(f"Gleaner dashboard ({what}) on http://{host}:{port}/  (API: /docs; Ctrl-C stops)")
+    # Once, on stderr: stdout may carry a command's JSON (``simulate --format json --serve``).
+    click.echo(
+        f"Gleaner dashboard ({what}) on http://{host}:{port}/  (API: /docs; Ctrl-C stops)",
+        err=True,
+    )
     uvicorn.run(create_app(source), host=host, port=port, log_level="warning")
 
 

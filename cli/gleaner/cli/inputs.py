@@ -3,14 +3,17 @@
 Contract: ``gleaner predict`` and ``gleaner place`` (and any later command that reads node
 traces) take the same trace options (``trace_options``), turn them into node summaries the
 same way (``load_nodes``: a file, or Prometheus with the agent metrics and the DCGM
-fallback), and report bad input the same way: one ``error: ...`` line, exit 2. Profiles kept
-in ConfigMaps are resolved by ``profile_from_configmap`` with the messages the operator uses.
+fallback, with a nodes file's labels and GPU products applied to either), and report bad
+input the same way: one ``error: ...`` line, exit 2; a YAML error names its line and column
+(``load_yaml``). ``selector_notes`` says, in plain words, when a job's gpuSelector is judged
+on labels or GPU products the input never gave. Profiles kept in ConfigMaps are resolved by
+``profile_from_configmap`` with the messages the operator uses.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,20 +26,28 @@ from gleaner.cli.common import fail
 if TYPE_CHECKING:
     from gleaner.api import Profile
     from gleaner.perfmodel import NodeSummary
+    from gleaner.perfmodel.inventory import NodeInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def trace_options(func: F) -> F:
-    """``--trace``/``--prometheus`` (exactly one), ``--window``, ``--at``, ``--step-gib`` and
-    ``--min-pair-overlap``, passed as ``trace_path, prometheus_url, window, at_text,
-    step_gib, min_pair_overlap``."""
+    """``--trace``/``--prometheus`` (exactly one), ``--nodes``, ``--window``, ``--at``,
+    ``--step-gib`` and ``--min-pair-overlap``, passed as ``trace_path, nodes_path,
+    prometheus_url, window, at_text, step_gib, min_pair_overlap``."""
     options = [
         click.option(
             "--trace",
             "trace_path",
             type=click.Path(path_type=Path),
             help="Trace file (CSV or Parquet; format in docs/formats.md).",
+        ),
+        click.option(
+            "--nodes",
+            "nodes_path",
+            type=click.Path(path_type=Path),
+            help="Nodes file: labels, GPU product and memory per node, for gpuSelector "
+            "(YAML, or kubectl get nodes -o yaml; format in docs/architecture.md).",
         ),
         click.option(
             "--prometheus", "prometheus_url", help="Prometheus base URL (instead of --trace)."
@@ -107,16 +118,53 @@ def spinner(message: str) -> Iterator[None]:
         yield
 
 
+def yaml_error(exc: Exception) -> str:
+    """A YAML parse error as ``line L, column C: problem`` (one line)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is None:
+        return " ".join(str(exc).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem or 'not valid YAML'}"
+
+
+def load_yaml(path: Path, what: str) -> list[Any]:
+    """Every non-empty document of the YAML file ``path``; fail with the line and column of
+    a syntax error (``what`` names the file's role in the message)."""
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        fail(f"{what} {path}: {exc.strerror or exc}")
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        fail(f"{what} {path}: not valid YAML: {yaml_error(exc)}")
+
+
+def load_inventory(nodes_path: Path) -> dict[str, NodeInfo]:
+    """The nodes file's information per node (``gleaner.perfmodel.inventory``)."""
+    from gleaner.perfmodel.inventory import InventoryError, parse_nodes
+
+    try:
+        return parse_nodes(load_yaml(nodes_path, "--nodes"))
+    except InventoryError as exc:
+        fail(f"--nodes {nodes_path}: {exc}")
+
+
 def load_nodes(
     trace_path: Path | None,
     prometheus_url: str | None,
     window: str | None,
     at_text: str | None,
     step_gib: float,
+    nodes_path: Path | None = None,
 ) -> dict[str, NodeSummary]:
-    """Node summaries from exactly one of a trace file and Prometheus; fail on bad input."""
+    """Node summaries from exactly one of a trace file and Prometheus, with the nodes file's
+    labels and GPU specs applied; fail on bad input."""
     from gleaner.api.units import parse_duration
     from gleaner.perfmodel import FileTraceSource, TraceSource
+    from gleaner.perfmodel.inventory import apply_inventory
 
     if (trace_path is None) == (prometheus_url is None):
         fail("give exactly one of --trace FILE and --prometheus URL")
@@ -124,9 +172,12 @@ def load_nodes(
         window_seconds = parse_duration(window) if window else None
     except ValueError as exc:
         fail(f"--window: {exc}")
+    inventory = load_inventory(nodes_path) if nodes_path is not None else {}
     source: TraceSource
     if trace_path is not None:
-        source = FileTraceSource(trace_path, window_seconds=window_seconds, step_gib=step_gib)
+        source = FileTraceSource(
+            trace_path, window_seconds=window_seconds, step_gib=step_gib, inventory=inventory
+        )
     else:
         try:
             from gleaner.operator.sources.prometheus import PrometheusTraceSource
@@ -145,7 +196,28 @@ def load_nodes(
         fail(str(exc))
     if not nodes:
         fail("the trace has no nodes")
-    return nodes
+    return apply_inventory(nodes, inventory)
+
+
+def selector_notes(
+    nodes: Mapping[str, NodeSummary], node_selector: Mapping[str, str], products: Sequence[str]
+) -> list[str]:
+    """Plain words for a gpuSelector judged on what the input never gave: node labels that
+    no node reports, GPU products that some node does not report."""
+    notes = []
+    if node_selector and not any(s.labels for s in nodes.values()):
+        wanted = ", ".join(f"{k}={v}" for k, v in sorted(node_selector.items()))
+        notes.append(
+            f"the job asks for nodes labelled {wanted}, but the input gives no node labels: "
+            "give them with --nodes FILE (docs/architecture.md, Nodes file)"
+        )
+    if products and any(not g.product for s in nodes.values() for g in s.gpus):
+        notes.append(
+            f"the job asks for GPU product {', '.join(products)}, but the input does not say "
+            "which GPUs some nodes have: add a gpu_product column to the trace or give "
+            "--nodes FILE (docs/architecture.md)"
+        )
+    return notes
 
 
 def profile_from_configmap(

@@ -19,6 +19,9 @@ outside the queue are occupied, nodes whose last report is older than the operat
 staleness limit at the newest report are unavailable). Each placement comes with the
 scheduler's explanation: the table's ``why`` column is its SLA line, and ``--explain``
 adds ``reasons`` (every rule's verdict on the chosen set) to each placement in JSON.
+Node labels and GPU products come from ``--nodes FILE`` or the trace's ``gpu_product``
+column; an unschedulable job whose gpuSelector was judged without them gets a plain
+``note:`` line on stderr (as ``gleaner predict`` does).
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from gleaner.cli.common import echo_json, echo_table, fail, format_option
 from gleaner.cli.inputs import (
     load_nodes,
     profile_from_configmap,
+    selector_notes,
     spinner,
     trace_options,
     validation_message,
+    yaml_error,
 )
 
 if TYPE_CHECKING:
@@ -86,7 +91,7 @@ def load_manifests(paths: list[Path], recursive: bool = False) -> Manifests:
         except OSError as exc:
             fail(f"{path}: {exc.strerror or exc}")
         except yaml.YAMLError as exc:
-            fail(f"{path}: not valid YAML: {str(exc).splitlines()[0]}")
+            fail(f"{path}: not valid YAML: {yaml_error(exc)}")
         for doc in docs:
             if isinstance(doc, dict) and doc.get("kind") == "List":
                 items = doc.get("items") or []
@@ -188,6 +193,7 @@ def command(
     recursive: bool,
     explain: bool,
     trace_path: Path | None,
+    nodes_path: Path | None,
     prometheus_url: str | None,
     window: str | None,
     at_text: str | None,
@@ -207,7 +213,7 @@ def command(
     manifests = load_manifests(paths, recursive)
     if not manifests.jobs:
         fail(f"no OfflineJob found in {', '.join(str(p) for p in paths)}")
-    nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
+    nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib, nodes_path)
 
     requests: list[JobRequest] = []
     missing: list[Unschedulable] = []
@@ -221,6 +227,12 @@ def command(
     with spinner(f"placing {len(requests)} jobs on {len(nodes)} nodes"):
         result = decide(snapshot_of(requests, nodes), config)
     unschedulable = [*result.unschedulable, *missing]
+    by_key = {r.key: r for r in requests}
+    for u in result.unschedulable:
+        r = by_key.get(u.job)
+        if r is not None:
+            for line in selector_notes(nodes, r.node_selector, r.products):
+                click.echo(f"note: {u.job}: {line}", err=True)
 
     if output_format == "json":
         data = result.to_json()

@@ -10,7 +10,9 @@ ConfigMap that is missing or names another) prints one ``error: ...`` line and e
 
 ``predict`` gives the factors; the verdict (``feasible``, ``reasons``) is the scheduler's,
 from ``gleaner.scheduler.explain_set``: its own rules and wording, the SLA line first, then
-every rule the set fails (e.g. a gpuSelector the node does not match).
+every rule the set fails (e.g. a gpuSelector the node does not match). When the selector
+was judged on node labels or GPU products the input never gave (a trace without
+``--nodes``), a ``note:`` line on stderr says so in plain words.
 """
 
 from __future__ import annotations
@@ -22,20 +24,14 @@ from typing import Any
 import click
 
 from gleaner.cli.common import echo_json, echo_table, fail, format_option
-from gleaner.cli.inputs import load_nodes, profile_from_configmap, trace_options, validation_message
-
-
-def _load_yaml_documents(path: Path, what: str) -> list[Any]:
-    import yaml
-
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        fail(f"{what} {path}: {exc.strerror or exc}")
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        fail(f"{what} {path}: not valid YAML: {str(exc).splitlines()[0]}")
+from gleaner.cli.inputs import (
+    load_nodes,
+    load_yaml,
+    profile_from_configmap,
+    selector_notes,
+    trace_options,
+    validation_message,
+)
 
 
 def _load_job(path: Path) -> tuple[Any, list[Any]]:
@@ -44,7 +40,7 @@ def _load_job(path: Path) -> tuple[Any, list[Any]]:
 
     from gleaner.api import OfflineJob
 
-    documents = _load_yaml_documents(path, "job")
+    documents = load_yaml(path, "job")
     docs = [
         d for d in documents if isinstance(d, dict) and d.get("kind", "OfflineJob") == "OfflineJob"
     ]
@@ -109,7 +105,7 @@ def _load_profile(job: Any, job_path: Path, job_docs: list[Any], profile_path: P
             f"job {job.metadata.name}: the profile is in ConfigMap "
             f"{spec.profile_from.name!r}; pass it with --profile FILE"
         )
-    docs = _load_yaml_documents(profile_path, "profile")
+    docs = load_yaml(profile_path, "profile")
     if not docs or not all(isinstance(d, dict) for d in docs):
         fail(f"profile {profile_path}: expected YAML mappings (a profile or ConfigMaps)")
     if len(docs) == 1 and docs[0].get("kind") not in ("ConfigMap", "OfflineJob"):
@@ -164,6 +160,7 @@ def _parse_gpus(text: str) -> list[int]:
 def command(
     job_path: Path,
     trace_path: Path | None,
+    nodes_path: Path | None,
     prometheus_url: str | None,
     node: str,
     gpus_text: str,
@@ -189,7 +186,7 @@ def command(
             f"but --gpus lists {len(gpus)}"
         )
     profile = JobProfile.from_api(_load_profile(job, job_path, job_docs, profile_path))
-    nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib)
+    nodes = load_nodes(trace_path, prometheus_url, window, at_text, step_gib, nodes_path)
     summary = nodes.get(node)
     if summary is None:
         known = ", ".join(sorted(nodes)[:10]) + (" ..." if len(nodes) > 10 else "")
@@ -207,6 +204,8 @@ def command(
     reasons = verdict.reasons + ((note,) if note else ())
     result = replace(result, feasible=verdict.feasible, reasons=reasons)
 
+    for line in selector_notes({node: summary}, request.node_selector, request.products):
+        click.echo(f"note: {line}", err=True)
     if output_format == "json":
         echo_json(result.to_json())
         return
@@ -215,7 +214,7 @@ def command(
         ("memory (P_memory)", result.memory),
         ("multi_gpu (P_multi)", result.multi_gpu),
         ("throughput_fraction", result.throughput_fraction),
-        ("tokens_per_second", round(result.tokens_per_second, 1)),
+        ("tokens_per_second", f"{result.tokens_per_second:.1f}"),
         ("sla", result.sla),
         ("feasible", "yes" if result.feasible else "no"),
     ]

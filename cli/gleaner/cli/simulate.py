@@ -266,5 +266,4 @@ def command(
     if serve and out_dir is not None:
         from gleaner.cli.dashboard import serve_snapshot
 
-        click.echo(f"dashboard: http://127.0.0.1:{port}/ (Ctrl-C to stop)", err=True)
         serve_snapshot(out_dir / "dashboard.json", port=port)

@@ -79,6 +79,7 @@ def _environment() -> Environment:
     env.filters["pct"] = views.pct
     env.filters["num"] = views.num
     env.filters["when"] = views.when
+    env.filters["span"] = views.span
     return env
 
 

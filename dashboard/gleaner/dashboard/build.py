@@ -27,14 +27,17 @@ Definitions (docs/dashboard.md repeats them; the measures are computed by
   (``gleaner.scheduler.explain_nodes``: its filters in their wording, the set it would
   choose there, else its most promising one, the bias applied), ranked feasible first,
   then by bias-corrected product; each says why it lost
-  (``NodeExplanation.lost_to``).
+  (``NodeExplanation.lost_to``), its per-pair admission clauses grouped
+  (``group_pair_clauses``: "6 GPU pairs overlap < 0.95 (...)").
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -55,6 +58,7 @@ from gleaner.dashboard.model import (
     MemoryDistribution,
     NodeView,
     ObservedView,
+    PeriodFigures,
     Point,
     RecordedReport,
     RunnerUp,
@@ -84,6 +88,7 @@ DEFAULT_MONITOR = SLAMonitorConfig()
 """The SLA monitor's defaults: its tolerance decides whether a fraction meets the SLA."""
 
 PLACED_PHASES = frozenset(p.value for p in BOUND_PHASES)
+FINISHED_PHASES = frozenset((Phase.SUCCEEDED.value, Phase.FAILED.value))
 """Phases (as shown) of jobs that hold GPUs: the lifecycle's bound phases."""
 
 
@@ -139,6 +144,25 @@ def parse_sla_windows(annotation: str | None) -> list[Point]:
     if stored is None:
         return []
     return [Point(t=end, v=frac) for end, frac in stored.windows]
+
+
+def merge_job_series(
+    kept: Mapping[str, list[Point]], offline_jobs: Iterable[Mapping[str, Any]], max_points: int
+) -> dict[str, list[Point]]:
+    """Each job's observed series: what was kept from earlier reads plus the windows its
+    ``ANNOTATION_SLA_WINDOWS`` holds now (the operator clears that annotation when it
+    evicts the job, so without this the history would vanish with the placement). Jobs no
+    longer listed are dropped; at most ``max_points`` newest points are kept per job."""
+    out: dict[str, list[Point]] = {}
+    for obj in offline_jobs:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+        now = parse_sla_windows((meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS))
+        by_time = {p.t: p for p in kept.get(key, [])}
+        by_time.update({p.t: p for p in now})
+        if by_time:
+            out[key] = sorted(by_time.values(), key=lambda p: p.t)[-max_points:]
+    return out
 
 
 def eviction_id(namespace: str, config_map: str) -> str:
@@ -300,16 +324,28 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
             throughput_fraction=placement.throughput_fraction,
             tokens_per_second=placement.predicted_tokens_per_second,
         )
+    over = status.phase.value in FINISHED_PHASES
+    finished = placement is not None and over
+    # A job that failed on an SLA eviction lost its placement; its last eviction says where.
+    last_stay = status.evictions[-1] if over and placement is None and status.evictions else None
     observed = status.observed.throughput_fraction if status.observed is not None else None
     since = placement.decided_at.timestamp() if placement and placement.decided_at else None
-    if observed is None and series and placed and (since is None or series[-1].t > since):
-        observed = series[-1].v  # a window of the current placement only
+    recent = series and (since is None or series[-1].t > since)
+    if observed is None and recent and (placed or finished):
+        observed = series[-1].v  # a window of the current (or last) placement only
     meets: bool | None = None
     if placed:
         basis = measures.job_fraction(
             observed, predicted.throughput_fraction if predicted is not None else None
         )
         meets = None if basis is None else meets_sla(basis, spec.throughput_sla)
+    elif finished:
+        # A finished job is judged on what it got over its last placement (the mean of its
+        # windows there; else the last one), so a Succeeded job far below its SLA shows as a
+        # miss, and one slow last window does not (a prediction proves nothing now).
+        stay = [p.v for p in series if since is None or p.t > since]
+        got = sum(stay) / len(stay) if stay else observed
+        meets = None if got is None else meets_sla(got, spec.throughput_sla)
     job_reports = reports.get(job.key, [])
     evictions: list[JobEviction] = []
     for rec in status.evictions:
@@ -338,6 +374,28 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
                 report_id=rid,
             )
         )
+    if not evictions and job_reports:
+        # The status's bounded list may be empty (an older operator, a trimmed record): the
+        # job's reports still say where and why it was evicted.
+        evictions = [
+            JobEviction(
+                time=r.time,
+                node=r.node,
+                gpus=list(r.gpus),
+                reason=r.reason,
+                sla=r.sla,
+                predicted_throughput_fraction=r.predicted.throughput_fraction,
+                observed_throughput_fraction=r.observed.mean,
+                report_id=r.id,
+            )
+            for r in sorted(job_reports, key=lambda r: r.time)
+        ]
+    if over and placement is None and last_stay is None and evictions:
+        last_stay_node, last_stay_gpus = evictions[-1].node, list(evictions[-1].gpus)
+    elif last_stay is not None:
+        last_stay_node, last_stay_gpus = last_stay.node, list(last_stay.gpu_indices)
+    else:
+        last_stay_node, last_stay_gpus = None, []
     return JobView(
         namespace=namespace,
         name=meta.name,
@@ -346,6 +404,10 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
         message=status.message,
         node=placement.node if placed and placement is not None else None,
         gpus=list(placement.gpu_indices) if placed and placement is not None else [],
+        ran_on=placement.node if finished and placement is not None else last_stay_node,
+        ran_on_gpus=(
+            list(placement.gpu_indices) if finished and placement is not None else last_stay_gpus
+        ),
         gpu_count=spec.gpus,
         sla=spec.throughput_sla,
         priority=spec.priority,
@@ -442,7 +504,7 @@ def runner_ups(
     explained = explain_nodes(snapshot, request, scheduler_config, skip)
     for ex in explained:
         if not ex.gpus or ex.throughput_fraction is None:
-            unscored.append(RunnerUp(node=ex.node, why=ex.lost_to(chosen)))
+            unscored.append(RunnerUp(node=ex.node, why=group_pair_clauses(ex.lost_to(chosen))))
             continue
         standalone = profile.standalone_tokens_per_second
         factors = Factors(
@@ -460,7 +522,7 @@ def runner_ups(
                     gpus=list(ex.gpus),
                     factors=factors,
                     feasible=ex.feasible,
-                    why=ex.lost_to(chosen),
+                    why=group_pair_clauses(ex.lost_to(chosen)),
                 ),
             )
         )
@@ -505,6 +567,32 @@ def current_point(nodes: Sequence[NodeView], jobs: Sequence[JobView]) -> Cluster
     )
 
 
+def period_figures(series: ClusterSeries) -> PeriodFigures | None:
+    """The means of the cluster series over the time they cover (None: fewer than two
+    points, no period to speak of). Points are one per reporting interval, so a plain mean
+    is the time average; a figure the source gives itself (``series.period_means``, a
+    simulation's summary) is used as it is, so the cards say what its report says."""
+
+    def mean(points: list[Point], name: str) -> float | None:
+        if name in series.period_means:
+            return series.period_means[name]
+        return sum(p.v for p in points) / len(points) if points else None
+
+    parts = (series.harvested_utilization, series.offline_throughput, series.sla_attainment)
+    times = [p.t for points in parts for p in points]
+    longest = max(len(points) for points in parts)
+    if longest < 2:
+        return None
+    return PeriodFigures(
+        start=datetime.fromtimestamp(min(times), UTC),
+        end=datetime.fromtimestamp(max(times), UTC),
+        points=longest,
+        harvested_utilization=mean(series.harvested_utilization, "harvestedUtilization"),
+        offline_throughput=mean(series.offline_throughput, "offlineThroughput"),
+        sla_attainment=mean(series.sla_attainment, "slaAttainment"),
+    )
+
+
 def series_with_point(series: ClusterSeries, t: float, summary: ClusterSummary) -> ClusterSeries:
     """``series`` with one more point at ``t`` from ``summary`` (a point at ``t`` is replaced)."""
 
@@ -521,6 +609,7 @@ def series_with_point(series: ClusterSeries, t: float, summary: ClusterSummary) 
         preemptions=add(series.preemptions, float(summary.preemptions)),
         reclamations=add(series.reclamations, float(summary.reclamations)),
         notes=dict(series.notes),
+        period_means=dict(series.period_means),
     )
 
 
@@ -549,28 +638,75 @@ class DashboardData:
                 node: [g for g, holder in held.items() if holder != key]
                 for node, held in self.occupied.items()
             }
-            chosen = (
-                (job.node, job.predicted.throughput_fraction)
-                if job.node is not None and job.predicted is not None
-                else None
+            # A finished job is compared with the node it last ran on, as a placed one is.
+            where = job.node or job.ran_on
+            predicted = job.predicted.throughput_fraction if job.predicted is not None else None
+            if predicted is None and job.ran_on is not None and job.evictions:
+                predicted = job.evictions[-1].predicted_throughput_fraction
+            chosen = (where, predicted) if where is not None and predicted is not None else None
+            ups = runner_ups(
+                profile,
+                job.sla,
+                job.gpu_count,
+                self.summaries,
+                occupied,
+                chosen=chosen,
+                excluded=job.excluded_nodes,
+                config=self.config,
+                job=key,
             )
-            job = job.model_copy(
-                update={
-                    "runner_ups": runner_ups(
-                        profile,
-                        job.sla,
-                        job.gpu_count,
-                        self.summaries,
-                        occupied,
-                        chosen=chosen,
-                        excluded=job.excluded_nodes,
-                        config=self.config,
-                        job=key,
-                    )
-                }
-            )
+            if job.phase == Phase.FAILED.value:
+                ups = [r.model_copy(update={"why": failed_why(r.why)}) for r in ups]
+            job = job.model_copy(update={"runner_ups": ups})
         self._details[key] = job
         return job
+
+
+WAITS = "; the job waits for the next scheduling pass"
+_PAIR = re.compile(r"^GPU pair (\d+)-(\d+): busy overlap ([0-9.]+) < ([0-9.]+) \(admission\)$")
+MAX_PAIRS_NAMED = 4
+
+
+def group_pair_clauses(why: str) -> str:
+    """The scheduler's reasons with the per-pair admission clauses of one threshold grouped
+    into one: "6 GPU pairs overlap < 0.95 (0.38-0.40: 1-2, 1-3, 1-4, 2-3, ...)". Other
+    clauses keep their place and words; a single pair clause is left as it is."""
+    clauses = why.split("; ")
+    pairs: dict[str, list[tuple[str, float]]] = {}
+    for clause in clauses:
+        m = _PAIR.match(clause)
+        if m:
+            pairs.setdefault(m.group(4), []).append(
+                (f"{m.group(1)}-{m.group(2)}", float(m.group(3)))
+            )
+    out: list[str] = []
+    done: set[str] = set()
+    for clause in clauses:
+        m = _PAIR.match(clause)
+        if m is None or len(pairs[m.group(4)]) < 2:
+            out.append(clause)
+            continue
+        threshold = m.group(4)
+        if threshold in done:
+            continue
+        done.add(threshold)
+        group = pairs[threshold]
+        low, high = min(v for _, v in group), max(v for _, v in group)
+        spread = f"{low:.2f}" if low == high else f"{low:.2f}-{high:.2f}"
+        named = ", ".join(name for name, _ in group[:MAX_PAIRS_NAMED])
+        more = ", ..." if len(group) > MAX_PAIRS_NAMED else ""
+        out.append(
+            f"{len(group)} GPU pairs overlap < {threshold} (busy overlap {spread}; "
+            f"pairs {named}{more})"
+        )
+    return "; ".join(out)
+
+
+def failed_why(why: str) -> str:
+    """A runner-up's reason for a Failed job, which no scheduling pass will place again."""
+    if why.endswith(WAITS):
+        why = why[: -len(WAITS)]
+    return f"{why}; unused: a Failed job is not placed again"
 
 
 def _summaries(record: ClusterRecord, warnings: list[str]) -> dict[str, NodeSummary]:
@@ -690,6 +826,7 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
     history = record.series
     if not history.harvested_utilization:
         history = series_with_point(history, record.generated_at.timestamp(), summary)
+    summary.period = period_figures(history)
     snapshot = ClusterSnapshot(
         generated_at=record.generated_at,
         source=record.source,

@@ -171,6 +171,21 @@ def split_at_gaps(
     return runs
 
 
+LABEL_CHAR_PX = 6.2
+"""Width of one character of an 11 px label (an estimate: SVG text is not measured here)."""
+LABEL_ROW_PX = 13
+
+
+def label_row(extent: tuple[float, float], placed: Sequence[tuple[float, float, int]]) -> int:
+    """The lowest row where a label spanning ``extent`` (x from, x to) overlaps none of the
+    ``placed`` labels (x from, x to, row): labels of nearby markers stack instead of
+    overlapping."""
+    row = 0
+    while any(a < extent[1] + 4 and extent[0] < b + 4 and r == row for a, b, r in placed):
+        row += 1
+    return row
+
+
 def line_chart(
     lines: Sequence[Line],
     *,
@@ -227,22 +242,42 @@ def line_chart(
                     f'<text x="{tx:.1f}" y="{top + ph + 18}" text-anchor="{anchor}" '
                     f'class="tick">{escape(format_time(tick, span))}</text>'
                 )
+    overlay: list[str] = []  # labels, drawn over the series so that no line hides them
     if reference is not None:
         ry = y(reference[0])
         body.append(
             f'<line x1="{left}" x2="{left + pw}" y1="{ry:.1f}" y2="{ry:.1f}" class="reference">'
             f"<title>{escape(reference[1])}</title></line>"
-            f'<text x="{left + pw - 4}" y="{ry - 4:.1f}" text-anchor="end" class="reference-label">'
-            f"{escape(reference[1])}</text>"
         )
-    for mt, mlabel in markers:
+        # Above the line, or below it when the line runs along the plot's top.
+        label_y = ry - 5 if ry - top > 14 else ry + 13
+        label_w = LABEL_CHAR_PX * len(reference[1]) + 6
+        # An opaque backing: a series passing through the label cannot cross its text.
+        overlay.append(
+            f'<rect x="{left + pw - 1 - label_w:.1f}" y="{label_y - 10:.1f}" '
+            f'width="{label_w:.1f}" height="13" class="label-backing"/>'
+            f'<text x="{left + pw - 4}" y="{label_y:.1f}" text-anchor="end" '
+            f'class="reference-label">{escape(reference[1])}</text>'
+        )
+    placed_labels: list[tuple[float, float, int]] = []  # (x from, x to, row) of each label
+    for mt, mlabel in sorted(markers):
         if math.isfinite(mt) and t0 <= mt <= t1:
             mx = x(mt)
             right_half = mx > left + pw / 2
+            lx = mx - 3 if right_half else mx + 3
+            extent = (
+                (lx - LABEL_CHAR_PX * len(mlabel), lx)
+                if right_half
+                else (lx, lx + LABEL_CHAR_PX * len(mlabel))
+            )
+            row = label_row(extent, placed_labels)
+            placed_labels.append((*extent, row))
             body.append(
                 f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{top + ph}" class="marker">'
                 f"<title>{escape(mlabel)}</title></line>"
-                f'<text x="{mx - 3 if right_half else mx + 3:.1f}" y="{top + ph - 4}" '
+            )
+            overlay.append(
+                f'<text x="{lx:.1f}" y="{top + ph - 4 - LABEL_ROW_PX * row}" '
                 f'text-anchor="{"end" if right_half else "start"}" class="marker-label">'
                 f"{escape(mlabel)}</text>"
             )
@@ -267,6 +302,7 @@ def line_chart(
                 f'<circle cx="{x(p.t):.1f}" cy="{y(p.v):.1f}" r="2.5" fill="{color}">'
                 f"<title>{escape(format_time(p.t, span))}: {fmt(p.v)}</title></circle>"
             )
+    body += overlay
     if len(lines) > 1:
         lx = left + 8
         for i, line in enumerate(lines):
@@ -329,6 +365,65 @@ def bar_chart(
                 f'<text x="{left + i * slot + slot / 2:.1f}" y="{top + ph + 18}" '
                 f'text-anchor="middle" class="tick">{escape(name)}</text>'
             )
+    return _svg(width, height, label, body, "bar")
+
+
+def histogram_chart(
+    points: Sequence[Point],
+    *,
+    label: str,
+    x_unit: str,
+    width: int = 360,
+    height: int = 170,
+    color: str = PALETTE[0],
+    value_unit: str = "",
+) -> Markup:
+    """A histogram on a numeric x axis: each point's ``t`` is a bin's lower edge (in
+    ``x_unit``), ``v`` its share (0..1); bins are as wide as the smallest gap between edges,
+    so uneven or missing bins keep their place on the axis."""
+    pts = sorted(
+        (p for p in points if math.isfinite(p.v) and math.isfinite(p.t)), key=lambda p: p.t
+    )
+    if not pts:
+        return _no_data(width, height, label, "bar")
+    left, right, top, bottom = 48, 12, 12, 40
+    pw, ph = width - left - right, height - top - bottom
+    gaps = [b.t - a.t for a, b in pairwise(pts) if b.t > a.t]
+    step = min(gaps) if gaps else 1.0
+    xticks = nice_ticks(pts[0].t, pts[-1].t + step, 5)
+    x0, x1 = xticks[0], xticks[-1]
+    yticks = nice_ticks(0.0, max(max(p.v for p in pts), 1e-9), 3)
+    hi = yticks[-1]
+
+    def x(v: float) -> float:
+        return left + pw * (v - x0) / (x1 - x0)
+
+    body = [f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" class="plot"/>']
+    for tick in yticks:
+        ty = top + ph - ph * tick / hi
+        body.append(
+            f'<line x1="{left}" x2="{left + pw}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end" class="tick">'
+            f"{round(tick * 100, 1):g}%</text>"
+        )
+    for tick in xticks:
+        body.append(
+            f'<text x="{x(tick):.1f}" y="{top + ph + 14}" text-anchor="middle" class="tick">'
+            f"{round(tick, 2):g}</text>"
+        )
+    body.append(
+        f'<text x="{left + pw / 2:.1f}" y="{top + ph + 32}" text-anchor="middle" '
+        f'class="tick axis-title">{escape(x_unit)}</text>'
+    )
+    for p in pts:
+        h = ph * max(0.0, p.v) / hi
+        bx, bw = x(p.t), max(1.0, x(p.t + step) - x(p.t) - 1)
+        body.append(
+            f'<rect x="{bx:.1f}" y="{top + ph - h:.1f}" width="{bw:.1f}" height="{h:.1f}" '
+            f'fill="{escape(color)}" class="bar"><title>{format_value(p.t)}-'
+            f"{format_value(p.t + step)} {escape(x_unit)}: {p.v * 100:.0f}%"
+            f"{escape(value_unit)}</title></rect>"
+        )
     return _svg(width, height, label, body, "bar")
 
 

@@ -70,6 +70,13 @@ class ClusterSeries(DashModel):
     reclamations: list[Point] = Field(
         default_factory=list, description="Memory reclamation events in the interval."
     )
+    period_means: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per series name (harvestedUtilization, offlineThroughput, slaAttainment), "
+        "the source's own figure over the series' period (a simulation's summary, computed "
+        "on every step or job-window rather than on the plotted points); the overview cards "
+        "show it instead of the mean of the points.",
+    )
     notes: dict[str, str] = Field(
         default_factory=dict,
         description="Per series name (e.g. 'preemptions'), why it is empty or what it stands "
@@ -230,6 +237,10 @@ class JobView(DashModel):
     message: str = ""
     node: str | None = None
     gpus: list[int] = Field(default_factory=list, description="GPU indices held.")
+    ran_on: str | None = Field(
+        default=None, description="The node a finished (Succeeded or Failed) job last ran on."
+    )
+    ran_on_gpus: list[int] = Field(default_factory=list, description="Its GPU indices there.")
     gpu_count: int = Field(description="GPUs requested (spec.gpus).")
     sla: float
     priority: int = 0
@@ -245,7 +256,7 @@ class JobView(DashModel):
     meets_sla: bool | None = Field(
         default=None,
         description="Observed (else predicted) does not miss the SLA (the SLA monitor's rule, "
-        "with its tolerance).",
+        "with its tolerance); for a finished job, the mean of its last placement's windows.",
     )
     eviction_count: int = 0
     evictions: list[JobEviction] = Field(default_factory=list)
@@ -286,8 +297,20 @@ class EvictionView(DashModel):
     next_placement: str = ""
 
 
+class PeriodFigures(DashModel):
+    """The cluster series' means over the period they cover (the overview cards' headline,
+    beside the current values, so the two never look like they disagree)."""
+
+    start: datetime
+    end: datetime
+    points: int = Field(description="Points of the longest of the three series.")
+    harvested_utilization: float | None = None
+    offline_throughput: float | None = None
+    sla_attainment: float | None = None
+
+
 class ClusterSummary(DashModel):
-    """Headline numbers."""
+    """Headline numbers: the current state, and ``period`` (the series' means)."""
 
     nodes: int = 0
     gpus: int = 0
@@ -301,6 +324,7 @@ class ClusterSummary(DashModel):
     evictions: int = 0
     preemptions: int = 0
     reclamations: int = 0
+    period: PeriodFigures | None = None
 
 
 class ClusterSnapshot(DashModel):

@@ -15,8 +15,10 @@ result until it is stale.
   through ``gleaner.clients.kube`` (its synchronous client), at most once per
   ``ttl_seconds``. The cluster keeps no history of the dashboard's series, so the source
   appends one point per refresh to a bounded in-memory history (the plots of a freshly
-  started operator are short). A failed refresh serves the last good data with a warning;
-  with none, it raises :class:`SourceError`.
+  started operator are short). Each job's observed windows are kept the same way
+  (``merge_job_series``): the operator clears a job's window annotation when it evicts
+  it, and the job page still shows the evicted placement's throughput. A failed refresh
+  serves the last good data with a warning; with none, it raises :class:`SourceError`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ from gleaner.clients.kube import (
     nodetraces_path,
     offlinejobs_path,
 )
-from gleaner.dashboard.build import DashboardData, build_dashboard, series_with_point
+from gleaner.dashboard.build import (
+    DashboardData,
+    build_dashboard,
+    merge_job_series,
+    period_figures,
+    series_with_point,
+)
 from gleaner.dashboard.model import (
     ClusterRecord,
     ClusterSeries,
@@ -155,6 +163,7 @@ class KubeSource:
         self._data: DashboardData | None = None
         self._fetched_at = float("-inf")
         self._series = ClusterSeries()
+        self._job_series: dict[str, list[Point]] = {}
 
     @classmethod
     def from_kubeconfig(
@@ -241,11 +250,16 @@ class KubeSource:
                     snap.warnings.append(line)
                 return self._data
             record.series = self._series
+            self._job_series = merge_job_series(
+                self._job_series, record.offline_jobs, self.max_points
+            )
+            record.job_series = dict(self._job_series)
             data = build_dashboard(record)
             self._series = _bounded(
                 series_with_point(self._series, now, data.snapshot.summary), self.max_points
             )
             data.snapshot.series = self._series
+            data.snapshot.summary.period = period_figures(self._series)
             self._data = data
             self._fetched_at = now
             return data

@@ -22,6 +22,7 @@ from gleaner.dashboard.charts import (
     data_gaps,
     hbar_chart,
     heatmap,
+    histogram_chart,
     line_chart,
 )
 from gleaner.dashboard.model import (
@@ -51,6 +52,19 @@ def when(value: datetime | None) -> str:
     if value is None:
         return MISSING
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def span(start: datetime | None, end: datetime | None) -> str:
+    """The length of a period, e.g. ``7h 50m`` (``45m``, ``3d 2h``)."""
+    if start is None or end is None:
+        return MISSING
+    minutes = max(0, round((end - start).total_seconds() / 60))
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{hours}h"] if hours else []
+    parts += [f"{mins}m"] if mins and not days else []
+    return " ".join(parts) or "0m"
 
 
 def series_note(series: ClusterSeries, names: Sequence[str]) -> Markup | None:
@@ -127,13 +141,10 @@ def node_charts(node: NodeView) -> dict[str, Markup]:
         ),
     }
     for g in node.gpus:
-        charts[f"memory-{g.index}"] = bar_chart(
+        charts[f"memory-{g.index}"] = histogram_chart(
             g.memory.histogram,
             label=f"Harvestable memory distribution of GPU {g.index} (share of time per GiB)",
-            x_labels=[f"{p.t:g}" for p in g.memory.histogram],
-            percent=True,
-            width=360,
-            height=160,
+            x_unit="harvestable memory, GiB",
             value_unit=" of the window",
             color=PALETTE[0],
         )

@@ -14,6 +14,9 @@ so reconciling is idempotent):
 - ``Ready``: the job's Pod is running;
 - ``SLAMet``: the last observed window met the SLA.
 
+Every condition carries ``observedGeneration``: the generation ``valid``/``invalid`` last
+judged (the status's own), so a reader can tell a condition about an older spec.
+
 ::
 
     (new) ─▶ Pending ─▶ Scheduled ─▶ Running ─▶ Succeeded
@@ -87,6 +90,11 @@ def _cond(
     now: datetime,
     generation: int | None = None,
 ) -> list[Condition]:
+    # A condition is judged on the spec the operator last validated: without an explicit
+    # generation (Valid's), it carries the status's observedGeneration, so that Scheduled,
+    # Ready and SLAMet say which spec they describe too.
+    if generation is None:
+        generation = status.observed_generation
     return set_condition(
         list(status.conditions),
         Condition(

@@ -4,7 +4,8 @@ Contract. A source's ``load()`` returns ``{node name: NodeSummary}`` and raises
 ``TraceFormatError`` (a ValueError) with a one-line message for malformed input.
 
 - ``FileTraceSource``: a CSV or Parquet file in the trace file format (the format
-  is told by the suffix, else by Parquet's ``PAR1`` magic);
+  is told by the suffix, else by Parquet's ``PAR1`` magic), optionally with a nodes file's
+  ``NodeInfo`` per node (labels, GPU product and memory; ``gleaner.perfmodel.inventory``);
 - ``NodeTraceListSource``: NodeTrace objects (models or the API server's dicts), the
   embedded default in a cluster;
 - the Prometheus source does I/O through prometheus-api-client, so it lives in the
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gleaner.api import NodeTrace
+    from gleaner.perfmodel.inventory import NodeInfo
 
 
 @runtime_checkable
@@ -75,11 +77,13 @@ class FileTraceSource:
         window_seconds: float | None = None,
         step_gib: float = DEFAULT_STEP_GIB,
         max_states: int = DEFAULT_MAX_STATES,
+        inventory: Mapping[str, NodeInfo] | None = None,
     ) -> None:
         self.path = Path(path)
         self.window_seconds = window_seconds
         self.step_gib = step_gib
         self.max_states = max_states
+        self.inventory = inventory
 
     def load(self) -> dict[str, NodeSummary]:
         frame = read_trace_frame(self.path)
@@ -89,6 +93,7 @@ class FileTraceSource:
                 self.step_gib,
                 max_states=self.max_states,
                 window_seconds=self.window_seconds,
+                inventory=self.inventory,
             )
         except TraceFormatError as exc:
             raise TraceFormatError(f"{self.path}: {exc}") from exc

@@ -68,7 +68,12 @@ from gleaner.runtime_agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
 from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
 from gleaner.runtime_agent.reporting import ReportWindow, with_uninstrumented
 from gleaner.runtime_agent.server import ShimServer
-from gleaner.runtime_agent.simulated import SimulatedNode, TraceOnline, synthetic_inventory
+from gleaner.runtime_agent.simulated import (
+    SimulatedNode,
+    TraceOnline,
+    synthetic_inventory,
+    trace_inventory,
+)
 from gleaner.runtime_agent.timers import Timer
 
 log = logging.getLogger("gleaner.runtime_agent")
@@ -185,8 +190,16 @@ class AgentDaemon:
         self.instrumentation: InstrumentationWatch | None = None
         o = options
         if o.backend == "simulated":
-            inventory = synthetic_inventory(o.node, o.gpus or 4, o.gpu_memory_gib)
             online = TraceOnline.from_file(o.trace, o.node) if o.trace is not None else None
+            if online is not None:
+                # The trace decides the inventory: a GPU it lacks would look idle forever.
+                inventory, warning = trace_inventory(
+                    o.node, sorted(online.samples), o.gpus, o.gpu_memory_gib, online.specs
+                )
+                if warning:
+                    log.warning(warning)
+            else:
+                inventory = synthetic_inventory(o.node, o.gpus or 4, o.gpu_memory_gib)
             self.sim = SimulatedNode(
                 o.node,
                 inventory,

@@ -21,7 +21,10 @@ with KV handles of its requests (4 handles per request, the engine model's KV bl
 handle), loses the handles a reclamation plan takes and recomputes those tokens
 (``recomputed_tokens``); a restore gives a lost handle back (``restored_bytes``), and the
 pages of a job that leaves a GPU are dropped from the agent's quarantine. The GPU inventory
-is synthetic (:func:`synthetic_inventory`), UUIDs derived from the node name.
+is synthetic (:func:`synthetic_inventory`), UUIDs derived from the node name; with a trace,
+the trace decides it (:func:`trace_inventory`: exactly the node's GPUs in the trace, with a
+warning when a requested GPU count disagrees), so that no GPU without online load is
+reported for the operator to place jobs on.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +70,42 @@ def synthetic_inventory(node: str, gpus: int, memory_gib: float) -> list[GpuInfo
         GpuInfo(index=i, uuid=gpu_uuid(node, i), product=SIM_PRODUCT, memory_gi_b=memory_gib)
         for i in range(gpus)
     ]
+
+
+def trace_inventory(
+    node: str,
+    trace_gpus: Sequence[int],
+    requested: int | None,
+    memory_gib: float,
+    specs: Mapping[int, tuple[str, float]] | None = None,
+) -> tuple[list[GpuInfo], str | None]:
+    """The inventory of a node replayed from a trace: exactly its GPUs in the trace (their
+    indices; product and memory from the trace's ``gpu_product``/``gpu_memory_gib`` columns,
+    ``specs``, where it has them), and a warning when ``requested`` (``--gpus``) says
+    another count."""
+    if not trace_gpus:
+        raise ValueError(f"the trace has no GPUs for node {node}")
+    if memory_gib <= 0:
+        raise ValueError("GPU memory must be positive")
+    gpus = sorted(set(trace_gpus))
+    known = specs or {}
+    inventory = [
+        GpuInfo(
+            index=i,
+            uuid=gpu_uuid(node, i),
+            product=known.get(i, ("", 0.0))[0] or SIM_PRODUCT,
+            memory_gi_b=known.get(i, ("", 0.0))[1] or memory_gib,
+        )
+        for i in gpus
+    ]
+    warning = None
+    if requested is not None and requested != len(gpus):
+        listed = ", ".join(map(str, gpus))
+        warning = (
+            f"--gpus {requested} ignored: the trace has {len(gpus)} GPU(s) for node {node} "
+            f"({listed}), and the agent reports only those"
+        )
+    return inventory, warning
 
 
 Event = tuple[float, int, Callable[[float], None]]
@@ -208,10 +247,16 @@ class TraceSample:
 class TraceOnline:
     """Replay of one node's rows of a trace file, looped (see module doc)."""
 
-    def __init__(self, samples: dict[int, list[TraceSample]]) -> None:
+    def __init__(
+        self,
+        samples: dict[int, list[TraceSample]],
+        specs: Mapping[int, tuple[str, float]] | None = None,
+    ) -> None:
         if not samples or not any(samples.values()):
             raise ValueError("the trace has no samples for this node")
         self.samples = samples
+        self.specs = dict(specs or {})
+        """GPU → (product, memory GiB) from the trace's optional columns ("" / 0: absent)."""
         self.span = max(s[-1].t + s[-1].duration for s in samples.values() if s) - min(
             s[0].t for s in samples.values() if s
         )
@@ -220,16 +265,17 @@ class TraceOnline:
 
     @classmethod
     def from_file(cls, path: Path, node: str) -> TraceOnline:
-        """Load ``node``'s rows (all rows when the file holds one node only)."""
-        import pandas as pd
+        """Load ``node``'s rows (all rows when the file holds one node only); the file is
+        read and checked as every trace file is (``gleaner.perfmodel.frames``)."""
+        from gleaner.perfmodel import TraceFormatError, read_trace_frame, validate_trace_frame
 
-        if path.suffix.lower() in (".parquet", ".pq"):
-            df = pd.read_parquet(path)
-        else:
-            df = pd.read_csv(path)
-        missing = {"timestamp", "node", "gpu", "online_busy", "free_memory_gib"} - set(df.columns)
-        if missing:
-            raise ValueError(f"trace {path} lacks columns {sorted(missing)}")
+        try:
+            df = validate_trace_frame(read_trace_frame(path))
+        except TraceFormatError as exc:
+            message = str(exc)
+            raise ValueError(
+                message if str(path) in message else f"trace {path}: {message}"
+            ) from exc
         nodes = sorted(df["node"].astype(str).unique())
         if node in nodes:
             df = df[df["node"].astype(str) == node]
@@ -238,7 +284,11 @@ class TraceOnline:
         else:
             raise ValueError(f"trace {path} has no rows for node {node!r} (nodes: {nodes[:5]})")
         out: dict[int, list[TraceSample]] = {}
+        specs: dict[int, tuple[str, float]] = {}
         for gpu, rows in df.sort_values("timestamp").groupby("gpu"):
+            products = [str(x) for x in rows.get("gpu_product", []) if str(x)]
+            memory = float(rows["gpu_memory_gib"].max()) if "gpu_memory_gib" in rows else 0.0
+            specs[int(str(gpu))] = (products[0] if products else "", memory)
             ts = [float(x) for x in rows["timestamp"]]
             busy = [min(1.0, max(0.0, float(x))) for x in rows["online_busy"]]
             free = [max(0.0, float(x)) for x in rows["free_memory_gib"]]
@@ -250,7 +300,7 @@ class TraceOnline:
                 for t, b, f, d in zip(ts, busy, free, durs, strict=True)
                 if d > 0
             ]
-        return cls(out)
+        return cls(out, specs)
 
     def attach(self, sim: SimulatedNode) -> None:
         for gpu, samples in self.samples.items():

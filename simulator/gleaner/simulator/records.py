@@ -216,6 +216,17 @@ def snapshot(
         job_series={j.key: [(t0 + t, v) for t, v in j.series] for j in jobs if j.series},
         series=series,
         series_notes=events_note(results),
+        # The run's own figures (every step, every job-window), as its summary table prints
+        # them: the dashboard's cards then agree with it, not just with the plotted points.
+        period_means={
+            name: float(metrics[key])
+            for name, key in (
+                ("harvestedUtilization", "harvested_utilization"),
+                ("offlineThroughput", "gpus_saved"),
+                ("slaAttainment", "sla_attainment"),
+            )
+            if metrics.get(key) is not None
+        },
         title=f"simulated cluster ({results.get('scenario')}, {policy})",
         generated_at=EPOCH + timedelta(seconds=end * online.step_s),
     )

@@ -5,7 +5,9 @@ Contract. :func:`dashboard_record` returns a JSON-ready dict in the dashboard's
 what a simulation has: NodeTraces (the simulated agents' reports, API models or dicts),
 OfflineJobs with their status, the scheduler's ``EvictionReport`` records, the observed
 throughput fraction of each job over time, the cluster's time series and, per series, an
-optional note shown instead of an empty chart (why the simulation has no such data). Series
+optional note shown instead of an empty chart (why the simulation has no such data) and an
+optional figure over the whole run (``period_means``: the summary's own numbers, which the
+overview cards then show). Series
 times are epoch seconds of the simulated clock (``gleaner.simulator.online.EPOCH`` is its start),
 as on a live cluster. :func:`write_dashboard_record` writes it.
 
@@ -56,11 +58,14 @@ def dashboard_record(
     job_series: Mapping[str, Series] | None = None,
     series: Mapping[str, Series] | None = None,
     series_notes: Mapping[str, str] | None = None,
+    period_means: Mapping[str, float] | None = None,
     title: str = "",
     generated_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The ``ClusterRecord`` dict (see the module docstring); unknown series keys raise."""
-    unknown = (set(series or {}) | set(series_notes or {})) - set(SERIES_NAMES)
+    unknown = (set(series or {}) | set(series_notes or {}) | set(period_means or {})) - set(
+        SERIES_NAMES
+    )
     if unknown:
         raise ValueError(f"unknown series {sorted(unknown)}; known: {list(SERIES_NAMES)}")
     when = generated_at or datetime.now(UTC)
@@ -87,6 +92,7 @@ def dashboard_record(
         "series": {
             **{key: _points(s) for key, s in (series or {}).items()},
             **({"notes": dict(series_notes)} if series_notes else {}),
+            **({"periodMeans": dict(period_means)} if period_means else {}),
         },
     }
 
