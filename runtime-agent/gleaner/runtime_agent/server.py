@@ -94,6 +94,7 @@ from gleaner.protocol import wire as p
 from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
+from gleaner.runtime_agent.fastgate import DEFAULT_STALE_S, GateSegment, segment_path
 from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
 from gleaner.runtime_agent.policy.instrumented import Role
@@ -223,9 +224,17 @@ class ShimServer:
         offline_poll_s: float = 0.02,
         reclaim_timeout_s: float = 5.0,
         restore_timeout_s: float = 5.0,
+        gate_segment: bool = True,
+        gate_stale_s: float = DEFAULT_STALE_S,
     ) -> None:
         self.agent = agent
         self.path = Path(socket_dir) / SOCKET_NAME
+        self.gate_segment = gate_segment
+        self.gate_stale_s = gate_stale_s
+        self.segment: GateSegment | None = None
+        """The shared-memory gate segment (docs/shim.md, "The native gate path"), once
+        started; None when disabled or its creation failed (logged, shown in /healthz)."""
+        self.segment_error: str | None = None
         self.clock = clock
         self.on_event = on_event
         self.processes: dict[int, Process] = {}
@@ -281,6 +290,16 @@ class ShimServer:
         lst.listen(128)
         lst.setblocking(False)
         self._listener = lst
+        if self.gate_segment:
+            gpus = [(g.index, g.uuid) for g in self.agent.inventory]
+            try:
+                self.segment = GateSegment.create(
+                    segment_path(self.path.parent), gpus, stale_s=self.gate_stale_s
+                )
+            except (OSError, ValueError) as exc:
+                # The socket path alone still gates (every GATE goes out as before).
+                self.segment_error = str(exc)
+                log.warning("no shared-memory gate segment (%s): busy edges take the socket", exc)
         self._loop.add_reader(lst.fileno(), self._accept)
 
     def close(self) -> None:
@@ -298,6 +317,22 @@ class ShimServer:
             self._sequence_timer = self._sequence_timer_at = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        if self.segment is not None:
+            self.segment.retire()
+            self.segment = None
+
+    def beat(self) -> None:
+        """The segment's heartbeat (the daemon calls it every ``BEAT_INTERVAL_S``)."""
+        if self.segment is not None:
+            self.segment.beat()
+
+    def _allow(self, gpus: Sequence[int]) -> None:
+        """Before telling a process its gate is open: the busy edges so far are seen."""
+        seg = self.segment
+        if seg is not None:
+            for g in gpus:
+                seg.allow(g)
+            seg.beat()
 
     # -- Sink -----------------------------------------------------------------------------
 
@@ -317,6 +352,8 @@ class ShimServer:
             proc.gate_open = enable
             proc.seq += 1
             gseq = next(self.gate_seq)
+            if enable:
+                self._allow(proc.gpus)
             self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, enable))
             self.sequence.gate_sent(proc.conn_id, gseq, enable)  # after the send: off the path
 
@@ -789,6 +826,8 @@ class ShimServer:
         accepted = bool(proc.gpus) or msg.role == p.Role.FRAMEWORK
         gate_open = accepted and all(self.agent.gates[g].enabled for g in proc.gpus)
         proc.gate_open = gate_open and msg.role == p.Role.OFFLINE
+        if proc.gate_open:
+            self._allow(proc.gpus)
         self._send(
             proc,
             p.HelloAck(accepted=accepted, gate_open=proc.gate_open, gate_mode=p.GateMode.SHIM),
@@ -839,6 +878,23 @@ class ShimServer:
             ],
             now,
         )
+
+    def held_offline(self) -> list[dict[str, object]]:
+        """Offline processes whose last STATUS says their work is held, with the shim's
+        reason (a stale shared-memory heartbeat, a stopped watch thread, the agent's gate)."""
+        out: list[dict[str, object]] = []
+        for q in self.processes.values():
+            st = q.last_status
+            if q.role == p.Role.OFFLINE and st is not None and st.code != p.StatusCode.OK:
+                out.append(
+                    {
+                        "pid": q.hello.pid if q.hello is not None else 0,
+                        "job": q.hello.job if q.hello is not None else "",
+                        "status": st.code.name.lower(),
+                        "reason": st.reason,
+                    }
+                )
+        return out
 
     def connections(self) -> dict[str, int]:
         """Connected processes by role (for metrics)."""
