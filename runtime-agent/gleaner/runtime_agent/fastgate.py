@@ -131,6 +131,23 @@ class GateSegment:
         tmp.replace(path)
         return seg
 
+    @classmethod
+    def open(cls, path: Path) -> GateSegment:
+        """Map an existing segment read-write (tests and the benchmark play online shims)."""
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            mapping = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        view = SegmentLayout.from_buffer(mapping)
+        if view.magic != MAGIC or view.version != VERSION:
+            del view
+            mapping.close()
+            raise ValueError(f"{path} is not a filled gate segment")
+        slots = {int(view.slot[k].index): k for k in range(view.nslots)}
+        del view
+        return cls(Path(path), mapping, slots)
+
     def beat(self) -> None:
         """Store the heartbeat (``CLOCK_MONOTONIC``, the shims' clock)."""
         self._view.heartbeat_ns = time.monotonic_ns()
@@ -171,6 +188,12 @@ class GateSegment:
             self._libc = ctypes.CDLL(None, use_errno=True)
         addr = ctypes.addressof(self._view) + SegmentLayout.wake.offset
         self._libc.syscall(nr, ctypes.c_void_p(addr), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+    def close(self) -> None:
+        """Unmap without retiring (a reader's view)."""
+        if not self._map.closed:
+            del self._view
+            self._map.close()
 
     def retire(self) -> None:
         """Zero the magic (the shims' gates close) and remove the file; idempotent."""

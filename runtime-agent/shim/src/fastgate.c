@@ -75,18 +75,20 @@ static int same_file(const char *path, dev_t dev, ino_t ino) {
   return stat(path, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
 }
 
-/* The slots of this process's GPUs: by UUID, else by node index; none known → all. */
+/* The slots of this process's GPUs, as the agent maps a HELLO: by UUID, else by node index;
+ * none known → all (an unknown online process closes every gate: the safe side). */
 static uint64_t fg_mask(const gl_fg_segment *s) {
   uint64_t m = 0;
-  for (int i = 0; i < gl_cfg.ngpus; i++)
-    for (uint32_t k = 0; k < s->nslots; k++) {
-      int by_uuid = gl_cfg.gpu_uuid[i][0] &&
-                    strncmp(gl_cfg.gpu_uuid[i], s->slot[k].uuid, GL_UUID_LEN) == 0;
-      int by_index = !gl_cfg.gpu_uuid[i][0] && gl_cfg.gpu_index[i] >= 0 &&
-                     s->slot[k].index == gl_cfg.gpu_index[i];
-      if (by_uuid || by_index)
-        m |= 1ull << k;
-    }
+  for (int i = 0; i < gl_cfg.ngpus; i++) {
+    uint64_t hit = 0;
+    for (uint32_t k = 0; k < s->nslots && gl_cfg.gpu_uuid[i][0]; k++)
+      if (strncmp(gl_cfg.gpu_uuid[i], s->slot[k].uuid, GL_UUID_LEN) == 0)
+        hit |= 1ull << k;
+    for (uint32_t k = 0; k < s->nslots && !hit && gl_cfg.gpu_index[i] >= 0; k++)
+      if (s->slot[k].index == gl_cfg.gpu_index[i])
+        hit |= 1ull << k;
+    m |= hit;
+  }
   if (!m)
     m = s->nslots >= 64 ? ~0ull : (1ull << s->nslots) - 1;
   return m;
