@@ -307,3 +307,23 @@ def test_with_the_real_agent_the_native_close_precedes_its_gate_and_the_policy_r
     finally:
         seg.close()
     assert fg.segment_path(sock_path.parent).exists()
+
+
+def test_the_real_agent_reports_why_a_shim_holds_work(tmp_path: Path, sock_path: Path) -> None:
+    env = {pn.ENV_SHIM_FAULT: pn.SHIM_FAULT_GATE_WATCH_EXIT}
+    guard = InstrumentationConfig(enforce=False)
+    with (
+        running_agent(sock_path, node="fg-node", instrumentation=guard) as d,
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path, extra_env=env) as sp,
+    ):
+        _setup(sp)
+
+        def held() -> list[dict[str, object]]:
+            return [
+                h
+                for h in d.health()["offline_held"]
+                if "native gate watch stopped" in str(h["reason"])
+            ]
+
+        assert wait_until(lambda: bool(held()), timeout=10), d.health()["offline_held"]
+        assert held()[0]["status"] == "no_agent" and held()[0]["job"] == "team-a/job-1"
