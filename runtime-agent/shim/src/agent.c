@@ -419,7 +419,8 @@ static void handle_gate(const gl_gate *g) {
   int controls = atomic_load(&gate_mode) == GL_GATE_MODE_SHIM;
   int broken = g->enable && atomic_load(&reclaim_broken);
   char why[GL_REASON_LEN];
-  int refused = g->enable && !broken && !gl_fg_may_open(why, sizeof why);
+  uint32_t why_code = 0;
+  int refused = g->enable && !broken && !gl_fg_may_open(why, sizeof why, &why_code);
   refused_since = refused ? t0 : 0;
   if (refused)
     broken = 1;
@@ -437,7 +438,7 @@ static void handle_gate(const gl_gate *g) {
   ack.n_failed = r.n_failed;
   gl_agent_send(GL_MSG_GATE_ACK, &ack, sizeof ack, 0);
   if (refused)
-    set_status(GL_STATUS_GATED_BY_AGENT, "enable refused: %s", why);
+    set_status(why_code, "enable refused: %s", why);
   else if (broken)
     set_status(GL_STATUS_CONTROL_REFUSED, "memory reclamation failed: work held");
   else if (g->enable)
@@ -597,8 +598,9 @@ static int handle_frame(const gl_header *h, const char *payload) {
       } else {
         gl_gate g = {0, GL_GPU_ALL, a.gate_open ? 1 : 0, {0}};
         char why[GL_REASON_LEN];
-        if (a.gate_open && !gl_fg_may_open(why, sizeof why)) {
-          close_gate_fail_closed(GL_STATUS_GATED_BY_AGENT, why);
+        uint32_t why_code = 0;
+        if (a.gate_open && !gl_fg_may_open(why, sizeof why, &why_code)) {
+          close_gate_fail_closed(why_code, why);
         } else if (a.gate_open) {
           apply_gate(1, atomic_load(&gate_mode) == GL_GATE_MODE_SHIM);
           set_status(GL_STATUS_OK, "running");
@@ -687,7 +689,9 @@ static void read_loop(int s) {
       maybe_send_status(0);
     }
     char why[GL_REASON_LEN];
-    if (refused_since && now - refused_since >= 1000000000ull && gl_fg_may_open(why, sizeof why)) {
+    uint32_t why_code;
+    if (refused_since && now - refused_since >= 1000000000ull &&
+        gl_fg_may_open(why, sizeof why, &why_code)) {
       refused_since = 0;
       gl_log(2, "an enable was refused and no GATE followed: asking the agent again");
       agent_down("resync after a refused enable");

@@ -166,8 +166,9 @@ static const char *fg_unfit(const gl_fg_segment *s, uint64_t now, char *buf, siz
   return NULL;
 }
 
-int gl_fg_may_open(char *why, size_t cap) {
+int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
   int st = atomic_load(&fg_state);
+  *code = GL_STATUS_NO_AGENT; /* the fail-closed reasons */
   if (st == FG_DEAD) {
     snprintf(why, cap, "native gate watch stopped");
     return 0;
@@ -186,6 +187,7 @@ int gl_fg_may_open(char *why, size_t cap) {
     if ((mask & (1ull << k)) && __atomic_load_n(&s->slot[k].busy_seq, __ATOMIC_ACQUIRE) !=
                                     __atomic_load_n(&s->slot[k].open_seq, __ATOMIC_ACQUIRE)) {
       snprintf(why, cap, "online busy edge on GPU %d newer than the agent's enable", s->slot[k].index);
+      *code = GL_STATUS_GATED_BY_AGENT;
       return 0;
     }
   return 1;

@@ -99,8 +99,9 @@ GL_HIDDEN void gl_agent_resync(void);
 /* --- fastgate.c --- */
 GL_HIDDEN void gl_fg_online_busy(void);  /* online: a busy edge, before its frame */
 GL_HIDDEN void gl_fg_watch_start(void);  /* offline: idempotent: start the watch thread */
-/* Offline: may the gate open now? 0 with the reason in `why` when it may not. */
-GL_HIDDEN int gl_fg_may_open(char *why, size_t cap);
+/* Offline: may the gate open now? 0 with the reason in `why` and the STATUS code in `code`
+ * (NO_AGENT: a fail-closed reason; GATED_BY_AGENT: a busy edge newer than the enable). */
+GL_HIDDEN int gl_fg_may_open(char *why, size_t cap, uint32_t *code);
 GL_HIDDEN void gl_fg_after_fork(void);
 
 /* --- cuda_hook.c --- */

@@ -247,6 +247,7 @@ def test_the_online_shim_bumps_the_segment(tmp_path: Path, sock_path: Path) -> N
         ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
     ):
         sp.cmd("open")
+        stub.wait_for(p.Hello)  # connected: the busy frame is not dropped
         before = (seg.busy_seq(0), seg.busy_seq(GPU))
         sp.cmd("launch 1")
         stub.wait_for(p.OnlineBusy)
@@ -326,4 +327,5 @@ def test_the_real_agent_reports_why_a_shim_holds_work(tmp_path: Path, sock_path:
             ]
 
         assert wait_until(lambda: bool(held()), timeout=10), d.health()["offline_held"]
-        assert held()[0]["status"] == "no_agent" and held()[0]["job"] == "team-a/job-1"
+        assert held()[0]["status"] == "no_agent"
+        assert held()[0]["job"] == "team-a/job-1"
