@@ -28,7 +28,9 @@ Each configuration (load 0 and ``--load N`` CPU hogs × socket and native) runs 
 times (default 1) for ``--seconds`` (default 5). Hogs are processes at the default priority
 sweeping ~40 MB of Python objects (the caches as well as the CPUs); they start after the
 clients connected and stop after the interval. ``--agent-prefix "taskset -c 1"`` wraps the
-agent command; ``--client-cpu N`` pins this process; ``--event-loop`` picks the agent's loop.
+agent command; ``--client-cpu N`` pins this process; ``--client-rt`` runs it SCHED_FIFO (not
+its children); ``--event-loop`` picks the agent's loop. The shim's watch thread asks for
+SCHED_FIFO 1 itself and gets it where the process may (docs/shim.md).
 
 Targets (docs/benchmarks.md), for the native path: reaction p99 <= 100 µs idle and
 <= 500 µs under load, max <= 2 ms under load, agent CPU <= 3 % of a core. ``python -m bench
@@ -260,9 +262,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--client-cpu", type=int, default=None, help="pin this process to a CPU")
     ap.add_argument("--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto")
     ap.add_argument("--load", type=int, default=2, help="CPU hogs of the loaded configuration")
+    ap.add_argument(
+        "--client-rt",
+        action="store_true",
+        help="run this process SCHED_FIFO 1 (reset on fork: the agent, shim and hogs are not)",
+    )
     args = ap.parse_args(argv)
     if args.client_cpu is not None:
         os.sched_setaffinity(0, {args.client_cpu})
+    if args.client_rt:
+        # The online shim's bump is ~0.1 µs of C in the launching thread; this Python client
+        # takes microseconds and can be preempted between its timestamp and the futex wake.
+        # Real-time here takes the client's own delays out of both paths alike.
+        policy = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+        os.sched_setscheduler(0, policy, os.sched_param(1))
     prefix = shlex.split(args.agent_prefix)
     loads = [0, args.load] if args.load else [0]
     runs: list[Run] = []

@@ -31,6 +31,14 @@ so those connections are not watched by the loop: a poll reads them every
 ``offline_poll_s`` (20 ms), which spares the loop two wakeups per gate cycle (the acks).
 Online and framework connections, and every connection until its HELLO, are event-driven.
 
+The native gate path. :meth:`ShimServer.start` also creates the shared-memory gate segment
+(:class:`~gleaner.runtime_agent.fastgate.GateSegment`, ``<socket dir>/gate.shm``): online
+shims bump it at a busy edge and offline shims close their own gates on it, without this
+loop (docs/shim.md, "The native gate path"). Before every enable it sends (GATE, or an
+open HELLO_ACK) the server stores the GPUs' ``open_seq`` and beats the heartbeat, so a shim
+refuses an enable decided before a busy edge this loop has not read yet; :meth:`beat` is
+the daemon's periodic heartbeat; :meth:`close` retires the segment.
+
 Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
 connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation sees pressure;
 OFFLINE_PAGE_GROUPS frames (or OFFLINE_HANDLES, the older per-page form) build each

@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -198,6 +199,13 @@ static void *watch_main(void *unused) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
+  /* The lowest real-time priority where the process may have it (CAP_SYS_NICE or an
+   * RLIMIT_RTPRIO): a busy node's CPU hogs then cannot delay the wakeup that stops offline
+   * work. Safe: this thread only sleeps in FUTEX_WAIT and does a bounded close. Elsewhere
+   * it runs at the process's priority. */
+  struct sched_param prio = {.sched_priority = 1};
+  int prc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &prio);
+  gl_log(2, "gate watch thread: %s", prc == 0 ? "SCHED_FIFO 1" : strerror(prc));
   const char *fault = getenv(GLEANER_NODE_ENV_SHIM_FAULT);
   int exit_fault = fault && strcmp(fault, GLEANER_NODE_SHIM_FAULT_GATE_WATCH_EXIT) == 0;
   char path[160];
