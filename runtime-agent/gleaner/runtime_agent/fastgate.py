@@ -9,9 +9,11 @@ UUID and index). The agent, single writer of its fields, then:
 - :meth:`GateSegment.beat` stores its ``CLOCK_MONOTONIC`` time as the heartbeat (the daemon
   every 100 ms, the server at every enable); offline shims close their gate when it is
   older than ``stale_s`` (1 s by default), so an agent whose loop stalls fails closed;
-- :meth:`GateSegment.allow` stores a GPU's ``open_seq`` = its current ``busy_seq`` just
-  before an enable is sent: an offline shim refuses an enable while a busy edge newer than
-  that is in the segment (the agent decided before it saw that edge);
+- :meth:`GateSegment.allow` stores a GPU's ``open_seq`` just before an enable is sent: the
+  ``busy_seq`` the server read when it handled that GPU's latest busy frame (online shims
+  bump before they send, so every bump up to that frame's is counted); an offline shim
+  refuses an enable while ``busy_seq`` differs, i.e. while a busy edge is in the segment
+  whose frame the agent had not handled when it decided;
 - :meth:`GateSegment.retire` zeroes the magic (shims close their gates) and removes the file.
 
 Online shims bump ``busy_seq`` and wake the offline shims' watch threads themselves; the
@@ -152,10 +154,12 @@ class GateSegment:
         """Store the heartbeat (``CLOCK_MONOTONIC``, the shims' clock)."""
         self._view.heartbeat_ns = time.monotonic_ns()
 
-    def allow(self, gpu: int) -> None:
-        """Before an enable of ``gpu``: the busy edges seen so far are accounted for."""
+    def allow(self, gpu: int, seen: int | None = None) -> None:
+        """Before an enable of ``gpu``: the busy edges up to ``seen`` (a ``busy_seq`` value;
+        None: the current one) are accounted for; a shim refuses the enable while
+        ``busy_seq`` differs."""
         slot = self._view.slot[self._slots[gpu]]
-        slot.open_seq = slot.busy_seq
+        slot.open_seq = slot.busy_seq if seen is None else seen & 0xFFFFFFFF
 
     def busy_seq(self, gpu: int) -> int:
         return int(self._view.slot[self._slots[gpu]].busy_seq)

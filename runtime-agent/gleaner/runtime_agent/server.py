@@ -34,9 +34,10 @@ Online and framework connections, and every connection until its HELLO, are even
 The native gate path. :meth:`ShimServer.start` also creates the shared-memory gate segment
 (:class:`~gleaner.runtime_agent.fastgate.GateSegment`, ``<socket dir>/gate.shm``): online
 shims bump it at a busy edge and offline shims close their own gates on it, without this
-loop (docs/shim.md, "The native gate path"). Before every enable it sends (GATE, or an
-open HELLO_ACK) the server stores the GPUs' ``open_seq`` and beats the heartbeat, so a shim
-refuses an enable decided before a busy edge this loop has not read yet; :meth:`beat` is
+loop (docs/shim.md, "The native gate path"). At every busy frame the server notes the
+segment's ``busy_seq`` of its GPUs; before every enable it sends (GATE, or an open
+HELLO_ACK) it stores that as the GPUs' ``open_seq`` and beats the heartbeat, so a shim
+refuses an enable decided before a busy edge whose frame this loop has not read yet; :meth:`beat` is
 the daemon's periodic heartbeat; :meth:`close` retires the segment.
 
 Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
@@ -243,6 +244,9 @@ class ShimServer:
         """The shared-memory gate segment (docs/shim.md, "The native gate path"), once
         started; None when disabled or its creation failed (logged, shown in /healthz)."""
         self.segment_error: str | None = None
+        self._seen_seq: dict[int, int] = {}
+        """GPU → the segment's busy_seq as read at its latest busy frame (its open_seq at
+        the next enable)."""
         self.clock = clock
         self.on_event = on_event
         self.processes: dict[int, Process] = {}
@@ -334,12 +338,21 @@ class ShimServer:
         if self.segment is not None:
             self.segment.beat()
 
+    def _saw_busy(self, gpus: Sequence[int]) -> None:
+        """A busy frame: every bump up to its own is in the segment now (shims bump first)."""
+        seg = self.segment
+        assert seg is not None
+        for g in gpus:
+            self._seen_seq[g] = seg.busy_seq(g)
+
     def _allow(self, gpus: Sequence[int]) -> None:
-        """Before telling a process its gate is open: the busy edges so far are seen."""
+        """Before telling a process its gate is open: open_seq = the busy edges handled.
+        (Not the segment's busy_seq now: a bump whose frame is still unread in a socket
+        would be let through, and offline work would run beside that online burst.)"""
         seg = self.segment
         if seg is not None:
             for g in gpus:
-                seg.allow(g)
+                seg.allow(g, self._seen_seq.get(g, 0))
             seg.beat()
 
     # -- Sink -----------------------------------------------------------------------------
@@ -602,6 +615,8 @@ class ShimServer:
             gpus = proc.gpus if gpu == p.GPU_ALL else self._edge_gpus(proc, gpu)
             if mtype == fw.T_BUSY:
                 name = f"{proc.source}/{request}" if request else None
+                if self.segment is not None:
+                    self._saw_busy(gpus)
                 for g in gpus:
                     agent.online_busy(now, g, proc.source, name)
             else:
@@ -686,6 +701,8 @@ class ShimServer:
 
     def _handle(self, proc: Process, msg: p.Message, now: float) -> None:
         if isinstance(msg, p.OnlineBusy):
+            if self.segment is not None:
+                self._saw_busy(self._edge_gpus(proc, msg.gpu))
             for gpu in self._edge_gpus(proc, msg.gpu):
                 req = None if msg.request_id == 0 else f"{proc.source}/{msg.request_id}"
                 self.agent.online_busy(now, gpu, proc.source, req)

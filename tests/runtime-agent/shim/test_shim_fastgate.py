@@ -329,3 +329,36 @@ def test_the_real_agent_reports_why_a_shim_holds_work(tmp_path: Path, sock_path:
         assert wait_until(lambda: bool(held()), timeout=10), d.health()["offline_held"]
         assert held()[0]["status"] == "no_agent"
         assert held()[0]["job"] == "team-a/job-1"
+
+
+def test_an_enable_the_agent_decided_before_reading_a_bumped_edges_frame_is_refused(
+    tmp_path: Path, sock_path: Path, daemon: AgentDaemon
+) -> None:
+    # The residual race of an open_seq read from the segment at enable time: an edge bumped
+    # while its frame is still unread would be counted, and offline work would run beside
+    # it. The agent counts only the bumps up to its latest busy frame.
+    seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
+    online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+            _setup(sp)
+            assert wait_until(lambda: daemon.health()["offline_jobs"] == {str(GPU): "team-a/job-1"})
+            assert sp.cmd("launch 1")["rc"] == "0"
+            online.connect(str(sock_path))
+            p.send_message(online, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
+            seg.online_edge(GPU)  # edge 1: bump, then its frame, as a shim does
+            p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
+            assert wait_until(lambda: not daemon.agent.gates[GPU].enabled, timeout=10)
+            seg.online_edge(GPU)  # edge 2: bumped, its frame not sent yet
+            p.send_message(online, p.OnlineIdle(gpu=0, mono_ns=2))  # edge 1 ends
+            assert wait_until(lambda: daemon.agent.gates[GPU].enabled, timeout=10)
+            sp.send("launch 1")
+            assert sp.no_reply_within(0.5), "offline work ran beside an online edge"
+            assert seg.open_seq(GPU) == seg.busy_seq(GPU) - 1
+            p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=3))  # edge 2's frame
+            p.send_message(online, p.OnlineIdle(gpu=0, mono_ns=4))
+            assert sp.reply(timeout=10)["rc"] == "0"
+            assert seg.open_seq(GPU) == seg.busy_seq(GPU)
+    finally:
+        online.close()
+        seg.close()
