@@ -425,6 +425,13 @@ static void handle_gate(const gl_gate *g) {
   if (refused)
     broken = 1;
   gate_result r = apply_gate(g->enable != 0 && !broken, controls);
+  if (g->enable && !broken && !gl_fg_may_open(why, sizeof why, &why_code)) {
+    /* A busy edge landed between the check and the open, while the watch thread still saw
+     * the gate closed: close again (after the open, any later edge is the watcher's). */
+    gl_agent_fast_close(why_code, why, 0);
+    refused = broken = 1;
+    refused_since = t0;
+  }
   gl_gate_ack ack;
   memset(&ack, 0, sizeof ack);
   ack.gate_seq = g->gate_seq;
@@ -604,6 +611,8 @@ static int handle_frame(const gl_header *h, const char *payload) {
         } else if (a.gate_open) {
           apply_gate(1, atomic_load(&gate_mode) == GL_GATE_MODE_SHIM);
           set_status(GL_STATUS_OK, "running");
+          if (!gl_fg_may_open(why, sizeof why, &why_code))
+            gl_agent_fast_close(why_code, why, 0); /* an edge between the check and the open */
         } else {
           (void)g;
           close_gate_fail_closed(GL_STATUS_GATED_BY_AGENT, "gated by the agent");
