@@ -21,8 +21,10 @@ bump and the frame) → the fake RM's timestamp of the disable control (``ns=`` 
 the same clock): the whole path to the control that stops the GPU's channel group, short
 of the GPU itself; the agent's CPU (utime + stime from /proc over the interval, as a share
 of one core, and per online cycle); busy edges that found the gate still closed (the
-re-enable came late; no disable needed). The online side here is Python (ctypes for the
-futex), slower than the shim's C, so the native figures bound the shim's from above.
+re-enable came late; no disable needed) — a disable counts only for an edge that found the
+gate open and while it stayed open (:func:`reactions`). The online side here is Python
+(ctypes for the futex), slower than the shim's C, so the native figures bound the shim's
+from above.
 
 Each configuration (load 0 and ``--load N`` CPU hogs × socket and native) runs ``--runs``
 times (default 1) for ``--seconds`` (default 5). Hogs are processes at the default priority
@@ -151,9 +153,33 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         proc.wait(10)
 
 
-def _disable_times(sp: ShimProcess) -> list[int]:
-    """CLOCK_MONOTONIC times of the fake RM's disable controls, in order."""
-    return sorted(int(c["ns"]) for c in sp.rm_calls("control") if c.get("enable") == "0")
+def _controls(sp: ShimProcess) -> list[tuple[int, bool]]:
+    """(CLOCK_MONOTONIC time, enable) of the fake RM's schedule controls, in time order."""
+    rows = [(int(c["ns"]), c.get("enable") == "1") for c in sp.rm_calls("control")]
+    return sorted(rows)
+
+
+def reactions(busy: list[int], controls: list[tuple[int, bool]]) -> list[float]:
+    """Seconds from each busy edge that found the gate open to the disable that answered it.
+
+    A disable answers the latest busy edge before it, if the gate was open at that edge (the
+    last control before it was an enable) and stayed open until the disable. A disable after
+    an enable that came after the edge answers nothing in progress: the gate was closed at
+    the edge, and the agent's policy opened it later (a late GATE disable then follows).
+    """
+    out: list[float] = []
+    times = [t for t, _ in controls]
+    for k, (t, enable) in enumerate(controls):
+        if enable:
+            continue
+        i = bisect.bisect_right(busy, t) - 1
+        if i < 0:
+            continue
+        j = bisect.bisect_left(times, busy[i]) - 1  # the last control before the edge
+        if j < 0 or not controls[j][1] or any(e for _, e in controls[j + 1 : k]):
+            continue
+        out.append((t - busy[i]) / 1e9)
+    return out
 
 
 def run_once(
@@ -219,13 +245,7 @@ def run_once(
             on.close()
             if seg is not None:
                 seg.close()
-            lat: list[float] = []
-            first = busy_sent[0]
-            for d in _disable_times(sp):
-                # A disable answers the latest busy edge written before it.
-                i = bisect.bisect_right(busy_sent, d) - 1
-                if d >= first and i >= 0:
-                    lat.append((d - busy_sent[i]) / 1e9)
+            lat = reactions(busy_sent, _controls(sp))
     finally:
         _stop(hogs)
         agent.terminate()
