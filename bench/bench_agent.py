@@ -46,6 +46,7 @@ import argparse
 import bisect
 import os
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -250,6 +251,7 @@ def run_once(
         _stop(hogs)
         agent.terminate()
         agent.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
     elapsed = wall1 - wall0
     user = (cpu1[0] - cpu0[0]) / elapsed
     system = (cpu1[1] - cpu0[1]) / elapsed
