@@ -121,6 +121,12 @@ from gleaner.runtime_agent.policy.reclaim_sequence import (
 
 log = logging.getLogger("gleaner.runtime_agent.server")
 
+REGATE_INTERVAL_S = 1.0
+"""At most this often, an enable is re-sent to an offline shim that holds work the server
+told it to run (see :meth:`ShimServer._regate`)."""
+_REGATE_CODES = frozenset({p.StatusCode.GATED_BY_AGENT, p.StatusCode.NO_AGENT})
+"""STATUS codes of a shim that would open on an enable (not CONTROL_REFUSED: it refuses)."""
+
 HEADER_SIZE = p.HEADER_SIZE
 MAX_FDS = 8
 _ANCILLARY = socket.CMSG_SPACE(MAX_FDS * 4)
@@ -200,6 +206,8 @@ class Process:
     last_status_at: float = 0.0
     """When ``last_status`` arrived (this server's clock)."""
     last_heartbeat: float = 0.0
+    regate_at: float = float("-inf")
+    """When the server last re-sent this process an enable it had refused (at most 1/s)."""
     offline: bool = False
     """Whether its HELLO said role OFFLINE."""
     polled: bool = False
@@ -377,6 +385,21 @@ class ShimServer:
                 self._allow(proc.gpus)
             self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, enable))
             self.sequence.gate_sent(proc.conn_id, gseq, enable)  # after the send: off the path
+
+    def _regate(self, proc: Process) -> None:
+        """The shim holds work while this server told it open (it refused an enable decided
+        before an edge's frame was read, or its segment's heartbeat went stale and came
+        back): send the enable again, with a fresh ``open_seq``, if the policy still wants it."""
+        if not all(self.agent.gates[g].enabled for g in proc.gpus):
+            return
+        seq = self.sequence
+        if seq.active and any(seq.holding(g) for g in proc.gpus):
+            return
+        proc.seq += 1
+        gseq = next(self.gate_seq)
+        self._allow(proc.gpus)
+        self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, True))
+        self.sequence.gate_sent(proc.conn_id, gseq, True)
 
     def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
         """Start carrying ``plan`` out (module docstring); always False: it ends later."""
@@ -759,6 +782,15 @@ class ShimServer:
         elif isinstance(msg, p.Status):
             proc.last_status = msg
             proc.last_status_at = now
+            if (
+                proc.offline
+                and proc.gate_open
+                and self.segment is not None
+                and msg.code in _REGATE_CODES
+                and now - proc.regate_at >= REGATE_INTERVAL_S
+            ):
+                proc.regate_at = now
+                self._regate(proc)
         elif isinstance(msg, p.Heartbeat):
             proc.last_heartbeat = now
             self._send(proc, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))

@@ -398,21 +398,16 @@ void gl_agent_fast_close(uint32_t code, const char *why, int fail) {
     set_status(GL_STATUS_GATED_BY_AGENT, "%s", why);
 }
 
-void gl_agent_resync(void) {
-  pthread_mutex_lock(&send_mu);
-  if (sock >= 0)
-    shutdown(sock, SHUT_RDWR);
-  pthread_mutex_unlock(&send_mu);
+void gl_agent_resync(const char *why) {
+  if (gl_cfg.role != GL_ROLE_OFF || atomic_load(&gate_open))
+    return;
+  set_status(GL_STATUS_GATED_BY_AGENT, "%s", why);
+  maybe_send_status(1);
 }
 
 /* Set when a RECLAIM failed: pages may be gone that the framework was never told about, so
  * the process's GPU work stays held for good (fail closed); GATE enables are refused. */
 static atomic_int reclaim_broken;
-
-/* Control thread only: when the last GATE enable was refused by the shared-memory check
- * (0: it was not). An agent whose busy frame was lost would never send another GATE, so
- * the control thread reconnects after a while to hear the gate state again. */
-static uint64_t refused_since;
 
 static void handle_gate(const gl_gate *g) {
   uint64_t t0 = gl_now_ns();
@@ -421,7 +416,6 @@ static void handle_gate(const gl_gate *g) {
   char why[GL_REASON_LEN];
   uint32_t why_code = 0;
   int refused = g->enable && !broken && !gl_fg_may_open(why, sizeof why, &why_code);
-  refused_since = refused ? t0 : 0;
   if (refused)
     broken = 1;
   gate_result r = apply_gate(g->enable != 0 && !broken, controls);
@@ -430,7 +424,6 @@ static void handle_gate(const gl_gate *g) {
      * the gate closed: close again (after the open, any later edge is the watcher's). */
     gl_agent_fast_close(why_code, why, 0);
     refused = broken = 1;
-    refused_since = t0;
   }
   gl_gate_ack ack;
   memset(&ack, 0, sizeof ack);
@@ -696,15 +689,6 @@ static void read_loop(int s) {
       gl_agent_send(GL_MSG_HEARTBEAT, &beat, sizeof beat, gl_cfg.role != GL_ROLE_OFF);
       last_tx = now;
       maybe_send_status(0);
-    }
-    char why[GL_REASON_LEN];
-    uint32_t why_code;
-    if (refused_since && now - refused_since >= 1000000000ull &&
-        gl_fg_may_open(why, sizeof why, &why_code)) {
-      refused_since = 0;
-      gl_log(2, "an enable was refused and no GATE followed: asking the agent again");
-      agent_down("resync after a refused enable");
-      return;
     }
     uint64_t silence = (uint64_t)(hb * 3 > 3000 ? hb * 3 : 3000) * 1000000ull;
     if (now - last_rx > silence) {

@@ -241,10 +241,10 @@ static void *watch_main(void *unused) {
         if (bad && was != FG_STALE) {
           gl_agent_fast_close(GL_STATUS_NO_AGENT, bad, 1);
         } else if (!bad && was == FG_STALE) {
-          gl_log(1, "shared-memory gate live again; asking the agent for the gate state");
+          gl_log(1, "shared-memory gate live again; telling the agent (STATUS)");
           for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
             last[k] = __atomic_load_n(&s->slot[k].busy_seq, __ATOMIC_ACQUIRE);
-          gl_agent_resync();
+          gl_agent_resync("shared-memory gate live again: waiting for the agent's enable");
         }
         if (exit_fault && !bad)
           break;

@@ -92,9 +92,9 @@ GL_HIDDEN int gl_agent_filter_app_schedule(rm_nvos54 *p);
 /* Offline: close the gate from outside the control thread (the watch thread): `fail` marks
  * a fail-closed reason (logged and sent as STATUS at once). */
 GL_HIDDEN void gl_agent_fast_close(uint32_t code, const char *why, int fail);
-/* Drop the agent connection so that the control thread reconnects and the HELLO_ACK
- * tells the gate state again. */
-GL_HIDDEN void gl_agent_resync(void);
+/* Offline, gate closed: send STATUS (GATED_BY_AGENT, `why`) so that an agent that thinks
+ * the gate open sends its enable again (docs/shim.md, "The native gate path"). */
+GL_HIDDEN void gl_agent_resync(const char *why);
 
 /* --- fastgate.c --- */
 GL_HIDDEN void gl_fg_online_busy(void);  /* online: a busy edge, before its frame */

@@ -188,13 +188,13 @@ def test_a_stale_heartbeat_closes_the_gate_and_says_why(
         assert wait_until(lambda: bool(_disables(sp)), timeout=10)
         sp.send("launch 1")
         assert sp.no_reply_within(0.3)
-        # Beating again: the shim reconnects and the HELLO_ACK (open) releases the work.
-        hellos = len(stub.all_of(p.Hello))
+        # Beating again: the shim says so (STATUS) and opens at the agent's next enable.
+        mark = stub.mark()
         again = Beating(seg)
         try:
-            assert wait_until(lambda: len(stub.all_of(p.Hello)) > hellos, timeout=10), (
-                "no resync after the heartbeat came back"
-            )
+            _status(stub, "live again", after=mark)
+            stub.send(p.Gate(gate_seq=9, gpu=p.GPU_ALL, enable=True))
+            assert stub.wait_for(p.GateAck, lambda a: a.gate_seq == 9, timeout=10).enabled
             assert sp.reply(timeout=10)["rc"] == "0"
         finally:
             again.stop()
