@@ -59,6 +59,9 @@ ENV_SHIM_RECONNECT_MS: Final = "GLEANER_SHIM_RECONNECT_MS"
 ENV_SHIM_HOLD_LOG_MS: Final = "GLEANER_SHIM_HOLD_LOG_MS"
 ENV_MAX_DECODE_GAP_MS: Final = "GLEANER_MAX_DECODE_GAP_MS"
 ENV_IDLE_QUIET_US: Final = "GLEANER_IDLE_QUIET_US"
+ENV_SHIM_FAULT: Final = "GLEANER_SHIM_FAULT"
+"""Fault injection for tests: ``gate-watch-exit`` ends the offline shim's gate watch thread."""
+SHIM_FAULT_GATE_WATCH_EXIT: Final = "gate-watch-exit"
 
 # --- Paths on the node ----------------------------------------------------------------------
 SOCKET_DIR: Final = "/run/gleaner"
@@ -66,6 +69,10 @@ SOCKET_DIR: Final = "/run/gleaner"
 SOCKET_NAME: Final = "agent.sock"
 SOCKET_PATH: Final = f"{SOCKET_DIR}/{SOCKET_NAME}"
 """Default of ``ENV_SOCKET``: where the agent listens and the shim and hook connect."""
+GATE_SEGMENT_NAME: Final = "gate.shm"
+"""The agent's shared-memory gate segment, beside the socket (``SOCKET_DIR``/``GATE_SEGMENT_NAME``
+when the socket is the default): per-GPU online busy-edge counters the online shims bump and
+the offline shims watch, and the agent's heartbeat (docs/shim.md, "The native gate path")."""
 SHIM_DIR: Final = "/var/lib/gleaner/lib"
 """Host directory the agent installs the shim into, mounted read-only into offline Pods."""
 SHIM_LIBRARY: Final = "libgleaner_shim.so"

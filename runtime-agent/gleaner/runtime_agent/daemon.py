@@ -55,6 +55,7 @@ from gleaner.clients.kube import KubeConfigError, SyncKubeClient
 from gleaner.protocol.node import SHIM_DIR, SHIM_IMAGE_PATH, SOCKET_DIR
 from gleaner.runtime_agent import timers
 from gleaner.runtime_agent.core import NodeAgent
+from gleaner.runtime_agent.fastgate import BEAT_INTERVAL_S
 from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.kube import (
     PodNames,
@@ -337,6 +338,19 @@ class AgentDaemon:
             "offline_jobs": {str(g): j for g, j in sorted(self.agent.offline_jobs.items())},
             "gates": {str(g): gate.enabled for g, gate in sorted(self.agent.gates.items())},
             "uninstrumented": self._uninstrumented_health(),
+            **self._gate_path_health(),
+        }
+
+    def _gate_path_health(self) -> dict[str, Any]:
+        if self.server is None:
+            return {}
+        seg = self.server.segment
+        return {
+            "gate_segment": {
+                "path": None if seg is None else str(seg.path),
+                "error": self.server.segment_error,
+            },
+            "offline_held": self.server.held_offline(),
         }
 
     def _uninstrumented_health(self) -> dict[str, Any] | None:
@@ -388,6 +402,8 @@ class AgentDaemon:
             tasks.append(asyncio.create_task(self._sim_loop(), name="simulator"))
         if self.instrumentation is not None:
             tasks.append(asyncio.create_task(self._instrumentation_loop(), name="processes"))
+        if self.server is not None and self.server.segment is not None:
+            tasks.append(asyncio.create_task(self._beat_loop(), name="gate-heartbeat"))
         web = asyncio.create_task(self._uvicorn.serve(), name="http")
         started = asyncio.create_task(self._note_port())
         stop = asyncio.create_task(self._stopping.wait())
@@ -429,6 +445,14 @@ class AgentDaemon:
         while True:
             self.sim.advance(self.clock())
             await asyncio.sleep(self.options.sim_step_s)
+
+    async def _beat_loop(self) -> None:
+        """The shared-memory gate's heartbeat: from this loop, so that a stalled loop lets
+        it go stale and the offline shims close their gates (docs/shim.md)."""
+        assert self.server is not None
+        while True:
+            self.server.beat()
+            await asyncio.sleep(BEAT_INTERVAL_S)
 
     async def _instrumentation_loop(self) -> None:
         """Read the GPUs' process lists and apply the holds, every poll interval (silence

@@ -31,6 +31,15 @@ so those connections are not watched by the loop: a poll reads them every
 ``offline_poll_s`` (20 ms), which spares the loop two wakeups per gate cycle (the acks).
 Online and framework connections, and every connection until its HELLO, are event-driven.
 
+The native gate path. :meth:`ShimServer.start` also creates the shared-memory gate segment
+(:class:`~gleaner.runtime_agent.fastgate.GateSegment`, ``<socket dir>/gate.shm``): online
+shims bump it at a busy edge and offline shims close their own gates on it, without this
+loop (docs/shim.md, "The native gate path"). At every busy frame the server notes the
+segment's ``busy_seq`` of its GPUs; before every enable it sends (GATE, or an open
+HELLO_ACK) it stores that as the GPUs' ``open_seq`` and beats the heartbeat, so a shim
+refuses an enable decided before a busy edge whose frame this loop has not read yet; :meth:`beat` is
+the daemon's periodic heartbeat; :meth:`close` retires the segment.
+
 Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
 connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation sees pressure;
 OFFLINE_PAGE_GROUPS frames (or OFFLINE_HANDLES, the older per-page form) build each
@@ -94,6 +103,7 @@ from gleaner.protocol import wire as p
 from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
+from gleaner.runtime_agent.fastgate import DEFAULT_STALE_S, GateSegment, segment_path
 from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
 from gleaner.runtime_agent.policy.instrumented import Role
@@ -110,6 +120,12 @@ from gleaner.runtime_agent.policy.reclaim_sequence import (
 )
 
 log = logging.getLogger("gleaner.runtime_agent.server")
+
+REGATE_INTERVAL_S = 1.0
+"""At most this often, an enable is re-sent to an offline shim that holds work the server
+told it to run (see :meth:`ShimServer._regate`)."""
+_REGATE_CODES = frozenset({p.StatusCode.GATED_BY_AGENT, p.StatusCode.NO_AGENT})
+"""STATUS codes of a shim that would open on an enable (not CONTROL_REFUSED: it refuses)."""
 
 HEADER_SIZE = p.HEADER_SIZE
 MAX_FDS = 8
@@ -190,6 +206,8 @@ class Process:
     last_status_at: float = 0.0
     """When ``last_status`` arrived (this server's clock)."""
     last_heartbeat: float = 0.0
+    regate_at: float = float("-inf")
+    """When the server last re-sent this process an enable it had refused (at most 1/s)."""
     offline: bool = False
     """Whether its HELLO said role OFFLINE."""
     polled: bool = False
@@ -223,9 +241,20 @@ class ShimServer:
         offline_poll_s: float = 0.02,
         reclaim_timeout_s: float = 5.0,
         restore_timeout_s: float = 5.0,
+        gate_segment: bool = True,
+        gate_stale_s: float = DEFAULT_STALE_S,
     ) -> None:
         self.agent = agent
         self.path = Path(socket_dir) / SOCKET_NAME
+        self.gate_segment = gate_segment
+        self.gate_stale_s = gate_stale_s
+        self.segment: GateSegment | None = None
+        """The shared-memory gate segment (docs/shim.md, "The native gate path"), once
+        started; None when disabled or its creation failed (logged, shown in /healthz)."""
+        self.segment_error: str | None = None
+        self._seen_seq: dict[int, int] = {}
+        """GPU → the segment's busy_seq as read at its latest busy frame (its open_seq at
+        the next enable)."""
         self.clock = clock
         self.on_event = on_event
         self.processes: dict[int, Process] = {}
@@ -281,6 +310,16 @@ class ShimServer:
         lst.listen(128)
         lst.setblocking(False)
         self._listener = lst
+        if self.gate_segment:
+            gpus = [(g.index, g.uuid) for g in self.agent.inventory]
+            try:
+                self.segment = GateSegment.create(
+                    segment_path(self.path.parent), gpus, stale_s=self.gate_stale_s
+                )
+            except (OSError, ValueError) as exc:
+                # The socket path alone still gates (every GATE goes out as before).
+                self.segment_error = str(exc)
+                log.warning("no shared-memory gate segment (%s): busy edges take the socket", exc)
         self._loop.add_reader(lst.fileno(), self._accept)
 
     def close(self) -> None:
@@ -298,6 +337,31 @@ class ShimServer:
             self._sequence_timer = self._sequence_timer_at = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        if self.segment is not None:
+            self.segment.retire()
+            self.segment = None
+
+    def beat(self) -> None:
+        """The segment's heartbeat (the daemon calls it every ``BEAT_INTERVAL_S``)."""
+        if self.segment is not None:
+            self.segment.beat()
+
+    def _saw_busy(self, gpus: Sequence[int]) -> None:
+        """A busy frame: every bump up to its own is in the segment now (shims bump first)."""
+        seg = self.segment
+        assert seg is not None
+        for g in gpus:
+            self._seen_seq[g] = seg.busy_seq(g)
+
+    def _allow(self, gpus: Sequence[int]) -> None:
+        """Before telling a process its gate is open: open_seq = the busy edges handled.
+        (Not the segment's busy_seq now: a bump whose frame is still unread in a socket
+        would be let through, and offline work would run beside that online burst.)"""
+        seg = self.segment
+        if seg is not None:
+            for g in gpus:
+                seg.allow(g, self._seen_seq.get(g, 0))
+            seg.beat()
 
     # -- Sink -----------------------------------------------------------------------------
 
@@ -317,8 +381,25 @@ class ShimServer:
             proc.gate_open = enable
             proc.seq += 1
             gseq = next(self.gate_seq)
+            if enable:
+                self._allow(proc.gpus)
             self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, enable))
             self.sequence.gate_sent(proc.conn_id, gseq, enable)  # after the send: off the path
+
+    def _regate(self, proc: Process) -> None:
+        """The shim holds work while this server told it open (it refused an enable decided
+        before an edge's frame was read, or its segment's heartbeat went stale and came
+        back): send the enable again, with a fresh ``open_seq``, if the policy still wants it."""
+        if not all(self.agent.gates[g].enabled for g in proc.gpus):
+            return
+        seq = self.sequence
+        if seq.active and any(seq.holding(g) for g in proc.gpus):
+            return
+        proc.seq += 1
+        gseq = next(self.gate_seq)
+        self._allow(proc.gpus)
+        self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, True))
+        self.sequence.gate_sent(proc.conn_id, gseq, True)
 
     def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
         """Start carrying ``plan`` out (module docstring); always False: it ends later."""
@@ -557,6 +638,8 @@ class ShimServer:
             gpus = proc.gpus if gpu == p.GPU_ALL else self._edge_gpus(proc, gpu)
             if mtype == fw.T_BUSY:
                 name = f"{proc.source}/{request}" if request else None
+                if self.segment is not None:
+                    self._saw_busy(gpus)
                 for g in gpus:
                     agent.online_busy(now, g, proc.source, name)
             else:
@@ -641,6 +724,8 @@ class ShimServer:
 
     def _handle(self, proc: Process, msg: p.Message, now: float) -> None:
         if isinstance(msg, p.OnlineBusy):
+            if self.segment is not None:
+                self._saw_busy(self._edge_gpus(proc, msg.gpu))
             for gpu in self._edge_gpus(proc, msg.gpu):
                 req = None if msg.request_id == 0 else f"{proc.source}/{msg.request_id}"
                 self.agent.online_busy(now, gpu, proc.source, req)
@@ -697,6 +782,15 @@ class ShimServer:
         elif isinstance(msg, p.Status):
             proc.last_status = msg
             proc.last_status_at = now
+            if (
+                proc.offline
+                and proc.gate_open
+                and self.segment is not None
+                and msg.code in _REGATE_CODES
+                and now - proc.regate_at >= REGATE_INTERVAL_S
+            ):
+                proc.regate_at = now
+                self._regate(proc)
         elif isinstance(msg, p.Heartbeat):
             proc.last_heartbeat = now
             self._send(proc, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))
@@ -789,6 +883,8 @@ class ShimServer:
         accepted = bool(proc.gpus) or msg.role == p.Role.FRAMEWORK
         gate_open = accepted and all(self.agent.gates[g].enabled for g in proc.gpus)
         proc.gate_open = gate_open and msg.role == p.Role.OFFLINE
+        if proc.gate_open:
+            self._allow(proc.gpus)
         self._send(
             proc,
             p.HelloAck(accepted=accepted, gate_open=proc.gate_open, gate_mode=p.GateMode.SHIM),
@@ -839,6 +935,23 @@ class ShimServer:
             ],
             now,
         )
+
+    def held_offline(self) -> list[dict[str, object]]:
+        """Offline processes whose last STATUS says their work is held, with the shim's
+        reason (a stale shared-memory heartbeat, a stopped watch thread, the agent's gate)."""
+        out: list[dict[str, object]] = []
+        for q in self.processes.values():
+            st = q.last_status
+            if q.role == p.Role.OFFLINE and st is not None and st.code != p.StatusCode.OK:
+                out.append(
+                    {
+                        "pid": q.hello.pid if q.hello is not None else 0,
+                        "job": q.hello.job if q.hello is not None else "",
+                        "status": st.code.name.lower(),
+                        "reason": st.reason,
+                    }
+                )
+        return out
 
     def connections(self) -> dict[str, int]:
         """Connected processes by role (for metrics)."""

@@ -382,6 +382,29 @@ static void close_gate_fail_closed(uint32_t code, const char *why) {
            r.n_objects - r.n_failed, r.n_failed);
 }
 
+void gl_agent_fast_close(uint32_t code, const char *why, int fail) {
+  if (gl_cfg.role != GL_ROLE_OFF)
+    return;
+  if (fail) {
+    close_gate_fail_closed(code, why);
+    maybe_send_status(1);
+    return;
+  }
+  gate_result r = apply_gate(0, atomic_load(&gate_mode) == GL_GATE_MODE_SHIM);
+  if (r.n_failed)
+    set_status(GL_STATUS_CONTROL_REFUSED, "%s; disable refused on %u of %u object(s)", why,
+               r.n_failed, r.n_objects);
+  else
+    set_status(GL_STATUS_GATED_BY_AGENT, "%s", why);
+}
+
+void gl_agent_resync(const char *why) {
+  if (gl_cfg.role != GL_ROLE_OFF || atomic_load(&gate_open))
+    return;
+  set_status(GL_STATUS_GATED_BY_AGENT, "%s", why);
+  maybe_send_status(1);
+}
+
 /* Set when a RECLAIM failed: pages may be gone that the framework was never told about, so
  * the process's GPU work stays held for good (fail closed); GATE enables are refused. */
 static atomic_int reclaim_broken;
@@ -390,20 +413,33 @@ static void handle_gate(const gl_gate *g) {
   uint64_t t0 = gl_now_ns();
   int controls = atomic_load(&gate_mode) == GL_GATE_MODE_SHIM;
   int broken = g->enable && atomic_load(&reclaim_broken);
+  char why[GL_REASON_LEN];
+  uint32_t why_code = 0;
+  int refused = g->enable && !broken && !gl_fg_may_open(why, sizeof why, &why_code);
+  if (refused)
+    broken = 1;
   gate_result r = apply_gate(g->enable != 0 && !broken, controls);
+  if (g->enable && !broken && !gl_fg_may_open(why, sizeof why, &why_code)) {
+    /* A busy edge landed between the check and the open, while the watch thread still saw
+     * the gate closed: close again (after the open, any later edge is the watcher's). */
+    gl_agent_fast_close(why_code, why, 0);
+    refused = broken = 1;
+  }
   gl_gate_ack ack;
   memset(&ack, 0, sizeof ack);
   ack.gate_seq = g->gate_seq;
   ack.latency_ns = gl_now_ns() - t0;
   ack.gpu = g->gpu;
   ack.enabled = g->enable && !broken ? 1 : 0;
-  ack.ok = r.n_failed == 0 && !broken;
+  ack.ok = r.n_failed == 0 && (!broken || refused);
   ack.n_objects = (uint16_t)(r.n_objects > 0xFFFF ? 0xFFFF : r.n_objects);
   ack.err = r.err;
   ack.rm_status = r.rm_status;
   ack.n_failed = r.n_failed;
   gl_agent_send(GL_MSG_GATE_ACK, &ack, sizeof ack, 0);
-  if (broken)
+  if (refused)
+    set_status(why_code, "enable refused: %s", why);
+  else if (broken)
     set_status(GL_STATUS_CONTROL_REFUSED, "memory reclamation failed: work held");
   else if (g->enable)
     set_status(GL_STATUS_OK, "running");
@@ -561,9 +597,15 @@ static int handle_frame(const gl_header *h, const char *payload) {
         close_gate_fail_closed(GL_STATUS_GATED_BY_AGENT, "agent did not accept this process");
       } else {
         gl_gate g = {0, GL_GPU_ALL, a.gate_open ? 1 : 0, {0}};
-        if (a.gate_open) {
+        char why[GL_REASON_LEN];
+        uint32_t why_code = 0;
+        if (a.gate_open && !gl_fg_may_open(why, sizeof why, &why_code)) {
+          close_gate_fail_closed(why_code, why);
+        } else if (a.gate_open) {
           apply_gate(1, atomic_load(&gate_mode) == GL_GATE_MODE_SHIM);
           set_status(GL_STATUS_OK, "running");
+          if (!gl_fg_may_open(why, sizeof why, &why_code))
+            gl_agent_fast_close(why_code, why, 0); /* an edge between the check and the open */
         } else {
           (void)g;
           close_gate_fail_closed(GL_STATUS_GATED_BY_AGENT, "gated by the agent");
@@ -738,6 +780,7 @@ void gl_agent_start(void) {
     else
       gl_log(1, "cannot start the control thread: %s%s", strerror(rc),
              gl_cfg.role == GL_ROLE_OFF ? "; offline GPU work stays held" : "");
+    gl_fg_watch_start();
   }
   pthread_mutex_unlock(&start_mu);
 }
@@ -756,6 +799,7 @@ void gl_agent_after_fork(void) {
   blocked_threads = 0;
   blocked_since = 0;
   atomic_store(&gate_open, 0);
+  gl_fg_after_fork();
   status_code = GL_STATUS_NO_AGENT;
   snprintf(status_reason, sizeof status_reason, "forked child: agent not connected yet");
 }

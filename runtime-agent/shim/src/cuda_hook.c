@@ -393,6 +393,7 @@ void gl_online_launched(void *stream, int is_graph) {
   pthread_mutex_unlock(&trk_mu);
   if (became_busy) {
     gl_agent_start();
+    gl_fg_online_busy(); /* the offline gates close on this, without the agent */
     send_edge(GL_MSG_ONLINE_BUSY, now);
     if (gap && gap <= gl_cfg.max_gap_ns) {
       gl_decode_gap g = {GL_GPU_ALL, 0, now, gap};

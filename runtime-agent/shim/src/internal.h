@@ -6,6 +6,8 @@
  * agent.c     agent connection, control thread, compute gate, fail-closed hold
  * cuda_hook.c dlsym / cuGetProcAddress interposition, launch hooks, busy tracking
  * vmm.c       CUDA VMM page records, RECLAIM / RESTORE, the KV-cache allocator
+ * fastgate.c  the native gate path: the agent's shared-memory segment, online bumps,
+ *             the offline watch thread
  */
 #ifndef GLEANER_INTERNAL_H
 #define GLEANER_INTERNAL_H
@@ -87,6 +89,20 @@ GL_HIDDEN int gl_agent_send(uint8_t type, const void *payload, uint32_t len, int
 GL_HIDDEN void gl_agent_after_fork(void);
 /* Offline: the application's own schedule control; returns 1 if swallowed. */
 GL_HIDDEN int gl_agent_filter_app_schedule(rm_nvos54 *p);
+/* Offline: close the gate from outside the control thread (the watch thread): `fail` marks
+ * a fail-closed reason (logged and sent as STATUS at once). */
+GL_HIDDEN void gl_agent_fast_close(uint32_t code, const char *why, int fail);
+/* Offline, gate closed: send STATUS (GATED_BY_AGENT, `why`) so that an agent that thinks
+ * the gate open sends its enable again (docs/shim.md, "The native gate path"). */
+GL_HIDDEN void gl_agent_resync(const char *why);
+
+/* --- fastgate.c --- */
+GL_HIDDEN void gl_fg_online_busy(void);  /* online: a busy edge, before its frame */
+GL_HIDDEN void gl_fg_watch_start(void);  /* offline: idempotent: start the watch thread */
+/* Offline: may the gate open now? 0 with the reason in `why` and the STATUS code in `code`
+ * (NO_AGENT: a fail-closed reason; GATED_BY_AGENT: a busy edge newer than the enable). */
+GL_HIDDEN int gl_fg_may_open(char *why, size_t cap, uint32_t *code);
+GL_HIDDEN void gl_fg_after_fork(void);
 
 /* --- cuda_hook.c --- */
 /* The driver entry points the shim wraps or calls itself. */

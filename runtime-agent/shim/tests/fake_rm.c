@@ -5,7 +5,7 @@
  * "next" ioctl is this one. For fds whose /proc/self/fd link equals
  * GLEANER_NVIDIACTL_PATH it answers RM ALLOC / FREE / CONTROL like the driver
  * would (assigning handles, writing status) and appends one line per call to
- * GLEANER_FAKE_RM_LOG. Other fds go to libc. Knobs:
+ * GLEANER_FAKE_RM_LOG (a control line ends with ns=, its CLOCK_MONOTONIC time). Other fds go to libc. Knobs:
  *   GLEANER_FAKE_RM_FAIL_CMDS  comma list of hex control cmds answered 0x56 (NOT_SUPPORTED)
  *   GLEANER_FAKE_RM_DELAY_US   sleep per control (emulates a GSP RPC)
  * Ownership is emulated: a control must arrive on the fd its client was made on,
@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rm.h"
@@ -142,12 +143,15 @@ static void fake_control(int fd, rm_nvos54 *p) {
     status = 0x1B; /* NV_ERR_INSUFFICIENT_PERMISSIONS */
   else if (fails(p->cmd))
     status = 0x56; /* NV_ERR_NOT_SUPPORTED */
+  struct timespec ts; /* when the control reached the "RM" (benchmarks: reaction times) */
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  unsigned long long ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
   int enable = -1;
   if (p->params && p->params_size == sizeof(rm_schedule_params))
     enable = ((const rm_schedule_params *)(uintptr_t)p->params)->enable;
   p->status = status;
-  log_line("op=control fd=%d owner_fd=%d client=0x%x object=0x%x cmd=0x%x psize=%u enable=%d status=0x%x",
-           fd, owner, p->h_client, p->h_object, p->cmd, p->params_size, enable, status);
+  log_line("op=control fd=%d owner_fd=%d client=0x%x object=0x%x cmd=0x%x psize=%u enable=%d status=0x%x ns=%llu",
+           fd, owner, p->h_client, p->h_object, p->cmd, p->params_size, enable, status, ns);
 }
 
 int ioctl(int fd, unsigned long request, ...) {

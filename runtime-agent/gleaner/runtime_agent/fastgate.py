@@ -1,0 +1,211 @@
+"""The agent's side of the native gate path: the shared-memory gate segment.
+
+Contract. :class:`GateSegment` creates ``<socket dir>/GATE_SEGMENT_NAME`` (one 4160-byte file,
+mode 0666, written to a temporary name and renamed into place so that a shim never maps a
+half-filled one) with the layout of ``runtime-agent/shim/include/gleaner_fastgate.h``
+(:class:`SegmentLayout` mirrors it; a test compares the two). One slot per node GPU (its
+UUID and index). The agent, single writer of its fields, then:
+
+- :meth:`GateSegment.beat` stores its ``CLOCK_MONOTONIC`` time as the heartbeat (the daemon
+  every 100 ms, the server at every enable); offline shims close their gate when it is
+  older than ``stale_s`` (1 s by default), so an agent whose loop stalls fails closed;
+- :meth:`GateSegment.allow` stores a GPU's ``open_seq`` just before an enable is sent: the
+  ``busy_seq`` the server read when it handled that GPU's latest busy frame (online shims
+  bump before they send, so every bump up to that frame's is counted); an offline shim
+  refuses an enable while ``busy_seq`` differs, i.e. while a busy edge is in the segment
+  whose frame the agent had not handled when it decided;
+- :meth:`GateSegment.retire` zeroes the magic (shims close their gates) and removes the file.
+
+Online shims bump ``busy_seq`` and wake the offline shims' watch threads themselves; the
+agent's policy still hears every edge over the socket (docs/shim.md, "The native gate
+path"). :meth:`GateSegment.online_edge` does what an online shim does, for tests and the
+benchmark (one writer at a time: Python's increment is not an atomic read-modify-write).
+
+Stores are single aligned 4- or 8-byte writes through ctypes views of the mapping, which
+the shims read with C11 atomics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from gleaner.protocol.node import GATE_SEGMENT_NAME
+
+MAGIC = 0x47464C47
+"""``GL_FG_MAGIC`` ("GLFG")."""
+VERSION = 1
+SLOTS = 64
+UUID_LEN = 48
+DEFAULT_STALE_S = 1.0
+"""A heartbeat older than this closes the offline gates."""
+BEAT_INTERVAL_S = 0.1
+"""How often the daemon beats (a tenth of the stale limit)."""
+
+_FUTEX_WAKE = 1
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+
+class Slot(ctypes.Structure):
+    """``gl_fg_slot``: one GPU, one cache line."""
+
+    _fields_ = [
+        ("uuid", ctypes.c_char * UUID_LEN),
+        ("index", ctypes.c_int32),
+        ("busy_seq", ctypes.c_uint32),
+        ("open_seq", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class SegmentLayout(ctypes.Structure):
+    """``gl_fg_segment``: the header, then ``SLOTS`` slots."""
+
+    _fields_ = [
+        ("magic", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("nslots", ctypes.c_uint32),
+        ("agent_pid", ctypes.c_uint32),
+        ("wake", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("heartbeat_ns", ctypes.c_uint64),
+        ("stale_ns", ctypes.c_uint64),
+        ("reserved1", ctypes.c_uint64 * 3),
+        ("slot", Slot * SLOTS),
+    ]
+
+
+SIZE = ctypes.sizeof(SegmentLayout)
+
+
+def segment_path(socket_dir: Path) -> Path:
+    """Where the agent listening in ``socket_dir`` keeps its segment (the shims' rule)."""
+    return Path(socket_dir) / GATE_SEGMENT_NAME
+
+
+class GateSegment:
+    """See the module docstring."""
+
+    def __init__(self, path: Path, mapping: mmap.mmap, slots: dict[int, int]) -> None:
+        self.path = path
+        self._map = mapping
+        self._view = SegmentLayout.from_buffer(mapping)
+        self._slots = slots
+        """Node GPU index → slot."""
+        self._libc: ctypes.CDLL | None = None
+        self._inode = 0
+        """The file's inode: retire removes the path only while it is still this file."""
+
+    @classmethod
+    def create(
+        cls, path: Path, gpus: Sequence[tuple[int, str]], *, stale_s: float = DEFAULT_STALE_S
+    ) -> GateSegment:
+        """A filled segment at ``path`` for ``gpus`` (node index, UUID), beating now."""
+        if not gpus or len(gpus) > SLOTS:
+            raise ValueError(f"a gate segment holds 1 to {SLOTS} GPUs, not {len(gpus)}")
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            os.ftruncate(fd, SIZE)
+            os.fchmod(fd, 0o666)  # shims in pods run as arbitrary users (as for the socket)
+            mapping = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        seg = cls(path, mapping, {index: k for k, (index, _) in enumerate(gpus)})
+        v = seg._view
+        v.version = VERSION
+        v.nslots = len(gpus)
+        v.agent_pid = os.getpid()
+        v.stale_ns = int(stale_s * 1e9)
+        for k, (index, uuid) in enumerate(gpus):
+            v.slot[k].uuid = uuid.encode()[: UUID_LEN - 1]
+            v.slot[k].index = index
+        seg.beat()
+        v.magic = MAGIC  # last: a shim maps only a filled segment
+        seg._inode = tmp.stat().st_ino
+        tmp.replace(path)
+        return seg
+
+    @classmethod
+    def open(cls, path: Path) -> GateSegment:
+        """Map an existing segment read-write (tests and the benchmark play online shims)."""
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            mapping = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        view = SegmentLayout.from_buffer(mapping)
+        if view.magic != MAGIC or view.version != VERSION:
+            del view
+            mapping.close()
+            raise ValueError(f"{path} is not a filled gate segment")
+        slots = {int(view.slot[k].index): k for k in range(view.nslots)}
+        del view
+        return cls(Path(path), mapping, slots)
+
+    def beat(self) -> None:
+        """Store the heartbeat (``CLOCK_MONOTONIC``, the shims' clock)."""
+        self._view.heartbeat_ns = time.monotonic_ns()
+
+    def allow(self, gpu: int, seen: int | None = None) -> None:
+        """Before an enable of ``gpu``: the busy edges up to ``seen`` (a ``busy_seq`` value;
+        None: the current one) are accounted for; a shim refuses the enable while
+        ``busy_seq`` differs."""
+        slot = self._view.slot[self._slots[gpu]]
+        slot.open_seq = slot.busy_seq if seen is None else seen & 0xFFFFFFFF
+
+    def busy_seq(self, gpu: int) -> int:
+        return int(self._view.slot[self._slots[gpu]].busy_seq)
+
+    def open_seq(self, gpu: int) -> int:
+        return int(self._view.slot[self._slots[gpu]].open_seq)
+
+    @property
+    def heartbeat_ns(self) -> int:
+        return int(self._view.heartbeat_ns)
+
+    def set_heartbeat_ns(self, value: int) -> None:
+        """Store an arbitrary heartbeat (tests: a stale one)."""
+        self._view.heartbeat_ns = value
+
+    def online_edge(self, gpu: int | None = None) -> None:
+        """What an online shim does at a busy edge (``gpu`` None: every GPU): bump, wake."""
+        v = self._view
+        targets = range(v.nslots) if gpu is None else (self._slots[gpu],)
+        for k in targets:
+            v.slot[k].busy_seq = (v.slot[k].busy_seq + 1) & 0xFFFFFFFF
+        v.wake = (v.wake + 1) & 0xFFFFFFFF
+        self._futex_wake()
+
+    def _futex_wake(self) -> None:
+        nr = _SYS_FUTEX.get(platform.machine())
+        if nr is None:
+            return  # the watchers still see the edge at their next 100 ms check
+        if self._libc is None:
+            self._libc = ctypes.CDLL(None, use_errno=True)
+        addr = ctypes.addressof(self._view) + SegmentLayout.wake.offset
+        self._libc.syscall(nr, ctypes.c_void_p(addr), _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+    def close(self) -> None:
+        """Unmap without retiring (a reader's view)."""
+        if not self._map.closed:
+            del self._view
+            self._map.close()
+
+    def retire(self) -> None:
+        """Zero the magic (the shims' gates close) and remove the file; idempotent."""
+        if self._map.closed:
+            return
+        self._view.magic = 0
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.stat().st_ino == self._inode:
+                self.path.unlink()
+        del self._view
+        self._map.close()

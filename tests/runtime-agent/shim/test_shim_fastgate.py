@@ -1,0 +1,364 @@
+"""The native gate path (docs/shim.md, "The native gate path"): the agent's shared-memory
+segment, an online busy edge in it, and the offline shim's watch thread closing the gate.
+
+The offline process is the real shim in ``rm_client`` over the fake RM; the segment is
+created by the test (:class:`GateSegment`, the agent's own code) next to an
+:class:`AgentStub`, or by the real ``AgentDaemon``. An online edge is written the way an
+online shim writes it (:meth:`GateSegment.online_edge`), and the online shim itself is
+checked to bump the segment. No waits on the scheduler's timing: every check polls for the
+expected state with a generous timeout, and "did not happen" checks use a short window
+that can only produce false passes, never false failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gleaner.protocol import node as pn
+from gleaner.protocol import wire as p
+from gleaner.runtime_agent import fastgate as fg
+from gleaner.runtime_agent.daemon import AgentDaemon
+from gleaner.runtime_agent.policy import InstrumentationConfig
+from gleaner.testing.shim import (
+    FAKE_GPU_UUID,
+    SHIM_DIR,
+    AgentStub,
+    ShimProcess,
+    running_agent,
+    wait_until,
+)
+
+GPU = 3  # rm_client's GLEANER_GPU_INDICES
+
+
+def _setup(sp: ShimProcess) -> int:
+    """libcuda-like RM objects; the channel group's handle."""
+    sp.cmd("open")
+    sp.cmd("client")
+    sp.cmd(f"device {GPU}")
+    tsg = int(sp.cmd("tsg")["handle"], 16)
+    sp.cmd("chan c86f")
+    return tsg
+
+
+def _disables(sp: ShimProcess) -> list[dict[str, str]]:
+    return [c for c in sp.rm_calls("control") if c.get("enable") == "0"]
+
+
+class Beating:
+    """The agent's heartbeat, from a thread (every 50 ms) until :meth:`stop`."""
+
+    def __init__(self, seg: fg.GateSegment) -> None:
+        self.seg = seg
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.seg.beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextlib.contextmanager
+def _segment(sock_path: Path, *, stale_s: float = 1.0) -> Iterator[tuple[fg.GateSegment, Beating]]:
+    """A filled segment with a heartbeat, retired on exit."""
+    gpus = [(0, "GPU-other"), (GPU, FAKE_GPU_UUID)]
+    seg = fg.GateSegment.create(fg.segment_path(sock_path.parent), gpus, stale_s=stale_s)
+    beating = Beating(seg)
+    try:
+        yield seg, beating
+    finally:
+        beating.stop()
+        seg.retire()
+
+
+@pytest.fixture
+def stub(sock_path: Path) -> Iterator[AgentStub]:
+    with AgentStub(sock_path, gate_open=True) as agent:
+        yield agent
+
+
+def _status(agent: AgentStub, words: str, after: int = 0, timeout: float = 10.0) -> p.Status:
+    return agent.wait_for(p.Status, lambda s: words in s.reason, timeout=timeout, after=after)
+
+
+def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
+    fields = ["magic", "version", "nslots", "agent_pid", "wake", "heartbeat_ns", "stale_ns"]
+    slot = ["uuid", "index", "busy_seq", "open_seq"]
+    lines = ['#include "gleaner_fastgate.h"', "#include <stddef.h>", "#include <stdio.h>"]
+    lines += ["int main(void) {", '  printf("size %zu\\n", sizeof(gl_fg_segment));']
+    lines += [f'  printf("{f} %zu\\n", offsetof(gl_fg_segment, {f}));' for f in fields]
+    lines += [f'  printf("slot.{f} %zu\\n", offsetof(gl_fg_slot, {f}));' for f in slot]
+    lines += ['  printf("slot %zu\\n", offsetof(gl_fg_segment, slot));']
+    lines += ['  printf("magic_value %u\\n", GL_FG_MAGIC);', "  return 0;", "}"]
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "layout"
+    inc = SHIM_DIR / "include"
+    subprocess.run(["gcc", "-std=gnu11", f"-I{inc}", "-o", str(exe), str(src)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    c = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    assert c["size"] == fg.SIZE == ctypes.sizeof(fg.SegmentLayout)
+    for f in fields:
+        assert c[f] == getattr(fg.SegmentLayout, f).offset, f
+    for f in slot:
+        assert c[f"slot.{f}"] == getattr(fg.Slot, f).offset, f
+    assert c["slot"] == fg.SegmentLayout.slot.offset
+    assert c["magic_value"] == fg.MAGIC
+
+
+def test_an_online_edge_in_shared_memory_closes_the_offline_gate_without_the_agent(
+    tmp_path: Path, sock_path: Path, stub: AgentStub
+) -> None:
+    with (
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        tsg = _setup(sp)
+        stub.wait_for(p.Hello)
+        assert sp.cmd("launch 1")["rc"] == "0"  # HELLO_ACK said open
+        time.sleep(0.3)  # the watch thread maps the segment (100 ms checks)
+        seg.online_edge(GPU)  # the stub agent sends nothing
+        assert wait_until(lambda: bool(_disables(sp)), timeout=10), "no native close"
+        ctl = _disables(sp)[-1]
+        assert ctl["cmd"] == "0xa06c0101" and int(ctl["object"], 16) == tsg
+        assert not stub.all_of(p.Gate)
+        sp.send("launch 1")
+        assert sp.no_reply_within(0.3), "offline work ran after the online edge"
+        # An enable decided before the agent saw that edge is refused ...
+        stub.send(p.Gate(gate_seq=1, gpu=p.GPU_ALL, enable=True))
+        ack = stub.wait_for(p.GateAck, lambda a: a.gate_seq == 1, timeout=10)
+        assert ack.ok and not ack.enabled
+        assert sp.no_reply_within(0.2)
+        # ... one made after it (open_seq = busy_seq) opens the gate.
+        seg.allow(GPU)
+        stub.send(p.Gate(gate_seq=2, gpu=p.GPU_ALL, enable=True))
+        ack = stub.wait_for(p.GateAck, lambda a: a.gate_seq == 2, timeout=10)
+        assert ack.ok and ack.enabled
+        assert sp.reply(timeout=10)["rc"] == "0"
+
+
+def test_an_edge_on_another_gpu_leaves_the_gate_open(
+    tmp_path: Path, sock_path: Path, stub: AgentStub
+) -> None:
+    with (
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        _setup(sp)
+        stub.wait_for(p.Hello)
+        assert sp.cmd("launch 1")["rc"] == "0"
+        time.sleep(0.3)  # mapped by the watch thread
+        seg.online_edge(0)
+        time.sleep(0.2)
+        assert sp.cmd("launch 1")["rc"] == "0"
+        assert not _disables(sp)
+        seg.online_edge(GPU)
+        assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+
+
+def test_a_stale_heartbeat_closes_the_gate_and_says_why(
+    tmp_path: Path, sock_path: Path, stub: AgentStub
+) -> None:
+    with (
+        _segment(sock_path, stale_s=0.5) as (seg, beating),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        _setup(sp)
+        stub.wait_for(p.Hello)
+        assert sp.cmd("launch 1")["rc"] == "0"
+        mark = stub.mark()
+        beating.stop()  # the agent stalls
+        seg.set_heartbeat_ns(time.monotonic_ns() - 5_000_000_000)
+        st = _status(stub, "heartbeat in shared memory stale", after=mark)
+        assert st.code == p.StatusCode.NO_AGENT
+        assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+        sp.send("launch 1")
+        assert sp.no_reply_within(0.3)
+        # Beating again: the shim says so (STATUS) and opens at the agent's next enable.
+        mark = stub.mark()
+        again = Beating(seg)
+        try:
+            _status(stub, "live again", after=mark)
+            stub.send(p.Gate(gate_seq=9, gpu=p.GPU_ALL, enable=True))
+            assert stub.wait_for(p.GateAck, lambda a: a.gate_seq == 9, timeout=10).enabled
+            assert sp.reply(timeout=10)["rc"] == "0"
+        finally:
+            again.stop()
+
+
+def test_a_retired_segment_closes_the_gate(
+    tmp_path: Path, sock_path: Path, stub: AgentStub
+) -> None:
+    with (
+        _segment(sock_path) as (seg, beating),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        _setup(sp)
+        stub.wait_for(p.Hello)
+        assert sp.cmd("launch 1")["rc"] == "0"
+        time.sleep(0.3)  # mapped by the watch thread
+        mark = stub.mark()
+        beating.stop()
+        seg.retire()  # as the agent does when it stops
+        _status(stub, "retired", after=mark)
+        assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+        sp.send("launch 1")
+        assert sp.no_reply_within(0.3)
+
+
+def test_a_watch_thread_that_stops_fails_closed_for_good(
+    tmp_path: Path, sock_path: Path, stub: AgentStub
+) -> None:
+    env = {pn.ENV_SHIM_FAULT: pn.SHIM_FAULT_GATE_WATCH_EXIT}
+    with (
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path, extra_env=env) as sp,
+    ):
+        _setup(sp)
+        st = _status(stub, "native gate watch stopped")
+        assert st.code == p.StatusCode.NO_AGENT
+        seg.allow(GPU)
+        stub.send(p.Gate(gate_seq=5, gpu=p.GPU_ALL, enable=True))
+        ack = stub.wait_for(p.GateAck, lambda a: a.gate_seq == 5, timeout=10)
+        assert not ack.enabled
+        sp.send("launch 1")
+        assert sp.no_reply_within(0.3), "work ran without the watch thread"
+
+
+def test_the_online_shim_bumps_the_segment(tmp_path: Path, sock_path: Path) -> None:
+    env = {"GLEANER_FAKE_KERNEL_US": "2000"}
+    with (
+        AgentStub(sock_path) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
+    ):
+        sp.cmd("open")
+        stub.wait_for(p.Hello)  # connected: the busy frame is not dropped
+        before = (seg.busy_seq(0), seg.busy_seq(GPU))
+        sp.cmd("launch 1")
+        stub.wait_for(p.OnlineBusy)
+        assert seg.busy_seq(GPU) == before[1] + 1  # bumped before the frame went
+        assert seg.busy_seq(0) == before[0]  # its UUID names one GPU
+
+
+def test_without_a_segment_the_socket_path_alone_gates(
+    tmp_path: Path, sock_path: Path, stub: AgentStub
+) -> None:
+    with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+        _setup(sp)
+        stub.wait_for(p.Hello)
+        assert sp.cmd("launch 1")["rc"] == "0"
+        stub.send(p.Gate(gate_seq=1, gpu=p.GPU_ALL, enable=False))
+        assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+        stub.send(p.Gate(gate_seq=2, gpu=p.GPU_ALL, enable=True))
+        assert stub.wait_for(p.GateAck, lambda a: a.gate_seq == 2, timeout=10).enabled
+
+
+@pytest.fixture
+def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
+    guard = InstrumentationConfig(enforce=False)
+    with running_agent(sock_path, node="fg-node", instrumentation=guard) as d:
+        assert wait_until(lambda: all(d.health()["gates"].values()))
+        yield d
+
+
+def test_with_the_real_agent_the_native_close_precedes_its_gate_and_the_policy_reopens(
+    tmp_path: Path, sock_path: Path, daemon: AgentDaemon
+) -> None:
+    health = daemon.health()
+    assert health["gate_segment"]["path"] == str(fg.segment_path(sock_path.parent))
+    seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
+    try:
+        with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+            _setup(sp)
+            assert wait_until(lambda: daemon.health()["offline_jobs"] == {str(GPU): "team-a/job-1"})
+            assert sp.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            seg.online_edge(GPU)  # no socket frame at all: only shared memory
+            assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+            assert daemon.agent.gates[GPU].enabled, "the agent's policy did not hear of it"
+            sp.send("launch 1")
+            assert sp.no_reply_within(0.3)
+            # The online shim's frames reach the policy: disable (already off), cooldown,
+            # enable with open_seq = busy_seq, and the shim opens.
+            online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            online.connect(str(sock_path))
+            try:
+                p.send_message(online, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
+                p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
+                p.send_message(online, p.OnlineIdle(gpu=0, mono_ns=2))
+                assert sp.reply(timeout=10)["rc"] == "0"
+                assert seg.open_seq(GPU) == seg.busy_seq(GPU)
+            finally:
+                online.close()
+    finally:
+        seg.close()
+    assert fg.segment_path(sock_path.parent).exists()
+
+
+def test_the_real_agent_reports_why_a_shim_holds_work(tmp_path: Path, sock_path: Path) -> None:
+    env = {pn.ENV_SHIM_FAULT: pn.SHIM_FAULT_GATE_WATCH_EXIT}
+    guard = InstrumentationConfig(enforce=False)
+    with (
+        running_agent(sock_path, node="fg-node", instrumentation=guard) as d,
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path, extra_env=env) as sp,
+    ):
+        _setup(sp)
+
+        def held() -> list[dict[str, object]]:
+            return [
+                h
+                for h in d.health()["offline_held"]
+                if "native gate watch stopped" in str(h["reason"])
+            ]
+
+        assert wait_until(lambda: bool(held()), timeout=10), d.health()["offline_held"]
+        assert held()[0]["status"] == "no_agent"
+        assert held()[0]["job"] == "team-a/job-1"
+
+
+def test_an_enable_the_agent_decided_before_reading_a_bumped_edges_frame_is_refused(
+    tmp_path: Path, sock_path: Path, daemon: AgentDaemon
+) -> None:
+    # The residual race of an open_seq read from the segment at enable time: an edge bumped
+    # while its frame is still unread would be counted, and offline work would run beside
+    # it. The agent counts only the bumps up to its latest busy frame.
+    seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
+    online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+            _setup(sp)
+            assert wait_until(lambda: daemon.health()["offline_jobs"] == {str(GPU): "team-a/job-1"})
+            assert sp.cmd("launch 1")["rc"] == "0"
+            online.connect(str(sock_path))
+            p.send_message(online, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
+            seg.online_edge(GPU)  # edge 1: bump, then its frame, as a shim does
+            p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
+            assert wait_until(lambda: not daemon.agent.gates[GPU].enabled, timeout=10)
+            seg.online_edge(GPU)  # edge 2: bumped, its frame not sent yet
+            p.send_message(online, p.OnlineIdle(gpu=0, mono_ns=2))  # edge 1 ends
+            assert wait_until(lambda: daemon.agent.gates[GPU].enabled, timeout=10)
+            sp.send("launch 1")
+            assert sp.no_reply_within(0.5), "offline work ran beside an online edge"
+            assert seg.open_seq(GPU) == seg.busy_seq(GPU) - 1
+            p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=3))  # edge 2's frame
+            p.send_message(online, p.OnlineIdle(gpu=0, mono_ns=4))
+            assert sp.reply(timeout=10)["rc"] == "0"
+            assert seg.open_seq(GPU) == seg.busy_seq(GPU)
+    finally:
+        online.close()
+        seg.close()
