@@ -352,8 +352,12 @@ def test_the_gate_stays_closed_over_a_process_no_shim_accounts_for(
     assert _metric(base, "gleaner_gpu_uninstrumented_processes") == 0
 
     # An instrumented online process: the gate stays open while it is connected.
-    _write_state(state, row, "100,200")
+    # Its shim says hello before NVML lists the process (the shim connects when the process
+    # opens the GPU, before its context exists). The other order is a process NVML lists
+    # with no shim yet: uninstrumented until the hello, and the gate rightly closes.
     on = Conn(path, p.Hello(pid=200, role=p.Role.ONLINE, gpu_uuids=(uuid,)))
+    on.expect(p.HelloAck)  # the agent has taken the hello in
+    _write_state(state, row, "100,200")
     assert [m for m in off.frames(0.3) if isinstance(m, p.Gate)] == []
     # Its shim disconnects while the process runs on: closed at once, until it is gone.
     on.sock.close()
