@@ -42,7 +42,7 @@ def agent(tmp_path: Path) -> Iterator[tuple[KubeEmulator, str, subprocess.Popen[
 
 
 def _samples(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(f"{base}/metrics").text
+    text = httpx.get(f"{base}/metrics", timeout=30).text  # a loaded machine: slow, not wrong
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for f in text_string_to_metric_families(text)

@@ -128,7 +128,7 @@ class Client:
     def send(self, msg: p.Message) -> None:
         p.send_message(self.sock, msg)
 
-    def expect(self, kind: type[M], timeout: float = 3.0) -> M:
+    def expect(self, kind: type[M], timeout: float = 10.0) -> M:
         self.sock.settimeout(timeout)
         while True:
             for i, m in enumerate(self.inbox):
