@@ -68,6 +68,7 @@ __all__ = [
     "LABEL_ATTEMPT",
     "LABEL_JOB",
     "LABEL_JOB_CLASS",
+    "LABEL_PROFILE",
     "LABEL_REPORT",
     "LABEL_ROLE",
     "OFFLINE_SELECTOR",
@@ -138,6 +139,10 @@ REPORT_KEY: Final = "report.json"
 EVICTION_REPORT_SELECTOR: Final = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
 REPORT_VERSION: Final = 1
 """``version`` of the report documents this code writes."""
+
+# --- Profiles (written by `gleaner profile`; docs/profiling.md) ---------------------------
+LABEL_PROFILE: Final = f"{_PREFIX}profile"
+"""On a profile ConfigMap: the model it was measured for (a label value)."""
 
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"
