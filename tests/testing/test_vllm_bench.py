@@ -45,7 +45,7 @@ def test_refuses_a_cache_smaller_than_one_request() -> None:
 
 def test_command_line_writes_vllm_bench_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    args = ["bench", "throughput", f"--kv-cache-memory={8 * int(GIB)}", "--num-prompts=100"]
+    args = ["bench", "throughput", f"--kv-cache-memory-bytes={8 * int(GIB)}", "--num-prompts=100"]
     assert main([*args, f"--output-json={out}", "--unknown-engine-flag=1"]) == 0
     data = json.loads(out.read_text())
     assert data["num_requests"] == 100 and data["output_tokens"] == 100 * 128
@@ -55,7 +55,7 @@ def test_command_line_writes_vllm_bench_json(tmp_path: Path) -> None:
 
 
 def test_command_line_fails_on_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["bench", "throughput", "--kv-cache-memory=1", f"--output-json={tmp_path / 'r'}"]
+    args = ["bench", "throughput", "--kv-cache-memory-bytes=1", f"--output-json={tmp_path / 'r'}"]
     assert main([*args, "--fail=out of memory"]) == 1
     assert "out of memory" in capsys.readouterr().err
     assert main(args) == 1  # one byte of KV cache holds no request

@@ -1,8 +1,9 @@
 """``gleaner profile``: measure a job's profile by running its own engine at several KV budgets.
 
 Contract (docs/profiling.md). The engine is ``vllm bench throughput`` (vLLM's offline
-throughput benchmark), started once per KV-cache budget with ``--kv-cache-memory`` bytes
-and a prompt set of ``--input-len``/``--output-len`` tokens (or lengths estimated from a
+throughput benchmark), started once per KV-cache budget with ``--kv-cache-memory-bytes``
+(the KV cache per GPU, which replaces vLLM's sizing by ``--gpu-memory-utilization``) and a
+prompt set of ``--input-len``/``--output-len`` tokens (or lengths estimated from a
 JSONL sample of the job's dataset). Each run's ``--output-json`` gives the seconds; output
 tokens are the JSON's ``output_tokens`` when present, else ``num_requests × output_len``.
 ``--engine-command`` replaces ``vllm`` (a container's path, or the fake engine in tests).
@@ -81,7 +82,7 @@ class EngineSpec:
             "bench",
             "throughput",
             f"--model={self.model}",
-            f"--kv-cache-memory={int(kv_gib * GIB)}",
+            f"--kv-cache-memory-bytes={int(kv_gib * GIB)}",
             f"--input-len={self.input_len}",
             f"--output-len={self.output_len}",
             f"--num-prompts={self.num_prompts}",

@@ -21,7 +21,7 @@ So its throughput against KV memory is known: in steady state it is
 taking memory away), which preempts requests as vLLM does when blocks vanish.
 
 :func:`main` is a command line with the flags of ``vllm bench throughput`` that
-``gleaner profile`` passes (``--kv-cache-memory`` bytes, ``--input-len``, ``--output-len``,
+``gleaner profile`` passes (``--kv-cache-memory-bytes``, ``--input-len``, ``--output-len``,
 ``--num-prompts``, ``--max-num-seqs``, ``--output-json``), writing the same JSON keys
 (``elapsed_time``, ``num_requests``, ``total_num_tokens``, ``requests_per_second``,
 ``tokens_per_second``) plus ``output_tokens``; the extension ``--kv-swing LOW_BYTES:FRACTION``
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("bench")
     p.add_argument("throughput")
     p.add_argument("--model", default="fake")
-    p.add_argument("--kv-cache-memory", type=int, required=True)
+    p.add_argument("--kv-cache-memory-bytes", type=int, required=True)
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--num-prompts", type=int, default=1000)
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fail:
         print(f"fake engine: {args.fail}", file=sys.stderr)
         return 1
-    high = args.kv_cache_memory / GIB
+    high = args.kv_cache_memory_bytes / GIB
     kv_at: Callable[[float], float] = lambda t: high  # noqa: E731
     if args.kv_swing:
         low_bytes, frac = args.kv_swing.split(":")
