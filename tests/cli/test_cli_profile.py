@@ -148,5 +148,6 @@ def test_engine_argv_is_vllm_bench_throughput() -> None:
     argv = spec.argv(2.0, "/tmp/r.json")
     assert argv[:3] == ["vllm", "bench", "throughput"]
     assert "--kv-cache-memory-bytes=2147483648" in argv and "--max-num-seqs=64" in argv
+    assert "--max-model-len=640" in argv
     assert argv[-1] == "--dtype=bfloat16"
     assert spec.argv(2.0, "/tmp/r.json", swing="1:0.5")[-1] == "--kv-swing=1:0.5"

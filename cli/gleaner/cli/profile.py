@@ -30,6 +30,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -87,6 +88,9 @@ class EngineSpec:
             f"--output-len={self.output_len}",
             f"--num-prompts={self.num_prompts}",
             f"--max-num-seqs={self.max_num_seqs}",
+            # vLLM refuses a KV cache that cannot hold one request of --max-model-len (the
+            # model's context by default); the prompt set needs no more than this.
+            f"--max-model-len={self.input_len + self.output_len}",
             f"--output-json={out_json}",
             *self.extra,
         ]
@@ -216,18 +220,11 @@ def plot_html(report: FitReport, title: str) -> str:
     return out
 
 
-def _progress(enabled: bool, total: int) -> Callable[[str], None]:
+def _progress(enabled: bool, total: int) -> Any:
+    """A tqdm bar on stderr, one step per engine run (closed by the caller)."""
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc="profile", file=sys.stderr, disable=not enabled, unit="run")
-
-    def step(label: str) -> None:
-        bar.set_postfix_str(label)
-        bar.update(1)
-        if bar.n >= total:
-            bar.close()
-
-    return step
+    return tqdm(total=total, desc="profile", file=sys.stderr, disable=not enabled, unit="run")
 
 
 def _parse_swing(text: str | None) -> tuple[float, float] | None:
@@ -390,7 +387,11 @@ def command(
         extra=tuple(engine_args),
         timeout_s=timeout_s,
     )
-    step = _progress(progress, points + refine + (1 if swing_shares else 0))
+    bar = _progress(progress, points + refine + (1 if swing_shares else 0))
+
+    def step(label: str) -> None:
+        bar.set_postfix_str(label)
+        bar.update(1)
 
     def run(kv: float) -> Measurement:
         tokens, seconds = engine.run(kv)
@@ -398,21 +399,21 @@ def command(
         step(f"{kv:.2f} GiB: {m.tokens_per_second:.0f} tok/s")
         return m
 
-    # Budgets closer than a thousandth of the range tell nothing new (and round together).
-    measured = measure(
-        run, kv_min_gib, kv_max_gib, points, refine, (kv_max_gib - kv_min_gib) / 1000
-    )
-    report = fit_profile(measured, full_speed_fraction=full_speed)
-    if swing_shares is not None:
-        low_share, time_share = swing_shares
-        high = report.profile.required_memory_gib - base_gib
-        if high <= 0:
-            fail("--swing: requiredMemoryGiB is within --base-gib")
-        low = high * low_share
-        tokens, seconds = engine.run(high, swing=f"{int(low * GIB)}:{time_share}")
-        step(f"swing {high:.2f}->{low:.2f} GiB")
-        sw = SwingMeasurement(base_gib + high, base_gib + low, time_share, tokens / seconds)
-        report = fit_profile(measured, [sw], full_speed_fraction=full_speed)
+    try:
+        report = _measure_and_fit(
+            engine,
+            step,
+            run,
+            base_gib,
+            swing_shares,
+            full_speed,
+            kv_min_gib,
+            kv_max_gib,
+            points,
+            refine,
+        )
+    finally:
+        bar.close()
     write_outputs(
         report,
         out_dir,
@@ -433,6 +434,35 @@ def command(
         f"{s['leaveOneOutMaxRelative']:.1%} of standalone; {s['runs']} runs, "
         f"{s['seconds']} engine seconds; wrote {out_dir}"
     )
+
+
+def _measure_and_fit(
+    engine: EngineSpec,
+    step: Callable[[str], None],
+    run: Callable[[float], Measurement],
+    base_gib: float,
+    swing_shares: tuple[float, float] | None,
+    full_speed: float,
+    kv_min_gib: float,
+    kv_max_gib: float,
+    points: int,
+    refine: int,
+) -> FitReport:
+    # Budgets closer than a thousandth of the range tell nothing new (and round together).
+    gap = (kv_max_gib - kv_min_gib) / 1000
+    measured = measure(run, kv_min_gib, kv_max_gib, points, refine, gap)
+    report = fit_profile(measured, full_speed_fraction=full_speed)
+    if swing_shares is None:
+        return report
+    low_share, time_share = swing_shares
+    high = report.profile.required_memory_gib - base_gib
+    if high <= 0:
+        fail("--swing: requiredMemoryGiB is within --base-gib")
+    low = high * low_share
+    tokens, seconds = engine.run(high, swing=f"{int(low * GIB)}:{time_share}")
+    step(f"swing {high:.2f}->{low:.2f} GiB")
+    sw = SwingMeasurement(base_gib + high, base_gib + low, time_share, tokens / seconds)
+    return fit_profile(measured, [sw], full_speed_fraction=full_speed)
 
 
 def write_outputs(
