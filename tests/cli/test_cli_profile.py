@@ -15,7 +15,7 @@ import yaml
 from gleaner.api import Profile
 from gleaner.api.contract import LABEL_PROFILE
 from gleaner.cli.main import main
-from gleaner.cli.profile import EngineSpec, sample_lengths
+from gleaner.cli.profile import EngineSpec, job_engine, sample_lengths
 from gleaner.perfmodel.engine import LLAMA31_8B_H100 as ENGINE
 
 FAKE = f"{shlex.quote(sys.executable)} -m gleaner.testing.vllm_bench"
@@ -151,3 +151,70 @@ def test_engine_argv_is_vllm_bench_throughput() -> None:
     assert "--max-model-len=640" in argv
     assert argv[-1] == "--dtype=bfloat16"
     assert spec.argv(2.0, "/tmp/r.json", swing="1:0.5")[-1] == "--kv-swing=1:0.5"
+
+
+def test_from_job_reads_the_jobs_engine_and_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The example job (a ConfigMap and an OfflineJob in one file): its model, its name and
+    namespace for the ConfigMap; its --input-file is not readable here, so the prompt set
+    stays synthetic."""
+    example = Path(__file__).resolve().parents[2] / "examples/mistral-7b-profile-configmap.yaml"
+    out = tmp_path / "out"
+    args = [a for a in profile_args(out) if not a.startswith("--model")]
+    assert main([*args, f"--from-job={example}"]) == 0
+    stdout = capsys.readouterr().out
+    assert "spec.profileFrom: {name: mistral-7b-ticket-triage-profile}" in stdout
+    cm = yaml.safe_load((out / "profile-configmap.yaml").read_text())
+    assert cm["metadata"]["name"] == "mistral-7b-ticket-triage-profile"
+    assert cm["metadata"]["namespace"] == "batch"
+    assert cm["metadata"]["labels"][LABEL_PROFILE] == "mistralai-Mistral-7B-Instruct-v0.3"
+    assert "512/128-token prompts" in cm["data"]["profile.yaml"]
+
+
+def test_job_engine_takes_the_vllm_containers_flags(tmp_path: Path) -> None:
+    sample = tmp_path / "in.jsonl"
+    sample.write_text(json.dumps({"prompt": "p" * 40, "max_tokens": 7}) + "\n")
+    doc = {
+        "kind": "OfflineJob",
+        "metadata": {"name": "j"},
+        "spec": {
+            "gpus": 2,
+            "template": {"spec": {"containers": [
+                {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]},
+                {"name": "w", "image": "vllm/vllm-openai",
+                 "command": ["python3", "-m", "vllm.entrypoints.openai.run_batch"],
+                 "args": ["--model", "org/m", "--max-num-seqs=64", "--dtype=bfloat16",
+                          "--enforce-eager", f"--input-file={sample}",
+                          "--output-file=/o.jsonl"]},
+            ]}},
+        },
+    }  # fmt: skip
+    eng = job_engine(doc)
+    assert (eng.name, eng.namespace, eng.model, eng.max_num_seqs) == ("j", "default", "org/m", 64)
+    assert eng.engine_args == ("--dtype=bfloat16", "--enforce-eager", "--tensor-parallel-size=2")
+    assert eng.input_file == str(sample)
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    args = [a for a in profile_args(out) if not a.startswith("--model")]
+    assert main([*args, f"--from-job={job}"]) == 0
+    runs = json.loads((out / "measurements.json").read_text())["runs"]
+    # The job's own input file set the lengths: 40 chars / 4 = 10 prompt, 7 output tokens.
+    assert "10/7-token prompts" in (out / "profile.yaml").read_text()
+    assert all(r["outputTokens"] == 300 * 7 for r in runs)
+
+
+def test_from_job_without_a_model_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("kind: OfflineJob\nmetadata: {name: j}\nspec:\n  template: {spec: {containers:"
+                   " [{name: w, image: i}]}}\n")  # fmt: skip
+    args = [a for a in profile_args(tmp_path / "o") if not a.startswith("--model")]
+    assert main([*args, f"--from-job={job}"]) == 2
+    assert "--model is required" in capsys.readouterr().err
+    other = tmp_path / "cm.yaml"
+    other.write_text("kind: ConfigMap\n")
+    assert main([*args, f"--from-job={other}"]) == 2
+    assert "no OfflineJob" in capsys.readouterr().err

@@ -27,7 +27,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ from gleaner.perfmodel.profiling import (
     profile_document,
 )
 
+DEFAULT_MAX_NUM_SEQS = 256
+"""--max-num-seqs when neither the option nor the job sets it."""
 PROFILE_KEY: str = ConfigMapProfileRef.model_fields["key"].default
 """The ConfigMap key ``profileFrom`` reads by default."""
 CHARS_PER_TOKEN = 4.0
@@ -156,6 +158,102 @@ def sample_lengths(path: Path, limit: int = 1000) -> tuple[int, int]:
     return prompt, max(1, round(sum(outs) / len(outs)))
 
 
+ENGINE_FLAGS = frozenset(
+    {
+        "--dtype", "--quantization", "--kv-cache-dtype", "--tensor-parallel-size",
+        "--pipeline-parallel-size", "--max-num-batched-tokens", "--block-size",
+        "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-chunked-prefill",
+        "--enforce-eager", "--trust-remote-code", "--revision", "--tokenizer", "--seed",
+        "--load-format",
+    }
+)  # fmt: skip
+"""vLLM engine flags of the job's container that change its throughput; `--from-job`
+passes these to every run (the rest, such as the batch's input and output files, are the
+job's own business)."""
+
+
+@dataclass(frozen=True)
+class JobEngine:
+    """What `--from-job` takes from an OfflineJob manifest."""
+
+    name: str
+    namespace: str
+    model: str | None
+    max_num_seqs: int | None
+    engine_args: tuple[str, ...]
+    input_file: str | None
+
+
+def _flag_values(argv: Sequence[str]) -> list[tuple[str, str | None]]:
+    """``--flag=value``, ``--flag value`` and bare ``--flag`` items of a command line."""
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(argv):
+        item = argv[i]
+        if item.startswith("--") and "=" in item:
+            flag, value = item.split("=", 1)
+            out.append((flag, value))
+        elif item.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is not None and not nxt.startswith("--"):
+                out.append((item, nxt))
+                i += 1
+            else:
+                out.append((item, None))
+        i += 1
+    return out
+
+
+def job_engine(doc: Mapping[str, Any]) -> JobEngine:
+    """Read the engine settings of an OfflineJob manifest (a dict; no profile needed).
+
+    The engine container is the first whose command or args mention vllm (else the first).
+    ``--model``, ``--max-num-seqs`` and ``--input-file`` (vLLM's run_batch) are read; the
+    flags in :data:`ENGINE_FLAGS` pass through; ``spec.gpus`` > 1 becomes
+    ``--tensor-parallel-size`` unless the container sets it.
+    """
+    meta = doc.get("metadata") or {}
+    spec = doc.get("spec") or {}
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    if not containers:
+        raise ValueError("spec.template.spec.containers is empty")
+
+    def words(c: Mapping[str, Any]) -> list[str]:
+        return [str(w) for w in [*(c.get("command") or []), *(c.get("args") or [])]]
+
+    engine = next((c for c in containers if any("vllm" in w for w in words(c))), containers[0])
+    model = max_seqs = input_file = None
+    passed: list[str] = []
+    for flag, value in _flag_values(words(engine)):
+        if flag == "--model":
+            model = value
+        elif flag == "--max-num-seqs" and value is not None:
+            max_seqs = int(value)
+        elif flag == "--input-file":
+            input_file = value
+        elif flag in ENGINE_FLAGS:
+            passed.append(flag if value is None else f"{flag}={value}")
+    gpus = int(spec.get("gpus") or 1)
+    if gpus > 1 and not any(a.startswith("--tensor-parallel-size") for a in passed):
+        passed.append(f"--tensor-parallel-size={gpus}")
+    return JobEngine(
+        name=str(meta.get("name") or "job"),
+        namespace=str(meta.get("namespace") or "default"),
+        model=model,
+        max_num_seqs=max_seqs,
+        engine_args=tuple(passed),
+        input_file=input_file,
+    )
+
+
+def load_job_manifest(path: Path) -> dict[str, Any]:
+    """The OfflineJob document of a (multi-document) YAML file."""
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if isinstance(doc, dict) and doc.get("kind") == "OfflineJob":
+            return doc
+    raise ValueError(f"{path}: no OfflineJob in it")
+
+
 def configmap(doc: dict[str, object], name: str, namespace: str, model: str, comment: str) -> str:
     """The ConfigMap manifest holding the profile under ``profile.yaml``."""
     body = f"# {comment}\n" + yaml.safe_dump(doc, sort_keys=False)
@@ -240,7 +338,15 @@ def _parse_swing(text: str | None) -> tuple[float, float] | None:
 
 
 @click.command(name="profile")
-@click.option("--model", required=True, help="The model the engine serves (vLLM --model).")
+@click.option(
+    "--from-job",
+    "from_job",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="An OfflineJob manifest: its vLLM container's --model, --max-num-seqs, engine flags "
+    "and --input-file (when readable here), and its name and namespace for the ConfigMap.",
+)
+@click.option("--model", default=None, help="The model the engine serves (vLLM --model).")
 @click.option(
     "--base-gib",
     type=float,
@@ -295,9 +401,8 @@ def _parse_swing(text: str | None) -> tuple[float, float] | None:
 @click.option(
     "--max-num-seqs",
     type=click.IntRange(1),
-    default=256,
-    show_default=True,
-    help="The job's vLLM --max-num-seqs.",
+    default=None,
+    help="The job's vLLM --max-num-seqs (default: the job's, else 256).",
 )
 @click.option(
     "--full-speed",
@@ -333,8 +438,12 @@ def _parse_swing(text: str | None) -> tuple[float, float] | None:
     show_default=True,
     help="Seconds one engine run may take.",
 )
-@click.option("--name", default=None, help="ConfigMap name (default: <model>-profile).")
-@click.option("--namespace", default="default", show_default=True)
+@click.option(
+    "--name", default=None, help="ConfigMap name (default: <job>-profile or <model>-profile)."
+)
+@click.option(
+    "--namespace", default=None, help="ConfigMap namespace (default: the job's, or default)."
+)
 @click.option(
     "--out",
     "out_dir",
@@ -344,7 +453,8 @@ def _parse_swing(text: str | None) -> tuple[float, float] | None:
 )
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
 def command(
-    model: str,
+    from_job: Path | None,
+    model: str | None,
     base_gib: float,
     kv_min_gib: float,
     kv_max_gib: float,
@@ -354,14 +464,14 @@ def command(
     output_len: int,
     dataset: Path | None,
     num_prompts: int,
-    max_num_seqs: int,
+    max_num_seqs: int | None,
     full_speed: float,
     swing: str | None,
     engine_command: str,
     engine_args: Sequence[str],
     timeout_s: float,
     name: str | None,
-    namespace: str,
+    namespace: str | None,
     out_dir: Path,
     progress: bool,
 ) -> None:
@@ -372,6 +482,20 @@ def command(
     if base_gib < 0 or not 0 < kv_min_gib < kv_max_gib:
         fail("need --base-gib >= 0 and 0 < --kv-min-gib < --kv-max-gib")
     swing_shares = _parse_swing(swing)
+    if from_job is not None:
+        try:
+            job = job_engine(load_job_manifest(from_job))
+        except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
+            fail(f"--from-job: {str(exc).splitlines()[0]}")
+        model = model or job.model
+        namespace = namespace or job.namespace
+        name = name or f"{job.name}-profile"
+        engine_args = (*job.engine_args, *engine_args)
+        max_num_seqs = max_num_seqs or job.max_num_seqs
+        if dataset is None and job.input_file is not None and Path(job.input_file).is_file():
+            dataset = Path(job.input_file)
+    if not model:
+        fail("--model is required (or a --from-job whose container names one)")
     if dataset is not None:
         try:
             input_len, output_len = sample_lengths(dataset)
@@ -383,7 +507,7 @@ def command(
         input_len=input_len,
         output_len=output_len,
         num_prompts=num_prompts,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=max_num_seqs or DEFAULT_MAX_NUM_SEQS,
         extra=tuple(engine_args),
         timeout_s=timeout_s,
     )
@@ -418,7 +542,7 @@ def command(
         report,
         out_dir,
         name or f"{_label_value(model)}-profile",
-        namespace,
+        namespace or "default",
         model,
         f"{input_len}/{output_len}-token prompts, {num_prompts} per run",
     )
@@ -434,6 +558,12 @@ def command(
         f"{s['leaveOneOutMaxRelative']:.1%} of standalone; {s['runs']} runs, "
         f"{s['seconds']} engine seconds; wrote {out_dir}"
     )
+    if from_job is not None:
+        cm = name or f"{_label_value(model)}-profile"
+        click.echo(
+            f"to use it: kubectl apply -f {out_dir / 'profile-configmap.yaml'}, and set "
+            f"the job's spec.profileFrom: {{name: {cm}}}"
+        )
 
 
 def _measure_and_fit(
