@@ -218,3 +218,17 @@ def test_from_job_without_a_model_is_bad_input(
     other.write_text("kind: ConfigMap\n")
     assert main([*args, f"--from-job={other}"]) == 2
     assert "no OfflineJob" in capsys.readouterr().err
+
+
+def test_an_engine_json_without_the_fields_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = tmp_path / "engine.py"
+    fake.write_text(
+        "import sys\n"
+        "out = [a.split('=', 1)[1] for a in sys.argv if a.startswith('--output-json=')][0]\n"
+        "open(out, 'w').write('{\"tokens_per_second\": 1}')\n"
+    )
+    args = profile_args(tmp_path / "out", f"--engine-command={sys.executable} {fake}")
+    assert main(args) == 1
+    assert "wrote no usable --output-json" in capsys.readouterr().err

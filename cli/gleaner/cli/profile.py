@@ -122,11 +122,18 @@ class EngineSpec:
                 raise EngineFailed(
                     f"engine run at {kv_gib:.2f} GiB KV failed (exit {proc.returncode}): {last}"
                 )
-            data = json.loads(out.read_text(encoding="utf-8"))
-        tokens = data.get("output_tokens")
-        if tokens is None:
-            tokens = int(data["num_requests"]) * self.output_len
-        return float(tokens), float(data["elapsed_time"])
+            text = out.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+            tokens = data.get("output_tokens")
+            if tokens is None:
+                tokens = int(data["num_requests"]) * self.output_len
+            return float(tokens), float(data["elapsed_time"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise EngineFailed(
+                f"engine run at {kv_gib:.2f} GiB KV wrote no usable --output-json "
+                f"(elapsed_time and num_requests or output_tokens): {exc!r}"
+            ) from exc
 
 
 def sample_lengths(path: Path, limit: int = 1000) -> tuple[int, int]:
@@ -499,7 +506,7 @@ def command(
     if dataset is not None:
         try:
             input_len, output_len = sample_lengths(dataset)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             fail(f"--dataset: {exc}")
     engine = EngineSpec(
         command=tuple(shlex.split(engine_command)),
