@@ -83,6 +83,7 @@ from gleaner.api.offlinejob import (
     Phase,
     Placement,
     Profile,
+    ProfileMeasurement,
 )
 
 __all__ = [
@@ -139,6 +140,7 @@ __all__ = [
     "Placement",
     "PredictedFactorsDocument",
     "Profile",
+    "ProfileMeasurement",
     "SlaWindows",
     "TraceSource",
     "TraceWindow",
