@@ -15,8 +15,9 @@ import yaml
 from gleaner.api import Profile
 from gleaner.api.contract import LABEL_PROFILE
 from gleaner.cli.main import main
-from gleaner.cli.profile import EngineSpec, job_engine, sample_lengths
+from gleaner.cli.profile import EngineSpec, sample_lengths
 from gleaner.perfmodel.engine import LLAMA31_8B_H100 as ENGINE
+from gleaner.perfmodel.engine_args import job_engine
 
 FAKE = f"{shlex.quote(sys.executable)} -m gleaner.testing.vllm_bench"
 

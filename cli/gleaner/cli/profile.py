@@ -27,7 +27,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from gleaner.api import ConfigMapProfileRef
 from gleaner.api.contract import LABEL_PROFILE
 from gleaner.cli.common import fail
 from gleaner.perfmodel.engine import GIB
+from gleaner.perfmodel.engine_args import bench_argv, job_engine
 from gleaner.perfmodel.profiling import (
     FitReport,
     Measurement,
@@ -80,22 +81,17 @@ class EngineSpec:
 
     def argv(self, kv_gib: float, out_json: str, swing: str | None = None) -> list[str]:
         """The command line of one run at ``kv_gib`` GiB of KV cache."""
-        argv = [
-            *self.command,
-            "bench",
-            "throughput",
-            f"--model={self.model}",
-            f"--kv-cache-memory-bytes={int(kv_gib * GIB)}",
-            f"--input-len={self.input_len}",
-            f"--output-len={self.output_len}",
-            f"--num-prompts={self.num_prompts}",
-            f"--max-num-seqs={self.max_num_seqs}",
-            # vLLM refuses a KV cache that cannot hold one request of --max-model-len (the
-            # model's context by default); the prompt set needs no more than this.
-            f"--max-model-len={self.input_len + self.output_len}",
-            f"--output-json={out_json}",
-            *self.extra,
-        ]
+        argv = bench_argv(
+            self.command,
+            self.model,
+            kv_gib,
+            self.input_len,
+            self.output_len,
+            self.num_prompts,
+            self.max_num_seqs,
+            out_json,
+            self.extra,
+        )
         if swing is not None:
             argv.append(f"--kv-swing={swing}")
         return argv
@@ -163,94 +159,6 @@ def sample_lengths(path: Path, limit: int = 1000) -> tuple[int, int]:
         raise ValueError(f"{path}: no requests")
     prompt = max(1, round(sum(chars) / len(chars) / CHARS_PER_TOKEN))
     return prompt, max(1, round(sum(outs) / len(outs)))
-
-
-ENGINE_FLAGS = frozenset(
-    {
-        "--dtype", "--quantization", "--kv-cache-dtype", "--tensor-parallel-size",
-        "--pipeline-parallel-size", "--max-num-batched-tokens", "--block-size",
-        "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-chunked-prefill",
-        "--enforce-eager", "--trust-remote-code", "--revision", "--tokenizer", "--seed",
-        "--load-format",
-    }
-)  # fmt: skip
-"""vLLM engine flags of the job's container that change its throughput; `--from-job`
-passes these to every run (the rest, such as the batch's input and output files, are the
-job's own business)."""
-
-
-@dataclass(frozen=True)
-class JobEngine:
-    """What `--from-job` takes from an OfflineJob manifest."""
-
-    name: str
-    namespace: str
-    model: str | None
-    max_num_seqs: int | None
-    engine_args: tuple[str, ...]
-    input_file: str | None
-
-
-def _flag_values(argv: Sequence[str]) -> list[tuple[str, str | None]]:
-    """``--flag=value``, ``--flag value`` and bare ``--flag`` items of a command line."""
-    out: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(argv):
-        item = argv[i]
-        if item.startswith("--") and "=" in item:
-            flag, value = item.split("=", 1)
-            out.append((flag, value))
-        elif item.startswith("--"):
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            if nxt is not None and not nxt.startswith("--"):
-                out.append((item, nxt))
-                i += 1
-            else:
-                out.append((item, None))
-        i += 1
-    return out
-
-
-def job_engine(doc: Mapping[str, Any]) -> JobEngine:
-    """Read the engine settings of an OfflineJob manifest (a dict; no profile needed).
-
-    The engine container is the first whose command or args mention vllm (else the first).
-    ``--model``, ``--max-num-seqs`` and ``--input-file`` (vLLM's run_batch) are read; the
-    flags in :data:`ENGINE_FLAGS` pass through; ``spec.gpus`` > 1 becomes
-    ``--tensor-parallel-size`` unless the container sets it.
-    """
-    meta = doc.get("metadata") or {}
-    spec = doc.get("spec") or {}
-    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
-    if not containers:
-        raise ValueError("spec.template.spec.containers is empty")
-
-    def words(c: Mapping[str, Any]) -> list[str]:
-        return [str(w) for w in [*(c.get("command") or []), *(c.get("args") or [])]]
-
-    engine = next((c for c in containers if any("vllm" in w for w in words(c))), containers[0])
-    model = max_seqs = input_file = None
-    passed: list[str] = []
-    for flag, value in _flag_values(words(engine)):
-        if flag == "--model":
-            model = value
-        elif flag == "--max-num-seqs" and value is not None:
-            max_seqs = int(value)
-        elif flag == "--input-file":
-            input_file = value
-        elif flag in ENGINE_FLAGS:
-            passed.append(flag if value is None else f"{flag}={value}")
-    gpus = int(spec.get("gpus") or 1)
-    if gpus > 1 and not any(a.startswith("--tensor-parallel-size") for a in passed):
-        passed.append(f"--tensor-parallel-size={gpus}")
-    return JobEngine(
-        name=str(meta.get("name") or "job"),
-        namespace=str(meta.get("namespace") or "default"),
-        model=model,
-        max_num_seqs=max_seqs,
-        engine_args=tuple(passed),
-        input_file=input_file,
-    )
 
 
 def load_job_manifest(path: Path) -> dict[str, Any]:

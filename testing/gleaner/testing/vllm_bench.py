@@ -132,7 +132,7 @@ def swing(
     return at
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vllm")
     p.add_argument("bench")
     p.add_argument("throughput")
@@ -146,41 +146,53 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kv-swing", default=None)
     p.add_argument("--swing-period", type=float, default=2.0)
     p.add_argument("--fail", default=None)
-    args, _unknown = p.parse_known_args(argv)
+    return p
+
+
+def result_json(argv: list[str]) -> str:
+    """The ``--output-json`` document of a run with these arguments (after the executable).
+
+    RuntimeError when the engine cannot run (the fake's ``--fail``, a KV cache below one
+    request). Tests that play the kubelet for a profiling Pod use it to write the Pod's
+    termination message from the Pod's own command line.
+    """
+    args, _unknown = _parser().parse_known_args(argv)
     if args.fail:
-        print(f"fake engine: {args.fail}", file=sys.stderr)
-        return 1
+        raise RuntimeError(args.fail)
     high = args.kv_cache_memory_bytes / GIB
     kv_at: Callable[[float], float] = lambda t: high  # noqa: E731
     if args.kv_swing:
         low_bytes, frac = args.kv_swing.split(":")
         kv_at = swing(high, int(low_bytes) / GIB, float(frac), args.swing_period)
+    res = run_batch(
+        LLAMA31_8B_H100,
+        kv_at,
+        args.input_len,
+        args.output_len,
+        args.num_prompts,
+        args.max_num_seqs,
+    )
+    total = args.num_prompts * args.input_len + res.output_tokens
+    return json.dumps(
+        {
+            "elapsed_time": res.seconds,
+            "num_requests": args.num_prompts,
+            "total_num_tokens": total,
+            "requests_per_second": args.num_prompts / res.seconds,
+            "tokens_per_second": total / res.seconds,
+            "output_tokens": res.output_tokens,
+        }
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, _unknown = _parser().parse_known_args(argv)
     try:
-        res = run_batch(
-            LLAMA31_8B_H100,
-            kv_at,
-            args.input_len,
-            args.output_len,
-            args.num_prompts,
-            args.max_num_seqs,
-        )
+        text = result_json(sys.argv[1:] if argv is None else argv)
     except RuntimeError as exc:
         print(f"fake engine: {exc}", file=sys.stderr)
         return 1
-    total = args.num_prompts * args.input_len + res.output_tokens
-    Path(args.output_json).write_text(
-        json.dumps(
-            {
-                "elapsed_time": res.seconds,
-                "num_requests": args.num_prompts,
-                "total_num_tokens": total,
-                "requests_per_second": args.num_prompts / res.seconds,
-                "tokens_per_second": total / res.seconds,
-                "output_tokens": res.output_tokens,
-            }
-        ),
-        encoding="utf-8",
-    )
+    Path(args.output_json).write_text(text, encoding="utf-8")
     return 0
 
 
