@@ -30,7 +30,7 @@ from typing import Any
 from gleaner.api import OfflineJobStatus, Phase
 from gleaner.clients.kube import configmaps_path, offlinejobs_path
 from gleaner.operator import status as st
-from gleaner.operator.autoprofile import profiling, profiling_started
+from gleaner.operator.autoprofile import profiled, profiling, profiling_started
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, update_status
@@ -84,6 +84,10 @@ async def apply_verdict(
         new = st.valid(cur, now, generation)
         if isinstance(verdict, NeedsProfile) and not profiling_started(new):
             new = profiling(new, verdict.message, now)  # the pass starts the runs
+        elif isinstance(verdict, ValidJob) and profiling_started(new):
+            # The ConfigMap appeared while profiling (written by the user, or stored by a
+            # replica that stopped before it could say so): the profile is there.
+            new = profiled(new, "profile read from its ConfigMap", now)
         return new
 
     await update_status(ctx, namespace, name, mark_valid)
