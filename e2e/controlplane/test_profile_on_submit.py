@@ -15,7 +15,7 @@ run must say why and be retried with backoff under a new attempt.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -119,6 +119,34 @@ def _terminate(tenant: Tenant, pod: dict[str, Any], exit_code: int, message: str
     )
 
 
+def play_runs(tenant: Tenant, job: str, attempt: int, logs: Callable[[], str]) -> int:
+    """Play the kubelet for each profiling Pod of ``attempt`` until ``job`` is Profiled."""
+
+    def next_pod_or_profiled(name: str) -> bool:
+        return _pod(tenant, name) is not None or _profiled(tenant, job).get("status") == "True"
+
+    runs = 0
+    while True:
+        name = f"{job}-profile-{attempt}-{runs}"
+        pod = wait_for(partial(_running_pod, tenant, name), timeout=60, message=logs)
+        assert pod["metadata"]["labels"][LABEL_PROFILING_RUN] == f"{attempt}-{runs}"
+        assert pod["spec"]["nodeName"] == tenant.node("gpu")
+        (container,) = pod["spec"]["containers"]
+        assert container["command"][:3] == ["vllm", "bench", "throughput"]
+        assert "--model=meta-llama/Llama-3.1-8B" in container["command"]
+        # While a run is in progress, the job is Pending and Profiled=False says which.
+        cond = wait_for(partial(_profiled, tenant, job), message=logs)
+        assert cond["status"] == "False" and cond["reason"] == "Profiling"
+        assert _status(tenant, job)["phase"] == "Pending"
+        # The kubelet's part: the engine's JSON becomes the termination message.
+        _terminate(tenant, pod, 0, result_json(container["command"][1:]))
+        runs += 1
+        nxt = f"{job}-profile-{attempt}-{runs}"
+        wait_for(partial(next_pod_or_profiled, nxt), timeout=60, message=logs)
+        if _profiled(tenant, job).get("status") == "True":
+            return runs
+
+
 def test_a_job_without_a_profile_is_profiled_then_placed(
     tenant: Tenant, operator: OperatorProcess
 ) -> None:
@@ -127,28 +155,7 @@ def test_a_job_without_a_profile_is_profiled_then_placed(
     def logs() -> str:
         return f"status: {_status(tenant, 'llama')}\n{operator.log()[-4000:]}"
 
-    def next_pod_or_profiled(name: str) -> bool:
-        return _pod(tenant, name) is not None or _profiled(tenant, "llama").get("status") == "True"
-
-    runs = 0
-    while True:
-        name = f"llama-profile-0-{runs}"
-        pod = wait_for(partial(_running_pod, tenant, name), timeout=60, message=logs)
-        assert pod["metadata"]["labels"][LABEL_PROFILING_RUN] == f"0-{runs}"
-        assert pod["spec"]["nodeName"] == tenant.node("gpu")
-        (container,) = pod["spec"]["containers"]
-        assert container["command"][:3] == ["vllm", "bench", "throughput"]
-        assert "--model=meta-llama/Llama-3.1-8B" in container["command"]
-        # While a run is in progress, the job is Pending and Profiled=False says which.
-        cond = wait_for(partial(_profiled, tenant, "llama"), message=logs)
-        assert cond["status"] == "False" and cond["reason"] == "Profiling"
-        assert _status(tenant, "llama")["phase"] == "Pending"
-        # The kubelet's part: the engine's JSON becomes the termination message.
-        _terminate(tenant, pod, 0, result_json(container["command"][1:]))
-        runs += 1
-        wait_for(partial(next_pod_or_profiled, f"llama-profile-0-{runs}"), timeout=60, message=logs)
-        if _profiled(tenant, "llama").get("status") == "True":
-            break
+    runs = play_runs(tenant, "llama", 0, logs)
     assert runs == 4  # 3 geometric budgets + 1 refinement
 
     cms = tenant.api.configmaps(tenant.namespace)
@@ -203,3 +210,42 @@ def test_a_failed_profiling_run_says_why_and_is_retried_with_backoff(
     # After the backoff (1 s with the test flags) the next attempt starts afresh.
     wait_for(lambda: _pod(tenant, "mistral-profile-1-0"), timeout=60, message=logs)
     assert _status(tenant, "mistral")["phase"] == "Pending"
+
+
+def test_a_profile_measured_with_an_older_image_is_measured_again(
+    tenant: Tenant, operator: OperatorProcess
+) -> None:
+    # The ConfigMap as the operator wrote it for an earlier image of the job's engine.
+    old = {
+        "standaloneTokensPerSecond": 100.0,
+        "requiredMemoryGiB": 18.0,
+        "memoryCurve": [
+            {"memoryGiB": 17.0, "tokensPerSecond": 50.0},
+            {"memoryGiB": 18.0, "tokensPerSecond": 100.0},
+        ],
+    }
+    tenant.api.core.create_namespaced_config_map(
+        tenant.namespace,
+        {
+            "metadata": {
+                "name": "qwen-profile",
+                "annotations": {"gleaner.dev/profile-image": "vllm/vllm-openai:v0.7.0"},
+            },
+            "data": {"profile.yaml": yaml.safe_dump(old)},
+        },
+    )
+    tenant.api.create_job(auto_job("qwen", tenant.namespace))
+
+    def logs() -> str:
+        return f"status: {_status(tenant, 'qwen')}\n{operator.log()[-4000:]}"
+
+    cond = wait_for(partial(_profiled, tenant, "qwen"), timeout=60, message=logs)
+    assert "was measured with image vllm/vllm-openai:v0.7.0" in cond["message"]
+    assert play_runs(tenant, "qwen", 0, logs) == 4
+
+    cm = tenant.api.core.read_namespaced_config_map("qwen-profile", tenant.namespace)
+    assert cm.metadata.annotations["gleaner.dev/profile-image"] == "vllm/vllm-openai:latest"
+    assert cm.metadata.owner_references[0].name == "qwen"
+    profile = Profile.model_validate(yaml.safe_load(cm.data["profile.yaml"]))
+    assert profile.standalone_tokens_per_second > 100.0  # the new measurement, not the old
+    wait_for(lambda: _status(tenant, "qwen").get("phase") == "Running", timeout=60, message=logs)

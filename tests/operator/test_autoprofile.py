@@ -16,7 +16,7 @@ import yaml
 
 from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Placement, Profile
 from gleaner.api.common import find_condition
-from gleaner.api.contract import LABEL_JOB, LABEL_PROFILING_RUN
+from gleaner.api.contract import ANNOTATION_PROFILE_IMAGE, LABEL_JOB, LABEL_PROFILING_RUN
 from gleaner.operator.autoprofile import (
     TERMINATION_LOG,
     Fail,
@@ -285,3 +285,34 @@ def test_status_tells_the_profiling_story() -> None:
     cond = find_condition(done.conditions, ConditionType.PROFILED.value)
     assert cond is not None and cond.status.value == "True" and cond.reason == "Profiled"
     assert done.next_attempt_after is None and not profiling_started(done)
+    # Profiling again (ConfigMap deleted, or another image) is a new attempt: the old
+    # attempt's Pods hold the old measurement.
+    again = profiling(done, "measuring again", NOW)
+    assert again.profiling_attempts == failed.profiling_attempts + 1
+    assert profiling(again, "run 2/7", NOW).profiling_attempts == again.profiling_attempts
+
+
+def test_a_profile_measured_with_another_image_is_measured_again() -> None:
+    job = _job(auto_job())
+    doc = {
+        "standaloneTokensPerSecond": 900.0,
+        "requiredMemoryGiB": 20.0,
+        "memoryCurve": [
+            {"memoryGiB": 17.0, "tokensPerSecond": 300.0},
+            {"memoryGiB": 24.0, "tokensPerSecond": 900.0},
+        ],
+    }
+    cm = build_profile_configmap(job, "summarize-profile", "profile.yaml", Store(doc, {}))
+    assert cm["metadata"]["annotations"][ANNOTATION_PROFILE_IMAGE] == "vllm/vllm-openai:latest"
+    assert isinstance(validate_job(auto_job(), cm), ValidJob)
+    newer = auto_job()
+    newer["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.9.0"
+    verdict = validate_job(newer, cm)
+    assert isinstance(verdict, NeedsProfile)
+    assert verdict.message == (
+        "ConfigMap summarize-profile was measured with image vllm/vllm-openai:latest; the job "
+        "runs vllm/vllm-openai:v0.9.0: profile on submit measures it again"
+    )
+    # A ConfigMap someone else wrote (no image annotation) is never replaced.
+    del cm["metadata"]["annotations"][ANNOTATION_PROFILE_IMAGE]
+    assert isinstance(validate_job(newer, cm), ValidJob)

@@ -57,6 +57,7 @@ __all__ = [
     "ANNOTATION_GPUS",
     "ANNOTATION_INJECTED",
     "ANNOTATION_PROFILE_FIT",
+    "ANNOTATION_PROFILE_IMAGE",
     "ANNOTATION_PROFILE_KV_GIB",
     "ANNOTATION_SLA_WINDOWS",
     "ENV_JOB",
@@ -153,6 +154,9 @@ ANNOTATION_PROFILE_KV_GIB: Final = f"{_PREFIX}profile-kv-gib"
 """On a profiling Pod: the KV-cache budget of its run, GiB per GPU."""
 ANNOTATION_PROFILE_FIT: Final = f"{_PREFIX}profile-fit"
 """On a measured profile ConfigMap: goodness of fit and runs, JSON."""
+ANNOTATION_PROFILE_IMAGE: Final = f"{_PREFIX}profile-image"
+"""On a measured profile ConfigMap: the engine image it was measured with; a job with
+``profileFrom.auto`` that runs another image has it measured again."""
 
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"

@@ -407,7 +407,10 @@ class OfflineJobStatus(KubeModel):
     )
     eviction_count: int = Field(default=0, ge=0, description="Total SLA evictions so far.")
     profiling_attempts: int = Field(
-        default=0, ge=0, description="Failed profile-on-submit attempts so far (backoff)."
+        default=0,
+        ge=0,
+        description="Profile-on-submit attempts ended so far (failed, or replaced because "
+        "the job's image changed).",
     )
     excluded_nodes: list[str] = Field(
         default_factory=list, description="Nodes the job missed its SLA on; not retried there."

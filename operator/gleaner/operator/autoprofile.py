@@ -9,7 +9,9 @@ the engine container runs ``<command> bench throughput --kv-cache-memory-bytes=.
 same command line as ``gleaner profile``), so the run's JSON comes back as the container's
 termination message. The operator keeps no other state: the Pods of the current attempt
 (``status.profilingAttempts``), named ``<job>-profile-<attempt>-<index>``, are the progress,
-and a restarted operator reads them again.
+and a restarted operator reads them again. The stored ConfigMap names the engine image it
+was measured with (``ANNOTATION_PROFILE_IMAGE``); :func:`stale_profile` says when the job
+now runs another one, and the job is measured again under a new attempt.
 
 :func:`next_step` looks at those Pods (:func:`runs_of`) and says what to do:
 
@@ -51,6 +53,7 @@ from gleaner.api import (
 from gleaner.api.common import Condition, ConditionStatus, find_condition, set_condition
 from gleaner.api.contract import (
     ANNOTATION_PROFILE_FIT,
+    ANNOTATION_PROFILE_IMAGE,
     ANNOTATION_PROFILE_KV_GIB,
     LABEL_JOB,
     LABEL_PROFILING_RUN,
@@ -307,6 +310,25 @@ def _engine_of(job: OfflineJob) -> JobEngine:
     return job_engine({"metadata": {"name": job.metadata.name}, "spec": spec})
 
 
+def engine_image(job: OfflineJob) -> str:
+    """The image of the job's engine container (what a profile is measured with)."""
+    containers = job.spec.template["spec"]["containers"]
+    return str(containers[_engine_index(containers)].get("image") or "")
+
+
+def stale_profile(job: OfflineJob, configmap: Mapping[str, Any]) -> str | None:
+    """Why a measured profile ConfigMap no longer fits the job (another engine image), or
+    None. A ConfigMap without the image annotation (written by someone else) never is."""
+    measured = ((configmap.get("metadata") or {}).get("annotations") or {}).get(
+        ANNOTATION_PROFILE_IMAGE
+    )
+    image = engine_image(job)
+    if measured is None or str(measured) == image:
+        return None
+    name = (configmap.get("metadata") or {}).get("name")
+    return f"ConfigMap {name} was measured with image {measured}; the job runs {image}"
+
+
 def missing_model(job: OfflineJob) -> str | None:
     """Why the job's template cannot be profiled, or None."""
     if not _engine_of(job).model:
@@ -326,7 +348,10 @@ def build_profile_configmap(job: OfflineJob, name: str, key: str, store: Store) 
             "name": name,
             "namespace": job.metadata.namespace or "default",
             "labels": {LABEL_JOB: job.metadata.name},
-            "annotations": {ANNOTATION_PROFILE_FIT: json.dumps(store.fit, sort_keys=True)},
+            "annotations": {
+                ANNOTATION_PROFILE_FIT: json.dumps(store.fit, sort_keys=True),
+                ANNOTATION_PROFILE_IMAGE: engine_image(job),
+            },
             "ownerReferences": [owner_reference(job)],
         },
         "data": {key: yaml.safe_dump(store.document, sort_keys=False)},
@@ -355,9 +380,20 @@ def profiling_started(status: OfflineJobStatus) -> bool:
 
 
 def profiling(status: OfflineJobStatus, message: str, now: datetime) -> OfflineJobStatus:
-    """Profiling is under way (or waits for a GPU): ``Profiled=False``, reason Profiling."""
+    """Profiling is under way (or waits for a GPU): ``Profiled=False``, reason Profiling.
+
+    A job that was profiled before (its ConfigMap was deleted, or measured with another
+    image) starts a new attempt: the old attempt's Pods hold the old measurement.
+    """
+    cond = find_condition(status.conditions, ConditionType.PROFILED.value)
+    attempts = status.profiling_attempts
+    if cond is not None and cond.status is ConditionStatus.TRUE:
+        attempts += 1
     return status.model_copy(
-        update={"conditions": _profiled_cond(status, False, "Profiling", message, now)}
+        update={
+            "profiling_attempts": attempts,
+            "conditions": _profiled_cond(status, False, "Profiling", message, now),
+        }
     )
 
 
@@ -393,6 +429,7 @@ __all__ = [
     "Wait",
     "build_profile_configmap",
     "build_profiling_pod",
+    "engine_image",
     "missing_model",
     "next_step",
     "parse_run",
@@ -404,4 +441,5 @@ __all__ = [
     "provisional_profile",
     "run_of_pod",
     "runs_of",
+    "stale_profile",
 ]

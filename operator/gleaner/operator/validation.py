@@ -5,7 +5,8 @@ Contract: ``validate_job(body, profile_configmap)`` returns a ``ValidJob`` (the 
 the offending field the way ``kubectl`` users write it (``spec.profile.memoryCurve[1]...``).
 The caller fetches the ConfigMap named by ``spec.profileFrom`` (or passes None when it does
 not exist). With ``profileFrom.auto`` a missing ConfigMap is no error: the verdict is
-``NeedsProfile`` (the operator measures the profile and writes the ConfigMap). Problems with
+``NeedsProfile`` (the operator measures the profile and writes the ConfigMap), and so is
+a ConfigMap the operator measured with another engine image than the job's. Problems with
 that ConfigMap name it as ``ConfigMap <namespace>/<name>``:
 ``spec.profileFrom.name: ConfigMap team/profiles not found``, ``spec.profileFrom.key:
 ConfigMap team/profiles has no key 'profile.yaml' (keys: ...)``, ``... key 'profile.yaml'
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 
 from gleaner.api import OfflineJob, Profile
 from gleaner.api.contract import LABEL_JOB
-from gleaner.operator.autoprofile import missing_model
+from gleaner.operator.autoprofile import missing_model, stale_profile
 from gleaner.operator.builders import MAX_LABEL_VALUE
 
 
@@ -106,6 +107,8 @@ def validate_job(
                 return InvalidJob(f"spec.profileFrom.auto: {unprofilable}")
             return NeedsProfile(job, f"{where} not found: profile on submit measures it")
         return InvalidJob(f"spec.profileFrom.name: {where} not found")
+    if ref.auto and (stale := stale_profile(job, profile_configmap)) is not None:
+        return NeedsProfile(job, f"{stale}: profile on submit measures it again")
     data = profile_configmap.get("data") or {}
     if ref.key not in data:
         keys = ", ".join(sorted(data)) or "none"

@@ -11,7 +11,8 @@ on the Pods of its current attempt decides:
   ``nextAttemptAfter`` = now + the eviction backoff for that count, a Warning Event
   ``ProfilingFailed``; the requeue timer starts the next attempt (new Pod names);
 - Store: the ConfigMap ``spec.profileFrom.name`` is created (owned by the job; a 409 means
-  an earlier pass made it), ``Profiled=True``, a Normal Event ``Profiled``; its creation
+  an earlier pass made it, or it holds a profile measured with an older image, which is
+  replaced), ``Profiled=True``, a Normal Event ``Profiled``; its creation
   re-validates the job through the ConfigMap watch and the next pass places it normally;
 - Launch: the job goes back to the pass as a ``QueuedJob`` with the provisional profile, so
   the run is placed in the same ``decide()`` call as every other job (no GPU is booked
@@ -22,13 +23,13 @@ on the Pods of its current attempt decides:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gleaner.api import OfflineJob, OfflineJobStatus, Placement
+from gleaner.api.contract import ANNOTATION_PROFILE_IMAGE
 from gleaner.clients.kube import ConflictError, KubeError, configmaps_path, pods_path
 from gleaner.operator.autoprofile import (
     Fail,
@@ -107,9 +108,21 @@ async def _store(ctx: OperatorContext, job: OfflineJob, store: Store, now: datet
     ref = job.spec.profile_from
     assert ref is not None
     manifest = build_profile_configmap(job, ref.name, ref.key, store)
-    # A 409: written by an earlier pass (or by the user meanwhile); validation reads it.
-    with contextlib.suppress(ConflictError):
+    try:
         await ctx.client.create(configmaps_path(ns), manifest)
+    except ConflictError:
+        # Written by an earlier pass, or measured with an older image (then replaced); one
+        # the user wrote meanwhile (no image annotation) is theirs: validation reads it.
+        existing = await ctx.client.get(configmaps_path(ns, ref.name)) or {}
+        if ANNOTATION_PROFILE_IMAGE in ((existing.get("metadata") or {}).get("annotations") or {}):
+            meta = manifest["metadata"]
+            await ctx.client.patch(
+                configmaps_path(ns, ref.name),
+                {
+                    "metadata": {k: meta[k] for k in ("annotations", "ownerReferences")},
+                    "data": manifest["data"],
+                },
+            )
     runs = store.fit.get("runs")
     message = f"profile measured in {runs} runs, stored in ConfigMap {ns}/{ref.name}"
 

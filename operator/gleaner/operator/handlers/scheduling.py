@@ -396,6 +396,10 @@ async def _build_queue(
         elif isinstance(verdict, NeedsProfile):
             if status.phase is Phase.PENDING:
                 needs_profile.append(verdict.job.model_copy(update={"status": status}))
+            else:
+                # Its ConfigMap went away (or went stale) after an eviction: back to
+                # Pending, where profiling runs.
+                await apply_verdict(ctx, body, verdict)
         else:
             # Its profile ConfigMap went away or turned invalid since it was validated: say
             # so (Invalid); the ConfigMap watch re-validates it when the ConfigMap changes.

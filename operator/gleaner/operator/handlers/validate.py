@@ -83,6 +83,9 @@ async def apply_verdict(
     def mark_valid(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
         new = st.valid(cur, now, generation)
         if isinstance(verdict, NeedsProfile) and not profiling_started(new):
+            if new.phase in (Phase.UNSCHEDULABLE, Phase.EVICTED):
+                # Profiling runs while the job is Pending (docs/profiling.md).
+                new = st.transition(new, Phase.PENDING, "waiting for its profile")
             new = profiling(new, verdict.message, now)  # the pass starts the runs
         elif isinstance(verdict, ValidJob) and profiling_started(new):
             # The ConfigMap appeared while profiling (written by the user, or stored by a
