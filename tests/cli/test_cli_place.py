@@ -151,7 +151,13 @@ def test_repository_examples_directory(tmp_path: Path, capsys: pytest.CaptureFix
         "batch/llama-8b-nightly-summaries",
         "batch/mistral-7b-ticket-triage",
         "batch/qwen-32b-eval-sweep",
+        "batch/llama-8b-weekly-digest",
     }
+    # Profile on submit: its profile exists only once the operator has measured it.
+    (auto,) = [u for u in data["unschedulable"] if u["job"] == "batch/llama-8b-weekly-digest"]
+    assert auto["reasons"] == [
+        "profile ConfigMap batch/llama-8b-weekly-profile not found in the given files"
+    ]
 
 
 @pytest.mark.parametrize(
