@@ -1,22 +1,26 @@
 """Profile on submit on the real control plane: profiling Pods, the fit, the ConfigMap, placement.
 
 The ``gleaner operator`` process runs against the real API server (``tenant``,
-docs/controlplane.md) and a NodeTrace for a KWOK GPU node. A job with
-``profileFrom.auto: true`` and no ConfigMap gets profiling Pods, one at a time, each built
-from its template and bound like an offline Pod; KWOK runs them. No engine runs here, so
-the test plays the kubelet: once KWOK has a profiling Pod Running, the test runs that Pod's
-own engine command on the fake ``vllm bench throughput`` (``gleaner.testing.vllm_bench``)
-and patches the Pod's status to terminated with the run's JSON as the termination message,
-as the kubelet does with ``/dev/termination-log``. The operator must fit, write the
-ConfigMap owned by the job, mark it ``Profiled`` and then place the job normally. A failed
-run must say why and be retried with backoff under a new attempt.
+docs/controlplane.md) as a ServiceAccount bound to exactly the chart's rules
+(``OPERATOR_RULES``; any refused call fails the test), with a NodeTrace for a KWOK GPU
+node. A job with ``profileFrom.auto: true`` and no ConfigMap gets profiling Pods, one at a
+time, each built from its template and bound like an offline Pod; KWOK runs them. No
+engine runs here, so the test plays the kubelet: once KWOK has a profiling Pod Running,
+the test runs that Pod's own engine command on the fake ``vllm bench throughput``
+(``gleaner.testing.vllm_bench``) and patches the Pod's status to terminated with the run's
+JSON as the termination message, as the kubelet does with ``/dev/termination-log``. The
+operator must fit, write the ConfigMap owned by the job, mark it ``Profiled`` and then
+place the job normally. A failed run must say why and be retried with backoff under a new
+attempt; a ConfigMap measured with an older image must be measured again and replaced.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +28,7 @@ import yaml
 
 from gleaner.api import Profile
 from gleaner.api.contract import LABEL_PROFILING_RUN
+from gleaner.operator.rbac import OPERATOR_RULES
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     OperatorProcess,
@@ -49,16 +54,51 @@ MEASUREMENT = {
 }
 
 
+@dataclass(frozen=True)
+class _Account:
+    """Where the operator process finds the API server: as its own ServiceAccount."""
+
+    kubeconfig: Path
+    workdir: Path
+
+
+def _operator_account(tenant: Tenant) -> tuple[_Account, str]:
+    """A ServiceAccount bound to exactly OPERATOR_RULES (the chart's ClusterRole), so that
+    every call profile on submit makes is one the chart grants."""
+    name = f"gleaner-operator-{tenant.id}"
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "gleaner-operator", "namespace": tenant.namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name}, "rules": [dict(r) for r in OPERATOR_RULES]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": "gleaner-operator",
+                       "namespace": tenant.namespace}]},
+    ]  # fmt: skip
+    tenant.plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
+    path = tenant.plane.token_kubeconfig(
+        "gleaner-operator", tenant.namespace, tenant.workdir / "operator.kubeconfig"
+    )
+    return _Account(path, tenant.workdir), name
+
+
 @pytest.fixture
 def operator(tenant: Tenant) -> Iterator[OperatorProcess]:
     tenant.apply_nodetrace(nodetrace_manifest(tenant.node("gpu"), gpus=2, offline_enabled=0.9))
+    account, role = _operator_account(tenant)
     args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}"]
     args += [f"--http-port={free_port()}", "--http-host=127.0.0.1"]
-    op = OperatorProcess(tenant, args).start()
+    op = OperatorProcess(account, args).start()
     try:
         yield op
     finally:
         op.stop()
+        for kind in ("clusterrolebinding", "clusterrole"):
+            tenant.plane.kubectl("delete", kind, role, "--wait=false", check=False)
+    refused = [line for line in op.log().splitlines() if "forbidden" in line.lower()]
+    assert refused == [], "\n".join(refused)
 
 
 def auto_job(name: str, namespace: str) -> dict[str, Any]:
