@@ -61,6 +61,8 @@ NODES = (GpuNode("gpu-a", gpus=8), GpuNode("gpu-b", gpus=2))
 NOT_EXERCISED: dict[Permission, str] = {
     ("", "configmaps", "create"): "the SLA monitor's eviction report (handlers/sla.py)",
     ("", "configmaps", "get"): "a job's profile ConfigMap (handlers/validate.py, scheduling.py)",
+    ("", "configmaps", "patch"): "profile on submit replacing a profile it measured with an "
+    "older image (handlers/profiling.py)",
     ("gleaner.dev", "nodetraces", "get"): "the SLA monitor reads the job's node (handlers/sla.py)",
     ("", "namespaces", "list"): "kopf resolves the namespaces of operator.watchNamespace",
     ("", "namespaces", "watch"): "kopf resolves the namespaces of operator.watchNamespace",

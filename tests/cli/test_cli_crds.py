@@ -43,7 +43,8 @@ def test_validate_good_examples() -> None:
     assert code == 0, out
     assert "offlinejob.gleaner.dev/llama-8b-nightly-summaries valid" in out
     assert "configmap/mistral-7b-h100-profile valid" in out
-    assert out.rstrip().endswith("4 valid, 0 invalid")
+    assert "offlinejob.gleaner.dev/llama-8b-weekly-digest valid" in out
+    assert out.rstrip().endswith("5 valid, 0 invalid")  # 4 jobs and 1 ConfigMap
 
 
 def test_validate_invalid_examples_exits_2_with_field_errors() -> None:

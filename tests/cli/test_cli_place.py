@@ -158,17 +158,25 @@ def test_repository_examples_directory(tmp_path: Path, capsys: pytest.CaptureFix
         "batch/llama-8b-nightly-summaries",
         "batch/mistral-7b-ticket-triage",
         "batch/qwen-32b-eval-sweep",
+        "batch/llama-8b-weekly-digest",
     }
-    assert {p["job"] for p in data["placements"]} == listed  # every example is placeable
+    auto_job = "batch/llama-8b-weekly-digest"
+    # every example is placeable, but the one whose profile the operator measures on submit
+    assert {p["job"] for p in data["placements"]} == listed - {auto_job}
 
     # Without the nodes file the selectors cannot match, and a note says why in plain words.
     rc = main(args)
     captured = capsys.readouterr()
     assert rc == 0
     unplaced = {u["job"] for u in json.loads(captured.out)["unschedulable"]}
-    assert unplaced == {"batch/llama-8b-nightly-summaries", "batch/qwen-32b-eval-sweep"}
+    assert unplaced == {"batch/llama-8b-nightly-summaries", "batch/qwen-32b-eval-sweep", auto_job}
     assert "gives no node labels: give them with --nodes FILE" in captured.err
     assert "add a gpu_product column to the trace or give --nodes FILE" in captured.err
+    # Profile on submit: its profile exists only once the operator has measured it.
+    (auto,) = [u for u in data["unschedulable"] if u["job"] == "batch/llama-8b-weekly-digest"]
+    assert auto["reasons"] == [
+        "profile ConfigMap batch/llama-8b-weekly-profile not found in the given files"
+    ]
 
 
 @pytest.mark.parametrize(

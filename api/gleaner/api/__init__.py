@@ -86,6 +86,7 @@ from gleaner.api.offlinejob import (
     Phase,
     Placement,
     Profile,
+    ProfileMeasurement,
 )
 
 __all__ = [
@@ -145,6 +146,7 @@ __all__ = [
     "Placement",
     "PredictedFactorsDocument",
     "Profile",
+    "ProfileMeasurement",
     "SlaWindows",
     "TraceSource",
     "TraceWindow",

@@ -56,6 +56,9 @@ from gleaner.protocol.node import (
 __all__ = [
     "ANNOTATION_GPUS",
     "ANNOTATION_INJECTED",
+    "ANNOTATION_PROFILE_FIT",
+    "ANNOTATION_PROFILE_IMAGE",
+    "ANNOTATION_PROFILE_KV_GIB",
     "ANNOTATION_SLA_WINDOWS",
     "ENV_JOB",
     "ENV_OPERATOR_BIND_DELAY",
@@ -68,6 +71,8 @@ __all__ = [
     "LABEL_ATTEMPT",
     "LABEL_JOB",
     "LABEL_JOB_CLASS",
+    "LABEL_PROFILE",
+    "LABEL_PROFILING_RUN",
     "LABEL_REPORT",
     "LABEL_ROLE",
     "OFFLINE_SELECTOR",
@@ -138,6 +143,20 @@ REPORT_KEY: Final = "report.json"
 EVICTION_REPORT_SELECTOR: Final = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
 REPORT_VERSION: Final = 1
 """``version`` of the report documents this code writes."""
+
+# --- Profiles (written by `gleaner profile`; docs/profiling.md) ---------------------------
+LABEL_PROFILE: Final = f"{_PREFIX}profile"
+"""On a profile ConfigMap: the model it was measured for (a label value)."""
+LABEL_PROFILING_RUN: Final = f"{_PREFIX}profiling-run"
+"""On a profiling Pod (profile on submit): ``<attempt>-<index>``; such Pods measure, they
+never move the job's phase."""
+ANNOTATION_PROFILE_KV_GIB: Final = f"{_PREFIX}profile-kv-gib"
+"""On a profiling Pod: the KV-cache budget of its run, GiB per GPU."""
+ANNOTATION_PROFILE_FIT: Final = f"{_PREFIX}profile-fit"
+"""On a measured profile ConfigMap: goodness of fit and runs, JSON."""
+ANNOTATION_PROFILE_IMAGE: Final = f"{_PREFIX}profile-image"
+"""On a measured profile ConfigMap: the engine image it was measured with; a job with
+``profileFrom.auto`` that runs another image has it measured again."""
 
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"

@@ -133,6 +133,59 @@ class Profile(KubeModel):
         return self
 
 
+class ProfileMeasurement(KubeModel):
+    """How the operator measures a profile on submit (docs/profiling.md, "Profile on submit").
+
+    One profiling Pod per KV-cache budget, built from the job's template, runs the job's
+    engine as ``<command> bench throughput --kv-cache-memory-bytes=...`` and writes the
+    run's JSON to its termination message.
+    """
+
+    model_config = KubeModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.kvMinGiB < self.kvMaxGiB",
+                    "message": "kvMinGiB must be less than kvMaxGiB",
+                }
+            ]
+        }
+    }
+
+    command: list[str] = Field(
+        default_factory=lambda: ["vllm"],
+        min_length=1,
+        max_length=8,
+        description="The engine's executable in the job's image (``bench throughput`` follows).",
+    )
+    kv_min_gi_b: float = Field(
+        default=1.0, alias="kvMinGiB", gt=0, description="Smallest KV-cache budget, GiB per GPU."
+    )
+    kv_max_gi_b: float = Field(
+        default=16.0, alias="kvMaxGiB", gt=0, description="Largest KV-cache budget, GiB per GPU."
+    )
+    base_gi_b: float = Field(
+        default=0.0,
+        alias="baseGiB",
+        ge=0,
+        description="The job's memory per GPU besides the KV cache (weights, activations), "
+        "GiB: memoryGiB of a point is baseGiB + its KV budget.",
+    )
+    runs: int = Field(default=6, ge=2, le=32, description="Runs at geometric KV budgets.")
+    refine: int = Field(
+        default=2, ge=0, le=16, description="Extra runs where the measured curve bends most."
+    )
+    input_len: int = Field(default=512, ge=1, description="Prompt tokens per request.")
+    output_len: int = Field(default=128, ge=1, description="Output tokens per request.")
+    num_prompts: int = Field(default=1000, ge=1, description="Requests per run.")
+
+    @model_validator(mode="after")
+    def _kv_range(self) -> Self:
+        if not self.kv_min_gi_b < self.kv_max_gi_b:
+            raise ValueError("kvMinGiB must be less than kvMaxGiB")
+        return self
+
+
 class ConfigMapProfileRef(KubeModel):
     """A profile kept in a ConfigMap of the job's namespace."""
 
@@ -142,6 +195,15 @@ class ConfigMapProfileRef(KubeModel):
         min_length=1,
         max_length=253,
         description="Key whose value is the profile as YAML or JSON (the fields of spec.profile).",
+    )
+    auto: bool = Field(
+        default=False,
+        description="When the ConfigMap does not exist, the operator measures the profile "
+        "(profiling Pods from the job's template) and writes it there, owned by the job.",
+    )
+    measurement: ProfileMeasurement = Field(
+        default_factory=ProfileMeasurement,
+        description="How the profile is measured when auto is true.",
     )
 
 
@@ -371,6 +433,7 @@ class ConditionType(StrEnum):
     READY = "Ready"
     SLA_MET = "SLAMet"
     DEADLINE_MET = "DeadlineMet"
+    PROFILED = "Profiled"
 
 
 class Placement(KubeModel):
@@ -477,6 +540,12 @@ class OfflineJobStatus(KubeModel):
         description=f"The last {MAX_EVICTION_RECORDS} SLA evictions, oldest first.",
     )
     eviction_count: int = Field(default=0, ge=0, description="Total SLA evictions so far.")
+    profiling_attempts: int = Field(
+        default=0,
+        ge=0,
+        description="Profile-on-submit attempts ended so far (failed, or replaced because "
+        "the job's image changed).",
+    )
     excluded_nodes: list[str] = Field(
         default_factory=list, description="Nodes the job missed its SLA on; not retried there."
     )
@@ -486,8 +555,8 @@ class OfflineJobStatus(KubeModel):
     pods: list[str] = Field(default_factory=list, description="Names of the job's Pods.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Valid, Scheduled, Ready, SLAMet and, for a batch with a deadline, "
-        "DeadlineMet (docs/api.md).",
+        description="Valid, Scheduled, Ready, SLAMet, Profiled (a job profiled on submit) "
+        "and, for a batch with a deadline, DeadlineMet (docs/api.md).",
     )
     batch: BatchProgress | None = Field(
         default=None, description="Progress of a spec.batch job (docs/batch.md)."

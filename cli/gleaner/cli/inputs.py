@@ -227,9 +227,9 @@ def profile_from_configmap(
 
     The same rules and messages as the operator (``gleaner.operator.validation``).
     """
-    from gleaner.operator.validation import InvalidJob, validate_job
+    from gleaner.operator.validation import ValidJob, validate_job
 
     result = validate_job(job_body, configmap)
-    if isinstance(result, InvalidJob):
+    if not isinstance(result, ValidJob):
         return result.message
     return result.profile

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "backtest": ("gleaner.cli.backtest", "Backtest placements on held-out time of a trace."),
     "operator": ("gleaner.cli.operator", "Run the Kubernetes operator (kopf)."),
     "agent": ("gleaner.cli.agent", "Run the per-node runtime agent."),
+    "profile": ("gleaner.cli.profile", "Measure a job's profile with its own engine."),
     "report": ("gleaner.cli.report", "Reports from the cluster (SLA evictions)."),
     "dashboard": ("gleaner.cli.dashboard", "Serve the cluster dashboard."),
     "crds": ("gleaner.cli.crds", "Print the CRD manifests generated from the API models."),

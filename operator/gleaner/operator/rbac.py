@@ -52,11 +52,13 @@ OPERATOR_RULES: Final[list[PolicyRule]] = [
         "verbs": ["get", "list", "watch", "create", "delete"],
     },
     # Profiles (get) and SLA eviction reports (create; ConfigMaps labelled
-    # gleaner.dev/report=sla-eviction); kopf watches them for the scheduling pass.
+    # gleaner.dev/report=sla-eviction); kopf watches them for the scheduling pass. Profile
+    # on submit creates the measured profile, and patches one it measured with an older
+    # image (gleaner.operator.handlers.profiling).
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
-        "verbs": ["get", "list", "watch", "create"],
+        "verbs": ["get", "list", "watch", "create", "patch"],
     },
     # kopf and gleaner.operator.events post core v1 Events (create only, never patched).
     {

@@ -4,7 +4,10 @@ Contract: ``validate_job(body, profile_configmap)`` returns a ``ValidJob`` (the 
 ``OfflineJob`` and its resolved ``Profile``) or an ``InvalidJob`` whose ``message`` names
 the offending field the way ``kubectl`` users write it (``spec.profile.memoryCurve[1]...``).
 The caller fetches the ConfigMap named by ``spec.profileFrom`` (or passes None when it does
-not exist). Problems with that ConfigMap name it as ``ConfigMap <namespace>/<name>``:
+not exist). With ``profileFrom.auto`` a missing ConfigMap is no error: the verdict is
+``NeedsProfile`` (the operator measures the profile and writes the ConfigMap), and so is
+a ConfigMap the operator measured with another engine image than the job's. Problems with
+that ConfigMap name it as ``ConfigMap <namespace>/<name>``:
 ``spec.profileFrom.name: ConfigMap team/profiles not found``, ``spec.profileFrom.key:
 ConfigMap team/profiles has no key 'profile.yaml' (keys: ...)``, ``... key 'profile.yaml'
 is not valid YAML: ...``, or ``spec.profileFrom: ConfigMap team/profiles key
@@ -25,6 +28,7 @@ from pydantic import ValidationError
 
 from gleaner.api import OfflineJob, Profile
 from gleaner.api.contract import LABEL_JOB
+from gleaner.operator.autoprofile import missing_model, stale_profile
 from gleaner.operator.builders import MAX_LABEL_VALUE
 
 
@@ -36,6 +40,15 @@ class ValidJob:
 
 @dataclass(frozen=True)
 class InvalidJob:
+    message: str
+
+
+@dataclass(frozen=True)
+class NeedsProfile:
+    """Valid, but its ``profileFrom`` ConfigMap is missing and ``auto`` asks the operator
+    to measure it (``gleaner.operator.autoprofile``)."""
+
+    job: OfflineJob
     message: str
 
 
@@ -69,7 +82,7 @@ def profile_configmap_name(body: Mapping[str, Any]) -> str | None:
 
 def validate_job(
     body: Mapping[str, Any], profile_configmap: Mapping[str, Any] | None = None
-) -> ValidJob | InvalidJob:
+) -> ValidJob | InvalidJob | NeedsProfile:
     """Validate the stored object; resolve ``spec.profileFrom`` against the given ConfigMap."""
     raw = {k: v for k, v in body.items() if k in ("apiVersion", "kind", "metadata", "spec")}
     try:
@@ -88,7 +101,14 @@ def validate_job(
     assert ref is not None  # the model guarantees exactly one source
     where = f"ConfigMap {job.metadata.namespace or 'default'}/{ref.name}"
     if profile_configmap is None:
+        if ref.auto:
+            unprofilable = missing_model(job)
+            if unprofilable is not None:
+                return InvalidJob(f"spec.profileFrom.auto: {unprofilable}")
+            return NeedsProfile(job, f"{where} not found: profile on submit measures it")
         return InvalidJob(f"spec.profileFrom.name: {where} not found")
+    if ref.auto and (stale := stale_profile(job, profile_configmap)) is not None:
+        return NeedsProfile(job, f"{stale}: profile on submit measures it again")
     data = profile_configmap.get("data") or {}
     if ref.key not in data:
         keys = ", ".join(sorted(data)) or "none"

@@ -4,6 +4,8 @@ The public facade; the modules behind it are:
 
 - ``profile``: ``JobProfile``, the memory–throughput curve (interpolation, P_memory of
   weighted memory values);
+- ``profiling``: measuring a profile (KV budgets to run, the isotonic fit, the deficit
+  coefficient from swing runs, goodness of fit; docs/profiling.md);
 - ``sketch``: ``MemoryHistogram``, the joint harvestable-memory sketch with its error bound;
 - ``summary``: ``NodeSummary`` (a node's window in seconds and counts; merges by
   addition);

@@ -8,6 +8,8 @@ job -> Evicted (``PodDeleted``), requeued. Only the job's current Pod (``status.
 counts. A Pod that finished or vanished frees GPUs, so the scheduling loop is kicked. A
 ``spec.batch`` job's Pod that succeeded completes its ``status.batch`` count
 (``gleaner.batch.tracking.finished``).
+Profiling Pods (``LABEL_PROFILING_RUN``, docs/profiling.md) only kick: the pass takes the
+measurement's next step.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import OfflineJobStatus
-from gleaner.api.contract import LABEL_JOB
+from gleaner.api.contract import LABEL_JOB, LABEL_PROFILING_RUN
 from gleaner.batch.tracking import finished
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
@@ -43,6 +45,12 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
     now = datetime.now(UTC)
     phase = str((pod.get("status") or {}).get("phase") or "")
+    if LABEL_PROFILING_RUN in (meta.get("labels") or {}):
+        # A profiling run measures; it never moves the job's phase. Its end is the next
+        # step of the measurement (handlers.profiling), taken by a pass.
+        if event_type == "DELETED" or phase in ("Succeeded", "Failed"):
+            ctx.kick(f"profiling pod {namespace}/{name} {phase.lower() or 'deleted'}")
+        return
 
     if event_type == "DELETED":
 

@@ -24,7 +24,9 @@ under the global scheduling lock:
    once when the cache is not primed yet, then kept current by the Node watch); each
    placement is recorded in the job's status first, then its Pod is created; jobs that fit
    nowhere become Unschedulable with the scheduler's reasons, a ``FailedScheduling`` Event
-   (only when the reasons change), and a backoff before the next attempt.
+   (only when the reasons change), and a backoff before the next attempt. Jobs whose
+   profile is being measured (``handlers.profiling``) take their next profiling run through
+   the same call; they stay Pending.
 """
 
 from __future__ import annotations
@@ -55,13 +57,19 @@ from gleaner.operator import status as st
 from gleaner.operator.builders import build_offline_pod, gpus_of_pod, pod_name
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
+from gleaner.operator.handlers import profiling
 from gleaner.operator.handlers.validate import apply_verdict
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import load_node_summaries, unbindable_nodes, uninstrumented_gpus
-from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
+from gleaner.operator.validation import (
+    NeedsProfile,
+    ValidJob,
+    profile_configmap_name,
+    validate_job,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -249,14 +257,18 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     stage("reconcile")
 
     # 5. place the queue.
-    queue = await _build_queue(ctx, bodies, statuses, now)
+    needs_profile: list[OfflineJob] = []
+    queue = await _build_queue(ctx, bodies, statuses, now, needs_profile)
+    # Profile on submit: runs to place go through the same decide() call.
+    runs = await profiling.advance(ctx, needs_profile, list(pods_by_key.values()), now)
     result.queued = len(queue)
-    if not queue:
+    if not queue and not runs:
         return result
     nodes = await load_node_summaries(ctx.config, traces, now)
     await _prime_nodes(ctx)
+    run_of = {r.queued.key: r for r in runs}
     plan = plan_placements(
-        queue[: ctx.config.max_batch],
+        queue[: ctx.config.max_batch] + [r.queued for r in runs],
         nodes,
         occupied,
         now,
@@ -270,10 +282,15 @@ async def _pass(ctx: OperatorContext) -> PassResult:
 
     async def bind_one(q: QueuedJob, placement: Placement) -> bool:
         async with sem:
+            if q.key in run_of:
+                return await profiling.bind_run(ctx, run_of[q.key], placement)
             return await _bind(ctx, q, placement, statuses, now)
 
     async def explain_one(q: QueuedJob, reason: str) -> bool:
         async with sem:
+            if q.key in run_of:
+                await profiling.explain_wait(ctx, run_of[q.key], reason)
+                return True
             return await _mark_unschedulable(ctx, q, reason, now)
 
     bound = await asyncio.gather(*(bind_one(q, p) for q, p in plan.placements))
@@ -353,7 +370,9 @@ async def _build_queue(
     bodies: dict[tuple[str, str], dict[str, Any]],
     statuses: dict[tuple[str, str], OfflineJobStatus],
     now: datetime,
+    needs_profile: list[OfflineJob],
 ) -> list[QueuedJob]:
+    """The jobs to place; those whose profile is to be measured go to ``needs_profile``."""
     queue: list[QueuedJob] = []
     configmaps: dict[tuple[str, str], dict[str, Any] | None] = {}
     for key, status in statuses.items():
@@ -374,6 +393,13 @@ async def _build_queue(
             # status (excludedNodes after an eviction, evictionCount, nextAttemptAfter).
             job = verdict.job.model_copy(update={"status": status})
             queue.append(QueuedJob(job, verdict.profile))
+        elif isinstance(verdict, NeedsProfile):
+            if status.phase is Phase.PENDING:
+                needs_profile.append(verdict.job.model_copy(update={"status": status}))
+            else:
+                # Its ConfigMap went away (or went stale) after an eviction: back to
+                # Pending, where profiling runs.
+                await apply_verdict(ctx, body, verdict)
         else:
             # Its profile ConfigMap went away or turned invalid since it was validated: say
             # so (Invalid); the ConfigMap watch re-validates it when the ConfigMap changes.

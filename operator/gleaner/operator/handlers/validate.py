@@ -5,8 +5,10 @@ and validates with the pure ``validate_job``; ``apply_verdict`` writes the outco
 phase Invalid, ``Valid=False`` whose message names the field (and the ConfigMap as
 ``<namespace>/<name>``), a Warning Event ``InvalidSpec`` only when the status changed; the
 handler returns normally so kopf does not retry. Valid: ``Valid=True``; a new or formerly
-invalid job becomes Pending; the scheduling loop is kicked. Running jobs keep running: a
-spec change applies to the job's next attempt.
+invalid job becomes Pending; the scheduling loop is kicked. Needs a profile
+(``profileFrom.auto`` and no ConfigMap): valid and Pending too, with ``Profiled=False`` (the
+pass measures it, ``handlers.profiling``). Running jobs keep running: a spec change applies
+to the job's next attempt.
 
 An invalid job converges without being edited: ``revalidate_profile_users`` runs when a
 ConfigMap that some job names in ``spec.profileFrom`` is added, changed or deleted (kopf
@@ -28,11 +30,13 @@ from typing import Any
 from gleaner.api import OfflineJobStatus, Phase
 from gleaner.clients.kube import configmaps_path, offlinejobs_path
 from gleaner.operator import status as st
+from gleaner.operator.autoprofile import profiled, profiling, profiling_started
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.validation import (
     InvalidJob,
+    NeedsProfile,
     ValidJob,
     profile_configmap_name,
     validate_job,
@@ -53,7 +57,7 @@ async def validate_and_queue(ctx: OperatorContext, body: dict[str, Any]) -> str:
 
 
 async def apply_verdict(
-    ctx: OperatorContext, body: dict[str, Any], verdict: ValidJob | InvalidJob
+    ctx: OperatorContext, body: dict[str, Any], verdict: ValidJob | InvalidJob | NeedsProfile
 ) -> str:
     """Write a validation outcome to the job's status (see the module docstring)."""
     meta = body.get("metadata") or {}
@@ -77,11 +81,21 @@ async def apply_verdict(
         return f"invalid: {message}"
 
     def mark_valid(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
-        return st.valid(cur, now, generation)
+        new = st.valid(cur, now, generation)
+        if isinstance(verdict, NeedsProfile) and not profiling_started(new):
+            if new.phase in (Phase.UNSCHEDULABLE, Phase.EVICTED):
+                # Profiling runs while the job is Pending (docs/profiling.md).
+                new = st.transition(new, Phase.PENDING, "waiting for its profile")
+            new = profiling(new, verdict.message, now)  # the pass starts the runs
+        elif isinstance(verdict, ValidJob) and profiling_started(new):
+            # The ConfigMap appeared while profiling (written by the user, or stored by a
+            # replica that stopped before it could say so): the profile is there.
+            new = profiled(new, "profile read from its ConfigMap", now)
+        return new
 
     await update_status(ctx, namespace, name, mark_valid)
     ctx.kick(f"job {namespace}/{name}")
-    return "valid"
+    return "valid, needs a profile" if isinstance(verdict, NeedsProfile) else "valid"
 
 
 async def revalidate_profile_users(

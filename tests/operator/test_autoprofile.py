@@ -1,0 +1,318 @@
+"""Profile on submit, the pure part: runs from Pods, the next step, the Pods and the status.
+
+The runs are played the way the kubelet would report them: each profiling Pod's engine
+command goes to the fake ``vllm bench throughput`` (``gleaner.testing.vllm_bench``) and its
+JSON becomes the container's termination message.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import yaml
+
+from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Placement, Profile
+from gleaner.api.common import find_condition
+from gleaner.api.contract import ANNOTATION_PROFILE_IMAGE, LABEL_JOB, LABEL_PROFILING_RUN
+from gleaner.operator.autoprofile import (
+    TERMINATION_LOG,
+    Fail,
+    Launch,
+    ProfilingRun,
+    Store,
+    Wait,
+    build_profile_configmap,
+    build_profiling_pod,
+    next_step,
+    profiled,
+    profiling,
+    profiling_failed,
+    profiling_started,
+    provisional_profile,
+    runs_of,
+)
+from gleaner.operator.validation import InvalidJob, NeedsProfile, ValidJob, validate_job
+from gleaner.perfmodel.engine import GIB
+from gleaner.perfmodel.profiling import Measurement, fit_profile, profile_document
+from gleaner.testing.kube import offlinejob_manifest
+from gleaner.testing.vllm_bench import result_json
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+PLACEMENT = Placement(
+    node="gpu-node-1",
+    gpu_indices=[0],
+    gpu_uuids=["GPU-aaa"],
+    compute=0.9,
+    memory=1.0,
+    multi_gpu=1.0,
+    throughput_fraction=0.9,
+    decided_at=NOW,
+)
+MEASUREMENT = {
+    "command": ["python", "-m", "gleaner.testing.vllm_bench"],
+    "kvMinGiB": 0.5,
+    "kvMaxGiB": 8.0,
+    "baseGiB": 16.0,
+    "runs": 5,
+    "refine": 2,
+    "inputLen": 256,
+    "outputLen": 64,
+    "numPrompts": 200,
+}
+
+
+def auto_job(
+    name: str = "summarize", model: str | None = "meta-llama/Llama-3.1-8B"
+) -> dict[str, Any]:
+    body = offlinejob_manifest(name, profile_from=f"{name}-profile")
+    body["metadata"]["uid"] = "uid-1"
+    body["spec"]["profileFrom"].update({"auto": True, "measurement": dict(MEASUREMENT)})
+    worker = body["spec"]["template"]["spec"]["containers"][0]
+    worker["command"] = ["python", "-m", "vllm.entrypoints.openai.run_batch"]
+    worker["args"] = ["--input-file=/data/in.jsonl", "--dtype=bfloat16"]
+    if model:
+        worker["args"].append(f"--model={model}")
+    sidecar = {"name": "uploader", "image": "busybox", "command": ["sleep", "inf"]}
+    body["spec"]["template"]["spec"]["containers"].append(sidecar)
+    return body
+
+
+def _job(body: dict[str, Any]) -> OfflineJob:
+    verdict = validate_job(body)
+    assert isinstance(verdict, NeedsProfile), verdict
+    return verdict.job
+
+
+def _finish(pod: dict[str, Any], ok: bool = True, message: str | None = None) -> dict[str, Any]:
+    """Play the kubelet: run the Pod's command on the fake engine, report it terminated."""
+    container = pod["spec"]["containers"][0]
+    if message is None:
+        message = result_json(container["command"][3:])
+    pod["status"] = {
+        "phase": "Succeeded" if ok else "Failed",
+        "containerStatuses": [
+            {
+                "name": container["name"],
+                "state": {
+                    "terminated": {
+                        "exitCode": 0 if ok else 1,
+                        "reason": "Completed" if ok else "Error",
+                        "message": message,
+                    }
+                },
+            }
+        ],
+    }
+    return pod
+
+
+def _settings(job: OfflineJob) -> Any:
+    assert job.spec.profile_from is not None
+    return job.spec.profile_from.measurement
+
+
+def test_validation_auto_missing_configmap_needs_a_profile() -> None:
+    verdict = validate_job(auto_job())
+    assert isinstance(verdict, NeedsProfile)
+    assert "default/summarize-profile not found" in verdict.message
+    # Without auto a missing ConfigMap stays an error, as before.
+    plain = offlinejob_manifest("a", profile_from="p")
+    assert isinstance(validate_job(plain), InvalidJob)
+
+
+def test_validation_auto_with_the_configmap_uses_it() -> None:
+    doc = {
+        "standaloneTokensPerSecond": 900,
+        "requiredMemoryGiB": 20,
+        "memoryCurve": [
+            {"memoryGiB": 17, "tokensPerSecond": 300},
+            {"memoryGiB": 24, "tokensPerSecond": 900},
+        ],
+    }
+    verdict = validate_job(auto_job(), {"data": {"profile.yaml": yaml.safe_dump(doc)}})
+    assert isinstance(verdict, ValidJob)
+    assert verdict.profile.standalone_tokens_per_second == 900
+
+
+def test_validation_auto_without_a_model_is_invalid() -> None:
+    verdict = validate_job(auto_job(model=None))
+    assert isinstance(verdict, InvalidJob)
+    assert verdict.message.startswith("spec.profileFrom.auto: spec.template")
+    assert "--model" in verdict.message
+
+
+def test_measurement_kv_range_is_checked() -> None:
+    body = auto_job()
+    body["spec"]["profileFrom"]["measurement"]["kvMinGiB"] = 9.0
+    verdict = validate_job(body)
+    assert isinstance(verdict, InvalidJob)
+    assert "kvMinGiB must be less than kvMaxGiB" in verdict.message
+
+
+def test_profiling_pod_is_the_jobs_offline_pod_running_the_benchmark() -> None:
+    job = _job(auto_job())
+    pod = build_profiling_pod(job, PLACEMENT, 2, Launch(3, 1.5, 7), _settings(job))
+    meta = pod["metadata"]
+    assert meta["name"] == "summarize-profile-2-3"
+    assert meta["labels"][LABEL_PROFILING_RUN] == "2-3"
+    assert meta["labels"][LABEL_JOB] == "summarize"
+    assert meta["ownerReferences"][0]["uid"] == "uid-1"
+    spec = pod["spec"]
+    assert spec["nodeName"] == "gpu-node-1"
+    assert [c["name"] for c in spec["containers"]] == ["worker"]  # the sidecar is dropped
+    worker = spec["containers"][0]
+    cmd = worker["command"]
+    assert cmd[:5] == ["python", "-m", "gleaner.testing.vllm_bench", "bench", "throughput"]
+    assert "--model=meta-llama/Llama-3.1-8B" in cmd
+    assert f"--kv-cache-memory-bytes={int(1.5 * GIB)}" in cmd
+    assert f"--output-json={TERMINATION_LOG}" in cmd
+    assert "--dtype=bfloat16" in cmd  # the job's throughput flags pass through
+    assert not any("input-file" in w for w in cmd)
+    assert "args" not in worker
+    assert worker["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    env = {e["name"]: e.get("value") for e in worker["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaa"  # bound like any offline Pod
+
+
+def test_the_loop_runs_the_budgets_then_stores_the_same_fit_as_gleaner_profile() -> None:
+    job = _job(auto_job())
+    settings = _settings(job)
+    pods: list[dict[str, Any]] = []
+    step = next_step(settings, runs_of(pods, "summarize", 0))
+    launched: list[float] = []
+    while isinstance(step, Launch):
+        assert step.index == len(pods) and step.total == 7
+        launched.append(step.kv_gib)
+        pod = build_profiling_pod(job, PLACEMENT, 0, step, settings)
+        pods.append(pod)
+        # While its Pod runs, the measurement waits.
+        assert isinstance(next_step(settings, runs_of(pods, "summarize", 0)), Wait)
+        _finish(pod)
+        step = next_step(settings, runs_of(pods, "summarize", 0))
+    assert isinstance(step, Store), step
+    assert launched[0] == pytest.approx(0.5) and launched[4] == pytest.approx(8.0)
+    assert len(pods) == 7  # 5 geometric budgets + 2 refinements
+    # The same fit as `gleaner profile` on the same runs: one rule, one place.
+    measured = []
+    for kv in launched:
+        argv = ["bench", "throughput", f"--kv-cache-memory-bytes={int(kv * GIB)}"]
+        argv += ["--input-len=256", "--output-len=64", "--num-prompts=200", "--output-json=-"]
+        data = json.loads(result_json(argv))
+        measured.append(Measurement(kv, 16.0 + kv, data["output_tokens"], data["elapsed_time"]))
+    assert step.document == profile_document(fit_profile(measured))
+    profile = Profile.model_validate(step.document)
+    assert profile.memory_curve[0].memory_gi_b == pytest.approx(16.5)
+    assert step.fit["runs"] == 7
+    # Runs of another attempt do not count.
+    assert runs_of(pods, "summarize", 1) == []
+
+
+def test_a_failed_run_fails_the_attempt_and_says_why() -> None:
+    job = _job(auto_job())
+    settings = _settings(job)
+    pod = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), settings)
+    _finish(pod, ok=False, message="loading model\nValueError: CUDA out of memory")
+    step = next_step(settings, runs_of([pod], "summarize", 0))
+    assert isinstance(step, Fail)
+    assert step.message == (
+        "profiling run 0 at 0.5 GiB KV failed: Error (exit code 1): ValueError: CUDA out of memory"
+    )
+
+
+def test_a_run_without_usable_json_fails_the_attempt() -> None:
+    job = _job(auto_job())
+    settings = _settings(job)
+    pod = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), settings)
+    _finish(pod, message='{"num_requests": 3}')
+    step = next_step(settings, runs_of([pod], "summarize", 0))
+    assert isinstance(step, Fail)
+    assert "wrote no usable JSON" in step.message and "elapsed_time" in step.message
+
+
+def test_the_fit_refusing_the_runs_fails_the_attempt() -> None:
+    settings = _settings(_job(auto_job()))
+    zero = json.dumps({"elapsed_time": 1.0, "output_tokens": 0})
+    runs = [ProfilingRun(i, kv, "Succeeded", zero) for i, kv in enumerate([0.5, 1, 2, 4, 8])]
+    step = next_step(settings.model_copy(update={"refine": 0}), runs)
+    assert isinstance(step, Fail)
+    assert step.message.startswith("the fit refused the runs: ")
+
+
+def test_provisional_profile_needs_the_runs_memory() -> None:
+    settings = _settings(_job(auto_job()))
+    p = provisional_profile(settings, 4.0)
+    assert p.required_memory_gi_b == pytest.approx(20.0)
+    assert p.memory_curve[-1].memory_gi_b == pytest.approx(20.0)
+
+
+def test_profile_configmap_is_owned_by_the_job_and_holds_the_profile() -> None:
+    job = _job(auto_job())
+    doc = {
+        "standaloneTokensPerSecond": 900.0,
+        "requiredMemoryGiB": 20.0,
+        "memoryDeficitCoefficient": 0.0,
+        "memoryCurve": [
+            {"memoryGiB": 17.0, "tokensPerSecond": 300.0},
+            {"memoryGiB": 24.0, "tokensPerSecond": 900.0},
+        ],
+    }
+    cm = build_profile_configmap(job, "summarize-profile", "profile.yaml", Store(doc, {"runs": 7}))
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert cm["metadata"]["namespace"] == "default"
+    verdict = validate_job(auto_job(), cm)
+    assert isinstance(verdict, ValidJob)
+    assert verdict.profile.required_memory_gi_b == 20.0
+
+
+def test_status_tells_the_profiling_story() -> None:
+    cur = OfflineJobStatus()
+    assert not profiling_started(cur)
+    cur = profiling(cur, "profiling run 1/7", NOW)
+    assert profiling_started(cur)
+    cond = find_condition(cur.conditions, ConditionType.PROFILED.value)
+    assert cond is not None and cond.reason == "Profiling" and cond.message == "profiling run 1/7"
+    retry = NOW + timedelta(seconds=30)
+    failed = profiling_failed(cur, "run 0 failed: OOM", NOW, retry)
+    assert failed.profiling_attempts == 1 and failed.next_attempt_after == retry
+    assert failed.phase is cur.phase  # the job stays queued
+    cond = find_condition(failed.conditions, ConditionType.PROFILED.value)
+    assert cond is not None and cond.reason == "ProfilingFailed"
+    assert cond.message == "run 0 failed: OOM"
+    done = profiled(failed, "profile measured in 7 runs", NOW)
+    cond = find_condition(done.conditions, ConditionType.PROFILED.value)
+    assert cond is not None and cond.status.value == "True" and cond.reason == "Profiled"
+    assert done.next_attempt_after is None and not profiling_started(done)
+    # Profiling again (ConfigMap deleted, or another image) is a new attempt: the old
+    # attempt's Pods hold the old measurement.
+    again = profiling(done, "measuring again", NOW)
+    assert again.profiling_attempts == failed.profiling_attempts + 1
+    assert profiling(again, "run 2/7", NOW).profiling_attempts == again.profiling_attempts
+
+
+def test_a_profile_measured_with_another_image_is_measured_again() -> None:
+    job = _job(auto_job())
+    doc = {
+        "standaloneTokensPerSecond": 900.0,
+        "requiredMemoryGiB": 20.0,
+        "memoryCurve": [
+            {"memoryGiB": 17.0, "tokensPerSecond": 300.0},
+            {"memoryGiB": 24.0, "tokensPerSecond": 900.0},
+        ],
+    }
+    cm = build_profile_configmap(job, "summarize-profile", "profile.yaml", Store(doc, {}))
+    assert cm["metadata"]["annotations"][ANNOTATION_PROFILE_IMAGE] == "vllm/vllm-openai:latest"
+    assert isinstance(validate_job(auto_job(), cm), ValidJob)
+    newer = auto_job()
+    newer["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.9.0"
+    verdict = validate_job(newer, cm)
+    assert isinstance(verdict, NeedsProfile)
+    assert verdict.message == (
+        "ConfigMap summarize-profile was measured with image vllm/vllm-openai:latest; the job "
+        "runs vllm/vllm-openai:v0.9.0: profile on submit measures it again"
+    )
+    # A ConfigMap someone else wrote (no image annotation) is never replaced.
+    del cm["metadata"]["annotations"][ANNOTATION_PROFILE_IMAGE]
+    assert isinstance(validate_job(newer, cm), ValidJob)
