@@ -17,11 +17,15 @@ import openai
 import pytest
 import yaml
 
+from gleaner.api import OfflineJob
 from gleaner.api.contract import ANNOTATION_BATCH_API
+from gleaner.batch.pod import template_of
+from gleaner.batch.runner import main as runner_main
 from gleaner.clients.kube import SyncKubeClient
 from gleaner.operator.batchapi.app import build_batch_app
 from gleaner.operator.batchapi.files import FileStore
 from gleaner.testing.dashboard import serving
+from gleaner.testing.openai_engine import FakeOpenAIEngine
 
 NS = "team"
 SPEC = {
@@ -242,3 +246,52 @@ def test_bad_requests_name_the_field(api: tuple[str, FakeKube]) -> None:
     with pytest.raises(openai.APIStatusError) as large:
         big.files.create(file=("big.jsonl", b"x" * (3 << 20)), purpose="batch")
     assert large.value.status_code == 413
+
+
+def test_the_runner_in_remote_mode_closes_the_loop(
+    api: tuple[str, FakeKube], tmp_path: Path
+) -> None:
+    """The openai client uploads; the runner (remote mode, as the job's Pod runs it) fetches
+    the input, answers every request with the fake engine, uploads; the client downloads."""
+    url, kube = api
+    alice = client(url, "alice")
+    uploaded = alice.files.create(file=("in.jsonl", jsonl()), purpose="batch")
+    batch = alice.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    job = next(v for k, v in kube.objects.items() if "/offlinejobs/" in k)
+    pod = template_of(OfflineJob.model_validate(job))
+    (runner,) = pod["spec"]["containers"]
+    remote = runner["args"][runner["args"].index("--remote") + 1]
+    token = tmp_path / "token"
+    token.write_text("runner\n")
+    with FakeOpenAIEngine() as engine:
+        rc = runner_main(
+            [
+                "--input", str(tmp_path / "in.jsonl"),
+                "--state-dir", str(tmp_path / "run"),
+                "--engine-url", engine.url,
+                "--remote", remote.replace("http://gleaner-operator:8081", url),
+                "--token-file", str(token),
+            ]
+        )  # fmt: skip
+    assert rc == 0
+    job["status"] = {"phase": "Succeeded"}
+    done = alice.batches.retrieve(batch.id)
+    assert done.status == "completed" and done.output_file_id is not None
+    lines = alice.files.content(done.output_file_id).text.splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in lines) == ["r0", "r1", "r2"]
+    assert done.error_file_id is not None
+    assert alice.files.content(done.error_file_id).content == b""
+
+
+def test_the_runner_gives_up_on_a_refused_upload(api: tuple[str, FakeKube], tmp_path: Path) -> None:
+    url, _ = api
+    token = tmp_path / "token"
+    token.write_text("stranger")  # another namespace's ServiceAccount: 403, final
+    remote = f"{url}/gleaner/v1/namespaces/{NS}/batches/batch_{'c' * 24}"
+    rc = runner_main(
+        ["--input", str(tmp_path / "in.jsonl"), "--state-dir", str(tmp_path / "run"),
+         "--remote", remote, "--token-file", str(token)]
+    )  # fmt: skip
+    assert rc == 1 and not (tmp_path / "in.jsonl").exists()
