@@ -173,8 +173,7 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         *JOBS,
         id="batch",
         interval=PROGRESS_INTERVAL,
-        when=lambda status, spec, **_: _phase(status) == Phase.RUNNING.value
-        and is_batch_job(spec),
+        when=lambda status, spec, **_: _phase(status) == Phase.RUNNING.value and is_batch_job(spec),
         registry=registry,
     )
     async def batch_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:

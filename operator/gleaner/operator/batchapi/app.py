@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 
 from gleaner.api import API_VERSION, OfflineJob
 from gleaner.api.contract import ANNOTATION_BATCH_API, LABEL_BATCH_API
