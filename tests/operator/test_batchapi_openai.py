@@ -21,7 +21,7 @@ from gleaner.api import OfflineJob
 from gleaner.api.contract import ANNOTATION_BATCH_API
 from gleaner.batch.pod import template_of
 from gleaner.batch.runner import main as runner_main
-from gleaner.clients.kube import SyncKubeClient
+from gleaner.clients.kube import KubeError, SyncKubeClient
 from gleaner.operator.batchapi.app import build_batch_app
 from gleaner.operator.batchapi.files import FileStore
 from gleaner.testing.dashboard import serving
@@ -75,6 +75,7 @@ class FakeKube:
             }
         }
         self.reviews: list[str] = []
+        self.refuse_jobs = False
 
     def get(self, path: str) -> dict[str, Any] | None:
         return self.objects.get(path)
@@ -89,6 +90,8 @@ class FakeKube:
             self.reviews.append(spec["resourceAttributes"]["verb"])
             allowed = (spec["user"], spec["resourceAttributes"]["namespace"]) in self.rights
             return {"status": {"allowed": allowed}}
+        if self.refuse_jobs:
+            raise KubeError(422, "OfflineJob is invalid", path)
         self.objects[f"{path}/{body['metadata']['name']}"] = body
         return body
 
@@ -295,3 +298,16 @@ def test_the_runner_gives_up_on_a_refused_upload(api: tuple[str, FakeKube], tmp_
          "--remote", remote, "--token-file", str(token)]
     )  # fmt: skip
     assert rc == 1 and not (tmp_path / "in.jsonl").exists()
+
+
+def test_a_job_the_api_server_refuses_leaves_no_batch(api: tuple[str, FakeKube]) -> None:
+    url, kube = api
+    alice = client(url, "alice")
+    uploaded = alice.files.create(file=("in.jsonl", jsonl()), purpose="batch")
+    kube.refuse_jobs = True
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        alice.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert "creating the OfflineJob" in str(caught.value)
+    assert list(alice.batches.list()) == []

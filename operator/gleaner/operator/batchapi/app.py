@@ -250,13 +250,14 @@ def build_batch_app(
             metadata=metadata,
         )
         manifest = job_manifest(record, namespace)
-        store.put_batch(record)
         try:
             kube.create(offlinejobs_path(namespace), manifest)
         except KubeError as exc:
             raise ApiError(
                 502 if exc.status in (0, 500) else exc.status, f"creating the OfflineJob: {exc}"
             ) from exc
+        # Recorded only once its job exists: a refused create leaves no batch behind.
+        store.put_batch(record)
         return show(record)
 
     @app.get("/v1/batches")
