@@ -4,8 +4,9 @@
 Contract:
 - ``helm/gleaner/files/rbac/operator-rules.yaml`` and ``agent-rules.yaml`` hold exactly
   ``OPERATOR_RULES`` (operator/gleaner/operator/rbac.py) and ``AGENT_RULES``
-  (runtime-agent/gleaner/runtime_agent/rbac.py). The modules are loaded from their files, not
-  imported as packages, so nothing but the standard library runs.
+  (runtime-agent/gleaner/runtime_agent/rbac.py), ``batch-api-rules.yaml`` ``BATCH_API_RULES``
+  (added to the operator's ClusterRole with ``operator.batchApi.enabled``). The modules
+  are loaded from their files, not imported as packages, so nothing but the standard library runs.
 - ``helm/gleaner/README.md`` holds, between ``<!-- values-table:start -->`` and
   ``<!-- values-table:end -->``, one table row per documented key of ``values.yaml``: every
   key the schema lists. Keys whose schema has ``properties`` are sections (their children get
@@ -34,6 +35,7 @@ CHART = ROOT / "helm" / "gleaner"
 RULE_SOURCES: dict[str, tuple[Path, str]] = {
     "operator-rules.yaml": (ROOT / "operator/gleaner/operator/rbac.py", "OPERATOR_RULES"),
     "agent-rules.yaml": (ROOT / "runtime-agent/gleaner/runtime_agent/rbac.py", "AGENT_RULES"),
+    "batch-api-rules.yaml": (ROOT / "operator/gleaner/operator/rbac.py", "BATCH_API_RULES"),
 }
 TABLE_START = "<!-- values-table:start -->"
 TABLE_END = "<!-- values-table:end -->"

@@ -54,6 +54,7 @@ from gleaner.protocol.node import (
 )
 
 __all__ = [
+    "ANNOTATION_BATCH_API",
     "ANNOTATION_GPUS",
     "ANNOTATION_INJECTED",
     "ANNOTATION_PROFILE_FIT",
@@ -69,6 +70,7 @@ __all__ = [
     "FINALIZER",
     "KOPF_ANNOTATION_PREFIX",
     "LABEL_ATTEMPT",
+    "LABEL_BATCH_API",
     "LABEL_JOB",
     "LABEL_JOB_CLASS",
     "LABEL_PROFILE",
@@ -131,6 +133,11 @@ KOPF_ANNOTATION_PREFIX: Final = GROUP
 """Prefix of kopf's progress/diff-base annotations on the operator's objects."""
 ANNOTATION_SLA_WINDOWS: Final = f"{_PREFIX}sla-windows"
 """The SLA monitor's observed windows of the current placement (:class:`SlaWindows`)."""
+ANNOTATION_BATCH_API: Final = f"{_PREFIX}batch-api"
+"""On an OfflineJob the Batch API created: the URL of its batch for the runner (remote
+mode: the input is fetched from it, the results uploaded to it; docs/batch.md)."""
+LABEL_BATCH_API: Final = f"{_PREFIX}batch-api"
+"""``"true"`` on every OfflineJob the Batch API created."""
 LABEL_JOB_CLASS: Final = f"{_PREFIX}job-class"
 """Optional user label of an OfflineJob: its class in the scheduler's queue order."""
 

@@ -14,7 +14,10 @@ Contract (docs/batch.md, "Submitting a batch as an OfflineJob"). From ``spec.bat
 - the claim ``claimName`` mounted at :data:`DATA_DIR` in both (the engine may read model
   files from it too).
 
-:func:`template_of` is what the operator calls: the job's own template, or this one.
+:func:`template_of` is what the operator calls: the job's own template, or this one. A job
+the Batch API created (annotation ``gleaner.dev/batch-api``: its batch's URL) runs the
+runner in remote mode (``--remote <url>``: input fetched from the Batch API, results
+uploaded to it; gleaner.batch.remote).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import posixpath
 from typing import Any
 
 from gleaner.api import BatchSpec, OfflineJob
+from gleaner.api.contract import ANNOTATION_BATCH_API
 
 ENGINE_CONTAINER = "engine"
 RUNNER_CONTAINER = "batch-runner"
@@ -33,8 +37,9 @@ PROGRESS_PORT = 8090
 PROGRESS_PATH = "/progress"
 
 
-def batch_template(batch: BatchSpec) -> dict[str, Any]:
-    """The PodTemplateSpec of a batch job (see the module docstring)."""
+def batch_template(batch: BatchSpec, remote: str | None = None) -> dict[str, Any]:
+    """The PodTemplateSpec of a batch job (see the module docstring); ``remote``: the
+    batch's URL in the Batch API, for the runner's remote mode."""
     mount = {"name": DATA_VOLUME, "mountPath": DATA_DIR}
     engine = {
         "name": ENGINE_CONTAINER,
@@ -71,6 +76,7 @@ def batch_template(batch: BatchSpec) -> dict[str, Any]:
             str(batch.concurrency),
             "--progress-port",
             str(PROGRESS_PORT),
+            *(["--remote", remote] if remote else []),
         ],
         "ports": [{"name": "progress", "containerPort": PROGRESS_PORT}],
         "volumeMounts": [mount],
@@ -94,7 +100,7 @@ def template_of(job: OfflineJob) -> dict[str, Any]:
         return job.spec.template
     if job.spec.batch is None:  # the model's validator rules this out
         raise ValueError("an OfflineJob needs spec.template or spec.batch")
-    return batch_template(job.spec.batch)
+    return batch_template(job.spec.batch, job.metadata.annotations.get(ANNOTATION_BATCH_API))
 
 
 def progress_url(pod: dict[str, Any]) -> str | None:

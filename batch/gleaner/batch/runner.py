@@ -21,6 +21,10 @@ Exit status: 0 when every request has an answer (``checkpoint.json`` then says
 other failure. While it runs, ``--progress-port`` serves ``GET /progress`` (the checkpoint's
 counts as JSON) for the operator.
 
+With ``--remote URL`` (a job the Batch API created) the input is fetched from the Batch
+API first and the result files uploaded to it at the end (:mod:`gleaner.batch.remote`); a
+failed upload exits 1.
+
 Standard library only: the runner runs beside the engine, in the Gleaner image.
 """
 
@@ -44,7 +48,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gleaner.batch.records import BatchRequest, InputError, Result, parse_input
-from gleaner.batch.store import Progress, ProgressStore, StoreError
+from gleaner.batch.remote import DEFAULT_TOKEN_FILE, RemoteError, fetch_input, upload_results
+from gleaner.batch.store import ERROR_FILE, OUTPUT_FILE, Progress, ProgressStore, StoreError
 
 RETRIED_STATUSES = frozenset({408, 429})
 """Client-error statuses that say "not now" rather than "never"."""
@@ -268,6 +273,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--checkpoint-every", type=int, default=64, help="answers per checkpoint")
     p.add_argument("--progress-port", type=int, default=0, help="serve GET /progress (0: off)")
+    p.add_argument(
+        "--remote",
+        default="",
+        help="the batch's URL in the Batch API: fetch --input from it, upload the results",
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        default=Path(DEFAULT_TOKEN_FILE),
+        help="bearer token for --remote (the Pod's ServiceAccount token)",
+    )
+    p.add_argument(
+        "--remote-patience",
+        type=float,
+        default=600.0,
+        help="seconds to keep retrying an unreachable Batch API",
+    )
     return p
 
 
@@ -277,6 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"gleaner-batch: {msg}", file=sys.stderr, flush=True)
 
+    if args.remote:
+        try:
+            if fetch_input(args.remote, args.token_file, args.input, patience=args.remote_patience):
+                log(f"fetched the input from {args.remote}")
+        except (OSError, RemoteError) as e:
+            log(f"error: {e}")
+            return 1
     try:
         with args.input.open(encoding="utf-8") as f:
             requests = parse_input(f)
@@ -320,9 +349,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{done.failed} refused, of {len(requests)} "
             f"({time.monotonic() - started:.1f} s this attempt)"
         )
-        return 0 if complete else 1
     finally:
         store.close()
+    if not complete:
+        return 1
+    if args.remote:
+        try:
+            results = {"output": OUTPUT_FILE, "errors": ERROR_FILE}
+            upload_results(
+                args.remote, args.token_file, args.state_dir, results,
+                patience=args.remote_patience,
+            )  # fmt: skip
+        except (OSError, RemoteError) as e:
+            log(f"error: uploading the results: {e}")
+            return 1
+        log(f"uploaded the results to {args.remote}")
+    return 0
 
 
 if __name__ == "__main__":

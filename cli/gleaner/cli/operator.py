@@ -53,6 +53,31 @@ def _seconds(text: str, flag: str) -> float:
     help="Directory with the webhook's tls.crt and tls.key (required with --webhook-port).",
 )
 @click.option(
+    "--batch-api-port",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Port of the OpenAI-compatible Batch API (docs/batch.md); 0 disables.",
+)
+@click.option(
+    "--batch-api-dir",
+    default="",
+    help="Directory of the Batch API's files (required with --batch-api-port).",
+)
+@click.option(
+    "--batch-api-url",
+    default="",
+    help="URL at which batch runners reach the Batch API (its Service; required with "
+    "--batch-api-port).",
+)
+@click.option(
+    "--batch-api-max-file-mib",
+    type=int,
+    default=200,
+    show_default=True,
+    help="Largest file the Batch API takes, MiB.",
+)
+@click.option(
     "--prometheus-url",
     default=None,
     help="Read traces and observed throughput from Prometheus instead of NodeTraces.",
@@ -155,6 +180,10 @@ def command(
     http_host: str,
     webhook_port: int,
     webhook_cert_dir: str,
+    batch_api_port: int,
+    batch_api_dir: str,
+    batch_api_url: str,
+    batch_api_max_file_mib: int,
     prometheus_url: str | None,
     peering: str,
     standalone: bool,
@@ -194,6 +223,12 @@ def command(
         missing = [f for f in ("tls.crt", "tls.key") if not (Path(webhook_cert_dir) / f).is_file()]
         if missing:
             fail(f"--webhook-cert-dir: no {' or '.join(missing)} in {webhook_cert_dir}")
+    if not 0 <= batch_api_port <= 65535:
+        fail(f"--batch-api-port: {batch_api_port} is not a port")
+    if batch_api_port and not (batch_api_dir and batch_api_url):
+        fail("--batch-api-port needs --batch-api-dir and --batch-api-url")
+    if batch_api_max_file_mib < 1:
+        fail("--batch-api-max-file-mib must be at least 1")
     try:
         k_text, n_text = sla_violations.split("/", 1)
         k, n = int(k_text), int(n_text)
@@ -234,6 +269,11 @@ def command(
         webhook_port=webhook_port,
         webhook_host=http_host,
         webhook_cert_dir=webhook_cert_dir,
+        batch_api_port=batch_api_port,
+        batch_api_host=http_host,
+        batch_api_dir=batch_api_dir,
+        batch_api_url=batch_api_url,
+        batch_api_max_file_bytes=batch_api_max_file_mib << 20,
         prometheus_url=prometheus_url,
         peering=None if standalone else peering,
         peering_lifetime=max(1, round(_seconds(peering_lifetime, "--peering-lifetime"))),

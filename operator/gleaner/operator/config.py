@@ -48,6 +48,16 @@ class OperatorConfig:
     webhook_cert_dir: str = ""
     """Directory holding the webhook's ``tls.crt`` and ``tls.key`` (a kubernetes.io/tls
     Secret mounted as files)."""
+    batch_api_port: int = 0
+    """Port of the OpenAI-compatible Batch API (docs/batch.md, "The Batch API"); 0: off."""
+    batch_api_host: str = "0.0.0.0"
+    """Address the Batch API binds."""
+    batch_api_dir: str = ""
+    """Directory of the Batch API's file store (a volume of the operator's Pod)."""
+    batch_api_url: str = ""
+    """Where the runners of the batches the API creates reach it (the operator's Service)."""
+    batch_api_max_file_bytes: int = 200 << 20
+    """Largest file the Batch API takes (an upload is held in memory while it is parsed)."""
     prometheus_url: str | None = None
     """Prometheus base URL: trace and observed-throughput source instead of NodeTraces."""
     peering: str | None = PEERING_NAME

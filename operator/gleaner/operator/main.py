@@ -6,7 +6,8 @@ kopf's kwargs and call one body in ``gleaner.operator.handlers``. ``run(config)`
 with that registry (peering ``gleaner`` or standalone; cluster-wide or the given
 namespaces) next to the HTTP server (``gleaner.operator.http``) and blocks until SIGINT /
 SIGTERM; with ``--webhook-port`` the admission webhook (``gleaner.operator.webhook``) too,
-on every replica. What is registered:
+on every replica; with ``--batch-api-port`` the Batch API (``gleaner.operator.batchapi``)
+too. What is registered:
 
 ==========================================  ==============================================
 ``@on.startup``                             settings (below), scheduling loop, readiness
@@ -56,7 +57,7 @@ from gleaner.operator.handlers.requeue import nodetrace_changed, requeue_due
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
 from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
-from gleaner.operator.http import Health, build_app, serve_in_thread
+from gleaner.operator.http import Health, HttpServer, build_app, serve_in_thread
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.validation import profile_configmap_name
 from gleaner.operator.webhook import WebhookServer
@@ -172,8 +173,7 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         *JOBS,
         id="batch",
         interval=PROGRESS_INTERVAL,
-        when=lambda status, spec, **_: _phase(status) == Phase.RUNNING.value
-        and is_batch_job(spec),
+        when=lambda status, spec, **_: _phase(status) == Phase.RUNNING.value and is_batch_job(spec),
         registry=registry,
     )
     async def batch_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
@@ -242,6 +242,20 @@ def start_webhook(config: OperatorConfig) -> WebhookServer | None:
     ).start()
 
 
+def start_batch_api(config: OperatorConfig, client: KubeClient) -> HttpServer | None:
+    """The Batch API's server (gleaner.operator.batchapi), started, when ``config`` enables
+    it; on every replica, like the webhook (docs/batch.md: one replica serves its files)."""
+    if not config.batch_api_port:
+        return None
+    from gleaner.operator.batchapi.app import build_batch_app
+    from gleaner.operator.batchapi.files import FileStore
+
+    store = FileStore(Path(config.batch_api_dir), config.batch_api_max_file_bytes)
+    kube = SyncKubeClient.sharing(client, asyncio.get_running_loop())
+    app = build_batch_app(store, kube, config.batch_api_url)
+    return serve_in_thread(app, config.batch_api_host, config.batch_api_port)
+
+
 async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -> None:
     """Run the operator until ``stop`` is set or kopf exits (signals stop kopf)."""
     metrics = OperatorMetrics()
@@ -266,6 +280,7 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
         kube = SyncKubeClient.sharing(ctx.client, asyncio.get_running_loop())
         app = build_app(health, metrics.registry, extra_routers(kube))
         server = serve_in_thread(app, config.http_host, config.http_port)
+    batch_api = start_batch_api(config, ctx.client)
     try:
         await kopf.operator(
             registry=register(config),
@@ -282,6 +297,8 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
             server.stop()
         if webhook is not None:
             webhook.stop()
+        if batch_api is not None:
+            batch_api.stop()
 
 
 class QuietRoutine(logging.Filter):

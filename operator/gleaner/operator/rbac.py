@@ -4,9 +4,10 @@ Contract: ``OPERATOR_RULES`` is the complete, least-privilege list of ``PolicyRu
 (``gleaner.api.rbac``: ``apiGroups``, ``resources``, ``verbs``) for the operator's ClusterRole.
 The Helm chart renders its ClusterRole from exactly these rules and ``tests/helm`` checks
 that the rendered rules equal this list. Whoever makes the operator call a new API adds a rule
-here (minimally) with a comment naming the code that uses it. At run time this module
-imports only the standard library (``PolicyRule`` only for type checking), so the chart
-tooling can read it without the operator's dependencies.
+here (minimally) with a comment naming the code that uses it. ``BATCH_API_RULES`` are added
+only where the Batch API is on (``--batch-api-port``; chart value ``operator.batchApi``).
+At run time this module imports only the standard library (``PolicyRule`` only for type
+checking), so the chart tooling can read it without the operator's dependencies.
 """
 
 from __future__ import annotations
@@ -88,3 +89,27 @@ OPERATOR_RULES: Final[list[PolicyRule]] = [
     },
 ]
 """ClusterRole rules of the operator's ServiceAccount (rendered verbatim by the Helm chart)."""
+
+BATCH_API_RULES: Final[list[PolicyRule]] = [
+    # The Batch API (gleaner.operator.batchapi.auth) authenticates every caller's token
+    # (TokenReview) and asks whether that caller may act in the namespace
+    # (SubjectAccessReview).
+    {
+        "apiGroups": ["authentication.k8s.io"],
+        "resources": ["tokenreviews"],
+        "verbs": ["create"],
+    },
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
+    # It creates a batch's OfflineJob and deletes it on cancel (gleaner.operator.batchapi.app).
+    {
+        "apiGroups": ["gleaner.dev"],
+        "resources": ["offlinejobs"],
+        "verbs": ["create", "delete"],
+    },
+]
+"""Rules the chart adds to the operator's ClusterRole when the Batch API is on
+(``operator.batchApi.enabled``)."""
