@@ -65,6 +65,8 @@ __all__ = [
     "EVICTION_REPORT_SELECTOR",
     "FINALIZER",
     "KOPF_ANNOTATION_PREFIX",
+    "KUBELET_POD_RESOURCES_DIR",
+    "KUBELET_POD_RESOURCES_SOCKET",
     "LABEL_ATTEMPT",
     "LABEL_JOB",
     "LABEL_JOB_CLASS",
@@ -138,6 +140,12 @@ REPORT_KEY: Final = "report.json"
 EVICTION_REPORT_SELECTOR: Final = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
 REPORT_VERSION: Final = 1
 """``version`` of the report documents this code writes."""
+
+# --- The kubelet's side of a node -------------------------------------------------------------
+KUBELET_POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
+"""The kubelet's PodResources API directory; the agent mounts it read-only (docs/agent.md)."""
+KUBELET_POD_RESOURCES_SOCKET: Final = f"{KUBELET_POD_RESOURCES_DIR}/kubelet.sock"
+"""Its gRPC socket: which pod and container holds which device ids."""
 
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"
