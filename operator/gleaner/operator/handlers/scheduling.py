@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
+from gleaner.api import API_VERSION, ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.api.common import find_condition
 from gleaner.api.contract import LABEL_JOB, OFFLINE_SELECTOR
 from gleaner.clients.kube import (
@@ -54,13 +54,15 @@ from gleaner.clients.kube import (
 from gleaner.operator import status as st
 from gleaner.operator.builders import build_offline_pod, gpus_of_pod, pod_name
 from gleaner.operator.context import OperatorContext
-from gleaner.operator.events import post_event
+from gleaner.operator.events import post_event, post_object_event
 from gleaner.operator.handlers.validate import apply_verdict
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import load_node_summaries, unbindable_nodes, uninstrumented_gpus
+from gleaner.operator.uninstrumented import REASON as UNINSTRUMENTED
+from gleaner.operator.uninstrumented import BoundJob, recovered, uninstrumented_notices
 from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
 
 logger = logging.getLogger(__name__)
@@ -248,6 +250,10 @@ async def _pass(ctx: OperatorContext) -> PassResult:
 
     stage("reconcile")
 
+    # Uninstrumented GPUs: Events on their NodeTrace, Node and the bound jobs they pause.
+    uninstrumented = uninstrumented_gpus(traces)
+    await _report_uninstrumented(ctx, uninstrumented, statuses, bodies)
+
     # 5. place the queue.
     queue = await _build_queue(ctx, bodies, statuses, now)
     result.queued = len(queue)
@@ -263,7 +269,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         stale_after_seconds=ctx.config.trace_stale_after,
         node_labels=ctx.nodes.labels(),
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
-        uninstrumented=uninstrumented_gpus(traces),
+        uninstrumented=uninstrumented,
     )
     stage("decide")
     sem = asyncio.Semaphore(BIND_CONCURRENCY)
@@ -282,6 +288,45 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     result.unschedulable = len(explained)
     stage("bind")
     return result
+
+
+async def _report_uninstrumented(
+    ctx: OperatorContext,
+    current: dict[str, dict[int, str]],
+    statuses: dict[tuple[str, str], OfflineJobStatus],
+    bodies: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    """Post the Events of ``gleaner.operator.uninstrumented`` for what changed since the
+    last pass."""
+    bound = [
+        BoundJob(ns, name, _meta(bodies[(ns, name)]).get("uid"), s.placement)
+        for (ns, name), s in sorted(statuses.items())
+        if s.phase in st.BOUND_PHASES and s.placement is not None
+    ]
+    notices = [
+        *uninstrumented_notices(ctx.uninstrumented, current, bound),
+        *recovered(ctx.uninstrumented, current),
+    ]
+    ctx.uninstrumented = {node: dict(gpus) for node, gpus in current.items()}
+    for notice in notices:
+        if notice.kind == "OfflineJob":
+            await post_event(
+                ctx.client,
+                notice.namespace,
+                notice.name,
+                notice.uid,
+                "Warning",
+                notice.reason,
+                notice.message,
+            )
+            continue
+        involved = {
+            "apiVersion": API_VERSION if notice.kind == "NodeTrace" else "v1",
+            "kind": notice.kind,
+            "name": notice.name,
+        }
+        type_ = "Warning" if notice.reason == UNINSTRUMENTED else "Normal"
+        await post_object_event(ctx.client, involved, type_, notice.reason, notice.message)
 
 
 async def _prime_nodes(ctx: OperatorContext) -> None:
