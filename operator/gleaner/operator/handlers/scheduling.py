@@ -64,6 +64,7 @@ from gleaner.operator.traces import load_node_summaries, unbindable_nodes, unins
 from gleaner.operator.uninstrumented import REASON as UNINSTRUMENTED
 from gleaner.operator.uninstrumented import BoundJob, recovered, uninstrumented_notices
 from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
+from gleaner.scheduler.explain import chosen_summary
 
 logger = logging.getLogger(__name__)
 
@@ -275,8 +276,11 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     sem = asyncio.Semaphore(BIND_CONCURRENCY)
 
     async def bind_one(q: QueuedJob, placement: Placement) -> bool:
+        explanation = plan.explanations.get(q.key)
+        why_not = plan.runner_ups.get(q.key, ())
+        detail = "" if explanation is None else chosen_summary(explanation, why_not)
         async with sem:
-            return await _bind(ctx, q, placement, statuses, now)
+            return await _bind(ctx, q, placement, statuses, now, detail, why_not)
 
     async def explain_one(q: QueuedJob, reason: str) -> bool:
         async with sem:
@@ -458,6 +462,8 @@ async def _bind(
     placement: Placement,
     statuses: dict[tuple[str, str], OfflineJobStatus],
     now: datetime,
+    detail: str = "",
+    why_not: tuple[str, ...] = (),
 ) -> bool:
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
@@ -468,7 +474,7 @@ async def _bind(
         if _meta(body).get("uid") != uid or cur.phase not in st.QUEUED_PHASES:
             return None  # replaced or moved on since the pass read it
         recorded["body"] = body
-        return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now)
+        return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now, detail)
 
     new = await update_status(ctx, ns, name, record)
     if new is None:
@@ -484,6 +490,11 @@ async def _bind(
     if created is not None:
         ctx.metrics.queue_latency.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
     await post_event(ctx.client, ns, name, uid, "Normal", "Scheduled", new.message)
+    if why_not:
+        # "Why not node X", as `gleaner place --explain` words it.
+        await post_event(
+            ctx.client, ns, name, uid, "Normal", "NotChosen", "; ".join(why_not)
+        )
     return True
 
 
