@@ -75,7 +75,7 @@ def uninstrumented_notices(
         node_message = (
             f"{reasons}: no Gleaner shim accounts for it, so the node's agent keeps the "
             "GPU's offline gate closed and the scheduler places no offline job there "
-            "(docs/agent.md, \"Uninstrumented processes\")"
+            '(docs/agent.md, "Uninstrumented processes")'
         )
         out.append(Notice("NodeTrace", node, message=node_message))
         out.append(Notice("Node", node, message=node_message))

@@ -492,9 +492,7 @@ async def _bind(
     await post_event(ctx.client, ns, name, uid, "Normal", "Scheduled", new.message)
     if why_not:
         # "Why not node X", as `gleaner place --explain` words it.
-        await post_event(
-            ctx.client, ns, name, uid, "Normal", "NotChosen", "; ".join(why_not)
-        )
+        await post_event(ctx.client, ns, name, uid, "Normal", "NotChosen", "; ".join(why_not))
     return True
 
 
