@@ -31,7 +31,8 @@ import pytest
 from gleaner.api.contract import LABEL_JOB
 from gleaner.runtime_agent.podresources import ContainerDevices
 from gleaner.runtime_agent.simulated import synthetic_inventory
-from gleaner.testing.controlplane import ControlPlane
+from gleaner.testing.controlplane import GPU_PRODUCT_LABEL, ControlPlane
+from gleaner.testing.controlplane_plugin import GPU_NODES
 from gleaner.testing.kube import FAST_OPERATOR_FLAGS, offlinejob_manifest
 from gleaner.testing.net import free_port
 from gleaner.testing.podresources import FakePodResources
@@ -41,6 +42,7 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(30
 
 T = TypeVar("T")
 NODE = "gpu-b"
+GPU_B_PRODUCT = next(n.product for n in GPU_NODES if n.name == NODE)
 GPUS = 2
 MEMORY_GIB = 80.0
 
@@ -200,11 +202,15 @@ def test_no_offline_job_goes_on_the_gpu_of_an_uninstrumented_deployment(
     assert proc == {"pid": 0, "pod": f"{namespace}/{web}", "reason": "unshimmed"}
     assert not status["perGPU"][1].get("uninstrumentedProcesses")
 
-    apply(
-        control_plane,
+    # Both jobs may go to gpu-b only (its Node's product label): another test's NodeTrace
+    # for gpu-a must not give them a way out.
+    jobs = [
         offlinejob_manifest("pair", namespace=namespace, gpus=2, sla=0.05),
         offlinejob_manifest("single", namespace=namespace, gpus=1, sla=0.05),
-    )
+    ]
+    for manifest in jobs:
+        manifest["spec"]["gpuSelector"] = {"nodeSelector": {GPU_PRODUCT_LABEL: GPU_B_PRODUCT}}
+    apply(control_plane, *jobs)
 
     def job(name: str) -> dict[str, Any]:
         return get_json(control_plane, "oj", name, "-n", namespace) or {}
