@@ -3,7 +3,9 @@
 Both build a ``SchedulingSnapshot`` and call ``gleaner.scheduler.decide``; this drives the CLI
 through its main function and the operator through ``plan_placements`` (what its
 scheduling pass calls), with inputs built from one trace file and one set of manifests,
-and asserts the same node, the same GPUs and the same reasons text for every job.
+and asserts the same node, the same GPUs and the same reasons text for every job, and the
+same "why not node X" lines (``--explain``'s ``runner_ups``, the operator's ``NotChosen``
+Event).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 import yaml
 
 from gleaner.cli.main import main
-from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.placement import RUNNER_UPS, QueuedJob, plan_placements
 from gleaner.operator.traces import unbindable_nodes
 from gleaner.operator.validation import ValidJob, validate_job
 from gleaner.perfmodel import FileTraceSource, NodeSummary
@@ -126,6 +128,11 @@ def test_place_and_operator_choose_the_same_nodes_gpus_and_reasons(
         assert cli["throughput_fraction"] == pytest.approx(placement.throughput_fraction)
         assert tuple(cli["reasons"]) == plan.explanations[key].reasons, key
         assert any(r.startswith("predicted ") and ">= SLA" in r for r in cli["reasons"])
+        # "Why not node X": the same lines, every other node in place, the closest few in
+        # the operator's NotChosen Event.
+        assert tuple(cli["runner_ups"][:RUNNER_UPS]) == plan.runner_ups[key], key
+        others = sorted(n for n in nodes if n != placement.node)
+        assert sorted(r.split(":", 1)[0] for r in cli["runner_ups"]) == others, key
 
     cli_refused = {u["job"]: u["reasons"] for u in placed_cli["unschedulable"]}
     op_refused = {q.key: message for q, message in plan.unschedulable}
@@ -133,3 +140,27 @@ def test_place_and_operator_choose_the_same_nodes_gpus_and_reasons(
     assert {"default/hard", "default/triple", "default/huge"} <= set(op_refused)
     for key, message in op_refused.items():
         assert message == f"0/{len(nodes)} nodes are available: {', '.join(cli_refused[key])}."
+
+
+def test_the_operator_writes_why_and_why_not_into_its_condition_and_events(trace: Path) -> None:
+    from datetime import UTC, datetime
+
+    from gleaner.api import OfflineJobStatus
+    from gleaner.operator import status as st
+    from gleaner.scheduler.explain import chosen_summary
+
+    nodes = _with_uuids(FileTraceSource(trace).load())
+    now = max(s.last_report_time for s in nodes.values() if s.last_report_time is not None)
+    verdict = validate_job(_manifest("one", 1, 0.5))
+    assert isinstance(verdict, ValidJob)
+    plan = plan_placements([QueuedJob(verdict.job, verdict.profile)], nodes, {}, now)
+    ((_, placement),) = plan.placements
+    explanation = plan.explanations["default/one"]
+    why_not = plan.runner_ups["default/one"]
+    detail = chosen_summary(explanation, why_not)
+    assert detail.startswith("compute ") and " x bias " in detail
+    assert f"next best {why_not[0]}" in detail
+    status = st.scheduled(OfflineJobStatus(), placement, "one-0", datetime.now(UTC), detail)
+    (cond,) = [c for c in status.conditions if c.type == "Scheduled"]
+    assert cond.message.startswith(status.message) and detail in cond.message
+    assert status.message.startswith(f"placed on {placement.node} GPUs ")

@@ -13,8 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gleaner.dashboard.app import create_app
+from gleaner.dashboard.build import build_dashboard
 from gleaner.dashboard.model import ClusterRecord, ClusterSnapshot, EvictionView, JobView
-from gleaner.dashboard.sources import SnapshotSource, SourceError
+from gleaner.dashboard.sources import SnapshotSource, SourceError, StaticSource
 from gleaner.scheduler import EvictionReport
 
 
@@ -190,3 +191,25 @@ def test_unavailable_source_is_503() -> None:
         r = c.get("/api/cluster")
         assert r.status_code == 503 and "connection refused" in r.json()["detail"]
         assert c.get("/").status_code == 503
+
+
+def test_a_nodes_uninstrumented_gpus_show_in_its_json_and_page(record: ClusterRecord) -> None:
+    traces = [dict(t) for t in record.node_traces]
+    status = dict(traces[0]["status"])
+    per_gpu = [dict(g) for g in status["perGPU"]]
+    per_gpu[-1]["uninstrumentedProcesses"] = [{"pid": 0, "pod": "prod/web", "reason": "unshimmed"}]
+    status.update(perGPU=per_gpu, uninstrumentedGuard="Enforced")
+    traces[0] = {**traces[0], "status": status}
+    name = traces[0]["metadata"]["name"]
+    data = build_dashboard(record.model_copy(update={"node_traces": traces}))
+    with TestClient(create_app(StaticSource(data))) as c:
+        node = c.get(f"/api/nodes/{name}").json()
+        page = c.get(f"/nodes/{name}").text
+    assert node["uninstrumentedGuard"] == "Enforced"
+    assert node["gpus"][-1]["uninstrumented"] == ["pod prod/web (unshimmed)"]
+    assert all(g["uninstrumented"] == [] for g in node["gpus"][:-1])
+    assert f"GPU {per_gpu[-1]['index']}: pod prod/web (unshimmed)" in page
+    # A node whose agent says nothing about the guard shows nothing.
+    other = next(n for n in data.snapshot.nodes if n.name != name)
+    assert other.uninstrumented_guard is None
+    assert all(g.uninstrumented == [] for g in other.gpus)

@@ -32,6 +32,7 @@ OPERATOR_VALUES = [
 AGENT_VALUES = [
     {},
     {"agent": {"backend": "simulated", "metricsPort": 9500, "reportInterval": "30s"}},
+    {"agent": {"podResources": {"enabled": False}}},
 ]
 
 

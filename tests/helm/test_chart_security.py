@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from gleaner.api.contract import KUBELET_POD_RESOURCES_DIR
+
 Manifest = dict[str, Any]
 Render = Callable[..., list[Manifest]]
 
@@ -52,9 +54,15 @@ def test_operator_runs_as_non_root_without_host_access(render: Render) -> None:
 def test_agent_host_access_is_the_contract_paths_only(render: Render) -> None:
     pod = pod_spec(render(), "DaemonSet")
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    assert host_paths == {"/run/gleaner", "/var/lib/gleaner/lib"}
+    # The two Gleaner paths, and the kubelet's pod-resources directory (read-only: which
+    # pods hold which GPUs, docs/agent.md).
+    assert host_paths == {"/run/gleaner", "/var/lib/gleaner/lib", KUBELET_POD_RESOURCES_DIR}
     assert not any(path.startswith("/dev") for path in host_paths)
     container = pod["containers"][0]
+    kubelet = next(
+        m for m in container["volumeMounts"] if m["mountPath"] == KUBELET_POD_RESOURCES_DIR
+    )
+    assert kubelet["readOnly"] is True
     assert "volumeDevices" not in container
     requested = {
         **container["resources"].get("requests", {}),
@@ -71,3 +79,12 @@ def test_agent_nvml_access_can_be_turned_off(render: Render) -> None:
     pod = pod_spec(render({"agent": {"nvml": {"enabled": False}}}), "DaemonSet")
     names = {e["name"] for e in pod["containers"][0]["env"]}
     assert not names & {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+
+
+def test_agent_pod_resources_access_can_be_turned_off(render: Render) -> None:
+    pod = pod_spec(render({"agent": {"podResources": {"enabled": False}}}), "DaemonSet")
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host_paths == {"/run/gleaner", "/var/lib/gleaner/lib"}
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--pod-resources-socket") + 1] == ""
+    assert args[args.index("--process-match") + 1] == "count"

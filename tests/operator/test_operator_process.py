@@ -596,3 +596,21 @@ def test_namespaced_operator_serves_only_its_namespace(cluster: Cluster) -> None
     assert job is not None and job["status"]["phase"] == "Scheduled"
     assert c.api.pods(other) == []
     assert "status" not in (c.api.get_job("theirs", other) or {})
+
+
+def test_the_job_says_why_this_node_and_why_not_the_other(cluster: Cluster) -> None:
+    good, poor = cluster.node("node-a"), cluster.node("node-b")
+    cluster.apply_nodetrace(nodetrace_manifest(good, gpus=2, offline_enabled=0.9))
+    cluster.apply_nodetrace(nodetrace_manifest(poor, gpus=2, offline_enabled=0.6))
+    cluster.start_operator()
+    cluster.api.create_job(offlinejob_manifest("why", namespace=cluster.ns, sla=0.7))
+
+    status = cluster.wait_phase("why", "Scheduled", "Running")
+    assert status["placement"]["node"] == good
+    message = cluster.condition("why", "Scheduled")["message"]
+    assert message.startswith(f"placed on {good} GPUs ")
+    assert "compute 0.90 x memory" in message and " x bias 1.00 = 0.90" in message
+    why_not = f"{poor}: predicted 0.60 < SLA 0.70"
+    assert f"next best {why_not}" in message
+    (event,) = cluster.events_for("why", "NotChosen")
+    assert event.message.startswith(why_not) and event.message in message

@@ -118,3 +118,82 @@ def test_the_operator_serves_the_webhook_over_tls_when_configured(tmp_path: Path
             httpx.post(url.replace("https", "http"), content=b"{}", timeout=5)
     finally:
         server.stop()
+
+
+def _rotate(directory: Path, name: str) -> Path:
+    """A new self-signed pair, written the way the kubelet updates a Secret volume: both
+    files made elsewhere, then moved into place. Returns the new certificate (the CA)."""
+    staging = directory / name
+    staging.mkdir()
+    _self_signed(staging)
+    ca = directory / f"{name}.pem"
+    ca.write_bytes((staging / "tls.crt").read_bytes())
+    (staging / "tls.key").replace(directory / "tls.key")
+    (staging / "tls.crt").replace(directory / "tls.crt")
+    return ca
+
+
+def _handshake(port: int, cafile: Path) -> int:
+    url = f"https://127.0.0.1:{port}{MUTATE_PATH}"
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(cafile)), timeout=10) as c:
+        return c.post(url, content=json.dumps(_review(POD))).status_code
+
+
+def test_the_webhook_reloads_a_rotated_certificate_without_a_restart(tmp_path: Path) -> None:
+    cert_dir = tmp_path / "tls"
+    cert_dir.mkdir()
+    first = _rotate(cert_dir, "first")
+    port = free_port()
+    server = WebhookServer(
+        str(cert_dir / "tls.crt"), str(cert_dir / "tls.key"), "127.0.0.1", port,
+        reload_interval_s=0.05,
+    ).start()  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert _handshake(port, first) == 200
+        watch = server.certificate
+        watch.reloaded.clear()
+        second = _rotate(cert_dir, "second")
+        assert watch.reloaded.wait(30), "the rotated certificate was never loaded"
+        assert watch.reloads == 1 and server.thread.is_alive()
+        assert _handshake(port, second) == 200
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            _handshake(port, first)  # the old certificate is no longer served
+    finally:
+        server.stop()
+
+
+def test_a_broken_certificate_pair_is_not_loaded_and_the_old_one_stays(tmp_path: Path) -> None:
+    cert_dir = tmp_path / "tls"
+    cert_dir.mkdir()
+    first = _rotate(cert_dir, "first")
+    port = free_port()
+    server = WebhookServer(
+        str(cert_dir / "tls.crt"), str(cert_dir / "tls.key"), "127.0.0.1", port,
+        reload_interval_s=3600,
+    ).start()  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        watch = server.certificate
+        assert not watch.check()  # nothing changed
+        # A new certificate beside the old key: they do not match.
+        other = tmp_path / "other"
+        other.mkdir()
+        _self_signed(other)
+        (cert_dir / "tls.crt").write_bytes((other / "tls.crt").read_bytes())
+        assert not watch.check() and watch.failures == 1
+        assert not watch.check() and watch.failures == 1  # reported once per pair
+        assert _handshake(port, first) == 200  # still the old pair
+        (cert_dir / "tls.key").unlink()
+        assert not watch.check() and watch.failures == 1  # mid-swap: wait, keep serving
+        (cert_dir / "tls.key").write_bytes((other / "tls.key").read_bytes())
+        assert watch.check() and watch.reloads == 1
+        assert _handshake(port, other / "tls.crt") == 200
+    finally:
+        server.stop()

@@ -69,6 +69,8 @@ __all__ = [
     "EVICTION_REPORT_SELECTOR",
     "FINALIZER",
     "KOPF_ANNOTATION_PREFIX",
+    "KUBELET_POD_RESOURCES_DIR",
+    "KUBELET_POD_RESOURCES_SOCKET",
     "LABEL_ATTEMPT",
     "LABEL_BATCH_API",
     "LABEL_JOB",
@@ -164,6 +166,12 @@ ANNOTATION_PROFILE_FIT: Final = f"{_PREFIX}profile-fit"
 ANNOTATION_PROFILE_IMAGE: Final = f"{_PREFIX}profile-image"
 """On a measured profile ConfigMap: the engine image it was measured with; a job with
 ``profileFrom.auto`` that runs another image has it measured again."""
+
+# --- The kubelet's side of a node -------------------------------------------------------------
+KUBELET_POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
+"""The kubelet's PodResources API directory; the agent mounts it read-only (docs/agent.md)."""
+KUBELET_POD_RESOURCES_SOCKET: Final = f"{KUBELET_POD_RESOURCES_DIR}/kubelet.sock"
+"""Its gRPC socket: which pod and container holds which device ids."""
 
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"

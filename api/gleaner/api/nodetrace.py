@@ -89,7 +89,8 @@ class UninstrumentedProcess(KubeModel):
     reason: str = Field(
         default="unknown",
         description="unknown (no shim connected with its pid), silent (online shim sent "
-        "nothing for too long) or disconnected (online shim's connection closed).",
+        "nothing for too long), disconnected (online shim's connection closed) or unshimmed "
+        "(the kubelet says the pod holds the GPU and no live online shim names it; pid 0).",
     )
 
     def describe(self) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from gleaner.api.contract import KUBELET_POD_RESOURCES_SOCKET
 from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail
 from gleaner.protocol.node import SOCKET_DIR, SOCKET_NAME
@@ -119,6 +120,22 @@ def _duration(text: str) -> float:
     help="An online shim silent this long no longer counts as instrumented.",
 )
 @click.option(
+    "--process-match",
+    type=click.Choice(["pids", "count"]),
+    default="pids",
+    show_default=True,
+    help="How NVML's GPU processes are matched with connected shims: pids (the agent runs "
+    "in the host's pid namespace) or count (it does not, as the chart runs it: processes "
+    "are counted per GPU; docs/agent.md).",
+)
+@click.option(
+    "--pod-resources-socket",
+    default=KUBELET_POD_RESOURCES_SOCKET,
+    show_default=True,
+    help="The kubelet's PodResources socket, to learn which pods hold which GPUs; an "
+    "empty value does not ask the kubelet.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -149,6 +166,8 @@ def command(
     no_nvml: bool,
     allow_uninstrumented: bool,
     online_silence: str,
+    process_match: str,
+    pod_resources_socket: str,
     log_level: str,
     event_loop: str,
 ) -> None:
@@ -168,7 +187,9 @@ def command(
             cool_floor_s=_duration(cool_floor), cool_ceiling_s=_duration(cool_ceiling)
         )
         guard = InstrumentationConfig(
-            enforce=not allow_uninstrumented, silence_s=_duration(online_silence)
+            enforce=not allow_uninstrumented,
+            silence_s=_duration(online_silence),
+            match="count" if process_match == "count" else "pids",
         )
     except ValueError as exc:
         fail(str(exc))
@@ -197,6 +218,7 @@ def command(
         gate=gate,
         nvml=not no_nvml,
         instrumentation=guard,
+        pod_resources_socket=pod_resources_socket or None,
     )
     try:
         loop_factory = event_loop_factory(event_loop)

@@ -18,7 +18,9 @@ build from the same summaries (:func:`snapshot_of`: GPUs the summaries report he
 outside the queue are occupied, nodes whose last report is older than the operator's
 staleness limit at the newest report are unavailable). Each placement comes with the
 scheduler's explanation: the table's ``why`` column is its SLA line, and ``--explain``
-adds ``reasons`` (every rule's verdict on the chosen set) to each placement in JSON.
+adds ``reasons`` (every rule's verdict on the chosen set) and ``runner_ups`` (``node: why
+not``, every other node, the closest first: ``explain_runner_ups``, the call the operator's
+``NotChosen`` Event comes from) to each placement in JSON.
 Node labels and GPU products come from ``--nodes FILE`` or the trace's ``gpu_product``
 column; an unschedulable job whose gpuSelector was judged without them gets a plain
 ``note:`` line on stderr (as ``gleaner predict`` does).
@@ -203,7 +205,13 @@ def command(
 ) -> None:
     """Place a queue of OfflineJobs on the nodes of a trace (or of Prometheus)."""
     from gleaner.perfmodel import JobProfile, ModelConfig
-    from gleaner.scheduler import JobRequest, SchedulerConfig, Unschedulable, decide
+    from gleaner.scheduler import (
+        JobRequest,
+        SchedulerConfig,
+        Unschedulable,
+        decide,
+        explain_runner_ups,
+    )
 
     paths = [*job_paths, *more_paths]
     if not paths:
@@ -224,8 +232,9 @@ def command(
             continue
         requests.append(JobRequest.from_offlinejob(job, JobProfile.from_api(profile), order))
     config = SchedulerConfig(model=ModelConfig(min_pair_overlap=min_pair_overlap))
+    snapshot = snapshot_of(requests, nodes)
     with spinner(f"placing {len(requests)} jobs on {len(nodes)} nodes"):
-        result = decide(snapshot_of(requests, nodes), config)
+        result = decide(snapshot, config)
     unschedulable = [*result.unschedulable, *missing]
     by_key = {r.key: r for r in requests}
     for u in result.unschedulable:
@@ -237,8 +246,23 @@ def command(
     if output_format == "json":
         data = result.to_json()
         if explain:
+            by_key = {r.key: r for r in requests}
+            judged = [
+                (by_key[p.job], p.explanation)
+                for p in result.placements
+                if p.explanation is not None
+            ]
+            why_not = dict(
+                zip(
+                    (job.key for job, _ in judged),
+                    explain_runner_ups(snapshot, judged, config),
+                    strict=True,
+                )
+            )
             for row, placed in zip(data["placements"], result.placements, strict=True):
                 row["reasons"] = list(placed.reasons)
+                if placed.job in why_not:
+                    row["runner_ups"] = list(why_not[placed.job])
         data["unschedulable"] = [u.to_json() for u in unschedulable]
         echo_json(data)
         return

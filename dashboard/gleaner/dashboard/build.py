@@ -233,6 +233,24 @@ def node_view(summary: NodeSummary) -> NodeView:
     )
 
 
+def with_uninstrumented(node: NodeView, trace: Mapping[str, Any] | None) -> NodeView:
+    """``node`` with each GPU's uninstrumented processes and the guard's mode, from its raw
+    NodeTrace (docs/agent.md, "Uninstrumented processes"); unchanged when it says nothing."""
+    try:
+        status = NodeTrace.model_validate(trace).status if trace is not None else None
+    except ValidationError:
+        status = None  # _summaries already warned
+    if status is None or status.uninstrumented_guard is None:
+        return node
+    found = {
+        g.index: [f"{p.describe()} ({p.reason})" for p in g.uninstrumented_processes or ()]
+        for g in status.per_gpu
+    }
+    gpus = [g.model_copy(update={"uninstrumented": found.get(g.index, [])}) for g in node.gpus]
+    guard = status.uninstrumented_guard.value
+    return node.model_copy(update={"gpus": gpus, "uninstrumented_guard": guard})
+
+
 def with_placements(node: NodeView, jobs: Sequence[JobView]) -> NodeView:
     """``node`` with each GPU's offline job as the jobs' placements say.
 
@@ -791,7 +809,8 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
     """The snapshot of ``record`` (see the module docstring)."""
     warnings: list[str] = []
     summaries = _summaries(record, warnings)
-    nodes = [node_view(summaries[n]) for n in sorted(summaries)]
+    traces = {str((t.get("metadata") or {}).get("name")): t for t in record.node_traces}
+    nodes = [with_uninstrumented(node_view(summaries[n]), traces.get(n)) for n in sorted(summaries)]
 
     evictions: list[EvictionView] = []
     for rec in record.eviction_reports:

@@ -172,6 +172,12 @@ class GpuView(DashModel):
     offline_job: str | None = Field(
         default=None, description="namespace/name of the offline job on this GPU, if any."
     )
+    uninstrumented: list[str] = Field(
+        default_factory=list,
+        description="Processes no Gleaner shim accounts for, as the agent reports them "
+        "('pod ns/name (unknown)'): the agent holds this GPU's offline gate closed and the "
+        "scheduler places nothing here (unless the node opted out).",
+    )
 
 
 class NodeView(DashModel):
@@ -192,6 +198,11 @@ class NodeView(DashModel):
     labels: dict[str, str] = Field(default_factory=dict)
     preemptions: int = 0
     reclamations: int = 0
+    uninstrumented_guard: str | None = Field(
+        default=None,
+        description="Enforced (GPUs with uninstrumented processes stay closed) or OptedOut "
+        "(reported only); None: the agent does not say.",
+    )
 
 
 class Factors(DashModel):

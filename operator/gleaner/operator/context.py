@@ -14,7 +14,10 @@ so a restarted operator converges from what it finds. What it does hold:
 - ``client`` (the API server) and ``prometheus`` (with ``--prometheus-url``): the
   connections of ``gleaner.clients``, opened once per process;
 - ``nodes``: labels and availability of Kubernetes Nodes (``gleaner.operator.nodes``), a
-  cache of the API server's Nodes kept current by a kopf watch (rebuilt on restart).
+  cache of the API server's Nodes kept current by a kopf watch (rebuilt on restart);
+- ``uninstrumented``: the uninstrumented GPUs the last pass reported in Events, so that a
+  GPU is reported when it turns uninstrumented, not every pass (a restarted operator
+  reports the current ones once more).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class OperatorContext:
     loop_task: asyncio.Task[None] | None = None
     kick_reasons: set[str] = field(default_factory=set)
     nodes: NodeCache = field(default_factory=NodeCache)
+    uninstrumented: dict[str, dict[int, str]] = field(default_factory=dict)
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
 

@@ -5,8 +5,11 @@ queued jobs with their resolved profiles, node summaries from NodeTraces or Prom
 the GPUs offline Pods already hold, the Kubernetes Nodes' labels and availability, the
 staleness limit) into one ``SchedulingSnapshot``, calls ``gleaner.scheduler.decide`` once for
 the whole queue, and turns the answer back into API ``Placement`` objects, per-job reasons
-and each placement's explanation. It decides nothing itself: filters, scores,
-explanations and the model are the scheduler's and perfmodel's.
+and each placement's explanation and runner-up reasons (``explain_runner_ups``, the same
+call ``gleaner place --explain`` makes: "why not node X" for up to :data:`RUNNER_UPS`
+other nodes, judged on the pass's snapshot, for the first :data:`EXPLAINED` placements of
+a pass: judging every node costs about one cycle per job). It decides nothing itself:
+filters, scores, explanations and the model are the scheduler's and perfmodel's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from gleaner.scheduler import (
     SchedulerConfig,
     SchedulingSnapshot,
     decide,
+    explain_runner_ups,
 )
+
+RUNNER_UPS = 5
+"""Other nodes named in a placement's ``NotChosen`` Event (closest first)."""
+EXPLAINED = 4
+"""Placements per pass that get their runner-up reasons (the first ones of the queue)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ class PlacementPlan:
     unschedulable: list[tuple[QueuedJob, str]] = field(default_factory=list)
     explanations: dict[str, NodeExplanation] = field(default_factory=dict)
     """job key -> why its placement's node and GPUs (every factor, the bias, every rule)."""
+    runner_ups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """job key -> ``node: why not`` for the closest other nodes."""
 
 
 def plan_placements(
@@ -79,11 +90,21 @@ def plan_placements(
         stale_after_seconds=stale_after_seconds,
         uninstrumented=uninstrumented or {},
     )
-    result = decide(snapshot, config or SchedulerConfig())
+    cfg = config or SchedulerConfig()
+    result = decide(snapshot, cfg)
+    requests = {r.key: r for r in snapshot.jobs}
     for decision in result.placements:
         plan.placements.append((by_key[decision.job], decision.to_placement(now)))
         if decision.explanation is not None:
             plan.explanations[decision.job] = decision.explanation
+    # Judging every other node costs about a scheduling cycle per job: a pass explains
+    # its first EXPLAINED placements (the queue's front) and leaves the rest without a
+    # NotChosen Event, so a large burst of jobs is not slowed down.
+    explained = list(plan.explanations.items())[:EXPLAINED]
+    why_not = explain_runner_ups(
+        snapshot, [(requests[key], ex) for key, ex in explained], cfg, RUNNER_UPS
+    )
+    plan.runner_ups = {key: lines for (key, _), lines in zip(explained, why_not, strict=True)}
     for miss in result.unschedulable:
         plan.unschedulable.append((by_key[miss.job], miss.message))
     return plan

@@ -139,11 +139,14 @@ def valid(status: OfflineJobStatus, now: datetime, generation: int | None) -> Of
 
 
 def scheduled(
-    status: OfflineJobStatus, placement: Placement, pod: str, now: datetime
+    status: OfflineJobStatus, placement: Placement, pod: str, now: datetime, detail: str = ""
 ) -> OfflineJobStatus:
-    """A placement was chosen and the job's Pod (name ``pod``) is being bound."""
+    """A placement was chosen and the job's Pod (name ``pod``) is being bound; ``detail``
+    (the scheduler's short why: factors, bias, next best node) extends the Scheduled
+    condition's message."""
     message = placed_message(placement.node, placement.gpu_indices, placement.throughput_fraction)
     new = transition(status, P.SCHEDULED, message)
+    why = f"{message} ({detail})" if detail else message
     pods = [p for p in new.pods if p != pod] + [pod]
     return new.model_copy(
         update={
@@ -151,7 +154,7 @@ def scheduled(
             "pods": pods,
             "next_attempt_after": None,
             "observed": None,
-            "conditions": _cond(new, ConditionType.SCHEDULED, True, "Placed", message, now),
+            "conditions": _cond(new, ConditionType.SCHEDULED, True, "Placed", why, now),
         }
     )
 

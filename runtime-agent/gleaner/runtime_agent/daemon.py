@@ -66,6 +66,7 @@ from gleaner.runtime_agent.kube import (
 )
 from gleaner.runtime_agent.metrics import uninstrumented_families
 from gleaner.runtime_agent.nvml import DEFAULT_TTL_S, NvmlFreeMemory
+from gleaner.runtime_agent.podresources import KubeletGpuHolders, PodResourcesClient
 from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig, MemoryConfig
 from gleaner.runtime_agent.reporting import ReportWindow, with_uninstrumented
 from gleaner.runtime_agent.server import ShimServer
@@ -139,6 +140,9 @@ class AgentOptions:
     out (reported, never held)."""
     instrumentation_poll_s: float = 0.5
     """How often the GPUs' process lists are read and silent online shims looked for."""
+    pod_resources_socket: str | None = None
+    """The kubelet's PodResources socket: which pods hold which GPUs (nvidia backend; None:
+    not asked, the guard then has NVML's process lists only)."""
 
 
 def agent_version() -> str:
@@ -189,6 +193,7 @@ class AgentDaemon:
         self.server: ShimServer | None = None
         self.nvml: NvmlFreeMemory | None = None
         self.instrumentation: InstrumentationWatch | None = None
+        self.holders: KubeletGpuHolders | None = None
         o = options
         if o.backend == "simulated":
             online = TraceOnline.from_file(o.trace, o.node) if o.trace is not None else None
@@ -231,10 +236,15 @@ class AgentDaemon:
                 self.nvml = NvmlFreeMemory.open(inventory, ttl_s=o.nvml_ttl_s)
             if self.nvml is not None:
                 self.agent.free_bytes = self.nvml.free_bytes
+            if o.pod_resources_socket:
+                self.holders = KubeletGpuHolders(
+                    inventory, PodResourcesClient(o.pod_resources_socket).list
+                )
             self.instrumentation = InstrumentationWatch(
                 self.agent,
                 o.instrumentation,
                 running_pids=None if self.nvml is None else self.nvml.running_pids,
+                gpu_holders=self.holders,
             )
             self.server.instrumentation = self.instrumentation
             source = TraceSource.AGENT
@@ -338,6 +348,12 @@ class AgentDaemon:
             "offline_jobs": {str(g): j for g, j in sorted(self.agent.offline_jobs.items())},
             "gates": {str(g): gate.enabled for g, gate in sorted(self.agent.gates.items())},
             "uninstrumented": self._uninstrumented_health(),
+            "process_match": None
+            if self.instrumentation is None
+            else self.options.instrumentation.match,
+            "pod_resources": None
+            if self.holders is None
+            else {"known": self.holders() is not None, "error": self.holders.last_error},
             **self._gate_path_health(),
         }
 
@@ -404,6 +420,8 @@ class AgentDaemon:
             tasks.append(asyncio.create_task(self._instrumentation_loop(), name="processes"))
         if self.server is not None and self.server.segment is not None:
             tasks.append(asyncio.create_task(self._beat_loop(), name="gate-heartbeat"))
+        if self.holders is not None:
+            self.holders.start()
         web = asyncio.create_task(self._uvicorn.serve(), name="http")
         started = asyncio.create_task(self._note_port())
         stop = asyncio.create_task(self._stopping.wait())
@@ -417,6 +435,8 @@ class AgentDaemon:
                 await web
             if self._watcher is not None:
                 self._watcher.stop()
+            if self.holders is not None:
+                self.holders.stop()
             if self.server is not None:
                 self.server.close()
             if self.nvml is not None:

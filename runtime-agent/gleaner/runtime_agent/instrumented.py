@@ -7,21 +7,25 @@ Contract. :class:`InstrumentationWatch` owns the node's
 - :meth:`InstrumentationWatch.poll` reads each GPU's processes (a ``running_pids`` callable,
   NVML's in the daemon; None or an unknown GPU: the list is unknown), names each pid's pod
   from ``/proc/<pid>/cgroup`` (the kubelet's cgroup path carries the pod UID; a
-  ``pod_name`` callable turns it into ``namespace/name`` when it can), feeds the policy and
-  applies the holds;
+  ``pod_name`` callable turns it into ``namespace/name`` when it can; only with
+  ``match="pids"``: a pid from another pid namespace would name the wrong process), reads
+  which pods hold each GPU (a ``gpu_holders`` callable, the kubelet's PodResources API in
+  the daemon: GPU index → pods, None: unknown), feeds the policy and applies the holds;
 - :meth:`InstrumentationWatch.apply` applies the holds now (the shim server calls it after a
   connect or a disconnect, so a lost online shim closes the gate at once, not at the next
   poll);
 - :meth:`InstrumentationWatch.report` is the per-GPU list for the NodeTrace and /metrics.
 
-Pids are the driver's (the host's pid namespace); they match the shims' HELLO pids when the
-agent and the workloads see the same pids (the chart runs the agent with ``hostPID``).
+Pids are the driver's; they match the shims' HELLO pids only when the agent and the
+workloads see the same pids (``match="pids"``, an agent with the host's pid namespace). The
+chart runs the agent without it (``match="count"``): processes are counted per GPU and the
+kubelet names the pods that hold each GPU (docs/agent.md, "Uninstrumented processes").
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gleaner.runtime_agent.core import NodeAgent
@@ -58,20 +62,24 @@ class InstrumentationWatch:
         *,
         running_pids: Callable[[int], Sequence[int] | None] | None = None,
         pod_name: Callable[[str], str | None] | None = None,
+        gpu_holders: Callable[[], Mapping[int, Sequence[str]] | None] | None = None,
         proc_root: Path = Path("/proc"),
     ) -> None:
         self.agent = agent
         self.policy = Instrumentation(agent.gpus, config)
         self.running_pids = running_pids
         self.pod_name = pod_name
+        self.gpu_holders = gpu_holders
         self.proc_root = proc_root
 
     def poll(self, t: float) -> None:
         """Read the process lists, feed them to the policy, apply the holds."""
+        holders = None if self.gpu_holders is None else self.gpu_holders()
         for gpu in self.agent.gpus:
             pids = None if self.running_pids is None else self.running_pids(gpu)
             procs = None if pids is None else [GpuProcess(pid, self._pod(pid)) for pid in pids]
             self.policy.set_processes(t, gpu, procs)
+            self.policy.set_holders(t, gpu, None if holders is None else holders.get(gpu, ()))
         self.apply(t)
 
     def apply(self, t: float) -> None:
@@ -89,6 +97,8 @@ class InstrumentationWatch:
         return out
 
     def _pod(self, pid: int) -> str:
+        if self.policy.config.match != "pids":
+            return ""
         uid = pod_uid_of(pid, self.proc_root)
         if uid is None:
             return ""

@@ -58,7 +58,14 @@ from gleaner.scheduler.report import (
     build_eviction_report,
 )
 from gleaner.scheduler.result import PlacementDecision, ScheduleResult, Unschedulable
-from gleaner.scheduler.schedule import Scheduler, decide, explain_nodes, explain_set, schedule
+from gleaner.scheduler.schedule import (
+    Scheduler,
+    decide,
+    explain_nodes,
+    explain_runner_ups,
+    explain_set,
+    schedule,
+)
 
 SLAState = SLAHistory
 """Alias: the monitor's per-placement state is its window history."""
@@ -99,6 +106,7 @@ __all__ = [
     "decide",
     "decide_sla",
     "explain_nodes",
+    "explain_runner_ups",
     "explain_set",
     "next_attempt_after",
     "occupied_from_summaries",

@@ -122,6 +122,17 @@ class NodeExplanation:
         """The placement's one-line message when this set is chosen (``placed_message``)."""
         return placed_message(self.node, self.gpus, self.throughput_fraction or 0.0)
 
+    @property
+    def factors_text(self) -> str:
+        """The judged set's factors and bias in one line (``compute 0.90 x memory 1.00 x
+        multi-GPU 1.00 x bias 1.00 = 0.90``), or ``no GPU set`` when none was judged."""
+        if self.compute is None or self.memory is None or self.multi_gpu is None:
+            return "no GPU set"
+        return (
+            f"compute {self.compute:.2f} x memory {self.memory:.2f} x multi-GPU "
+            f"{self.multi_gpu:.2f} x bias {self.bias:.2f} = {self.throughput_fraction or 0.0:.2f}"
+        )
+
     def lost_to(self, chosen: tuple[str, float] | None) -> str:
         """Why this node lost to ``chosen`` ((node, predicted fraction) of the placement),
         or, for a job not placed (``chosen`` None), what stops it here."""
@@ -154,3 +165,24 @@ class NodeExplanation:
             "feasible": self.feasible,
             "rules": [r.to_json() for r in self.rules],
         }
+
+
+def runner_up_reasons(
+    chosen: NodeExplanation, others: Sequence[NodeExplanation], limit: int | None = None
+) -> tuple[str, ...]:
+    """``node: why it lost`` for every other node, the closest first (feasible ones by
+    predicted fraction, then the others by name), at most ``limit`` of them: what
+    ``gleaner place --explain`` prints and the operator's ``NotChosen`` Event says."""
+    mine = (chosen.node, chosen.throughput_fraction or 0.0)
+    rest = sorted(
+        (e for e in others if e.node != chosen.node),
+        key=lambda e: (not e.feasible, -(e.throughput_fraction or 0.0), e.node),
+    )
+    return tuple(f"{e.node}: {e.lost_to(mine)}" for e in rest[:limit])
+
+
+def chosen_summary(chosen: NodeExplanation, runner_ups: Sequence[str]) -> str:
+    """The short line for the operator's Scheduled condition: the factors and bias of the
+    chosen set, and the closest runner-up."""
+    closest = f"; next best {runner_ups[0]}" if runner_ups else ""
+    return f"{chosen.factors_text}{closest}"

@@ -45,7 +45,7 @@ import numpy as np
 from gleaner.perfmodel.model import predict, subset_factors
 from gleaner.scheduler.cluster import ClusterState, SchedulingSnapshot
 from gleaner.scheduler.config import SchedulerConfig
-from gleaner.scheduler.explain import NodeExplanation, Rule
+from gleaner.scheduler.explain import NodeExplanation, Rule, runner_up_reasons
 from gleaner.scheduler.framework import (
     BoolArray,
     CandidateBatch,
@@ -88,6 +88,30 @@ def explain_nodes(
         for row, name in enumerate(scheduler.view.names)
         if name not in skipped
     ]
+
+
+def explain_runner_ups(
+    snapshot: SchedulingSnapshot,
+    placed: Sequence[tuple[JobRequest, NodeExplanation]],
+    config: SchedulerConfig | None = None,
+    limit: int | None = None,
+) -> list[tuple[str, ...]]:
+    """For each (job, the explanation of its placement), why the job did not go to each
+    other node of ``snapshot`` (``runner_up_reasons`` of what ``explain_nodes`` says), over
+    one view of the cluster: the one "why not node X" of ``gleaner place`` and the operator."""
+    if not placed:
+        return []
+    scheduler = Scheduler(snapshot.state(), config or SchedulerConfig())
+    out: list[tuple[str, ...]] = []
+    for job, chosen in placed:
+        ctx = scheduler.context(job)
+        others = [
+            scheduler.explain_node(ctx, row)
+            for row, name in enumerate(scheduler.view.names)
+            if name != chosen.node
+        ]
+        out.append(runner_up_reasons(chosen, others, limit))
+    return out
 
 
 def explain_set(

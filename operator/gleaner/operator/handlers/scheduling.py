@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
+from gleaner.api import API_VERSION, ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.api.common import find_condition
 from gleaner.api.contract import LABEL_JOB, OFFLINE_SELECTOR
 from gleaner.clients.kube import (
@@ -56,7 +56,7 @@ from gleaner.clients.kube import (
 from gleaner.operator import status as st
 from gleaner.operator.builders import build_offline_pod, gpus_of_pod, pod_name
 from gleaner.operator.context import OperatorContext
-from gleaner.operator.events import post_event
+from gleaner.operator.events import post_event, post_object_event
 from gleaner.operator.handlers import profiling
 from gleaner.operator.handlers.validate import apply_verdict
 from gleaner.operator.jobs import parse_status, update_status
@@ -64,12 +64,15 @@ from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import load_node_summaries, unbindable_nodes, uninstrumented_gpus
+from gleaner.operator.uninstrumented import REASON as UNINSTRUMENTED
+from gleaner.operator.uninstrumented import BoundJob, recovered, uninstrumented_notices
 from gleaner.operator.validation import (
     NeedsProfile,
     ValidJob,
     profile_configmap_name,
     validate_job,
 )
+from gleaner.scheduler.explain import chosen_summary
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +259,10 @@ async def _pass(ctx: OperatorContext) -> PassResult:
 
     stage("reconcile")
 
+    # Uninstrumented GPUs: Events on their NodeTrace, Node and the bound jobs they pause.
+    uninstrumented = uninstrumented_gpus(traces)
+    await _report_uninstrumented(ctx, uninstrumented, statuses, bodies)
+
     # 5. place the queue.
     needs_profile: list[OfflineJob] = []
     queue = await _build_queue(ctx, bodies, statuses, now, needs_profile)
@@ -275,16 +282,19 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         stale_after_seconds=ctx.config.trace_stale_after,
         node_labels=ctx.nodes.labels(),
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
-        uninstrumented=uninstrumented_gpus(traces),
+        uninstrumented=uninstrumented,
     )
     stage("decide")
     sem = asyncio.Semaphore(BIND_CONCURRENCY)
 
     async def bind_one(q: QueuedJob, placement: Placement) -> bool:
+        explanation = plan.explanations.get(q.key)
+        why_not = plan.runner_ups.get(q.key, ())
+        detail = "" if explanation is None else chosen_summary(explanation, why_not)
         async with sem:
             if q.key in run_of:
                 return await profiling.bind_run(ctx, run_of[q.key], placement)
-            return await _bind(ctx, q, placement, statuses, now)
+            return await _bind(ctx, q, placement, statuses, now, detail, why_not)
 
     async def explain_one(q: QueuedJob, reason: str) -> bool:
         async with sem:
@@ -299,6 +309,45 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     result.unschedulable = len(explained)
     stage("bind")
     return result
+
+
+async def _report_uninstrumented(
+    ctx: OperatorContext,
+    current: dict[str, dict[int, str]],
+    statuses: dict[tuple[str, str], OfflineJobStatus],
+    bodies: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    """Post the Events of ``gleaner.operator.uninstrumented`` for what changed since the
+    last pass."""
+    bound = [
+        BoundJob(ns, name, _meta(bodies[(ns, name)]).get("uid"), s.placement)
+        for (ns, name), s in sorted(statuses.items())
+        if s.phase in st.BOUND_PHASES and s.placement is not None
+    ]
+    notices = [
+        *uninstrumented_notices(ctx.uninstrumented, current, bound),
+        *recovered(ctx.uninstrumented, current),
+    ]
+    ctx.uninstrumented = {node: dict(gpus) for node, gpus in current.items()}
+    for notice in notices:
+        if notice.kind == "OfflineJob":
+            await post_event(
+                ctx.client,
+                notice.namespace,
+                notice.name,
+                notice.uid,
+                "Warning",
+                notice.reason,
+                notice.message,
+            )
+            continue
+        involved = {
+            "apiVersion": API_VERSION if notice.kind == "NodeTrace" else "v1",
+            "kind": notice.kind,
+            "name": notice.name,
+        }
+        type_ = "Warning" if notice.reason == UNINSTRUMENTED else "Normal"
+        await post_object_event(ctx.client, involved, type_, notice.reason, notice.message)
 
 
 async def _prime_nodes(ctx: OperatorContext) -> None:
@@ -439,6 +488,8 @@ async def _bind(
     placement: Placement,
     statuses: dict[tuple[str, str], OfflineJobStatus],
     now: datetime,
+    detail: str = "",
+    why_not: tuple[str, ...] = (),
 ) -> bool:
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
@@ -449,7 +500,7 @@ async def _bind(
         if _meta(body).get("uid") != uid or cur.phase not in st.QUEUED_PHASES:
             return None  # replaced or moved on since the pass read it
         recorded["body"] = body
-        return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now)
+        return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now, detail)
 
     new = await update_status(ctx, ns, name, record)
     if new is None:
@@ -465,6 +516,9 @@ async def _bind(
     if created is not None:
         ctx.metrics.queue_latency.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
     await post_event(ctx.client, ns, name, uid, "Normal", "Scheduled", new.message)
+    if why_not:
+        # "Why not node X", as `gleaner place --explain` words it.
+        await post_event(ctx.client, ns, name, uid, "Normal", "NotChosen", "; ".join(why_not))
     return True
 
 

@@ -10,19 +10,28 @@ Contract. An :class:`Instrumentation` (one per node) is fed, in non-decreasing t
 - :meth:`Instrumentation.heard` — any frame from that connection;
 - :meth:`Instrumentation.disconnected` — the connection closed;
 - :meth:`Instrumentation.set_processes` — the processes the driver lists on a GPU now
-  (None: unknown, e.g. no NVML).
+  (None: unknown, e.g. no NVML);
+- :meth:`Instrumentation.set_holders` — the pods the kubelet says hold a GPU now (its
+  PodResources API; None: unknown, e.g. no kubelet socket).
 
 It answers, per GPU, :meth:`Instrumentation.uninstrumented`: the processes nobody accounts
 for, each with why —
 
 1. ``unknown``: a process the driver lists whose pid is no connected, live ``online`` or
    ``offline`` shim's (a shim loaded but told to stand aside never connects, so it lands
-   here too);
+   here too). With ``match="count"`` (the agent does not share the workloads' pid
+   namespace, so no pid can be matched) processes are counted instead: a GPU whose driver
+   lists more processes than live ``online`` and ``offline`` shims name it has that many
+   ``unknown`` ones (reported under the highest pids no live shim's pid matches);
 2. ``silent``: a connected online shim on the GPU that sent nothing for ``silence_s``
    (from ``last frame + silence_s`` on; it is heard again with its next frame);
 3. ``disconnected``: an online shim on the GPU whose connection closed, until a shim with
    its pid connects again or the driver's list for that GPU is known and no longer holds
-   the pid (the process ended).
+   the pid (the process ended);
+4. ``unshimmed``: a pod the kubelet says holds the GPU (the device plugin gave it to the
+   pod) while fewer live online shims name the GPU than pods hold it: every holder is
+   reported (which of them lacks the shim cannot be told), pid 0. A pod that holds a GPU
+   can start using it at any moment, so it holds the gate before its first process shows.
 
 :meth:`Instrumentation.held` is whether the GPU's offline gate must stay closed: some process
 is uninstrumented and the node does not opt out (``enforce``). The guarantee, property-tested
@@ -42,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Role = Literal["online", "offline", "framework"]
-Why = Literal["unknown", "silent", "disconnected"]
+Why = Literal["unknown", "silent", "disconnected", "unshimmed"]
+Match = Literal["pids", "count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +83,17 @@ class InstrumentationConfig:
     """An online shim silent this long no longer accounts for its GPUs (None: never). The
     shim sends a HEARTBEAT every second (docs/protocol.md), so 5 s is several missed beats."""
 
+    match: Match = "pids"
+    """How the driver's processes are matched with shims: ``pids`` (the agent sees the
+    workloads' pids: the host's pid namespace) or ``count`` (it does not: rule 1 counts)."""
+
     peer_pids: bool = True
     """Count the pid from the socket's peer credentials as the shim's too (False: the HELLO
     pid only, for tests that play several processes from one)."""
 
     def __post_init__(self) -> None:
+        if self.match not in ("pids", "count"):
+            raise ValueError(f"match must be pids or count, not {self.match!r}")
         if self.silence_s is not None and self.silence_s <= 0:
             raise ValueError("silence_s must be positive")
 
@@ -102,10 +118,13 @@ class Instrumentation:
     _processes: dict[int, tuple[GpuProcess, ...] | None] = field(init=False)
     _lost: dict[int, set[tuple[int, int | None]]] = field(init=False)
     """GPU → (HELLO pid, peer pid) of online shims whose connection closed (rule 3)."""
+    _holders: dict[int, tuple[str, ...] | None] = field(init=False)
+    """GPU → the pods the kubelet says hold it (rule 4; None: unknown)."""
 
     def __post_init__(self) -> None:
         self._processes = {g: None for g in self.gpus}
         self._lost = {g: set() for g in self.gpus}
+        self._holders = {g: None for g in self.gpus}
 
     # -- events ---------------------------------------------------------------------------
 
@@ -157,6 +176,12 @@ class Instrumentation:
         # A lost online process that ended is gone for good.
         self._lost[gpu] = {gone for gone in self._lost[gpu] if _pids(*gone) & pids}
 
+    def set_holders(self, t: float, gpu: int, pods: Iterable[str] | None) -> None:
+        """The pods (``namespace/name``) the kubelet says hold ``gpu`` now (None: unknown)."""
+        if gpu not in self._holders:
+            raise KeyError(f"unknown GPU {gpu}")
+        self._holders[gpu] = None if pods is None else tuple(sorted(set(pods)))
+
     # -- answers --------------------------------------------------------------------------
 
     def uninstrumented(self, gpu: int, t: float) -> tuple[Uninstrumented, ...]:
@@ -180,10 +205,32 @@ class Instrumentation:
             online = shim.role == "online" and gpu in shim.gpus
             if online and not _pids(shim.pid, shim.peer) & live and not self._alive(shim, t):
                 add(shim.pid, shim.peer, "silent")
-        for proc in listed or ():
-            if proc.pid not in live and proc.pid not in covered:
-                out[proc.pid] = Uninstrumented(proc.pid, "unknown", proc.pod)
-        return tuple(sorted(out.values()))
+        unknown = [p for p in listed or () if p.pid not in live and p.pid not in covered]
+        if self.config.match == "count":
+            # Pids say nothing here: the GPU has as many instrumented processes as live
+            # shims name it, and the rest of the driver's list is unknown (the highest pids,
+            # preferring ones no live shim's pid matches).
+            shims: int = sum(
+                1
+                for s in self._shims.values()
+                if s.role in ("online", "offline") and gpu in s.gpus and self._alive(s, t)
+            )
+            extra = max(0, len(listed or ()) - shims)
+            ranked = sorted(listed or (), key=lambda p: (p.pid not in live, p.pid))
+            unknown = [p for p in ranked[len(ranked) - extra :] if p.pid not in covered]
+        for proc in unknown:
+            out[proc.pid] = Uninstrumented(proc.pid, "unknown", proc.pod)
+        found = sorted(out.values())
+        holders = self._holders[gpu]
+        if holders:
+            serving: int = sum(
+                1
+                for s in self._shims.values()
+                if s.role == "online" and gpu in s.gpus and self._alive(s, t)
+            )
+            if serving < len(holders):
+                found += [Uninstrumented(0, "unshimmed", pod) for pod in holders]
+        return tuple(found)
 
     def held(self, gpu: int, t: float) -> bool:
         """Whether ``gpu``'s offline gate must stay closed at ``t``."""

@@ -16,6 +16,12 @@ from gleaner.scheduler.framework import BoolArray, CandidateBatch, IntArray, Job
 from gleaner.scheduler.view import ClusterView
 
 
+def uninstrumented_reason(gpu: int, who: str) -> str:
+    """The words for GPU ``gpu`` running ``who`` uninstrumented (the filter's reason, and the
+    operator's Events about it)."""
+    return f"GPU {gpu} runs an uninstrumented process ({who})"
+
+
 class Instrumented(SetFilter):
     name = "Instrumented"
 
@@ -39,7 +45,7 @@ class Instrumented(SetFilter):
                         continue
                     pos = summary.position(gpu)
                     bits[row] |= np.int64(1) << np.int64(pos)
-                    why[(row, pos)] = f"GPU {gpu} runs an uninstrumented process ({who})"
+                    why[(row, pos)] = uninstrumented_reason(gpu, who)
             self._view, self._bits, self._why = view, bits, why
         return self._bits, self._why
 
