@@ -47,6 +47,12 @@ from gleaner.simulator.policies import (
     StaticMemory,
     UvmMemory,
 )
+from gleaner.simulator.request_trace import (
+    ReplayedRequests,
+    RequestTraceConfig,
+    read_requests,
+    split_round_robin,
+)
 from gleaner.simulator.workload import ArrivalConfig, LengthConfig, Requests, generate_requests
 
 ComputeName = Literal["online-only", "gleaner", "gpreempt", "iteration"]
@@ -155,12 +161,24 @@ class NodeScenario(BaseModel):
     model: str = Field(default="llama-3.1-8b-h100", description="Latency model name.")
     latency: LatencyModel | None = Field(default=None, description="Override the coefficients.")
     online: OnlineConfig = Field(default_factory=OnlineConfig)
+    requests: RequestTraceConfig | None = Field(
+        default=None,
+        description="Replay this request trace instead of the synthetic arrivals and lengths.",
+    )
     offline: OfflineJobConfig = Field(default_factory=OfflineJobConfig)
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     costs: CostModel = Field(default_factory=CostModel, description="What colocation costs.")
     memory: NodeMemoryConfig = Field(default_factory=NodeMemoryConfig)
     runs: list[RunSpec] = Field(default_factory=lambda: list(DEFAULT_RUNS))
     series_step_s: float = Field(default=1.0, gt=0, description="Time-series resolution.")
+
+    def replay(self) -> ReplayedRequests | None:
+        """The replayed request trace (read from its file), or None for synthetic load."""
+        if self.requests is None:
+            return None
+        return read_requests(
+            self.requests, self.online.prompt_tokens.max, self.online.output_tokens.max
+        )
 
     def latency_model(self) -> LatencyModel:
         if self.latency is not None:
@@ -251,8 +269,20 @@ def simulate_engine(
         "offline_run": [],
     }
     next_sample = 0.0
-    busy_acc = 0.0
-    run_acc = 0.0
+    # Seconds online computed / offline ran in each series step, spread over the steps the
+    # interval covers (a long idle period fills every step it spans, not only the next one).
+    busy_bins: dict[int, float] = {}
+    run_bins: dict[int, float] = {}
+
+    def spread(bins: dict[int, float], t0: float, t1: float) -> None:
+        i = int(t0 // series_step_s)
+        while t0 < t1:
+            edge = (i + 1) * series_step_s
+            seg = min(t1, edge) - t0
+            bins[i] = bins.get(i, 0.0) + seg
+            t0 = min(t1, edge)
+            i += 1
+
     block_bytes = BLOCK_TOKENS * model.kv_bytes_per_token
     block_gib = block_bytes / GIB
     last_end = 0.0
@@ -274,12 +304,13 @@ def simulate_engine(
         return out, back
 
     def idle(t0: float, t1: float) -> None:
-        nonlocal offline_run, offline_tokens, run_acc, owed, cold, ran
+        nonlocal offline_run, offline_tokens, owed, cold, ran
         if t1 <= t0:
             return
         run = compute.idle(t0, t1)
         offline_run += run
-        run_acc += run
+        # The gate runs offline at the end of an idle period (after its cooldown).
+        spread(run_bins, t1 - run, t1)
         if meter is not None and run > 0:
             ran = True
             if cold:
@@ -389,7 +420,7 @@ def simulate_engine(
         delay, preempted, extra_run = compute.launch(t, batch)
         if extra_run > 0:
             offline_run += extra_run
-            run_acc += extra_run
+            spread(run_bins, t, t + extra_run)
             offline_tokens += memory.advance(t, t, extra_run)
         if preempted:
             for r in dec:
@@ -406,7 +437,7 @@ def simulate_engine(
         start = t + delay + stall
         end = start + latency
         busy_s += latency
-        busy_acc += latency
+        spread(busy_bins, start, end)
         finished: list[str] = []
         for r in dec:
             kv[r] += 1
@@ -440,10 +471,6 @@ def simulate_engine(
             series["t"].append(next_sample)
             series["online_kv_gib"].append(used * block_gib)
             series["offline_memory_gib"].append(memory.offline_memory_gib())
-            series["busy"].append(min(1.0, busy_acc / series_step_s))
-            series["offline_run"].append(min(1.0, run_acc / series_step_s))
-            busy_acc = 0.0
-            run_acc = 0.0
             next_sample += series_step_s
         if running or waiting:
             g = float(gaps[gi % n_gaps])
@@ -454,6 +481,13 @@ def simulate_engine(
             t = end
     horizon = max(duration_s, last_end)
     idle(t, horizon)
+    while next_sample < horizon:
+        series["t"].append(next_sample)
+        series["online_kv_gib"].append(used * block_gib)
+        series["offline_memory_gib"].append(memory.offline_memory_gib())
+        next_sample += series_step_s
+    for key, bins in (("busy", busy_bins), ("offline_run", run_bins)):
+        series[key] = [min(1.0, bins.get(i, 0.0) / series_step_s) for i in range(len(series["t"]))]
     ok = [i for i in range(n) if finish[i] >= 0]
     ttft = np.array([first[i] - arrival[i] for i in ok])
     tpot = np.array([(finish[i] - first[i]) / (output[i] - 1) for i in ok if output[i] > 1])
@@ -511,8 +545,18 @@ def run_node(
     scenario: NodeScenario,
     seed: int,
     progress: Callable[[str], None] | None = None,
+    replay: ReplayedRequests | None = None,
 ) -> dict[str, Any]:
-    """Simulate every run of ``scenario``; JSON-ready results (see module docstring)."""
+    """Simulate every run of ``scenario``; JSON-ready results (see module docstring).
+
+    With a request trace (``scenario.requests``, read here unless ``replay`` is given) the
+    GPUs replay its window round-robin instead of synthetic load; the run lasts the window,
+    and the ``static`` share is taken from the replayed requests themselves (an oracle).
+    """
+    if replay is None:
+        replay = scenario.replay()
+    if replay is not None:
+        scenario = scenario.model_copy(update={"duration_s": replay.window_s})
     model = scenario.latency_model()
     mem = scenario.memory
     on = scenario.online
@@ -544,9 +588,13 @@ def run_node(
 
     master = np.random.default_rng(seed)
     gpus: list[_Gpu] = []
-    for _ in range(scenario.gpus):
+    shares = split_round_robin(replay.requests, scenario.gpus) if replay is not None else None
+    for gi in range(scenario.gpus):
         s = int(master.integers(0, 2**31 - 1))
         rng = np.random.default_rng(s)
+        if shares is not None:
+            gpus.append(_Gpu(shares[gi], shares[gi], _gaps(rng, on.gap, 1 << 16), s))
+            continue
         reqs = generate_requests(
             rng, on.arrival, on.prompt_tokens, on.output_tokens, scenario.duration_s
         )
@@ -554,6 +602,7 @@ def run_node(
             rng, on.arrival, on.prompt_tokens, on.output_tokens, mem.static_window_s
         )
         gpus.append(_Gpu(reqs, warm, _gaps(rng, on.gap, 1 << 16), s))
+    warm_s = mem.static_window_s if replay is None else scenario.duration_s
 
     # The static share: minimum free memory over a warm-up window of online-only load.
     static_kv: list[int] = []
@@ -561,7 +610,7 @@ def run_node(
         if any(r.memory == "static" for r in scenario.runs):
             res = simulate_engine(
                 g.warmup,
-                mem.static_window_s,
+                warm_s,
                 model,
                 on,
                 OnlineOnly(),
@@ -620,6 +669,16 @@ def run_node(
     return {
         "scenario": scenario.model_dump(mode="json"),
         "seed": seed,
+        "replay": None
+        if replay is None
+        else {
+            "format": replay.format,
+            "rows": replay.rows,
+            "requests": len(replay.requests),
+            "dropped": replay.dropped,
+            "clipped": replay.clipped,
+            "window_s": replay.window_s,
+        },
         "offline_profile": {
             "standalone_tokens_per_second": curve.standalone,
             "required_memory_gib": curve.required_memory_gib,
