@@ -355,6 +355,7 @@ def _cluster_figures(cluster: dict[str, Any], colors: dict[str, str]) -> list[st
         start=1,
     ):
         fig.add_trace(go.Bar(x=names, y=ys, marker_color=cols), row=1, col=i)
+    fig.update_xaxes(tickangle=-30)
     fig.update_layout(
         title="Per-policy comparison (cluster level; no bar: the policy ran no job)",
         showlegend=False,
