@@ -13,6 +13,7 @@ from gleaner.simulator.costs import (
     CostModel,
     InflightConfig,
     LatencyDistribution,
+    fit_latency,
 )
 from gleaner.simulator.node import NodeScenario, RunSpec, run_node
 from gleaner.simulator.sensitivity import TERMS, all_off, breakeven, sensitivity
@@ -132,3 +133,13 @@ def test_breakeven_is_where_gleaner_reaches_iteration() -> None:
         else:
             hit = next(c for c in be["curve"] if c["disable_median_ms"] == at)
             assert hit[f"{metric}_increase"] >= goal
+
+
+def test_measured_latencies_fit_the_cost_model_units() -> None:
+    rng = np.random.default_rng(3)
+    ns = rng.lognormal(np.log(0.3e6), 0.4, size=2000)  # median 0.3 ms, in ns
+    d = fit_latency(ns.tolist())
+    assert d.median_ms == pytest.approx(0.3, rel=0.05)
+    assert d.sigma == pytest.approx(0.4, rel=0.1)
+    assert d.max_ms == pytest.approx(ns.max() / 1e6)
+    assert fit_latency([]).median_ms == 0.0

@@ -27,6 +27,7 @@ the results. Pure: numbers and a generator in, seconds out.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -63,6 +64,20 @@ class LatencyDistribution(BaseModel):
         return self.model_copy(
             update={"median_ms": self.median_ms * factor, "max_ms": self.max_ms * max(factor, 1)}
         )
+
+
+def fit_latency(samples_ns: Sequence[int | float]) -> LatencyDistribution:
+    """The lognormal of measured latencies (ns), in the cost model's units: the median, the
+    log-space standard deviation and the largest sample as the cap (ms). The GPU hardware
+    test (tests/runtime-agent/shim/test_gpu_hardware.py) writes its disable and resume
+    latencies this way, ready to paste into a scenario's ``costs:``."""
+    xs = np.asarray([float(x) for x in samples_ns if x > 0], dtype=np.float64) / 1e6
+    if xs.size == 0:
+        return LatencyDistribution(median_ms=0.0, sigma=0.0)
+    sigma = float(np.std(np.log(xs), ddof=1)) if xs.size > 1 else 0.0
+    return LatencyDistribution(
+        median_ms=float(np.median(xs)), sigma=sigma, max_ms=max(float(xs.max()), 1e-6)
+    )
 
 
 class InflightConfig(BaseModel):
