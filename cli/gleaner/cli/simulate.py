@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.cli.common import echo_json, fail, format_option
 
 if TYPE_CHECKING:
     from gleaner.simulator.scenario import Scenario
@@ -54,89 +54,215 @@ def _progress_factory(enabled: bool) -> Callable[[str, int], Callable[[int], Non
     return factory
 
 
+WIDTH = 100
+"""The terminal width the tables are laid out for (stacked, never truncated, at 100 columns)."""
+
+DASH = "–"
+
+
 def _pct(x: float) -> str:
-    return f"{100 * x:+.2f}%"
+    return f"{100 * x:+.2f}"
+
+
+def _table(headers: list[str], rows: list[list[str]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, h in enumerate(headers):
+        if i == 0:
+            table.add_column(h, justify="left", no_wrap=True)
+        else:
+            table.add_column(h, justify="right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(file=sys.stdout, width=WIDTH, highlight=False).print(table)
+
+
+def _wrap(text: str, indent: str = "") -> str:
+    import textwrap
+
+    return textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
+def _node_tables(results: dict[str, Any]) -> None:
+    from gleaner.simulator.verdict import policy_text, target_value
+
+    node = results["node"]
+    sc = node["scenario"]
+    runs = node["runs"]
+    setting = f"{sc['gpus']} GPU, {sc['duration_s']:.0f} s, seed {results['seed']}"
+    rows = []
+    for name, r in runs.items():
+        inc_t = r.get("ttft_increase", {})
+        inc_p = r.get("tpot_increase", {})
+        ref = r["compute"] == "online-only"
+        rows.append(
+            [
+                name,
+                f"{1000 * r['ttft_s']['mean']:.1f}",
+                DASH if ref else _pct(inc_t.get("mean", 0.0)),
+                DASH if ref else _pct(inc_t.get("p99", 0.0)),
+                f"{1000 * r['tpot_s']['mean']:.2f}",
+                DASH if ref else _pct(inc_p.get("mean", 0.0)),
+                DASH if ref else _pct(inc_p.get("p99", 0.0)),
+            ]
+        )
+    _table(
+        [
+            "policy",
+            "TTFT mean (ms)",
+            "ΔTTFT mean (%)",
+            "ΔTTFT p99 (%)",
+            "TPOT mean (ms)",
+            "ΔTPOT mean (%)",
+            "ΔTPOT p99 (%)",
+        ],
+        rows,
+        f"Node level: online latency, Δ = increase over online-only ({setting})",
+    )
+    rows = []
+    for name, r in runs.items():
+        if r["compute"] == "online-only":
+            rows.append([name, DASH, DASH, DASH, DASH, DASH])
+            continue
+        rows.append(
+            [
+                name,
+                f"{r['preemptions_per_request']:.2f}",
+                str(r["max_preemptions_per_request"]),
+                f"{r['reclamations_per_minute']:.2f}",
+                f"{r['offline_tokens_per_second']:,.0f}",
+                f"{100 * r.get('offline_of_ideal', 0.0):.1f}",
+            ]
+        )
+    _table(
+        [
+            "policy",
+            "preemptions per request",
+            "max preemptions per request",
+            "reclamations per min",
+            "offline tokens/s",
+            "offline of idle-time ideal (%)",
+        ],
+        rows,
+        "Node level: preemptions, memory and offline work",
+    )
+    click.echo("Policies:")
+    for name, r in runs.items():
+        click.echo(_wrap(f"{name}: {policy_text(name, r)}", "  "))
+    targets = results.get("targets", [])
+    for kind, title, ok, bad in (
+        ("target", "Node-level targets (Gleaner)", "met", "NOT MET"),
+        ("comparison", "Comparisons with baselines", "holds", "DOES NOT HOLD"),
+    ):
+        chosen = [t for t in targets if t.get("kind", "target") == kind]
+        if not chosen:
+            continue
+        _table(
+            ["measure", "value", "wanted", "result"],
+            [
+                [
+                    t["name"],
+                    target_value(t),
+                    t["target"],
+                    ok if t["met"] else bad,
+                ]
+                for t in chosen
+            ],
+            title,
+        )
+    sens = results.get("sensitivity")
+    if sens:
+        _table(
+            ["cost term", "level", "ΔTTFT mean (%)", "ΔTPOT mean (%)", "offline tokens/s"],
+            [
+                [
+                    r["term"],
+                    r["level"],
+                    _pct(r["ttft_increase"]),
+                    _pct(r["tpot_increase"]),
+                    f"{r['offline_tokens_per_second']:,.0f}",
+                ]
+                for r in sens
+            ],
+            "Sensitivity of gleaner to each cost term (same seed and requests)",
+        )
+    verdict = results.get("verdict", [])
+    if verdict:
+        click.echo("Verdict:")
+        for line in verdict:
+            click.echo(_wrap(line, "  "))
 
 
 def _print_tables(results: dict[str, Any]) -> None:
-    node = results.get("node")
-    if node is not None:
-        rows = []
-        for name, r in node["runs"].items():
-            inc_t = r.get("ttft_increase", {})
-            inc_p = r.get("tpot_increase", {})
-            rows.append(
-                [
-                    name,
-                    f"{1000 * r['ttft_s']['mean']:.1f}",
-                    _pct(inc_t.get("mean", 0.0)),
-                    _pct(inc_t.get("p99", 0.0)),
-                    f"{1000 * r['tpot_s']['mean']:.2f}",
-                    _pct(inc_p.get("mean", 0.0)),
-                    _pct(inc_p.get("p99", 0.0)),
-                    f"{r['preemptions_per_request']:.2f} (max {r['max_preemptions_per_request']})",
-                    f"{r['reclamations_per_minute']:.2f}",
-                    f"{r['offline_normalized']:.3f}",
-                ]
-            )
-        echo_table(
-            [
-                "run",
-                "TTFT ms",
-                "ΔTTFT mean",
-                "ΔTTFT p99",
-                "TPOT ms",
-                "ΔTPOT mean",
-                "ΔTPOT p99",
-                "preempt/req",
-                "reclaim/min",
-                "offline/bound",
-            ],
-            rows,
-            title=f"Node level ({node['scenario']['gpus']} GPU, "
-            f"{node['scenario']['duration_s']:.0f} s, seed {results['seed']})",
-        )
-        targets = results.get("targets", [])
-        if targets:
-            echo_table(
-                ["target", "value", "wanted", "result"],
-                [
-                    [t["name"], f"{t['value']:.4g}", t["target"], "met" if t["met"] else "NOT MET"]
-                    for t in targets
-                ],
-                title="Node-level targets (docs/simulator.md)",
-            )
+    if results.get("node") is not None:
+        _node_tables(results)
     cluster = results.get("cluster")
     if cluster is not None:
         rows = []
+        jobs = []
         for name, m in cluster["policies"].items():
             err = m["prediction_error"]
             rows.append(
                 [
                     name,
-                    f"{100 * m['online_utilization']:.1f}%",
-                    f"{100 * m['utilization_gain']:+.1f} pts",
+                    f"{100 * m['online_utilization']:.1f}",
+                    f"{100 * m['utilization_gain']:+.1f}",
                     f"{m['gpus_saved']:.1f}",
-                    "-" if m["sla_attainment"] is None else f"{100 * m['sla_attainment']:.1f}%",
-                    m["evictions"],
-                    f"{err['mean_abs']:.3f}" if err["placements"] else "-",
-                    " ".join(f"{k}={v}" for k, v in sorted(m["phases"].items())),
+                    DASH if m["sla_attainment"] is None else f"{100 * m['sla_attainment']:.1f}",
+                    str(m["evictions"]),
+                    f"{err['mean_abs']:.3f}" if err["placements"] else DASH,
                 ]
             )
-        echo_table(
+            jobs.append([name, ", ".join(f"{k} {v}" for k, v in sorted(m["phases"].items()))])
+        _table(
             [
                 "policy",
-                "online util",
-                "harvest gain",
+                "online util (%)",
+                "harvest gain (pts)",
                 "GPUs saved",
-                "SLA windows met",
+                "SLA windows met (%)",
                 "evictions",
-                "pred. error",
-                "jobs",
+                "prediction error",
             ],
             rows,
-            title=f"Cluster level ({cluster['gpus']} GPUs)",
+            f"Cluster level ({cluster['gpus']} GPUs)",
         )
+        _table(["policy", "jobs at the end, by phase"], jobs, "Cluster level: OfflineJobs")
+
+
+def _with_requests(
+    scenario: Any, path: Path | None, rate_scale: float | None, window: str | None
+) -> Any:
+    """The scenario with its node level replaying ``path`` (the CLI's --requests options)."""
+    from gleaner.simulator.request_trace import RequestTraceConfig
+
+    if scenario.node is None:
+        fail(f"--requests needs a scenario with a 'node' section ({scenario.name} has none)")
+    current = scenario.node.requests
+    if path is None and current is None:
+        fail("--rate-scale and --window need --requests (or a scenario with node.requests)")
+    update: dict[str, Any] = {}
+    if path is not None:
+        if not path.is_file():
+            fail(f"--requests {path}: no such file")
+        update["path"] = str(path)
+    if rate_scale is not None:
+        update["rate_scale"] = rate_scale
+    if window is not None:
+        start, sep, length = window.partition(":")
+        try:
+            update["start_s"] = float(start) if start else 0.0
+            update["duration_s"] = float(length) if sep and length else None
+        except ValueError:
+            fail(f"--window {window}: want START:SECONDS, e.g. 600:1200")
+        if update["start_s"] < 0 or (update["duration_s"] or 1) <= 0:
+            fail(f"--window {window}: START must be ≥ 0 and SECONDS > 0")
+    base = current.model_dump() if current is not None else {}
+    cfg = RequestTraceConfig.model_validate({**base, **update})
+    node = scenario.node.model_copy(update={"requests": cfg})
+    return scenario.model_copy(update={"node": node})
 
 
 def _write_trace(scenario: Scenario, seed: int | None, path: Path) -> None:
@@ -184,6 +310,32 @@ def _write_trace(scenario: Scenario, seed: int | None, path: Path) -> None:
     help="Write the scenario cluster's online load (history and run) as a trace file "
     "(CSV, .csv.gz or .parquet; docs/formats.md) and exit without simulating.",
 )
+@click.option(
+    "--requests",
+    "requests_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Replay an online request trace at the node level: Azure LLM inference CSV, "
+    "Mooncake JSONL or BurstGPT CSV (docs/simulator.md).",
+)
+@click.option(
+    "--rate-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="With --requests: multiply the request rate (2 halves the gaps).",
+)
+@click.option(
+    "--window",
+    default=None,
+    metavar="START:SECONDS",
+    help="With --requests: replay SECONDS of the trace from START seconds after its first "
+    "request (trace time).",
+)
+@click.option(
+    "--sensitivity",
+    is_flag=True,
+    help="Also re-run gleaner with each cost term off and ×4 and print the table.",
+)
 @click.option("--quick", is_flag=True, help="A reduced run (smoke tests, CI).")
 @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
 @click.option(
@@ -206,12 +358,17 @@ def command(
     out_dir: Path | None,
     trace: Path | None,
     write_trace: Path | None,
+    requests_file: Path | None,
+    rate_scale: float | None,
+    window: str | None,
+    sensitivity: bool,
     quick: bool,
     progress: bool,
     serve: bool,
     port: int,
 ) -> None:
     """Simulate a harvested GPU node and cluster; print a summary, write an HTML report."""
+    from gleaner.simulator.request_trace import TraceError
     from gleaner.simulator.runner import run_scenario
     from gleaner.simulator.scenario import ScenarioError, load_scenario
     from gleaner.simulator.scenario import quick as make_quick
@@ -220,6 +377,8 @@ def command(
         scenario = load_scenario(scenario_name)
     except ScenarioError as exc:
         fail(str(exc))
+    if requests_file is not None or rate_scale is not None or window is not None:
+        scenario = _with_requests(scenario, requests_file, rate_scale, window)
     if quick:
         scenario = make_quick(scenario)
     if write_trace is not None:
@@ -238,8 +397,14 @@ def command(
         fail(f"--out {out_dir}: not a directory")
     try:
         output = run_scenario(
-            scenario, seed=seed, trace=trace, progress=_progress_factory(progress)
+            scenario,
+            seed=seed,
+            trace=trace,
+            progress=_progress_factory(progress),
+            sensitivity=sensitivity,
         )
+    except TraceError as exc:
+        fail(f"--requests: {exc}")
     except (ValueError, OSError) as exc:
         if trace is None:
             raise

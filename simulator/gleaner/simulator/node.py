@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gleaner.api.units import GIB
 from gleaner.runtime_agent.policy.gate import GateConfig
 from gleaner.runtime_agent.policy.memory import MIB, MemoryConfig
+from gleaner.simulator.costs import CostMeter, CostModel
 from gleaner.simulator.latency import MODELS, LatencyModel
 from gleaner.simulator.offline import BLOCK_TOKENS, OfflineJobConfig, OfflineKV, memory_curve
 from gleaner.simulator.policies import (
@@ -45,6 +46,12 @@ from gleaner.simulator.policies import (
     PrismMemory,
     StaticMemory,
     UvmMemory,
+)
+from gleaner.simulator.request_trace import (
+    ReplayedRequests,
+    RequestTraceConfig,
+    read_requests,
+    split_round_robin,
 )
 from gleaner.simulator.workload import ArrivalConfig, LengthConfig, Requests, generate_requests
 
@@ -89,7 +96,9 @@ class PreemptionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     fast_latency_ms: float = Field(
-        default=0.05, ge=0, description="Channel disable / timeslice preemption latency."
+        default=0.05,
+        ge=0,
+        description="GPreempt timeslice preemption latency (the gate's is costs.disable).",
     )
     wake_latency_ms: float = Field(default=0.02, ge=0, description="GPreempt wake-up latency.")
     kernel_mean_ms: float = Field(
@@ -108,7 +117,9 @@ class NodeMemoryConfig(BaseModel):
     alpha: float = Field(default=2.0, gt=1)
     release_interval_s: float = Field(default=1.0, gt=0)
     reclaim_latency_ms: float = Field(
-        default=1.0, ge=0, description="Online stall when it outgrows its headroom."
+        default=1.0,
+        ge=0,
+        description="Agent reaction when online outgrows its headroom (VMM time is added).",
     )
     uvm_bandwidth_gbps: float = Field(default=12.0, gt=0, description="UVM fault migration GB/s.")
     prism_release_s: float = Field(
@@ -150,11 +161,24 @@ class NodeScenario(BaseModel):
     model: str = Field(default="llama-3.1-8b-h100", description="Latency model name.")
     latency: LatencyModel | None = Field(default=None, description="Override the coefficients.")
     online: OnlineConfig = Field(default_factory=OnlineConfig)
+    requests: RequestTraceConfig | None = Field(
+        default=None,
+        description="Replay this request trace instead of the synthetic arrivals and lengths.",
+    )
     offline: OfflineJobConfig = Field(default_factory=OfflineJobConfig)
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
+    costs: CostModel = Field(default_factory=CostModel, description="What colocation costs.")
     memory: NodeMemoryConfig = Field(default_factory=NodeMemoryConfig)
     runs: list[RunSpec] = Field(default_factory=lambda: list(DEFAULT_RUNS))
     series_step_s: float = Field(default=1.0, gt=0, description="Time-series resolution.")
+
+    def replay(self) -> ReplayedRequests | None:
+        """The replayed request trace (read from its file), or None for synthetic load."""
+        if self.requests is None:
+            return None
+        return read_requests(
+            self.requests, self.online.prompt_tokens.max, self.online.output_tokens.max
+        )
 
     def latency_model(self) -> LatencyModel:
         if self.latency is not None:
@@ -180,6 +204,10 @@ class EngineResult:
     kv_preemptions: int
     max_used_blocks: int
     series: dict[str, list[float]]
+    online_cost_s: float = 0.0
+    """Seconds online waited or ran longer because of the cost model's terms."""
+    offline_cost_s: float = 0.0
+    """Offline GPU seconds that produced nothing (re-enable, warm-up, VMM calls)."""
 
 
 def _blocks(tokens: int) -> int:
@@ -196,8 +224,15 @@ def simulate_engine(
     gaps: np.ndarray[Any, np.dtype[np.float64]],
     bound_rate: float,
     series_step_s: float = 1.0,
+    meter: CostMeter | None = None,
 ) -> EngineResult:
-    """Run one online engine against one compute and one memory policy."""
+    """Run one online engine against one compute and one memory policy.
+
+    With a ``meter`` the run pays the cost model's terms (``gleaner.simulator.costs``): the
+    gate's preempting launch waits for the disable and the in-flight kernel, the first online
+    iteration after offline ran is slower, offline loses warm-up (and re-enable) time on every
+    resume and VMM time on every page moved.
+    """
     n = len(reqs)
     arrival = reqs.arrival.tolist()
     prompt = reqs.prompt.tolist()
@@ -234,19 +269,62 @@ def simulate_engine(
         "offline_run": [],
     }
     next_sample = 0.0
-    busy_acc = 0.0
-    run_acc = 0.0
-    block_gib = BLOCK_TOKENS * model.kv_bytes_per_token / GIB
+    # Seconds online computed / offline ran in each series step, spread over the steps the
+    # interval covers (a long idle period fills every step it spans, not only the next one).
+    busy_bins: dict[int, float] = {}
+    run_bins: dict[int, float] = {}
+
+    def spread(bins: dict[int, float], t0: float, t1: float) -> None:
+        i = int(t0 // series_step_s)
+        while t0 < t1:
+            edge = (i + 1) * series_step_s
+            seg = min(t1, edge) - t0
+            bins[i] = bins.get(i, 0.0) + seg
+            t0 = min(t1, edge)
+            i += 1
+
+    block_bytes = BLOCK_TOKENS * model.kv_bytes_per_token
+    block_gib = block_bytes / GIB
     last_end = 0.0
+    gate_meter = meter if meter is not None and isinstance(compute, GleanerGate) else None
+    gleaner_mem = memory if meter is not None and isinstance(memory, GleanerMemory) else None
+    owed = 0.0  # offline GPU seconds to spend before it makes tokens again
+    cold = False  # offline was preempted since it last ran: the next run pays a resume
+    ran = False  # offline ran since the last online iteration: that iteration is polluted
+    moved = [0, 0]  # (reclaimed bytes, restores) the VMM cost was charged for
+
+    def vmm_moves() -> tuple[int, int]:
+        # Pages that moved since the last look: reclaimed (unmap + release + map for
+        # online) and given back to offline (map).
+        if gleaner_mem is None:
+            return 0, 0
+        out = gleaner_mem.reclaimed_bytes - moved[0]
+        back = (gleaner_mem.restores - moved[1]) * gleaner_mem.config.handle_bytes
+        moved[0], moved[1] = gleaner_mem.reclaimed_bytes, gleaner_mem.restores
+        return out, back
 
     def idle(t0: float, t1: float) -> None:
-        nonlocal offline_run, offline_tokens, run_acc
+        nonlocal offline_run, offline_tokens, owed, cold, ran
         if t1 <= t0:
             return
         run = compute.idle(t0, t1)
         offline_run += run
-        run_acc += run
-        offline_tokens += memory.advance(t0, t1, run)
+        # The gate runs offline at the end of an idle period (after its cooldown).
+        spread(run_bins, t1 - run, t1)
+        if meter is not None and run > 0:
+            ran = True
+            if cold:
+                owed += meter.resume()
+                cold = False
+        pay = min(owed, run)
+        owed -= pay
+        offline_tokens += memory.advance(t0, t1, run - pay)
+        if meter is not None:
+            out, back = vmm_moves()
+            if out or back:
+                cost = meter.vmm(out, out + back)
+                meter.offline_s += cost
+                owed += cost
 
     while True:
         while nxt < n and arrival[nxt] <= t:
@@ -321,22 +399,45 @@ def simulate_engine(
                 blocks[r] += 1
         max_used = max(max_used, used)
         batch = [names[r] for r in dec] + [names[r] for r, _ in chunks]
+        short = 0
+        if gleaner_mem is not None:
+            hb = gleaner_mem.config.handle_bytes
+            need = -(-used * block_bytes // hb)
+            short = max(0, need - gleaner_mem.reservation.headroom) * hb
         stall = memory.observe(t, used, compute)
+        if meter is not None:
+            out, back = vmm_moves()
+            if out or back:
+                # Online waits only for the pages it outgrew its headroom by; the rest of
+                # the reclamation (MIAD grows the headroom further) runs behind it.
+                wait = min(short, out) if stall > 0 else 0
+                fg = meter.vmm(wait, wait)
+                bg = meter.vmm(out - wait, out - wait + back)
+                stall += fg
+                meter.online_s += fg
+                meter.offline_s += bg
+                owed += bg
         delay, preempted, extra_run = compute.launch(t, batch)
         if extra_run > 0:
             offline_run += extra_run
-            run_acc += extra_run
+            spread(run_bins, t, t + extra_run)
             offline_tokens += memory.advance(t, t, extra_run)
         if preempted:
             for r in dec:
                 pre[r] += 1
             for r, _ in chunks:
                 pre[r] += 1
+            if gate_meter is not None:
+                delay += gate_meter.preempt()
+            cold = True
         latency = (k1k3 * sum_p + k2 * sum_pc + k4 * sum_tot + k5) if sum_p > 0 else 0.0
+        if meter is not None and (ran or extra_run > 0) and latency > 0:
+            latency += meter.pollution(latency)
+        ran = False
         start = t + delay + stall
         end = start + latency
         busy_s += latency
-        busy_acc += latency
+        spread(busy_bins, start, end)
         finished: list[str] = []
         for r in dec:
             kv[r] += 1
@@ -370,10 +471,6 @@ def simulate_engine(
             series["t"].append(next_sample)
             series["online_kv_gib"].append(used * block_gib)
             series["offline_memory_gib"].append(memory.offline_memory_gib())
-            series["busy"].append(min(1.0, busy_acc / series_step_s))
-            series["offline_run"].append(min(1.0, run_acc / series_step_s))
-            busy_acc = 0.0
-            run_acc = 0.0
             next_sample += series_step_s
         if running or waiting:
             g = float(gaps[gi % n_gaps])
@@ -384,6 +481,13 @@ def simulate_engine(
             t = end
     horizon = max(duration_s, last_end)
     idle(t, horizon)
+    while next_sample < horizon:
+        series["t"].append(next_sample)
+        series["online_kv_gib"].append(used * block_gib)
+        series["offline_memory_gib"].append(memory.offline_memory_gib())
+        next_sample += series_step_s
+    for key, bins in (("busy", busy_bins), ("offline_run", run_bins)):
+        series[key] = [min(1.0, bins.get(i, 0.0) / series_step_s) for i in range(len(series["t"]))]
     ok = [i for i in range(n) if finish[i] >= 0]
     ttft = np.array([first[i] - arrival[i] for i in ok])
     tpot = np.array([(finish[i] - first[i]) / (output[i] - 1) for i in ok if output[i] > 1])
@@ -399,6 +503,8 @@ def simulate_engine(
         kv_preemptions=kv_preempt,
         max_used_blocks=max_used,
         series=series,
+        online_cost_s=meter.online_s if meter is not None else 0.0,
+        offline_cost_s=meter.offline_s if meter is not None else 0.0,
     )
 
 
@@ -439,8 +545,18 @@ def run_node(
     scenario: NodeScenario,
     seed: int,
     progress: Callable[[str], None] | None = None,
+    replay: ReplayedRequests | None = None,
 ) -> dict[str, Any]:
-    """Simulate every run of ``scenario``; JSON-ready results (see module docstring)."""
+    """Simulate every run of ``scenario``; JSON-ready results (see module docstring).
+
+    With a request trace (``scenario.requests``, read here unless ``replay`` is given) the
+    GPUs replay its window round-robin instead of synthetic load; the run lasts the window,
+    and the ``static`` share is taken from the replayed requests themselves (an oracle).
+    """
+    if replay is None:
+        replay = scenario.replay()
+    if replay is not None:
+        scenario = scenario.model_copy(update={"duration_s": replay.window_s})
     model = scenario.latency_model()
     mem = scenario.memory
     on = scenario.online
@@ -449,6 +565,7 @@ def run_node(
     alone = int((mem.gpu_gib * on.memory_utilization - on.fixed_gib) * GIB) // block_bytes
     curve = memory_curve(model, scenario.offline, mem.usable_gib - on.fixed_gib)
     per_token = (model.k1 + model.k3 + model.k4) + model.k2 * scenario.offline.prompt_tokens.mean
+    per_token *= scenario.costs.recompute_scale
     env = MemoryEnv(
         block_bytes=block_bytes,
         pool_bytes=pool,
@@ -471,9 +588,13 @@ def run_node(
 
     master = np.random.default_rng(seed)
     gpus: list[_Gpu] = []
-    for _ in range(scenario.gpus):
+    shares = split_round_robin(replay.requests, scenario.gpus) if replay is not None else None
+    for gi in range(scenario.gpus):
         s = int(master.integers(0, 2**31 - 1))
         rng = np.random.default_rng(s)
+        if shares is not None:
+            gpus.append(_Gpu(shares[gi], shares[gi], _gaps(rng, on.gap, 1 << 16), s))
+            continue
         reqs = generate_requests(
             rng, on.arrival, on.prompt_tokens, on.output_tokens, scenario.duration_s
         )
@@ -481,6 +602,7 @@ def run_node(
             rng, on.arrival, on.prompt_tokens, on.output_tokens, mem.static_window_s
         )
         gpus.append(_Gpu(reqs, warm, _gaps(rng, on.gap, 1 << 16), s))
+    warm_s = mem.static_window_s if replay is None else scenario.duration_s
 
     # The static share: minimum free memory over a warm-up window of online-only load.
     static_kv: list[int] = []
@@ -488,7 +610,7 @@ def run_node(
         if any(r.memory == "static" for r in scenario.runs):
             res = simulate_engine(
                 g.warmup,
-                mem.static_window_s,
+                warm_s,
                 model,
                 on,
                 OnlineOnly(),
@@ -518,6 +640,11 @@ def run_node(
             rng = np.random.default_rng(g.seed + 1)
             compute = _compute(spec.compute, pre, rng)
             memory = _memory(spec, env, mem_cfg, mem, scenario.offline, rng, static_kv[gi])
+            meter = CostMeter(
+                scenario.costs,
+                np.random.default_rng(g.seed + 2),
+                gate=spec.compute == "gleaner",
+            )
             res = simulate_engine(
                 g.reqs,
                 scenario.duration_s,
@@ -528,6 +655,7 @@ def run_node(
                 g.gaps,
                 bound_rate,
                 scenario.series_step_s,
+                meter,
             )
             results.append(res)
             reclaims += memory.reclamations
@@ -537,10 +665,20 @@ def run_node(
                 extras["invalidated_blocks"] += memory.invalidated_blocks
         raw[spec.name] = results
         runs[spec.name] = _summarize(spec, results, reclaims, reclaimed, recompute, extras)
-    _compare(runs, raw)
+    _compare(runs, raw, bound_rate)
     return {
         "scenario": scenario.model_dump(mode="json"),
         "seed": seed,
+        "replay": None
+        if replay is None
+        else {
+            "format": replay.format,
+            "rows": replay.rows,
+            "requests": len(replay.requests),
+            "dropped": replay.dropped,
+            "clipped": replay.clipped,
+            "window_s": replay.window_s,
+        },
         "offline_profile": {
             "standalone_tokens_per_second": curve.standalone,
             "required_memory_gib": curve.required_memory_gib,
@@ -563,7 +701,8 @@ def _compute(name: str, pre: PreemptionConfig, rng: np.random.Generator) -> Comp
     if name == "online-only":
         return OnlineOnly()
     if name == "gleaner":
-        return GleanerGate(preempt_latency_s=fast, config=GateConfig())
+        # The gate's disable latency is the cost model's (costs.disable, drawn per preemption).
+        return GleanerGate(preempt_latency_s=0.0, config=GateConfig())
     if name == "gpreempt":
         return GPreempt(preempt_latency_s=fast, wake_latency_s=pre.wake_latency_ms / 1000.0)
     return IterationLevel(
@@ -645,13 +784,19 @@ def _summarize(
         "bound_tokens_per_second": sum(r.bound_tokens for r in results) / horizon
         if horizon
         else 0.0,
+        "online_idle_s": horizon - sum(r.busy_s for r in results),
+        "online_cost_s": sum(r.online_cost_s for r in results),
+        "offline_cost_s": sum(r.offline_cost_s for r in results),
         "horizon_s": horizon,
         "series": results[0].series,
     }
 
 
-def _compare(runs: dict[str, dict[str, Any]], raw: dict[str, list[EngineResult]]) -> None:
-    """Add increases over online-only and throughput normalized to the gleaner-gate bound."""
+def _compare(
+    runs: dict[str, dict[str, Any]], raw: dict[str, list[EngineResult]], rate: float
+) -> None:
+    """Add increases over online-only and throughput normalized to the gleaner-gate bound
+    and to the idle-time ideal (``rate``: offline tokens/s with its initial memory)."""
     ref = runs.get("online-only")
     gate_runs = [r for r in runs.values() if r["compute"] == "gleaner"]
     bound = gate_runs[0]["bound_tokens_per_second"] if gate_runs else 0.0
@@ -664,6 +809,10 @@ def _compare(runs: dict[str, dict[str, Any]], raw: dict[str, list[EngineResult]]
                 k: _increase(run["tpot_s"][k], ref["tpot_s"][k]) for k in ("mean", "p99")
             }
         run["offline_normalized"] = run["offline_tokens_per_second"] / bound if bound > 0 else 0.0
+        # Against what offline would make in *all* online-idle time with its initial memory:
+        # a bound no policy can exceed (the gate bound above counts only the gate's run time).
+        ideal = run["online_idle_s"] * rate
+        run["offline_of_ideal"] = run["offline_tokens"] / ideal if ideal > 0 else 0.0
         run["throughput_loss"] = (
             1.0 - run["offline_normalized"] if run["compute"] != "online-only" else 0.0
         )

@@ -6,7 +6,12 @@ node level measured) of a :class:`~gleaner.simulator.scenario.Scenario` and retu
 :class:`SimulationOutput`: ``results`` is JSON-ready (what ``results.json`` holds and the
 report plots), ``cluster_raw`` keeps the objects behind the dashboard snapshot.
 :func:`check_targets` evaluates docs/simulator.md's node-level targets on ``results`` and says, for
-each, the value, the target and whether it is met — the tests read the same JSON.
+each, the value, the target and whether it is met — the tests read the same JSON. Each entry
+says whether it is a ``target`` (about Gleaner) or a ``comparison`` (Gleaner against a
+baseline), and the unit its value and threshold are written in. With a node level that runs
+``gleaner`` and ``iteration`` the results also hold the preemption-cost break-even
+(``node.breakeven``, ``gleaner.simulator.sensitivity``) and the verdict in words
+(``verdict``, ``gleaner.simulator.verdict``); ``sensitivity=True`` adds the sensitivity table.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from gleaner.simulator.cluster import run_cluster, total_steps
 from gleaner.simulator.node import run_node
 from gleaner.simulator.online import online_from_trace
 from gleaner.simulator.scenario import Scenario
+from gleaner.simulator.sensitivity import breakeven
+from gleaner.simulator.sensitivity import sensitivity as sensitivity_rows
+from gleaner.simulator.verdict import node_verdict
 
 DEFAULT_GATE_EFFICIENCY = 0.96
 """Enabled share of online-idle time when no node-level run measured it."""
@@ -42,6 +50,7 @@ def run_scenario(
     seed: int | None = None,
     trace: str | Path | None = None,
     progress: ProgressFactory = _no_progress,
+    sensitivity: bool = False,
 ) -> SimulationOutput:
     """Run every part of ``scenario`` (see the module docstring)."""
     seed = scenario.seed if seed is None else seed
@@ -56,9 +65,21 @@ def run_scenario(
         frame = validate_trace_frame(read_trace_frame(trace))
         online = online_from_trace(frame, scenario.cluster.history_h)
     if scenario.node is not None:
+        replay = scenario.node.replay()  # a bad trace fails before any run
         tick = progress("node level", len(scenario.node.runs))
-        node = run_node(scenario.node, seed, progress=lambda name: tick(1))
+        node = run_node(scenario.node, seed, progress=lambda name: tick(1), replay=replay)
         results["node"] = node
+        names = {r.name for r in scenario.node.runs}
+        if {"gleaner", "iteration", "online-only"} <= names:
+            tick = progress("break-even", 1)
+            node["breakeven"] = breakeven(scenario.node, seed)
+            tick(1)
+        if sensitivity:
+            tick = progress("sensitivity", 7)
+            results["sensitivity"] = sensitivity_rows(
+                scenario.node, seed, progress=lambda term: tick(1)
+            )
+        results["verdict"] = node_verdict(node, seed)
         gate = node["runs"].get("gleaner")
         if gate is not None and gate["online_busy_fraction"] < 1.0:
             eta = min(1.0, gate["offline_run_fraction"] / (1.0 - gate["online_busy_fraction"]))
@@ -91,8 +112,24 @@ def run_scenario(
     return SimulationOutput(results, cluster_raw)
 
 
-def _target(name: str, value: float, target: str, met: bool, why: str = "") -> dict[str, Any]:
-    return {"name": name, "value": value, "target": target, "met": bool(met), "note": why}
+def _target(
+    name: str,
+    value: float,
+    target: str,
+    met: bool,
+    why: str = "",
+    kind: str = "target",
+    unit: str = "%",
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "target": target,
+        "met": bool(met),
+        "note": why,
+        "kind": kind,
+        "unit": unit,
+    }
 
 
 def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -122,36 +159,42 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         _target(
             "gleaner max preemptions per request",
             g["max_preemptions_per_request"],
-            "<= 1",
+            "≤ 1",
             g["max_preemptions_per_request"] <= 1,
+            unit="count",
         )
     )
     out.append(
         _target(
             "gleaner offline throughput / bound",
             g["offline_normalized"],
-            ">= 90%",
+            "≥ 90%",
             g["offline_normalized"] >= 0.9,
+            "share of what the gate's own run time would give with its initial memory",
+            unit="share",
         )
     )
     gp = runs.get("gpreempt")
     if gp is not None:
         out.append(
             _target(
-                "gpreempt preemptions per request",
+                "gpreempt preemptions per request (Gleaner: ≤ 1)",
                 gp["preemptions_per_request"],
                 "> 1",
                 gp["preemptions_per_request"] > 1,
+                kind="comparison",
+                unit="count",
             )
         )
     it = runs.get("iteration")
     if it is not None:
         out.append(
             _target(
-                "iteration TTFT increase (mean) vs gleaner",
+                "iteration TTFT increase (mean) above gleaner's",
                 it["ttft_increase"]["mean"],
-                f"> {g['ttft_increase']['mean']:.4f}",
+                f"> {100 * g['ttft_increase']['mean']:+.2f}%",
                 it["ttft_increase"]["mean"] > g["ttft_increase"]["mean"],
+                kind="comparison",
             )
         )
     fifo = runs.get("gleaner-fifo")
@@ -159,11 +202,13 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         sel, ff = g["throughput_loss"], fifo["throughput_loss"]
         out.append(
             _target(
-                "selective loss / FIFO loss",
+                "selective reclamation loss / FIFO loss",
                 sel / ff if ff > 0 else 0.0,
-                "<= 0.8",
+                "≤ 80%",
                 ff > 0 and sel <= 0.8 * ff,
                 "loss = 1 - offline throughput / (gate + no reclamation) bound",
+                kind="comparison",
+                unit="share",
             )
         )
     return out

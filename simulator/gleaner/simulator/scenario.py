@@ -83,11 +83,17 @@ def load_scenario(name_or_path: str = DEFAULT_SCENARIO) -> Scenario:
 
 
 def quick(scenario: Scenario) -> Scenario:
-    """A smaller copy for smoke runs: ≤ 300 s node-level, ≤ 8 nodes × 8 h cluster-level."""
+    """A smaller copy for smoke runs: ≤ 300 s node-level (of a replayed trace too), ≤ 8 nodes
+    × 8 h cluster-level."""
     out = scenario.model_copy(deep=True)
     if out.node is not None:
         out.node.duration_s = min(out.node.duration_s, 300.0)
         out.node.memory.static_window_s = min(out.node.memory.static_window_s, 300.0)
+        req = out.node.requests
+        if req is not None:
+            # At most 300 simulated seconds of the replayed window.
+            most = 300.0 * req.rate_scale
+            req.duration_s = most if req.duration_s is None else min(req.duration_s, most)
     if out.cluster is not None:
         c = out.cluster
         c.nodes = min(c.nodes, 8)

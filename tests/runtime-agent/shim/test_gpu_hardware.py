@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from gleaner.protocol import wire as p
+from gleaner.simulator.costs import fit_latency
 from gleaner.testing.shim import BUILD, SHIM_DIR, AgentStub
 
 RUN_COMMAND = (
@@ -160,6 +161,12 @@ def test_disable_enable_a_running_kernel(sock_path: Path, shim_build: Path) -> N
             "median": statistics.median(resume_ns) / 1e3,
             "max": max(resume_ns) / 1e3,
         },
+    }
+    # The same measurements in the simulator's cost-model units (docs/simulator.md, "Cost
+    # model"): paste under a node scenario's `costs:` to replace the guessed defaults.
+    result["simulator_costs"] = {
+        "disable": fit_latency(stop_ns).model_dump(),
+        "enable": fit_latency(resume_ns).model_dump(),
     }
     out = Path(os.environ.get("GLEANER_GPU_RESULTS", str(BUILD / "gpu_results.json")))
     out.write_text(json.dumps(result, indent=2))

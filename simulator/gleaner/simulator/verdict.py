@@ -1,0 +1,162 @@
+"""The node level's verdict in words: which policy wins on what, by how much, with the seed.
+
+Contract. :func:`node_verdict` reads the node-level results JSON (``gleaner.simulator.node``'s
+``run_node`` output, with the optional ``breakeven`` of ``gleaner.simulator.sensitivity``) and
+returns plain sentences a user reads: the setting (seed, GPUs, seconds, requests, replayed
+trace), the winner of each measure (mean TTFT increase, mean TPOT increase, preemptions per
+request, offline tokens/s) and its margin over the runner-up, how Gleaner compares with the
+iteration-level baseline, and the break-even disable latency. :data:`POLICY_TEXT` explains each
+shipped run in one sentence (the CLI and report.html show it). Pure: a dict in, strings out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+POLICY_TEXT: dict[str, str] = {
+    "online-only": "The online service alone on the GPU: the reference every increase is "
+    "measured against.",
+    "gleaner": "Gleaner: the channel gate stops offline work at once when online turns busy "
+    "and resumes it after a cooldown (at most one preemption per request); memory is "
+    "reclaimed from offline by the MIAD reservation, choosing pages that cost the least "
+    "recomputation.",
+    "gleaner-fifo": "Gleaner with first-in-first-out page reclamation instead of the "
+    "least-recomputation choice (a comparison for the selection rule).",
+    "iteration": "Iteration-level sharing: offline runs whenever no online iteration is in "
+    "flight, and an online launch waits for the offline kernel in flight to finish.",
+    "gpreempt": "GPreempt-style timeslicing: offline wakes in every gap between online "
+    "iterations and is preempted at the next launch (fast, but once per iteration).",
+    "uvm": "Unified memory oversubscription: offline fills all free memory and online faults "
+    "pages back over PCIe when it grows (gate for compute).",
+    "prism": "A shared memory pool without reclamation: offline gives memory back only as its "
+    "own requests finish (gate for compute).",
+    "static": "A fixed memory split sized from an online-only warm-up window (gate for compute).",
+}
+"""One sentence per shipped run name."""
+
+CLUSTER_POLICY_TEXT: dict[str, str] = {
+    "no-harvest": "No offline jobs run on the online GPUs: the reference.",
+    "gleaner": "Gleaner's scheduler places each job where its performance model predicts the "
+    "SLA holds, and the SLA monitor evicts and reschedules jobs that keep missing it.",
+    "first-fit": "The first node with enough free GPUs, without a model or an SLA check.",
+    "no-multi-filter": "Gleaner's scheduler without the multi-GPU overlap filter.",
+}
+"""One sentence per shipped cluster-level placement policy."""
+
+
+def policy_text(name: str, run: dict[str, Any]) -> str:
+    """The sentence for a run (a custom run name is described by its policies)."""
+    if name in POLICY_TEXT:
+        return POLICY_TEXT[name]
+    return f"Compute policy {run.get('compute')}, memory policy {run.get('memory')}."
+
+
+def pct(x: float) -> str:
+    """A signed percentage with two decimals."""
+    return f"{100 * x:+.2f}%"
+
+
+def target_value(target: dict[str, Any]) -> str:
+    """A target's value in its unit: ``%`` a signed increase, ``share`` a percentage,
+    ``count`` a number."""
+    unit = target.get("unit", "%")
+    v = float(target["value"])
+    if unit == "%":
+        return pct(v)
+    if unit == "share":
+        return f"{100 * v:.1f}%"
+    return f"{v:.4g}"
+
+
+def _colocated(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {n: r for n, r in runs.items() if r.get("compute") != "online-only"}
+
+
+def _best(runs: dict[str, dict[str, Any]], key: Any, lower: bool) -> list[tuple[str, float]]:
+    ranked = sorted(((n, float(key(r))) for n, r in runs.items()), key=lambda x: x[1])
+    return ranked if lower else ranked[::-1]
+
+
+def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
+    """Sentences of the node-level verdict (see the module docstring)."""
+    runs = _colocated(node["runs"])
+    sc = node["scenario"]
+    ref = node["runs"].get("online-only")
+    n_req = ref["requests"] if ref else next(iter(node["runs"].values()))["requests"]
+    replay = node.get("replay")
+    load = (
+        f"a replayed {replay['format']} trace ({replay['requests']} requests)"
+        if replay
+        else f"synthetic load ({n_req} requests)"
+    )
+    out = [
+        f"Seed {seed}: {sc['gpus']} GPU(s), {sc['duration_s']:.0f} s of {load}; every policy "
+        "saw the same requests."
+    ]
+    if not runs or ref is None:
+        return out
+    measures: list[tuple[str, Any, bool, Any]] = [
+        ("the smallest mean TTFT increase", lambda r: r["ttft_increase"]["mean"], True, pct),
+        ("the smallest mean TPOT increase", lambda r: r["tpot_increase"]["mean"], True, pct),
+        (
+            "the fewest preemptions per request",
+            lambda r: r["preemptions_per_request"],
+            True,
+            lambda v: f"{v:.2f}",
+        ),
+        (
+            "the most offline tokens/s",
+            lambda r: r["offline_tokens_per_second"],
+            False,
+            lambda v: f"{v:,.0f}",
+        ),
+    ]
+    for what, key, lower, fmt in measures:
+        ranked = _best(runs, key, lower)
+        (w, wv), rest = ranked[0], ranked[1:]
+        ties = [n for n, v in rest if abs(v - wv) <= 1e-12]
+        line = f"{w} has {what} ({fmt(wv)})"
+        if ties:
+            line = f"{', '.join([w, *ties])} tie for {what} ({fmt(wv)})"
+        elif rest:
+            n2, v2 = rest[0]
+            gap = abs(v2 - wv)
+            margin = f"{100 * gap:.2f} points" if fmt is pct else fmt(gap)
+            line += f", ahead of {n2} ({fmt(v2)}) by {margin}"
+        out.append(line + ".")
+    g, it = runs.get("gleaner"), runs.get("iteration")
+    if g is not None and it is not None:
+        ratio = (
+            it["offline_tokens_per_second"] / g["offline_tokens_per_second"] - 1.0
+            if (g["offline_tokens_per_second"] > 0)
+            else 0.0
+        )
+        out.append(
+            "Comparison with iteration-level sharing: Gleaner's mean TTFT increase "
+            f"{pct(g['ttft_increase']['mean'])} against {pct(it['ttft_increase']['mean'])}, "
+            f"mean TPOT increase {pct(g['tpot_increase']['mean'])} against "
+            f"{pct(it['tpot_increase']['mean'])}; iteration-level makes "
+            f"{100 * abs(ratio):.1f}% {'more' if ratio >= 0 else 'fewer'} offline tokens/s."
+        )
+    be = node.get("breakeven")
+    if be is not None:
+        default = be["default_disable_median_ms"]
+        for metric, label in (("ttft", "mean TTFT"), ("tpot", "mean TPOT")):
+            at = be[f"{metric}_ms"]
+            if at is None:
+                out.append(
+                    f"Break-even ({label}): Gleaner stays ahead of iteration-level sharing at "
+                    f"every channel-disable latency up to {be['limit_ms']:g} ms (median)."
+                )
+            elif at <= default:
+                out.append(
+                    f"Break-even ({label}): Gleaner is already behind iteration-level sharing "
+                    f"at the default channel-disable latency ({default:g} ms median)."
+                )
+            else:
+                out.append(
+                    f"Break-even ({label}): Gleaner stops beating iteration-level sharing when "
+                    f"the channel disable takes {at:.2g} ms (median; the default is "
+                    f"{default:g} ms, {at / default:.0f}× less)."
+                )
+    return out

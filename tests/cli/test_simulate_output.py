@@ -1,0 +1,98 @@
+"""`gleaner simulate` output: 100-column tables, '–' for no data, --requests replay, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gleaner.cli.main import main
+
+SCENARIO = """
+name: tiny
+seed: 3
+node:
+  duration_s: 60
+  runs:
+    - {name: online-only, compute: online-only, memory: none}
+    - {name: gleaner, compute: gleaner, memory: gleaner}
+    - {name: iteration, compute: iteration, memory: gleaner}
+"""
+
+
+@pytest.fixture()
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO, encoding="utf-8")
+    return path
+
+
+def _mooncake(path: Path, n: int = 30) -> None:
+    lines = [
+        json.dumps({"timestamp": 1000 * i, "input_length": 200 + 50 * i, "output_length": 30})
+        for i in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_tables_fit_100_columns_and_say_dash_for_no_data(
+    scenario: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--scenario", str(scenario), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "…" not in out
+    # online-only ran no offline work: its offline columns are dashes, not 0 or 100%.
+    rows = [line for line in lines if line.startswith("│ online-only")]
+    assert len(rows) == 2
+    assert rows[0].count("–") == 4  # the increases over itself
+    assert rows[1].count("–") == 5  # preemptions, reclamations, offline work
+    for header in ("TTFT mean (ms)", "offline tokens/s", "Comparisons with baselines"):
+        assert header.split()[0] in out
+    assert "Verdict:" in out and "Seed 3:" in out and "Break-even (mean TTFT)" in out
+
+
+def test_requests_replay_a_mooncake_file(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "mooncake.jsonl"
+    _mooncake(trace)
+    rc = main(
+        [
+            "simulate",
+            "--scenario",
+            str(scenario),
+            "--no-progress",
+            "--format",
+            "json",
+            "--requests",
+            str(trace),
+            "--rate-scale",
+            "2",
+            "--window",
+            "5:20",
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    replay = out["node"]["replay"]
+    assert replay["format"] == "mooncake" and replay["requests"] == 20
+    assert replay["window_s"] == pytest.approx(10.0)
+    assert out["node"]["runs"]["gleaner"]["requests"] == 20
+
+
+def test_bad_request_traces_are_one_line_and_exit_2(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,12,4\n1,x,4\n", encoding="utf-8")
+    base = ["simulate", "--scenario", str(scenario), "--no-progress"]
+    assert main([*base, "--requests", str(bad)]) == 2
+    assert main([*base, "--requests", str(tmp_path / "none.csv")]) == 2
+    assert main([*base, "--rate-scale", "2"]) == 2
+    assert main([*base, "--requests", str(bad), "--window", "a:b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(line.startswith("error: ") for line in err)
+    assert "bad.csv:3: column 'ContextTokens': not a number ('x')" in err[0]
