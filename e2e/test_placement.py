@@ -103,7 +103,18 @@ def test_examples_land_where_the_scheduler_says(
 ) -> None:
     system = start_system()
     qwen = _qwen_any_pool(examples, tmp_path / "jobs" / "qwen-any-pool.yaml")
-    files = [qwen, *sorted(examples.glob("*.yaml"))]
+    # The examples with a profile; the one profiled on submit (profileFrom.auto) has none
+    # to place with until the operator has measured it (e2e/controlplane covers it).
+    hand = [
+        path
+        for path in sorted(examples.glob("*.yaml"))
+        if not any(
+            ((doc.get("spec") or {}).get("profileFrom") or {}).get("auto")
+            for doc in yaml.safe_load_all(path.read_text())
+            if isinstance(doc, dict)
+        )
+    ]
+    files = [qwen, *hand]
     templates = {}
     slas = {}
     for path in files:
@@ -127,7 +138,7 @@ def test_examples_land_where_the_scheduler_says(
     # the operator places jobs as they arrive, so arrival order is queue order here.
     system.apply_file(qwen)
     system.wait_phase("qwen-32b-any-pool", "Running")
-    for path in sorted(examples.glob("*.yaml")):
+    for path in hand:
         system.apply_file(path)
 
     for name, want in placed.items():

@@ -181,11 +181,12 @@ def test_kubectl_get_oj_wide_shows_the_printer_columns(
 
     header, *rows = table(control_plane.kubectl("get", "oj", "-n", namespace, "-o", "wide").stdout)
     assert header == [
-        "NAME", "PHASE", "NODE", "GPUS", "SLA", "PREDICTED", "OBSERVED", "EVICTIONS", "AGE",
-        "COMPUTE", "MEMORY", "MULTI-GPU", "REASON",
+        "NAME", "PHASE", "NODE", "GPUS", "SLA", "PREDICTED", "OBSERVED", "EVICTIONS",
+        "REQUESTS", "AGE", "COMPUTE", "MEMORY", "MULTI-GPU", "REASON",
     ]  # fmt: skip
     (row,) = rows
-    # OBSERVED is empty (no observation yet), so the row has one word less than the header.
+    # OBSERVED (no observation yet) and REQUESTS (not a spec.batch job) are empty, so the row
+    # has two words less than the header.
     assert row[:7] == [name, "Running", "gpu-a", "1", "0.5", "0.71", "0"], row
     # -o wide adds the predicted factors and the phase's reason.
     assert row[8:] == ["0.79", "0.9", "1", "placed"], row

@@ -612,5 +612,7 @@ def test_the_job_says_why_this_node_and_why_not_the_other(cluster: Cluster) -> N
     assert "compute 0.90 x memory" in message and " x bias 1.00 = 0.90" in message
     why_not = f"{poor}: predicted 0.60 < SLA 0.70"
     assert f"next best {why_not}" in message
+    # The Event follows the status write that wait_phase saw.
+    wait_for(lambda: cluster.events_for("why", "NotChosen"), message=cluster.logs)
     (event,) = cluster.events_for("why", "NotChosen")
     assert event.message.startswith(why_not) and event.message in message
