@@ -14,7 +14,9 @@ so a restarted operator converges from what it finds. What it does hold:
 - ``client`` (the API server) and ``prometheus`` (with ``--prometheus-url``): the
   connections of ``gleaner.clients``, opened once per process;
 - ``nodes``: labels and availability of Kubernetes Nodes (``gleaner.operator.nodes``), a
-  cache of the API server's Nodes kept current by a kopf watch (rebuilt on restart).
+  cache of the API server's Nodes kept current by a kopf watch (rebuilt on restart);
+- ``traces``: the NodeTraces as the NodeTrace watch delivered them
+  (``gleaner.operator.tracecache``), read by the SLA monitor instead of a GET per tick.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gleaner.operator.config import OperatorConfig
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
+from gleaner.operator.tracecache import TraceCache
 
 logger = logging.getLogger("gleaner.operator")
 
@@ -45,6 +48,7 @@ class OperatorContext:
     loop_task: asyncio.Task[None] | None = None
     kick_reasons: set[str] = field(default_factory=set)
     nodes: NodeCache = field(default_factory=NodeCache)
+    traces: TraceCache = field(default_factory=TraceCache)
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
 

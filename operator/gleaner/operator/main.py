@@ -17,7 +17,7 @@ on every replica. What is registered:
 ``@timer`` Running jobs, every SLA window   ``handlers.sla``: observe, keep / evict
 ``@timer`` waiting jobs                     ``handlers.requeue``: kick when backoff passed
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
-``@on.event`` NodeTraces                    ``handlers.requeue``: kick (load changed)
+``@on.event`` NodeTraces                    ``handlers.requeue``: trace cache, kick (load changed)
 ``@on.event`` Nodes                         ``handlers.nodes``: labels / cordon cache, kick
 ``@index`` jobs ``profile_refs``            (namespace, ConfigMap) -> jobs naming it in profileFrom
 ``@on.event`` ConfigMaps in the index       ``handlers.validate``: re-validate waiting users
@@ -50,7 +50,7 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
-from gleaner.operator.handlers.requeue import nodetrace_changed, requeue_due
+from gleaner.operator.handlers.requeue import nodetrace_event, requeue_due
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
 from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
@@ -173,7 +173,9 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         when=lambda status, **_: _phase(status) in WAITING,
         registry=registry,
     )
-    def requeue_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def requeue_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        # async, like the other routine handlers: kopf runs a plain function on a worker
+        # thread, a hop per tick of every waiting job, and kicking is not thread-safe.
         requeue_due(memo.ctx, dict(body))
 
     @kopf.on.event("v1", "pods", id="follow", labels={LABEL_ROLE: ROLE_OFFLINE}, registry=registry)
@@ -181,8 +183,10 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         await follow_pod(memo.ctx, event.get("type"), dict(body))
 
     @kopf.on.event(*NODETRACES, id="nodetrace", registry=registry)
-    def nodetrace_event(name: str, memo: kopf.Memo, **_: Any) -> None:
-        nodetrace_changed(memo.ctx, name)
+    async def nodetrace_event_handler(
+        event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+    ) -> None:
+        nodetrace_event(memo.ctx, event.get("type"), dict(body))
 
     @kopf.index(*JOBS, id="profile_refs", registry=registry)
     def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:
@@ -210,7 +214,7 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
             logger.info("profile ConfigMap %s/%s changed: %s", ns, name, outcomes)
 
     @kopf.on.event("v1", "nodes", id="nodes", registry=registry)
-    def node_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def node_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         node_changed(memo.ctx, event.get("type"), dict(body))
 
     return registry

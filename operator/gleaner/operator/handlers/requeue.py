@@ -4,8 +4,9 @@ Contract: ``requeue_due`` (a kopf timer on OfflineJobs waiting for a placement, 
 Scheduled jobs, whose Pod may still need creating) kicks the loop when the job's backoff
 (``status.nextAttemptAfter``) has passed (the shared lifecycle's ``may_attempt``);
 ``nodetrace_changed`` kicks it whenever a NodeTrace is written (a node's load changed: an
-Unschedulable job may fit now). The pass itself respects every job's backoff, so kicking
-early is harmless.
+Unschedulable job may fit now); ``nodetrace_event`` also keeps ``ctx.traces`` current
+(every event, kopf's initial listing included; a deleted NodeTrace is forgotten). The
+pass itself respects every job's backoff, so kicking early is harmless.
 """
 
 from __future__ import annotations
@@ -33,3 +34,8 @@ def requeue_due(ctx: OperatorContext, body: dict[str, Any]) -> bool:
 
 def nodetrace_changed(ctx: OperatorContext, name: str) -> None:
     ctx.kick(f"nodetrace {name}")
+
+
+def nodetrace_event(ctx: OperatorContext, event_type: str | None, body: dict[str, Any]) -> None:
+    ctx.traces.update(event_type, body)
+    nodetrace_changed(ctx, str((body.get("metadata") or {}).get("name")))
