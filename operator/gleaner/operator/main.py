@@ -9,13 +9,14 @@ SIGTERM; with ``--webhook-port`` the admission webhook (``gleaner.operator.webho
 on every replica. What is registered:
 
 ==========================================  ==============================================
-``@on.startup``                             settings (below), scheduling loop, readiness
+``@on.startup``                             settings (below), scheduling loop (which also
+                                            wakes itself when a job's backoff passes),
+                                            readiness
 ``@on.login``                               in-cluster service account, else KUBECONFIG
 ``@on.cleanup``                             stop the loop, close the API client
 ``@on.create/resume/update(spec)`` jobs     ``handlers.validate``: validate, queue / Invalid
 ``@on.delete`` jobs (finalizer)             ``handlers.delete``: delete the job's Pods
 ``@timer`` Running jobs, every SLA window   ``handlers.sla``: observe, keep / evict
-``@timer`` waiting jobs                     ``handlers.requeue``: kick when backoff passed
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
 ``@on.event`` NodeTraces                    ``handlers.requeue``: trace cache, kick (load changed)
 ``@on.event`` Nodes                         ``handlers.nodes``: labels / cordon cache, kick
@@ -50,7 +51,7 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
-from gleaner.operator.handlers.requeue import nodetrace_event, requeue_due
+from gleaner.operator.handlers.requeue import nodetrace_event
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
 from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
@@ -64,7 +65,6 @@ logger = logging.getLogger("gleaner.operator")
 JOBS = (GROUP, VERSION, "offlinejobs")
 NODETRACES = (GROUP, VERSION, "nodetraces")
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
-WAITING = {Phase.PENDING.value, Phase.UNSCHEDULABLE.value, Phase.EVICTED.value, "Scheduled"}
 
 
 def _phase(status: Any) -> str:
@@ -165,18 +165,6 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     )
     async def sla_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
         logger.debug("SLA: %s", await monitor_sla(memo.ctx, dict(body)))
-
-    @kopf.timer(
-        *JOBS,
-        id="requeue",
-        interval=config.requeue_interval,
-        when=lambda status, **_: _phase(status) in WAITING,
-        registry=registry,
-    )
-    async def requeue_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        # async, like the other routine handlers: kopf runs a plain function on a worker
-        # thread, a hop per tick of every waiting job, and kicking is not thread-safe.
-        requeue_due(memo.ctx, dict(body))
 
     @kopf.on.event("v1", "pods", id="follow", labels={LABEL_ROLE: ROLE_OFFLINE}, registry=registry)
     async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
