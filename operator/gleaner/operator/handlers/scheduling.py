@@ -12,9 +12,9 @@ under the global scheduling lock:
 1. lists OfflineJobs, offline Pods (label ``gleaner.dev/role=offline``) and NodeTraces
    (or asks Prometheus) — the API server is the only state — and refreshes the metrics
    read from jobs (jobs by phase; per-job SLA and observed fraction);
-2. **binds**: a Scheduled job whose Pod is missing gets it (create with the deterministic
-   name ``<job>-<attempt>``; a 409 means it is there, and it is read back) — this is also
-   how a restarted operator finishes a binding it was killed in the middle of;
+2. **binds**: a Scheduled job whose Pod is missing gets it (check-before-create with the
+   deterministic name ``<job>-<attempt>``; a 409 means it is there) — this is also how a
+   restarted operator finishes a binding it was killed in the middle of;
    a Running job whose Pod vanished is requeued (``Evicted``, ``PodDeleted``);
 3. **collects**: deletes offline Pods no bound job owns any more (leftovers of an
    eviction or of a job deleted while the operator was down); finished Pods are kept;
@@ -437,16 +437,15 @@ def _job_from_body(body: dict[str, Any]) -> OfflineJob | None:
 async def _ensure_pod(
     ctx: OperatorContext, body: dict[str, Any], placement: Placement, attempt: int
 ) -> dict[str, Any] | None:
-    """Create the job's Pod unless it exists (deterministic name; 409 means it exists).
-
-    Create first, read only on a 409: the Pod is almost always new (the pass found it
-    missing), so this is one request per Pod instead of a GET and a POST.
-    """
+    """Create the job's Pod unless it exists (deterministic name; 409 means it exists)."""
     job = _job_from_body(body)
     if job is None:
         return None
     manifest = build_offline_pod(job, placement, attempt)
     ns = manifest["metadata"]["namespace"]
+    existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
+    if existing is not None:
+        return existing
     try:
         return await ctx.client.create(pods_path(ns), manifest)
     except ConflictError:
