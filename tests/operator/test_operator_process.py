@@ -533,9 +533,10 @@ def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) 
     third = cluster.start_operator()
     wait_for(lambda: third.log().count("validated: valid") >= 4, timeout=60, message=third.log)
     assert sorted(p.metadata.name for p in cluster.api.pods()) == [f"{n}-0" for n in names]
-    # The requeue timer fires every second for each Scheduled job, the Pod and NodeTrace
-    # handlers on every change; their successes are not logged (four lines a second here,
-    # thousands a minute in a busy cluster), the validations are.
+    # The Pod and NodeTrace handlers run on every change (and, before the scheduling loop
+    # kept the backoffs itself, a requeue timer ticked every second for each waiting job);
+    # their successes are not logged (thousands a minute in a busy cluster), the
+    # validations are.
     time.sleep(2.5)
     routine = ("Timer 'requeue'", "Handler 'follow'", "Handler 'nodetrace'")
     assert [line for line in third.log().splitlines() if any(r in line for r in routine)] == []

@@ -144,7 +144,7 @@ def _seconds(text: str, flag: str) -> float:
     "--requeue-interval",
     default="15s",
     show_default=True,
-    help="Timer that re-examines waiting jobs.",
+    help="How often the scheduling loop looks again while no pass has run (a standby).",
 )
 @click.option(
     "--min-pass-interval",

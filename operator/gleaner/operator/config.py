@@ -75,7 +75,8 @@ class OperatorConfig:
     min_pass_interval: float = 1.0
     """Seconds at least between two scheduling passes (kicks in between coalesce)."""
     requeue_interval: float = 15.0
-    """Seconds between timer ticks that re-examine Pending/Unschedulable/Evicted jobs."""
+    """Seconds between the scheduling loop's looks while no pass has run (a standby replica,
+    a skipped pass); after a pass it wakes when the earliest backoff passes."""
     sla: SLAMonitorConfig = field(default_factory=SLAMonitorConfig)
     """The SLA monitor's rule (window, k-of-n, grace, tolerance, backoff)."""
     unschedulable_backoff: float = 30.0

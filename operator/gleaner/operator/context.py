@@ -18,6 +18,8 @@ so a restarted operator converges from what it finds. What it does hold:
 - ``uninstrumented``: the uninstrumented GPUs the last pass reported in Events, so that a
   GPU is reported when it turns uninstrumented, not every pass (a restarted operator
   reports the current ones once more).
+- ``traces``: the NodeTraces as the NodeTrace watch delivered them
+  (``gleaner.operator.tracecache``), read by the SLA monitor instead of a GET per tick.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gleaner.operator.config import OperatorConfig
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
+from gleaner.operator.tracecache import TraceCache
 
 logger = logging.getLogger("gleaner.operator")
 
@@ -49,6 +52,7 @@ class OperatorContext:
     kick_reasons: set[str] = field(default_factory=set)
     nodes: NodeCache = field(default_factory=NodeCache)
     uninstrumented: dict[str, dict[int, str]] = field(default_factory=dict)
+    traces: TraceCache = field(default_factory=TraceCache)
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
 

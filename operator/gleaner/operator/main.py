@@ -10,16 +10,17 @@ on every replica; with ``--batch-api-port`` the Batch API (``gleaner.operator.ba
 too. What is registered:
 
 ==========================================  ==============================================
-``@on.startup``                             settings (below), scheduling loop, readiness
+``@on.startup``                             settings (below), scheduling loop (which also
+                                            wakes itself when a job's backoff passes),
+                                            readiness
 ``@on.login``                               in-cluster service account, else KUBECONFIG
 ``@on.cleanup``                             stop the loop, close the API client
 ``@on.create/resume/update(spec)`` jobs     ``handlers.validate``: validate, queue / Invalid
 ``@on.delete`` jobs (finalizer)             ``handlers.delete``: delete the job's Pods
 ``@timer`` Running jobs, every SLA window   ``handlers.sla``: observe, keep / evict
-``@timer`` waiting jobs                     ``handlers.requeue``: kick when backoff passed
 ``@timer`` Running ``spec.batch`` jobs       ``handlers.batch``: runner progress, deadline SLA
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
-``@on.event`` NodeTraces                    ``handlers.requeue``: kick (load changed)
+``@on.event`` NodeTraces                    ``handlers.requeue``: trace cache, kick (load changed)
 ``@on.event`` Nodes                         ``handlers.nodes``: labels / cordon cache, kick
 ``@index`` jobs ``profile_refs``            (namespace, ConfigMap) -> jobs naming it in profileFrom
 ``@on.event`` ConfigMaps in the index       ``handlers.validate``: re-validate waiting users
@@ -53,7 +54,7 @@ from gleaner.operator.handlers.batch import PROGRESS_INTERVAL, is_batch_job, tra
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
-from gleaner.operator.handlers.requeue import nodetrace_changed, requeue_due
+from gleaner.operator.handlers.requeue import nodetrace_event
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
 from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
@@ -67,7 +68,6 @@ logger = logging.getLogger("gleaner.operator")
 JOBS = (GROUP, VERSION, "offlinejobs")
 NODETRACES = (GROUP, VERSION, "nodetraces")
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
-WAITING = {Phase.PENDING.value, Phase.UNSCHEDULABLE.value, Phase.EVICTED.value, "Scheduled"}
 
 
 def _phase(status: Any) -> str:
@@ -179,23 +179,15 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     async def batch_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
         logger.debug("batch: %s", await track_batch(memo.ctx, dict(body)))
 
-    @kopf.timer(
-        *JOBS,
-        id="requeue",
-        interval=config.requeue_interval,
-        when=lambda status, **_: _phase(status) in WAITING,
-        registry=registry,
-    )
-    def requeue_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        requeue_due(memo.ctx, dict(body))
-
     @kopf.on.event("v1", "pods", id="follow", labels={LABEL_ROLE: ROLE_OFFLINE}, registry=registry)
     async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await follow_pod(memo.ctx, event.get("type"), dict(body))
 
     @kopf.on.event(*NODETRACES, id="nodetrace", registry=registry)
-    def nodetrace_event(name: str, memo: kopf.Memo, **_: Any) -> None:
-        nodetrace_changed(memo.ctx, name)
+    async def nodetrace_event_handler(
+        event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+    ) -> None:
+        nodetrace_event(memo.ctx, event.get("type"), dict(body))
 
     @kopf.index(*JOBS, id="profile_refs", registry=registry)
     def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:
@@ -223,7 +215,7 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
             logger.info("profile ConfigMap %s/%s changed: %s", ns, name, outcomes)
 
     @kopf.on.event("v1", "nodes", id="nodes", registry=registry)
-    def node_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def node_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         node_changed(memo.ctx, event.get("type"), dict(body))
 
     return registry

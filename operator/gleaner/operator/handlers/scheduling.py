@@ -1,8 +1,10 @@
 """The scheduling loop: one pass at a time reads the cluster, binds, places, explains.
 
 Contract. ``scheduling_loop`` waits for kicks (job created/validated, NodeTrace changed, a
-Pod finished, an eviction, a requeue timer) and runs ``scheduling_pass`` at most once per
-``min_pass_interval``; many kicks coalesce into one pass. With peering on, each pass first
+Pod finished, an eviction) or for the earliest backoff of a queued job to pass (the loop's
+own clock, from the last pass; every ``requeue_interval`` until a pass has run) and runs
+``scheduling_pass`` at most once per ``min_pass_interval``; many kicks coalesce into one
+pass. With peering on, each pass first
 reads kopf's peering object and is skipped unless this replica is the active one
 (``gleaner.operator.peering``): kopf pauses a standby's handlers, not this loop. A pass,
 under the global scheduling lock:
@@ -94,6 +96,10 @@ class PassResult:
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds per stage: read, reconcile, decide, bind."""
     errors: list[str] = field(default_factory=list)
+    next_due: datetime | None = None
+    """When the next pass has work without a kick: the earliest backoff of a queued job
+    that was not due yet, a retry after a job this pass marked Unschedulable, or now when
+    the queue was longer than one pass takes. None: nothing waits on time."""
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -117,19 +123,38 @@ async def _list_everywhere(
     return out
 
 
+def _wait_seconds(due: datetime | None, now: datetime, heartbeat: float) -> float:
+    """How long the loop waits for a kick before it looks at the clock again."""
+    if due is None:
+        return heartbeat
+    return min(heartbeat, max(0.0, (due - now).total_seconds()))
+
+
 async def scheduling_loop(ctx: OperatorContext) -> None:
-    """Run passes on kicks, forever (cancelled at cleanup)."""
+    """Run passes on kicks and when a backoff passes, forever (cancelled at cleanup).
+
+    The loop keeps the time at which queued jobs come due itself (``PassResult.next_due``)
+    instead of a kopf timer per waiting job: with thousands of jobs those timers were most
+    of the operator's CPU (docs/benchmarks.md, "Scheduling on the real control plane").
+    Until a pass has run (a standby replica, a failed pass) it looks again every
+    ``requeue_interval``, as the timers did.
+    """
     last = 0.0
     ctx.health.first_pass_done = True
+    retry = timedelta(seconds=ctx.config.requeue_interval)
+    due: datetime | None = datetime.now(UTC) + retry
     while True:
-        reasons = await ctx.wait_for_kick(5.0)
+        reasons = await ctx.wait_for_kick(_wait_seconds(due, datetime.now(UTC), 5.0))
         ctx.health.beat()
         if not reasons:
-            continue
+            if due is None or datetime.now(UTC) < due:
+                continue
+            reasons = {"backoff passed"}
         wait = ctx.config.min_pass_interval - (time.monotonic() - last)
         if wait > 0:
             await asyncio.sleep(wait)
         last = time.monotonic()
+        due = datetime.now(UTC) + retry  # unless a pass says otherwise
         verdict = await replica_verdict(ctx)
         if not verdict.active:
             logger.info("scheduling pass skipped: %s", verdict.reason)
@@ -143,6 +168,7 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
             ctx.kick("retry after a failed pass")
             await asyncio.sleep(1.0)
             continue
+        due = result.next_due
         if result.placed or result.unschedulable or result.bound_missing or result.collected:
             logger.info(
                 "pass: %d jobs, %d queued, %d placed, %d unschedulable, %d re-bound, "
@@ -269,6 +295,9 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     # Profile on submit: runs to place go through the same decide() call.
     runs = await profiling.advance(ctx, needs_profile, list(pods_by_key.values()), now)
     result.queued = len(queue)
+    result.next_due = _next_due(statuses, now)
+    if len(queue) > ctx.config.max_batch:
+        result.next_due = now  # the rest of the queue, in the next pass
     if not queue and not runs:
         return result
     nodes = await load_node_summaries(ctx.config, traces, now)
@@ -307,6 +336,9 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     result.placed = sum(bound)
     explained = await asyncio.gather(*(explain_one(q, r) for q, r in plan.unschedulable))
     result.unschedulable = len(explained)
+    if any(explained):
+        retry_at = datetime.now(UTC) + timedelta(seconds=ctx.config.unschedulable_backoff)
+        result.next_due = retry_at if result.next_due is None else min(result.next_due, retry_at)
     stage("bind")
     return result
 
@@ -360,6 +392,19 @@ async def _prime_nodes(ctx: OperatorContext) -> None:
         # Without Node labels a job with a nodeSelector is explained as not matching; the
         # next pass lists again.
         logger.warning("cannot list Nodes (labels and cordons unknown this pass): %s", exc)
+
+
+def _next_due(statuses: dict[tuple[str, str], OfflineJobStatus], now: datetime) -> datetime | None:
+    """The earliest backoff end of a valid queued job that is not due at ``now``."""
+    waits = [
+        s.next_attempt_after
+        for s in statuses.values()
+        if s.next_attempt_after is not None
+        and s.phase in st.QUEUED_PHASES
+        and _is_valid(s)
+        and not _due(s, now)
+    ]
+    return min(waits, default=None)
 
 
 def _lost(

@@ -3,8 +3,9 @@
 Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``):
 
 1. observes the job's throughput fraction for the latest window
-   (``gleaner.operator.observation``: the NodeTrace of its node, or Prometheus through
-   ``ctx.prometheus``), skipping windows from before the placement;
+   (``gleaner.operator.observation``: the NodeTrace of its node as the watch delivered it,
+   ``ctx.traces``, else a GET; or Prometheus through ``ctx.prometheus``), skipping windows
+   from before the placement;
 2. appends the sample to the placement's history (annotation ``gleaner.dev/sla-windows``),
    judged over the job's ``spec.slaWindow`` (``gleaner.scheduler.monitor.sla_windows``), and
    writes ``status.observed`` and the ``SLAMet`` condition (and the job's
@@ -32,6 +33,7 @@ from typing import Any
 from gleaner.api import (
     DEFAULT_SLA_WINDOW,
     EvictionRecord,
+    NodeTrace,
     Observed,
     OfflineJobStatus,
     Phase,
@@ -71,10 +73,14 @@ async def _observe(
         if obs is not None and obs.end <= placement.decided_at:
             return None
         return obs
-    trace = await ctx.client.get(nodetraces_path(placement.node))
-    if trace is None:
-        return None
     try:
+        # The NodeTrace watch's copy (parsed once for every job on the node); a GET only
+        # when the watch has not delivered this node.
+        trace: NodeTrace | dict[str, Any] | None = ctx.traces.trace(placement.node)
+        if trace is None:
+            trace = await ctx.client.get(nodetraces_path(placement.node))
+        if trace is None:
+            return None
         return observe_from_nodetrace(
             trace, list(placement.gpu_indices), placement.memory, placement.decided_at
         )
