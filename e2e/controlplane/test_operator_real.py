@@ -166,6 +166,9 @@ def test_the_api_server_refuses_a_fractional_timeout(control_plane: ControlPlane
 def test_the_operator_binds_a_job_that_kwok_runs_and_deletes_it_with_chart_rbac(
     control_plane: ControlPlane, namespace: str, operator: ManagedProcess
 ) -> None:
+    # NodeTraces are cluster-scoped: an earlier test on this plane (an e2e system's agents)
+    # may have left one that would out-score gpu-a. This test is about gpu-a alone.
+    control_plane.kubectl("delete", "nt", "--all", "--wait=true")
     trace = nodetrace_manifest("gpu-a", gpus=8, offline_enabled=0.9)
     status = trace.pop("status")
     apply(control_plane, trace)
