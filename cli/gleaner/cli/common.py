@@ -80,3 +80,25 @@ def not_built(name: str, issue: str) -> click.Command:
         fail(f"'gleaner {name}' is not built yet ({issue})")
 
     return _cmd
+
+
+def run_command(command: click.Command, argv: list[str] | None, prog_name: str) -> int:
+    """Run a click command as our entry points do; return the exit code (0 ok, 1 failure,
+    2 bad input). Bad input is one line, like every other error of ours; --help has the
+    usage."""
+    try:
+        # Without standalone mode click *returns* the code of ctx.exit(n) instead of raising.
+        rc = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else prog_name
+        click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 1
+    return rc if isinstance(rc, int) else 0

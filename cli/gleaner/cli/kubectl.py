@@ -20,7 +20,7 @@ import sys
 
 import click
 
-from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.cli.common import echo_json, echo_table, fail, format_option, run_command
 from gleaner.cli.report import command as report_group
 
 
@@ -83,21 +83,7 @@ plugin.add_command(evictions, name="evictions")
 
 def main(argv: list[str] | None = None) -> int:
     """Run the plugin; return the exit code (0 ok, 1 failure, 2 bad input)."""
-    try:
-        rc = plugin.main(args=argv, prog_name="kubectl gleaner", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx is not None else "kubectl gleaner"
-        click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
-        return 1
-    return rc if isinstance(rc, int) else 0
+    return run_command(plugin, argv, "kubectl gleaner")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,8 @@ import sys
 
 import click
 
+from gleaner.cli.common import run_command
+
 # name -> (module, one-line help). Order is the order shown in --help.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("gleaner.cli.simulate", "Simulate a whole harvested cluster from traces."),
@@ -59,23 +61,7 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code (0 ok, 1 failure, 2 bad input / not built)."""
-    try:
-        # Without standalone mode click *returns* the code of ctx.exit(n) instead of raising.
-        rc = cli.main(args=argv, prog_name="gleaner", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.UsageError as exc:
-        # Bad input is one line, like every other error of ours; --help has the usage.
-        command = exc.ctx.command_path if exc.ctx is not None else "gleaner"
-        click.echo(f"error: {exc.format_message()} (see '{command} --help')", err=True)
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
-        return 1
-    return rc if isinstance(rc, int) else 0
+    return run_command(cli, argv, "gleaner")
 
 
 if __name__ == "__main__":  # pragma: no cover
