@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +23,8 @@ import pytest
 import yaml
 
 from gleaner.operator.rbac import BATCH_API_RULES, OPERATOR_RULES
-from gleaner.testing.controlplane import ControlPlane
+from gleaner.testing.controlplane import ControlPlane, apply, get_json
+from gleaner.testing.controlplane import poll as wait_for
 from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest
 from gleaner.testing.net import free_port
 from gleaner.testing.processes import ManagedProcess
@@ -54,28 +54,6 @@ SPEC = {
         "output": "x",
     },
 }
-
-
-def wait_for(check: Callable[[], T | None], what: Callable[[], str], timeout: float = 90) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what()}")
-        time.sleep(0.25)
-
-
-def apply(plane: ControlPlane, *docs: dict[str, Any]) -> None:
-    plane.kubectl(
-        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
-    )
-
-
-def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
-    result = plane.kubectl("get", *args, "-o", "json", check=False)
-    return dict(json.loads(result.stdout)) if result.returncode == 0 else None
 
 
 def role_binding(name: str, role: str, account: str, namespace: str) -> dict[str, Any]:

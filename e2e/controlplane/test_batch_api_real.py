@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
@@ -25,7 +24,7 @@ from gleaner.api.contract import ANNOTATION_BATCH_API, LABEL_BATCH_API
 from gleaner.clients.kube import SyncKubeClient
 from gleaner.operator.batchapi.app import build_batch_app
 from gleaner.operator.batchapi.files import FileStore
-from gleaner.testing.controlplane import ControlPlane
+from gleaner.testing.controlplane import ControlPlane, apply
 from gleaner.testing.dashboard import serving
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
@@ -50,12 +49,6 @@ SPEC = {
     },
 }
 SELF_URL = "http://gleaner-operator.gleaner-system.svc:8081"
-
-
-def apply(plane: ControlPlane, *docs: dict[str, Any]) -> None:
-    plane.kubectl(
-        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
-    )
 
 
 @pytest.fixture

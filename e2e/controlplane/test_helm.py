@@ -22,8 +22,7 @@ import base64
 import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +37,9 @@ from gleaner.testing.controlplane import (
     ControlPlaneUnavailableError,
     GpuNode,
     find_binary,
+    get_json,
 )
+from gleaner.testing.controlplane import poll as wait_for
 from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest, offlinejob_manifest
 from gleaner.testing.net import free_port
 from gleaner.testing.processes import ManagedProcess
@@ -82,17 +83,6 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
-
-
-def wait_for(check: Callable[[], T | None], what: Callable[[], str], timeout: float = 90) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what()}")
-        time.sleep(0.25)
 
 
 def granted(rules: list[Any]) -> set[Permission]:
@@ -168,11 +158,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 def helm_config(plane: ControlPlane) -> Iterator[helm.Config]:
     with helm.Config(kubeconfig_path=plane.admin_kubeconfig, namespace=NAMESPACE) as config:
         yield config
-
-
-def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
-    result = plane.kubectl("get", *args, "-o", "json", check=False)
-    return dict(json.loads(result.stdout)) if result.returncode == 0 else None
 
 
 def account_kubeconfig(plane: ControlPlane, account: str, path: Path) -> Path:

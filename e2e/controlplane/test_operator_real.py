@@ -20,8 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +28,8 @@ import pytest
 import yaml
 
 from gleaner.operator.rbac import OPERATOR_RULES
-from gleaner.testing.controlplane import ControlPlane
+from gleaner.testing.controlplane import ControlPlane, apply, get_json
+from gleaner.testing.controlplane import poll as wait_for
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     nodetrace_manifest,
@@ -46,26 +46,6 @@ REPO = Path(__file__).resolve().parents[2]
 KOPF_CRDS = REPO / "helm" / "gleaner" / "files" / "kopf"
 ACCOUNT_NAMESPACE = "gleaner-system"
 ACCOUNT = "gleaner-operator"
-
-
-def wait_for(check: Callable[[], T | None], what: Callable[[], str], timeout: float = 90) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what()}")
-        time.sleep(0.25)
-
-
-def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
-    result = plane.kubectl("get", *args, "-o", "json", check=False)
-    return dict(json.loads(result.stdout)) if result.returncode == 0 else None
-
-
-def apply(plane: ControlPlane, *docs: dict[str, Any]) -> None:
-    plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
 
 
 def operator_kubeconfig(plane: ControlPlane, path: Path) -> Path:

@@ -11,7 +11,6 @@ refuses what is not granted, and deleting an owner deletes its Pods.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,12 +18,25 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from gleaner.testing.controlplane import GPU_PRODUCT_LABEL, GPU_RESOURCE, ControlPlane
+from gleaner.testing.controlplane import (
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    ControlPlane,
+    get_json,
+    poll,
+)
 from gleaner.testing.kube import nodetrace_manifest
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
 
 T = TypeVar("T")
+
+
+def wait_for(
+    check: Callable[[], T | None], what: str | Callable[[], str], timeout: float = 60.0
+) -> T:
+    return poll(check, what, timeout)
+
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VALID = sorted(EXAMPLES.glob("*.yaml"))
@@ -61,22 +73,6 @@ def in_namespace(docs: list[dict[str, Any]], namespace: str) -> str:
     for doc in docs:
         doc.setdefault("metadata", {})["namespace"] = namespace
     return "\n".join(json.dumps(doc) for doc in docs)
-
-
-def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.25)
-
-
-def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
-    result = plane.kubectl("get", *args, "-o", "json", check=False)
-    return dict(json.loads(result.stdout)) if result.returncode == 0 else None
 
 
 def table(output: str) -> list[list[str]]:

@@ -17,10 +17,8 @@ Event); a one-GPU job runs there on GPU 1, never GPU 0; the NodeTrace and the No
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,7 +29,7 @@ import pytest
 from gleaner.api.contract import LABEL_JOB
 from gleaner.runtime_agent.podresources import ContainerDevices
 from gleaner.runtime_agent.simulated import synthetic_inventory
-from gleaner.testing.controlplane import GPU_PRODUCT_LABEL, ControlPlane
+from gleaner.testing.controlplane import GPU_PRODUCT_LABEL, ControlPlane, apply, get_json, poll
 from gleaner.testing.controlplane_plugin import GPU_NODES
 from gleaner.testing.kube import FAST_OPERATOR_FLAGS, offlinejob_manifest
 from gleaner.testing.net import free_port
@@ -41,30 +39,18 @@ from gleaner.testing.processes import ManagedProcess
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
 
 T = TypeVar("T")
+
+
+def wait_for(
+    check: Callable[[], T | None], what: str | Callable[[], str], timeout: float = 120
+) -> T:
+    return poll(check, what, timeout)
+
+
 NODE = "gpu-b"
 GPU_B_PRODUCT = next(n.product for n in GPU_NODES if n.name == NODE)
 GPUS = 2
 MEMORY_GIB = 80.0
-
-
-def wait_for(check: Callable[[], T | None], what: Callable[[], str], timeout: float = 120) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what()}")
-        time.sleep(0.25)
-
-
-def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
-    result = plane.kubectl("get", *args, "-o", "json", check=False)
-    return dict(json.loads(result.stdout)) if result.returncode == 0 else None
-
-
-def apply(plane: ControlPlane, *docs: dict[str, Any]) -> None:
-    plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
 
 
 def events(plane: ControlPlane, kind: str, name: str, namespace: str) -> list[dict[str, Any]]:

@@ -42,6 +42,10 @@ Contract.
   (physically, through etcd's own ``/v3/kv/compaction`` API, as ``etcdctl compact`` does).
   Together with a restarted API server these make a client's next watch from an older
   ``resourceVersion`` end in ``410 Gone`` on demand.
+- Helpers for tests that drive the plane through kubectl: ``apply(plane, *docs)`` applies
+  documents (one List), ``get_json(plane, *args)`` is ``kubectl get ... -o json`` or None,
+  and ``poll(check, what, timeout)`` waits for a truthy value (an exception in ``check``
+  is not swallowed: a test that sees its operator exit says so at once).
 - ``stop()`` stops every process (SIGTERM to its group, SIGKILL after a grace period;
   reverse start order; safe to call twice). ``diagnostics()`` gives each process's
   command, state, log path and last log lines.
@@ -63,7 +67,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import yaml
 
@@ -81,9 +85,12 @@ __all__ = [
     "GpuNode",
     "KubectlError",
     "Pki",
+    "apply",
     "find_binary",
+    "get_json",
     "gpu_node_manifest",
     "kubeconfig_document",
+    "poll",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -640,3 +647,33 @@ class ControlPlane:
             'jsonpath={.status.conditions[?(@.type=="Ready")].status}', check=False,
         )  # fmt: skip
         return result.returncode == 0 and result.stdout.strip() == "True"
+
+
+_T = TypeVar("_T")
+
+
+def poll(check: Callable[[], _T | None], what: str | Callable[[], str], timeout: float = 90) -> _T:
+    """``check()``'s first truthy value, polled every 0.25 s; AssertionError after
+    ``timeout`` seconds, with ``what`` (or what it returns) saying what was awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            text = what if isinstance(what, str) else what()
+            raise AssertionError(f"not within {timeout:.0f} s: {text}")
+        time.sleep(0.25)
+
+
+def apply(plane: ControlPlane, *docs: Mapping[str, Any]) -> None:
+    """``kubectl apply`` of ``docs`` as one List (all or the first error)."""
+    plane.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    )
+
+
+def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
+    """``kubectl get ARGS -o json``, or None when kubectl fails (e.g. not found)."""
+    result = plane.kubectl("get", *args, "-o", "json", check=False)
+    return dict(json.loads(result.stdout)) if result.returncode == 0 else None

@@ -68,9 +68,11 @@ def _where(job: OfflineJob) -> tuple[str, str, str | None]:
 
 async def advance(
     ctx: OperatorContext, jobs: list[OfflineJob], pods: list[dict[str, Any]], now: datetime
-) -> list[PendingRun]:
-    """One step for each job that needs a profile; returns the runs to place this pass."""
+) -> tuple[list[PendingRun], datetime | None]:
+    """One step for each job that needs a profile; returns the runs to place this pass and
+    the earliest retry a failed attempt set (the scheduling loop wakes then)."""
     out: list[PendingRun] = []
+    retry: datetime | None = None
     for job in jobs:
         ref = job.spec.profile_from
         if ref is None:
@@ -81,13 +83,15 @@ async def advance(
             profile = provisional_profile(ref.measurement, step.kv_gib)
             out.append(PendingRun(QueuedJob(job, profile), step, attempt))
         elif isinstance(step, Fail):
-            await _fail(ctx, job, step.message)
+            at = await _fail(ctx, job, step.message)
+            if at is not None:
+                retry = at if retry is None else min(retry, at)
         elif isinstance(step, Store):
             await _store(ctx, job, step, now)
-    return out
+    return out, retry
 
 
-async def _fail(ctx: OperatorContext, job: OfflineJob, message: str) -> None:
+async def _fail(ctx: OperatorContext, job: OfflineJob, message: str) -> datetime | None:
     ns, name, uid = _where(job)
     now = datetime.now(UTC)
 
@@ -98,9 +102,11 @@ async def _fail(ctx: OperatorContext, job: OfflineJob, message: str) -> None:
         return profiling_failed(cur, message, now, now + timedelta(seconds=wait))
 
     new = await update_status(ctx, ns, name, change)
-    if new is not None:
-        logger.info("%s/%s: profiling attempt failed: %s", ns, name, message)
-        await post_event(ctx.client, ns, name, uid, "Warning", "ProfilingFailed", message)
+    if new is None:
+        return None
+    logger.info("%s/%s: profiling attempt failed: %s", ns, name, message)
+    await post_event(ctx.client, ns, name, uid, "Warning", "ProfilingFailed", message)
+    return new.next_attempt_after
 
 
 async def _store(ctx: OperatorContext, job: OfflineJob, store: Store, now: datetime) -> None:
