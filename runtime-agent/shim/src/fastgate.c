@@ -116,7 +116,10 @@ void gl_fg_online_busy(void) {
       char path[160];
       fg_path(path, sizeof path);
       gl_fg_segment *cur = atomic_load(&on_seg);
-      if (!cur || !same_file(path, on_dev, on_ino)) {
+      /* A retired mapping is looked up again even when the path names "the same" file: a
+       * file system may hand the new file the old one's inode number (overlay mounts). */
+      if (!cur || !same_file(path, on_dev, on_ino) ||
+          __atomic_load_n(&cur->magic, __ATOMIC_ACQUIRE) != GL_FG_MAGIC) {
         dev_t dev;
         ino_t ino;
         gl_fg_segment *s = fg_map(path, 1, &dev, &ino);
@@ -219,7 +222,8 @@ static void *watch_main(void *unused) {
     gl_fg_segment *s = atomic_load(&off_seg);
     if (now >= next_check) {
       next_check = now + FG_CHECK_NS;
-      if (!s || !same_file(path, dev, ino)) {
+      if (!s || !same_file(path, dev, ino) ||
+          __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != GL_FG_MAGIC) {
         gl_fg_segment *n = fg_map(path, 0, &dev, &ino);
         if (n) {
           uint64_t mask = fg_mask(n);
