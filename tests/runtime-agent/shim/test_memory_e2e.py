@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from gleaner.protocol import wire as p
+from gleaner.protocol.node import ENV_SHIM_LOG
 from gleaner.runtime_agent.daemon import AgentDaemon
 from gleaner.runtime_agent.policy import MemoryConfig
 from gleaner.testing import vllm_fake as v
@@ -125,6 +126,9 @@ class Engine(PreloadedPython):
     def __init__(self, tmp: Path, sock: Path) -> None:
         env = {
             "GLEANER_KV_REPORT_MS": "100",
+            # The shim's debug log: what a failed wait below prints (connects, segment
+            # mappings, refused enables), so that a rare failure explains itself.
+            ENV_SHIM_LOG: "debug",
             "E2E_NBLOCKS": str(NBLOCKS),
             "E2E_BPB": str(BPB),
             "E2E_BS": str(BS),
@@ -290,7 +294,7 @@ def test_a_restarted_agent_restores_the_pages_the_old_one_reclaimed(
             def restored() -> bool:
                 return all(state == 0 for _, state in eng.call(op="step", n=0)["pages"])
 
-            assert wait_until(restored, timeout=60), eng.stderr()
+            assert wait_until(restored, timeout=60), f"{eng.stderr()}\nagent: {new.health()}"
             assert wait_until(lambda: server.restores_done == RECLAIM, timeout=60)
             assert server.restores_failed == 0 and new.agent.quarantine[GPU] == []
             labels = (("gpu", str(GPU)), ("node", NODE))
