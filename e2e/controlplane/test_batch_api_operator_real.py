@@ -27,6 +27,7 @@ from gleaner.testing.controlplane import ControlPlane, apply, get_json
 from gleaner.testing.controlplane import poll as wait_for
 from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest
 from gleaner.testing.net import free_port
+from gleaner.testing.openai_engine import batch_api_spec
 from gleaner.testing.processes import ManagedProcess
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -35,25 +36,7 @@ T = TypeVar("T")
 ACCOUNT_NAMESPACE = "gleaner-system"
 ACCOUNT = "gleaner-operator-batch-api"
 RBAC = "rbac.authorization.k8s.io"
-SPEC = {
-    "gpus": 1,
-    "throughputSLA": 0.2,
-    "profile": {
-        "standaloneTokensPerSecond": 1000,
-        "requiredMemoryGiB": 10,
-        "memoryCurve": [
-            {"memoryGiB": 5, "tokensPerSecond": 500},
-            {"memoryGiB": 10, "tokensPerSecond": 1000},
-        ],
-    },
-    "batch": {
-        "model": "meta-llama/Llama-3.1-8B-Instruct",
-        "engineImage": "vllm/vllm-openai:v0.8.5",
-        "claimName": "batch-data",
-        "input": "x",
-        "output": "x",
-    },
-}
+SPEC = batch_api_spec("meta-llama/Llama-3.1-8B-Instruct")
 
 
 def role_binding(name: str, role: str, account: str, namespace: str) -> dict[str, Any]:

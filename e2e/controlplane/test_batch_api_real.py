@@ -26,28 +26,11 @@ from gleaner.operator.batchapi.app import build_batch_app
 from gleaner.operator.batchapi.files import FileStore
 from gleaner.testing.controlplane import ControlPlane, apply
 from gleaner.testing.dashboard import serving
+from gleaner.testing.openai_engine import batch_api_spec
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
 
-SPEC = {
-    "gpus": 1,
-    "throughputSLA": 0.2,
-    "profile": {
-        "standaloneTokensPerSecond": 1000,
-        "requiredMemoryGiB": 10,
-        "memoryCurve": [
-            {"memoryGiB": 5, "tokensPerSecond": 500},
-            {"memoryGiB": 10, "tokensPerSecond": 1000},
-        ],
-    },
-    "batch": {
-        "model": "meta-llama/Llama-3.1-8B-Instruct",
-        "engineImage": "vllm/vllm-openai:v0.8.5",
-        "claimName": "batch-data",
-        "input": "unused.jsonl",
-        "output": "unused",
-    },
-}
+SPEC = batch_api_spec("meta-llama/Llama-3.1-8B-Instruct")
 SELF_URL = "http://gleaner-operator.gleaner-system.svc:8081"
 
 

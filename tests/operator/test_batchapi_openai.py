@@ -25,28 +25,10 @@ from gleaner.clients.kube import KubeError, SyncKubeClient
 from gleaner.operator.batchapi.app import build_batch_app
 from gleaner.operator.batchapi.files import FileStore
 from gleaner.testing.dashboard import serving
-from gleaner.testing.openai_engine import FakeOpenAIEngine
+from gleaner.testing.openai_engine import FakeOpenAIEngine, batch_api_spec
 
 NS = "team"
-SPEC = {
-    "gpus": 1,
-    "throughputSLA": 0.2,
-    "profile": {
-        "standaloneTokensPerSecond": 1000,
-        "requiredMemoryGiB": 10,
-        "memoryCurve": [
-            {"memoryGiB": 5, "tokensPerSecond": 500},
-            {"memoryGiB": 10, "tokensPerSecond": 1000},
-        ],
-    },
-    "batch": {
-        "model": "m",
-        "engineImage": "vllm/vllm-openai:v0.8.5",
-        "claimName": "batch-data",
-        "input": "ignored.jsonl",
-        "output": "ignored",
-    },
-}
+SPEC = batch_api_spec("m")
 LINES = [
     {
         "custom_id": f"r{i}",

@@ -169,3 +169,28 @@ class FakeOpenAIEngine:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def batch_api_spec(model: str) -> dict[str, Any]:
+    """The OfflineJob spec a namespace's Batch API ConfigMap (key ``spec.yaml``) gives the
+    tests: one GPU, a small profile, and a ``spec.batch`` for ``model`` whose input and
+    output the API fills in per batch."""
+    return {
+        "gpus": 1,
+        "throughputSLA": 0.2,
+        "profile": {
+            "standaloneTokensPerSecond": 1000,
+            "requiredMemoryGiB": 10,
+            "memoryCurve": [
+                {"memoryGiB": 5, "tokensPerSecond": 500},
+                {"memoryGiB": 10, "tokensPerSecond": 1000},
+            ],
+        },
+        "batch": {
+            "model": model,
+            "engineImage": "vllm/vllm-openai:v0.8.5",
+            "claimName": "batch-data",
+            "input": "unused.jsonl",
+            "output": "unused",
+        },
+    }
