@@ -16,16 +16,25 @@ import yaml
 
 from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Placement, Profile
 from gleaner.api.common import find_condition
-from gleaner.api.contract import ANNOTATION_PROFILE_IMAGE, LABEL_JOB, LABEL_PROFILING_RUN
+from gleaner.api.contract import (
+    ANNOTATION_PROFILE_GPU_TIME,
+    ANNOTATION_PROFILE_IMAGE,
+    LABEL_JOB,
+    LABEL_PROFILING_RUN,
+)
 from gleaner.operator.autoprofile import (
+    ACCOUNTING_GRACE_S,
     TERMINATION_LOG,
     Fail,
     Launch,
     ProfilingRun,
+    RunAccounting,
     Store,
     Wait,
     build_profile_configmap,
     build_profiling_pod,
+    count_window,
+    measured_how,
     next_step,
     profiled,
     profiling,
@@ -34,10 +43,11 @@ from gleaner.operator.autoprofile import (
     provisional_profile,
     runs_of,
 )
+from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
 from gleaner.operator.validation import InvalidJob, NeedsProfile, ValidJob, validate_job
 from gleaner.perfmodel.engine import GIB
-from gleaner.perfmodel.profiling import Measurement, fit_profile, profile_document
-from gleaner.testing.kube import offlinejob_manifest
+from gleaner.perfmodel.profiling import GpuTime, Measurement, fit_profile, profile_document
+from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
 from gleaner.testing.vllm_bench import result_json
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -86,11 +96,18 @@ def _job(body: dict[str, Any]) -> OfflineJob:
     return verdict.job
 
 
-def _finish(pod: dict[str, Any], ok: bool = True, message: str | None = None) -> dict[str, Any]:
-    """Play the kubelet: run the Pod's command on the fake engine, report it terminated."""
+def _finish(
+    pod: dict[str, Any],
+    ok: bool = True,
+    message: str | None = None,
+    span: tuple[datetime, datetime] | None = None,
+) -> dict[str, Any]:
+    """Play the kubelet: run the Pod's command on the fake engine, report it terminated
+    (``span``: when the container started and finished)."""
     container = pod["spec"]["containers"][0]
     if message is None:
         message = result_json(container["command"][3:])
+    times = {} if span is None else {"startedAt": _iso(span[0]), "finishedAt": _iso(span[1])}
     pod["status"] = {
         "phase": "Succeeded" if ok else "Failed",
         "containerStatuses": [
@@ -101,12 +118,17 @@ def _finish(pod: dict[str, Any], ok: bool = True, message: str | None = None) ->
                         "exitCode": 0 if ok else 1,
                         "reason": "Completed" if ok else "Error",
                         "message": message,
+                        **times,
                     }
                 },
             }
         ],
     }
     return pod
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _settings(job: OfflineJob) -> Any:
@@ -181,7 +203,7 @@ def test_the_loop_runs_the_budgets_then_stores_the_same_fit_as_gleaner_profile()
     job = _job(auto_job())
     settings = _settings(job)
     pods: list[dict[str, Any]] = []
-    step = next_step(settings, runs_of(pods, "summarize", 0))
+    step = next_step(settings, runs_of(pods, "summarize", 0), NOW)
     launched: list[float] = []
     while isinstance(step, Launch):
         assert step.index == len(pods) and step.total == 7
@@ -189,9 +211,9 @@ def test_the_loop_runs_the_budgets_then_stores_the_same_fit_as_gleaner_profile()
         pod = build_profiling_pod(job, PLACEMENT, 0, step, settings)
         pods.append(pod)
         # While its Pod runs, the measurement waits.
-        assert isinstance(next_step(settings, runs_of(pods, "summarize", 0)), Wait)
+        assert isinstance(next_step(settings, runs_of(pods, "summarize", 0), NOW), Wait)
         _finish(pod)
-        step = next_step(settings, runs_of(pods, "summarize", 0))
+        step = next_step(settings, runs_of(pods, "summarize", 0), NOW)
     assert isinstance(step, Store), step
     assert launched[0] == pytest.approx(0.5) and launched[4] == pytest.approx(8.0)
     assert len(pods) == 7  # 5 geometric budgets + 2 refinements
@@ -215,7 +237,7 @@ def test_a_failed_run_fails_the_attempt_and_says_why() -> None:
     settings = _settings(job)
     pod = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), settings)
     _finish(pod, ok=False, message="loading model\nValueError: CUDA out of memory")
-    step = next_step(settings, runs_of([pod], "summarize", 0))
+    step = next_step(settings, runs_of([pod], "summarize", 0), NOW)
     assert isinstance(step, Fail)
     assert step.message == (
         "profiling run 0 at 0.5 GiB KV failed: Error (exit code 1): ValueError: CUDA out of memory"
@@ -227,7 +249,7 @@ def test_a_run_without_usable_json_fails_the_attempt() -> None:
     settings = _settings(job)
     pod = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), settings)
     _finish(pod, message='{"num_requests": 3}')
-    step = next_step(settings, runs_of([pod], "summarize", 0))
+    step = next_step(settings, runs_of([pod], "summarize", 0), NOW)
     assert isinstance(step, Fail)
     assert "wrote no usable JSON" in step.message and "elapsed_time" in step.message
 
@@ -236,7 +258,7 @@ def test_the_fit_refusing_the_runs_fails_the_attempt() -> None:
     settings = _settings(_job(auto_job()))
     zero = json.dumps({"elapsed_time": 1.0, "output_tokens": 0})
     runs = [ProfilingRun(i, kv, "Succeeded", zero) for i, kv in enumerate([0.5, 1, 2, 4, 8])]
-    step = next_step(settings.model_copy(update={"refine": 0}), runs)
+    step = next_step(settings.model_copy(update={"refine": 0}), runs, NOW)
     assert isinstance(step, Fail)
     assert step.message.startswith("the fit refused the runs: ")
 
@@ -316,3 +338,128 @@ def test_a_profile_measured_with_another_image_is_measured_again() -> None:
     # A ConfigMap someone else wrote (no image annotation) is never replaced.
     del cm["metadata"]["annotations"][ANNOTATION_PROFILE_IMAGE]
     assert isinstance(validate_job(newer, cm), ValidJob)
+
+
+# --- Tokens per offline GPU-second -----------------------------------------------------------
+
+
+def _window(end_s: float, seconds: float, share: float) -> ObservedWindow:
+    return ObservedWindow(NOW + timedelta(seconds=end_s), seconds, share, share, 1.0)
+
+
+def _run(start_s: float, end_s: float | None) -> ProfilingRun:
+    end = None if end_s is None else NOW + timedelta(seconds=end_s)
+    phase = "Running" if end is None else "Succeeded"
+    return ProfilingRun(0, 1.0, phase, "", started=NOW + timedelta(seconds=start_s), finished=end)
+
+
+def test_count_window_adds_the_overlap_of_each_new_report_once() -> None:
+    run = _run(10.0, None)
+    # A report ending before the run started adds nothing but is remembered.
+    acc = count_window(RunAccounting(), _window(10.0, 15.0, 0.5), run)
+    assert acc == RunAccounting(GpuTime(0.0, 0.0), NOW + timedelta(seconds=10))
+    # 15 s window [10, 25]: all of it is the run, at a share of 0.4.
+    acc = count_window(acc, _window(25.0, 15.0, 0.4), run)
+    assert acc is not None
+    assert acc.gpu_time.wall_seconds == pytest.approx(15.0)
+    assert acc.gpu_time.offline_seconds == pytest.approx(6.0)
+    # The same report again (no new NodeTrace yet) counts nothing.
+    assert count_window(acc, _window(25.0, 15.0, 0.4), run) is None
+    # The run finished at 30 s: of the window [25, 40], only 5 s were the run.
+    done = _run(10.0, 30.0)
+    acc = count_window(acc, _window(40.0, 15.0, 1.0), done)
+    assert acc is not None
+    assert acc.gpu_time.wall_seconds == pytest.approx(20.0)
+    assert acc.gpu_time.offline_seconds == pytest.approx(11.0)
+    assert acc.through == NOW + timedelta(seconds=40)
+    assert ProfilingRun(**{**done.__dict__, "accounting": acc}).accounted
+    # A report missed in between leaves a gap, not a bias: the share is over what was seen.
+    gap = count_window(RunAccounting(), _window(40.0, 15.0, 1.0), done)
+    assert gap is not None and gap.gpu_time.offline_share == pytest.approx(1.0)
+    # Not started: nothing to count.
+    idle = ProfilingRun(0, 1.0, "", "")
+    assert count_window(RunAccounting(), _window(40.0, 15.0, 1.0), idle) is None
+
+
+def test_the_window_share_is_the_sla_monitors_observed_fraction() -> None:
+    trace = nodetrace_manifest(
+        "gpu-node-1", gpus=2, offline_enabled=[0.25, 0.75], window_seconds=60.0, end=NOW
+    )
+    window = observe_from_nodetrace(trace, [0], 1.0, NOW - timedelta(seconds=90))
+    assert window is not None and window.throughput_fraction == pytest.approx(0.25)
+    acc = count_window(RunAccounting(), window, _run(-30.0, None))
+    assert acc is not None and acc.gpu_time == GpuTime(30.0, 7.5)
+
+
+def test_accounting_round_trips_through_the_pod_annotation() -> None:
+    job = _job(auto_job())
+    pod = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), _settings(job))
+    _finish(pod, span=(NOW, NOW + timedelta(seconds=40)))
+    acc = RunAccounting(GpuTime(30.0, 12.5), NOW + timedelta(seconds=45))
+    pod["metadata"]["annotations"][ANNOTATION_PROFILE_GPU_TIME] = acc.to_annotation()
+    (run,) = runs_of([pod], "summarize", 0)
+    assert run.accounting == acc and run.accounted
+    assert (run.started, run.finished) == (NOW, NOW + timedelta(seconds=40))
+    pod["metadata"]["annotations"][ANNOTATION_PROFILE_GPU_TIME] = "not json"
+    assert runs_of([pod], "summarize", 0)[0].accounting == RunAccounting()
+
+
+def _profile_all(share: float | None, waited_s: float) -> tuple[Any, list[dict[str, Any]]]:
+    """Profile the job with every run taking 40 s of wall clock, its gate open ``share`` of
+    it per the agent (None: no report), asking ``waited_s`` after each run."""
+    job = _job(auto_job())
+    settings = _settings(job)
+    pods: list[dict[str, Any]] = []
+    t = NOW
+    step = next_step(settings, [], t)
+    while isinstance(step, Launch):
+        pod = build_profiling_pod(job, PLACEMENT, 0, step, settings)
+        _finish(pod, span=(t, t + timedelta(seconds=40)))
+        if share is not None:
+            acc = RunAccounting(GpuTime(40.0, 40.0 * share), t + timedelta(seconds=45))
+            pod["metadata"]["annotations"][ANNOTATION_PROFILE_GPU_TIME] = acc.to_annotation()
+        pods.append(pod)
+        t += timedelta(seconds=40 + waited_s)
+        step = next_step(settings, runs_of(pods, "summarize", 0), t)
+    return step, pods
+
+
+def test_runs_on_a_shared_gpu_are_fitted_per_offline_gpu_second() -> None:
+    mono, _ = _profile_all(1.0, 0.0)
+    shared, _ = _profile_all(0.5, 0.0)
+    assert isinstance(mono, Store) and isinstance(shared, Store)
+    # The same runs with the gate open half the time: twice the wall-clock rate.
+    rates = [float(str(s.document["standaloneTokensPerSecond"])) for s in (shared, mono)]
+    assert rates[0] / rates[1] == pytest.approx(2.0, rel=1e-3)
+    assert shared.document["requiredMemoryGiB"] == mono.document["requiredMemoryGiB"]
+    assert shared.fit["offlineShare"] == 0.5 and shared.fit["runsWithoutGpuTime"] == 0
+    assert measured_how(shared.fit) == (
+        "on a shared GPU, in tokens per offline GPU-second (the gate was open 50% of the "
+        "runs' time)"
+    )
+
+
+def test_a_finished_run_waits_for_its_report_then_counts_as_measured() -> None:
+    job = _job(auto_job())
+    settings = _settings(job)
+    pod = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), settings)
+    end = NOW + timedelta(seconds=40)
+    _finish(pod, span=(NOW, end))
+    step = next_step(settings, runs_of([pod], "summarize", 0), end + timedelta(seconds=5))
+    assert step == Wait(until=end + timedelta(seconds=ACCOUNTING_GRACE_S))
+    # Past the grace without any report: it counts at its wall-clock rate, and says so.
+    step = next_step(settings, runs_of([pod], "summarize", 0), end + timedelta(seconds=500))
+    assert isinstance(step, Launch) and step.index == 1
+    late, _ = _profile_all(None, ACCOUNTING_GRACE_S + 1)
+    assert isinstance(late, Store)
+    assert late.fit["runsWithoutGpuTime"] == 7 and "offlineShare" not in late.fit
+    assert measured_how(late.fit) == (
+        "7 of 7 runs had no GPU time from the node's agent and count at their wall-clock "
+        "rate (a lower bound)"
+    )
+
+
+def test_a_run_whose_gate_never_opened_fails_the_attempt() -> None:
+    step, _ = _profile_all(0.0, 0.0)
+    assert isinstance(step, Fail)
+    assert "the agent accounts no offline GPU time" in step.message

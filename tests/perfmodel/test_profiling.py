@@ -9,6 +9,7 @@ import pytest
 from gleaner.api import Profile
 from gleaner.perfmodel.engine import LLAMA31_8B_H100 as ENGINE
 from gleaner.perfmodel.profiling import (
+    GpuTime,
     Measurement,
     SwingMeasurement,
     fit_profile,
@@ -17,6 +18,7 @@ from gleaner.perfmodel.profiling import (
     isotonic,
     measure,
     next_budget,
+    per_offline_second,
     profile_document,
 )
 from gleaner.testing.vllm_bench import run_batch, swing
@@ -184,3 +186,19 @@ def test_fake_engine_swing_costs_more_than_the_static_mix() -> None:
     )
     assert r.preemptions > 0
     assert fit_profile(rep.measurements, [sw]).profile.memory_deficit_coefficient > 0
+
+
+def test_per_offline_second_counts_only_the_seconds_the_gate_was_open() -> None:
+    run = Measurement(2.0, 18.0, 1000.0, 10.0)  # 100 tokens/s of wall clock
+    # The agent's reports covered 8 s of the run, with the gate open for 2 of them.
+    shared = per_offline_second(run, GpuTime(8.0, 2.0))
+    assert shared.tokens_per_second == pytest.approx(400.0)
+    assert (shared.kv_gib, shared.memory_gib, shared.output_tokens) == (2.0, 18.0, 1000.0)
+    # A gate open all along changes nothing; no report at all leaves the wall-clock rate.
+    assert per_offline_second(run, GpuTime(8.0, 8.0)) == run
+    assert per_offline_second(run, GpuTime(0.0, 0.0)) == run
+    assert GpuTime(4.0, 1.0).plus(4.0, 1.0) == GpuTime(8.0, 2.0)
+    with pytest.raises(ValueError, match="no offline GPU time"):
+        per_offline_second(run, GpuTime(8.0, 0.0))
+    with pytest.raises(ValueError):
+        GpuTime(1.0, 2.0)

@@ -58,6 +58,7 @@ __all__ = [
     "ANNOTATION_GPUS",
     "ANNOTATION_INJECTED",
     "ANNOTATION_PROFILE_FIT",
+    "ANNOTATION_PROFILE_GPU_TIME",
     "ANNOTATION_PROFILE_IMAGE",
     "ANNOTATION_PROFILE_KV_GIB",
     "ANNOTATION_SLA_WINDOWS",
@@ -161,6 +162,10 @@ LABEL_PROFILING_RUN: Final = f"{_PREFIX}profiling-run"
 never move the job's phase."""
 ANNOTATION_PROFILE_KV_GIB: Final = f"{_PREFIX}profile-kv-gib"
 """On a profiling Pod: the KV-cache budget of its run, GiB per GPU."""
+ANNOTATION_PROFILE_GPU_TIME: Final = f"{_PREFIX}profile-gpu-time"
+"""On a profiling Pod run on a shared GPU: the agent's accounting of its run so far, JSON
+(``wallSeconds`` covered by the node agent's reports, ``offlineSeconds`` of them with the
+gate open, ``through`` = the end of the last report counted)."""
 ANNOTATION_PROFILE_FIT: Final = f"{_PREFIX}profile-fit"
 """On a measured profile ConfigMap: goodness of fit and runs, JSON."""
 ANNOTATION_PROFILE_IMAGE: Final = f"{_PREFIX}profile-image"

@@ -15,7 +15,9 @@ now runs another one, and the job is measured again under a new attempt.
 
 :func:`next_step` looks at those Pods (:func:`runs_of`) and says what to do:
 
-- :class:`Wait`: a run is in progress (or its Pod has not reported yet);
+- :class:`Wait`: a run is in progress (or its Pod has not reported yet), or a finished
+  run waits for the node agent's report that covers its end (at most
+  ``ACCOUNTING_GRACE_S``; ``Wait.until``);
 - :class:`Launch`: place and start run ``index`` at ``kv_gib``: the first ``runs`` budgets
   are ``perfmodel.profiling.initial_budgets``, then ``refine`` more from ``next_budget``
   (the measurement loop and the fit of ``gleaner profile``: one rule, one place);
@@ -25,6 +27,15 @@ now runs another one, and the job is measured again under a new attempt.
   why), wrote no usable JSON, or the fit refused the runs. The attempt ends; the shell
   counts it and retries after the exponential backoff of SLA evictions
   (``gleaner.scheduler.monitor.backoff_seconds``).
+
+Tokens per offline GPU-second. A profiling Pod is harvested work: it runs only while its
+gate is open, so its wall-clock rate is a lower bound on a monopolised GPU's. Each agent
+report (the NodeTrace window of the Pod's node) that overlaps the run adds the overlap and
+the gate-open seconds in it (:func:`count_window`, the window's share as the SLA monitor
+observes it, ``observation.observe_from_nodetrace``) to the Pod's annotation
+``ANNOTATION_PROFILE_GPU_TIME``; :func:`parse_run` converts the run with
+``perfmodel.profiling.per_offline_second``. A run no report covered is kept as measured,
+and the stored fit says how many were (:func:`measured_how`).
 
 While profiling, the job's phase stays Pending; the ``Profiled`` condition shows progress
 (:func:`profiling`, :func:`profiling_failed`, :func:`profiled`). Profiling Pods are placed
@@ -37,7 +48,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import yaml
@@ -53,20 +64,25 @@ from gleaner.api import (
 from gleaner.api.common import Condition, ConditionStatus, find_condition, set_condition
 from gleaner.api.contract import (
     ANNOTATION_PROFILE_FIT,
+    ANNOTATION_PROFILE_GPU_TIME,
     ANNOTATION_PROFILE_IMAGE,
     ANNOTATION_PROFILE_KV_GIB,
     LABEL_JOB,
     LABEL_PROFILING_RUN,
 )
 from gleaner.batch.pod import template_of
-from gleaner.operator.builders import build_offline_pod, owner_reference
+from gleaner.operator.builders import build_offline_pod, gpus_of_pod, owner_reference
+from gleaner.operator.observation import ObservedWindow
 from gleaner.perfmodel.engine_args import JobEngine, bench_argv, job_engine
 from gleaner.perfmodel.profiling import (
+    NO_GPU_TIME,
+    GpuTime,
     Measurement,
     fit_profile,
     fit_summary,
     initial_budgets,
     next_budget,
+    per_offline_second,
     profile_document,
 )
 
@@ -76,6 +92,45 @@ DEFAULT_MAX_NUM_SEQS = 256
 """--max-num-seqs when the job's engine container sets none (as ``gleaner profile``)."""
 MIN_GAP_FRACTION = 0.01
 """Refinement never splits an interval narrower than twice this share of the KV range."""
+ACCOUNTING_GRACE_S = 120.0
+"""How long a finished run waits for the agent's report that covers its end (the agent
+reports every 15 s by default); then it counts with what was covered."""
+
+
+@dataclass(frozen=True)
+class RunAccounting:
+    """The agent's accounting of one run so far (the Pod's ``ANNOTATION_PROFILE_GPU_TIME``)."""
+
+    gpu_time: GpuTime = NO_GPU_TIME
+    through: datetime | None = None
+    """End of the last agent report counted (None: none yet)."""
+
+    def to_annotation(self) -> str:
+        doc: dict[str, object] = {
+            "wallSeconds": round(self.gpu_time.wall_seconds, 3),
+            "offlineSeconds": round(self.gpu_time.offline_seconds, 3),
+        }
+        if self.through is not None:
+            doc["through"] = self.through.isoformat()
+        return json.dumps(doc, sort_keys=True)
+
+    @staticmethod
+    def from_annotation(raw: str | None) -> RunAccounting:
+        """The annotation's accounting; none (zero) when it is missing or unreadable."""
+        if not raw:
+            return RunAccounting()
+        try:
+            doc = json.loads(raw)
+            through = doc.get("through")
+            return RunAccounting(
+                GpuTime(float(doc["wallSeconds"]), float(doc["offlineSeconds"])),
+                None if through is None else datetime.fromisoformat(str(through)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return RunAccounting()
+
+
+NO_ACCOUNTING = RunAccounting()
 
 
 @dataclass(frozen=True)
@@ -90,11 +145,29 @@ class ProfilingRun:
     """The engine container's termination message (the run's JSON when it succeeded)."""
     reason: str = ""
     """Why the Pod failed, when it did (container reason and exit code)."""
+    started: datetime | None = None
+    """When its engine container started (None: not yet, or not reported)."""
+    finished: datetime | None = None
+    """When its engine container ended (None: not yet, or not reported)."""
+    accounting: RunAccounting = NO_ACCOUNTING
+    """The agent's accounting of the run so far."""
+    shared: bool = True
+    """Whether it ran on a GPU shared with online inference, under the gate."""
+
+    @property
+    def accounted(self) -> bool:
+        """Whether the agent's reports cover the run to its end (always, when not shared)."""
+        if not self.shared:
+            return True
+        through = self.accounting.through
+        return self.finished is not None and through is not None and through >= self.finished
 
 
 @dataclass(frozen=True)
 class Wait:
-    """A run is in progress."""
+    """A run is in progress, or its accounting is awaited until ``until``."""
+
+    until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +248,61 @@ def run_of_pod(pod: Mapping[str, Any], attempt: int) -> ProfilingRun | None:
         reason = f"{term.get('reason') or 'Error'} (exit code {term.get('exitCode', '?')})"
     elif phase == "Failed":
         reason = str((pod.get("status") or {}).get("reason") or "Failed")
-    return ProfilingRun(int(tail), kv, phase, str(term.get("message") or ""), reason)
+    started = _time(term.get("startedAt")) if term else _time(_running_since(pod, engine))
+    return ProfilingRun(
+        int(tail),
+        kv,
+        phase,
+        str(term.get("message") or ""),
+        reason,
+        started=started,
+        finished=_time(term.get("finishedAt")) if term else None,
+        accounting=RunAccounting.from_annotation(
+            (meta.get("annotations") or {}).get(ANNOTATION_PROFILE_GPU_TIME)
+        ),
+    )
+
+
+def _running_since(pod: Mapping[str, Any], container: str | None) -> object:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if container is None or cs.get("name") == container:
+            running = (cs.get("state") or {}).get("running")
+            if isinstance(running, dict):
+                return running.get("startedAt")
+    return None
+
+
+def _time(raw: object) -> datetime | None:
+    if isinstance(raw, datetime):
+        return raw
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(str(raw))
+    except ValueError:
+        return None
+
+
+def count_window(
+    accounting: RunAccounting, window: ObservedWindow, run: ProfilingRun
+) -> RunAccounting | None:
+    """``accounting`` with one agent report added: the part of its window that overlaps the
+    run and no earlier report covered, at the window's gate-open share (the observed
+    fraction, memory aside: ``observe_from_nodetrace`` with a memory factor of 1). None
+    when the report adds nothing (counted already, or the run has not started)."""
+    if run.started is None or (accounting.through is not None and window.end <= accounting.through):
+        return None
+    begin = window.end - timedelta(seconds=window.seconds)
+    lo = max(begin, run.started, accounting.through or begin)
+    hi = window.end if run.finished is None else min(window.end, run.finished)
+    overlap = max(0.0, (hi - lo).total_seconds())
+    share = min(1.0, max(0.0, window.throughput_fraction))
+    return RunAccounting(accounting.gpu_time.plus(overlap, overlap * share), window.end)
+
+
+def node_gpus_of(pod: Mapping[str, Any]) -> tuple[str, list[int]] | None:
+    """(node, GPU indices) a profiling Pod runs on (as any offline Pod)."""
+    return gpus_of_pod(dict(pod))
 
 
 def runs_of(pods: Sequence[Mapping[str, Any]], job: str, attempt: int) -> list[ProfilingRun]:
@@ -193,7 +320,9 @@ def parse_run(run: ProfilingRun, settings: ProfileMeasurement) -> Measurement:
     """The measurement in a finished run's JSON; ValueError says what is wrong with it.
 
     Output tokens are ``output_tokens`` when present, else ``num_requests × outputLen``;
-    seconds are ``elapsed_time`` (the keys of ``vllm bench throughput --output-json``).
+    seconds are ``elapsed_time`` (the keys of ``vllm bench throughput --output-json``). On
+    a shared GPU, seconds are then offline GPU-seconds (``per_offline_second`` with the
+    run's accounting).
     """
     try:
         data = json.loads(run.message)
@@ -203,7 +332,7 @@ def parse_run(run: ProfilingRun, settings: ProfileMeasurement) -> Measurement:
         if tokens is None:
             tokens = int(data["num_requests"]) * settings.output_len
         seconds = float(data["elapsed_time"])
-        return Measurement(
+        measured = Measurement(
             kv_gib=run.kv_gib,
             memory_gib=settings.base_gi_b + run.kv_gib,
             output_tokens=float(tokens),
@@ -216,10 +345,16 @@ def parse_run(run: ProfilingRun, settings: ProfileMeasurement) -> Measurement:
             f"(elapsed_time and num_requests or output_tokens) as its termination "
             f"message: {exc}; message: {first}"
         ) from exc
+    if not run.shared:
+        return measured
+    return per_offline_second(measured, run.accounting.gpu_time)
 
 
-def next_step(settings: ProfileMeasurement, runs: Sequence[ProfilingRun]) -> Step:
-    """What the measurement of one attempt needs next, from its runs so far."""
+def next_step(settings: ProfileMeasurement, runs: Sequence[ProfilingRun], now: datetime) -> Step:
+    """What the measurement of one attempt needs next, from its runs so far.
+
+    A finished run on a shared GPU waits for the agent's report past its end, until
+    ``ACCOUNTING_GRACE_S`` after it (a run without an end time does not wait)."""
     total = settings.runs + settings.refine
     for r in runs:
         if r.phase == "Failed":
@@ -228,6 +363,13 @@ def next_step(settings: ProfileMeasurement, runs: Sequence[ProfilingRun]) -> Ste
             return Fail(f"profiling run {r.index} at {r.kv_gib:.3g} GiB KV failed: {why}")
     if any(r.phase != "Succeeded" for r in runs):
         return Wait()
+    waits = [
+        r.finished + timedelta(seconds=ACCOUNTING_GRACE_S)
+        for r in runs
+        if r.finished is not None and not r.accounted
+    ]
+    if waits and max(waits) > now:
+        return Wait(until=max(waits))
     try:
         measured = [parse_run(r, settings) for r in runs]
     except ValueError as exc:
@@ -242,9 +384,48 @@ def next_step(settings: ProfileMeasurement, runs: Sequence[ProfilingRun]) -> Ste
             return Launch(len(runs), kv, total)
     try:
         report = fit_profile(measured)
-        return Store(profile_document(report), fit_summary(report))
+        fit = {**fit_summary(report), **gpu_time_summary(runs)}
+        return Store(profile_document(report), fit)
     except ValueError as exc:
         return Fail(f"the fit refused the runs: {exc}")
+
+
+def gpu_time_summary(runs: Sequence[ProfilingRun]) -> dict[str, object]:
+    """How the runs' seconds were counted, for the stored fit: ``monopolised`` runs (not
+    shared), the ``offlineShare`` of the covered time the gate was open over the shared
+    runs, and ``runsWithoutGpuTime`` (shared runs no agent report covered: as measured)."""
+    shared = [r for r in runs if r.shared]
+    covered = [r.accounting.gpu_time for r in shared if r.accounting.gpu_time.wall_seconds > 0]
+    wall = sum(g.wall_seconds for g in covered)
+    out: dict[str, object] = {
+        "monopolisedRuns": len(runs) - len(shared),
+        "runsWithoutGpuTime": len(shared) - len(covered),
+    }
+    if wall > 0:
+        out["offlineShare"] = round(sum(g.offline_seconds for g in covered) / wall, 4)
+    return out
+
+
+def measured_how(fit: Mapping[str, object]) -> str:
+    """What the Profiled message says about the GPU the runs had, from the stored fit."""
+    runs = int(str(fit.get("runs") or 0))
+    mono = int(str(fit.get("monopolisedRuns") or 0))
+    missing = int(str(fit.get("runsWithoutGpuTime") or 0))
+    share = fit.get("offlineShare")
+    if runs and mono == runs:
+        return "on the dedicated profiling nodes (a monopolised GPU: no correction)"
+    parts = []
+    if share is not None:
+        parts.append(
+            f"on a shared GPU, in tokens per offline GPU-second (the gate was open "
+            f"{float(str(share)):.0%} of the runs' time)"
+        )
+    if missing:
+        parts.append(
+            f"{missing} of {runs} runs had no GPU time from the node's agent and count at "
+            f"their wall-clock rate (a lower bound)"
+        )
+    return "; ".join(parts) or "at the wall-clock rate"
 
 
 def provisional_profile(settings: ProfileMeasurement, kv_gib: float) -> Profile:
@@ -422,17 +603,23 @@ def profiled(status: OfflineJobStatus, message: str, now: datetime) -> OfflineJo
 
 
 __all__ = [
+    "ACCOUNTING_GRACE_S",
     "Fail",
     "Launch",
     "ProfilingRun",
+    "RunAccounting",
     "Step",
     "Store",
     "Wait",
     "build_profile_configmap",
     "build_profiling_pod",
+    "count_window",
     "engine_image",
+    "gpu_time_summary",
+    "measured_how",
     "missing_model",
     "next_step",
+    "node_gpus_of",
     "parse_run",
     "profiled",
     "profiling",

@@ -46,11 +46,12 @@ OPERATOR_RULES: Final[list[PolicyRule]] = [
         "verbs": ["list", "watch"],
     },
     # Operator creates offline Pods (<job>-<attempt>; a get first, as the name is
-    # deterministic), watches them, deletes them on job deletion and on eviction.
+    # deterministic), watches them, deletes them on job deletion and on eviction. Profile on
+    # submit patches a profiling Pod's annotation with the GPU time its node's agent reported.
     {
         "apiGroups": [""],
         "resources": ["pods"],
-        "verbs": ["get", "list", "watch", "create", "delete"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
     # Profiles (get) and SLA eviction reports (create; ConfigMaps labelled
     # gleaner.dev/report=sla-eviction); kopf watches them for the scheduling pass. Profile

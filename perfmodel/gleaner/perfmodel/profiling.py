@@ -14,6 +14,12 @@ Contract (docs/profiling.md). Pure: measurements in, a profile out; no I/O, no c
   interpolation between points errs most.
 - :func:`measure` is the loop: the initial budgets, then ``refine`` budgets from
   :func:`next_budget`, each run through a callable the shell provides (the engine);
+- :class:`GpuTime` and :func:`per_offline_second`: a run on a GPU shared with online
+  inference, under the compute gate, progresses only while its gate is open. The agent
+  accounts those seconds; of the ``wall_seconds`` its reports covered, ``offline_seconds``
+  were open to the run. The standalone rate is then tokens per offline GPU-second: the
+  run's seconds scaled by ``offline_seconds / wall_seconds``. A run without accounting
+  (nothing covered it) is kept as measured, a lower bound on the standalone rate;
 - :func:`fit_profile` fits:
 
   * the **curve**: isotonic (non-decreasing) least squares of tokens/s against memory
@@ -76,6 +82,50 @@ class Measurement:
     @property
     def tokens_per_second(self) -> float:
         return self.output_tokens / self.seconds
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """The agent's accounting of one run on a shared GPU (docs/profiling.md, "Tokens per
+    offline GPU-second")."""
+
+    wall_seconds: float
+    """Seconds of the run that the agent's reports covered."""
+    offline_seconds: float
+    """Of those, the seconds the run's offline work was allowed to run (gate open)."""
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.offline_seconds <= self.wall_seconds * (1 + 1e-9)):
+            raise ValueError("need 0 <= offline_seconds <= wall_seconds")
+
+    @property
+    def offline_share(self) -> float | None:
+        """``offline_seconds / wall_seconds``, or None when nothing was covered."""
+        if self.wall_seconds <= 0:
+            return None
+        return min(1.0, self.offline_seconds / self.wall_seconds)
+
+    def plus(self, wall_seconds: float, offline_seconds: float) -> GpuTime:
+        """This accounting with one more covered stretch added."""
+        return GpuTime(self.wall_seconds + wall_seconds, self.offline_seconds + offline_seconds)
+
+
+NO_GPU_TIME = GpuTime(0.0, 0.0)
+
+
+def per_offline_second(run: Measurement, gpu_time: GpuTime) -> Measurement:
+    """``run`` in tokens per offline GPU-second: its seconds scaled by the share of the
+    covered time its gate was open. Unchanged when nothing was covered (then its rate is a
+    lower bound); ValueError when the gate never opened (the run cannot have progressed)."""
+    share = gpu_time.offline_share
+    if share is None:
+        return run
+    if share <= 0:
+        raise ValueError(
+            f"the agent accounts no offline GPU time over {gpu_time.wall_seconds:.3g} s "
+            f"of the run at {run.kv_gib:.3g} GiB KV"
+        )
+    return Measurement(run.kv_gib, run.memory_gib, run.output_tokens, run.seconds * share)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,12 @@ Contract (docs/profiling.md, "Profile on submit"; the decisions are
 ``nextAttemptAfter``) and the offline Pods it listed. For each job the pure ``next_step``
 on the Pods of its current attempt decides:
 
-- Wait: nothing to write;
+- before it: each run of the attempt still being accounted gets the latest agent report
+  of its node (the NodeTrace window, :func:`_account`): ``count_window`` adds what it
+  covers of the run to the Pod's annotation ``gleaner.dev/profile-gpu-time`` (a patch), so
+  the runs' tokens become tokens per offline GPU-second;
+- Wait: nothing to write (a finished run waiting for its report wakes the loop at the
+  grace's end);
 - Fail: ``Profiled=False``/``ProfilingFailed`` with the reason, ``profilingAttempts`` + 1,
   ``nextAttemptAfter`` = now + the eviction backoff for that count, a Warning Event
   ``ProfilingFailed``; the requeue timer starts the next attempt (new Pod names);
@@ -24,29 +29,36 @@ on the Pods of its current attempt decides:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gleaner.api import OfflineJob, OfflineJobStatus, Placement
-from gleaner.api.contract import ANNOTATION_PROFILE_IMAGE
+from gleaner.api.contract import ANNOTATION_PROFILE_GPU_TIME, ANNOTATION_PROFILE_IMAGE, LABEL_JOB
 from gleaner.clients.kube import ConflictError, KubeError, configmaps_path, pods_path
 from gleaner.operator.autoprofile import (
     Fail,
     Launch,
+    ProfilingRun,
     Store,
+    Wait,
     build_profile_configmap,
     build_profiling_pod,
+    count_window,
+    measured_how,
     next_step,
+    node_gpus_of,
     profiled,
     profiling,
     profiling_failed,
+    profiling_pod_name,
     provisional_profile,
     runs_of,
 )
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import update_status
+from gleaner.operator.observation import observe_from_nodetrace
 from gleaner.operator.placement import QueuedJob
 from gleaner.scheduler.monitor import backoff_seconds
 
@@ -67,19 +79,38 @@ def _where(job: OfflineJob) -> tuple[str, str, str | None]:
 
 
 async def advance(
-    ctx: OperatorContext, jobs: list[OfflineJob], pods: list[dict[str, Any]], now: datetime
+    ctx: OperatorContext,
+    jobs: list[OfflineJob],
+    pods: list[dict[str, Any]],
+    traces: list[dict[str, Any]],
+    now: datetime,
 ) -> tuple[list[PendingRun], datetime | None]:
     """One step for each job that needs a profile; returns the runs to place this pass and
-    the earliest retry a failed attempt set (the scheduling loop wakes then)."""
+    the earliest time the loop must look again (a failed attempt's backoff, a finished
+    run's wait for its agent report)."""
     out: list[PendingRun] = []
     retry: datetime | None = None
+    by_node = {str((t.get("metadata") or {}).get("name")): t for t in traces}
     for job in jobs:
         ref = job.spec.profile_from
         if ref is None:
             continue
         attempt = job.status.profiling_attempts
-        step = next_step(ref.measurement, runs_of(pods, job.metadata.name, attempt))
-        if isinstance(step, Launch):
+        mine = [
+            p
+            for p in pods
+            if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB) == job.metadata.name
+            and (p.get("metadata") or {}).get("namespace", "default")
+            == (job.metadata.namespace or "default")
+        ]
+        runs = [
+            await _account(ctx, job, run, mine, by_node)
+            for run in runs_of(mine, job.metadata.name, attempt)
+        ]
+        step = next_step(ref.measurement, runs, now)
+        if isinstance(step, Wait) and step.until is not None:
+            retry = step.until if retry is None else min(retry, step.until)
+        elif isinstance(step, Launch):
             profile = provisional_profile(ref.measurement, step.kv_gib)
             out.append(PendingRun(QueuedJob(job, profile), step, attempt))
         elif isinstance(step, Fail):
@@ -89,6 +120,39 @@ async def advance(
         elif isinstance(step, Store):
             await _store(ctx, job, step, now)
     return out, retry
+
+
+async def _account(
+    ctx: OperatorContext,
+    job: OfflineJob,
+    run: ProfilingRun,
+    pods: list[dict[str, Any]],
+    traces: dict[str, dict[str, Any]],
+) -> ProfilingRun:
+    """``run`` with its node's latest agent report counted (and recorded on its Pod)."""
+    if run.accounted or run.started is None or run.phase not in ("Running", "Succeeded"):
+        return run
+    name = profiling_pod_name(job.metadata.name, job.status.profiling_attempts, run.index)
+    pod = next((p for p in pods if (p.get("metadata") or {}).get("name") == name), None)
+    where = None if pod is None else node_gpus_of(pod)
+    trace = None if where is None else traces.get(where[0])
+    if where is None or trace is None:
+        return run
+    try:
+        window = observe_from_nodetrace(trace, where[1], 1.0, run.started)
+    except ValueError:  # a NodeTrace the API would not have accepted
+        return run
+    counted = None if window is None else count_window(run.accounting, window, run)
+    if counted is None:
+        return run
+    ns = job.metadata.namespace or "default"
+    patch = {"metadata": {"annotations": {ANNOTATION_PROFILE_GPU_TIME: counted.to_annotation()}}}
+    try:
+        await ctx.client.patch(pods_path(ns, name), patch)
+    except KubeError as exc:
+        logger.warning("%s/%s: cannot record GPU time on Pod %s: %s", ns, name, name, exc)
+        return run
+    return replace(run, accounting=counted)
 
 
 async def _fail(ctx: OperatorContext, job: OfflineJob, message: str) -> datetime | None:
@@ -130,7 +194,10 @@ async def _store(ctx: OperatorContext, job: OfflineJob, store: Store, now: datet
                 },
             )
     runs = store.fit.get("runs")
-    message = f"profile measured in {runs} runs, stored in ConfigMap {ns}/{ref.name}"
+    message = (
+        f"profile measured in {runs} runs {measured_how(store.fit)}, "
+        f"stored in ConfigMap {ns}/{ref.name}"
+    )
 
     def change(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
         return profiled(cur, message, now)

@@ -293,10 +293,12 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     needs_profile: list[OfflineJob] = []
     queue = await _build_queue(ctx, bodies, statuses, now, needs_profile)
     # Profile on submit: runs to place go through the same decide() call.
-    runs, retry = await profiling.advance(ctx, needs_profile, list(pods_by_key.values()), now)
+    runs, retry = await profiling.advance(
+        ctx, needs_profile, list(pods_by_key.values()), traces, now
+    )
     result.queued = len(queue)
     result.next_due = _next_due(statuses, now)
-    if retry is not None:  # a profiling attempt failed this pass: wake at its backoff's end
+    if retry is not None:  # a profiling attempt's backoff, or a run awaiting its GPU time
         result.next_due = retry if result.next_due is None else min(result.next_due, retry)
     if len(queue) > ctx.config.max_batch:
         result.next_due = now  # the rest of the queue, in the next pass
