@@ -8,10 +8,13 @@ time, each built from its template and bound like an offline Pod; KWOK runs them
 engine runs here, so the test plays the kubelet: once KWOK has a profiling Pod Running,
 the test runs that Pod's own engine command on the fake ``vllm bench throughput``
 (``gleaner.testing.vllm_bench``) and patches the Pod's status to terminated with the run's
-JSON as the termination message, as the kubelet does with ``/dev/termination-log``. The
-operator must fit, write the ConfigMap owned by the job, mark it ``Profiled`` and then
-place the job normally. A failed run must say why and be retried with backoff under a new
-attempt; a ConfigMap measured with an older image must be measured again and replaced.
+JSON as the termination message, as the kubelet does with ``/dev/termination-log``. It
+plays the node's agent too: after each run, a NodeTrace window covering it says the gate
+was open 75% of the time, so the operator must fit tokens per offline GPU-second (the
+runs' wall-clock rate / 0.75). The operator must fit, write the ConfigMap owned by the
+job, mark it ``Profiled`` and then place the job normally. A failed run must say why and
+be retried with backoff under a new attempt; a ConfigMap measured with an older image
+must be measured again and replaced.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,11 @@ from gleaner.testing.kube import (
 from gleaner.testing.net import free_port
 from gleaner.testing.tenant import Tenant
 from gleaner.testing.vllm_bench import result_json
+
+RUN_SECONDS = 20.0
+"""How long each played run took, by its container's start and finish times."""
+GATE_OPEN = 0.75
+"""The share of each run's time its node's agent reports the gate open."""
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -136,8 +145,15 @@ def _running_pod(tenant: Tenant, name: str) -> dict[str, Any] | None:
     return pod if pod and (pod.get("status") or {}).get("phase") == "Running" else None
 
 
-def _terminate(tenant: Tenant, pod: dict[str, Any], exit_code: int, message: str) -> None:
-    """What the kubelet writes when the container exits: terminated state and message."""
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _terminate(
+    tenant: Tenant, pod: dict[str, Any], exit_code: int, message: str, finished: datetime
+) -> None:
+    """What the kubelet writes when the container exits: terminated state and message (the
+    run started ``RUN_SECONDS`` before ``finished``)."""
     statuses = pod["status"].get("containerStatuses") or []
     assert statuses, pod["status"]  # KWOK reported the container running
     for cs in statuses:
@@ -147,8 +163,8 @@ def _terminate(tenant: Tenant, pod: dict[str, Any], exit_code: int, message: str
                 "exitCode": exit_code,
                 "reason": "Completed" if exit_code == 0 else "Error",
                 "message": message,
-                "startedAt": pod["status"].get("startTime"),
-                "finishedAt": pod["status"].get("startTime"),
+                "startedAt": _iso(finished - timedelta(seconds=RUN_SECONDS)),
+                "finishedAt": _iso(finished),
             }
         }
     phase = "Succeeded" if exit_code == 0 else "Failed"
@@ -179,7 +195,17 @@ def play_runs(tenant: Tenant, job: str, attempt: int, logs: Callable[[], str]) -
         assert cond["status"] == "False" and cond["reason"] == "Profiling"
         assert _status(tenant, job)["phase"] == "Pending"
         # The kubelet's part: the engine's JSON becomes the termination message.
-        _terminate(tenant, pod, 0, result_json(container["command"][1:]))
+        finished = datetime.now(UTC).replace(microsecond=0)
+        _terminate(tenant, pod, 0, result_json(container["command"][1:]), finished)
+        # The agent's part: its next report covers the run, with the gate open GATE_OPEN of it.
+        window = nodetrace_manifest(
+            tenant.node("gpu"),
+            gpus=2,
+            offline_enabled=GATE_OPEN,
+            window_seconds=RUN_SECONDS + 10,
+            end=finished + timedelta(seconds=2),
+        )
+        tenant.api.apply_nodetrace(window)
         runs += 1
         nxt = f"{job}-profile-{attempt}-{runs}"
         wait_for(partial(next_pod_or_profiled, nxt), timeout=60, message=logs)
@@ -208,8 +234,23 @@ def test_a_job_without_a_profile_is_profiled_then_placed(
     assert len(profile.memory_curve) == 4
     assert profile.memory_curve[0].memory_gi_b == pytest.approx(16.5)
     assert profile.memory_curve[-1].memory_gi_b == pytest.approx(20.0)
-    assert json.loads(cm.metadata.annotations["gleaner.dev/profile-fit"])["runs"] == 4
-    assert "profile measured in 4 runs" in _profiled(tenant, "llama")["message"]
+    fit = json.loads(cm.metadata.annotations["gleaner.dev/profile-fit"])
+    assert fit["runs"] == 4 and fit["runsWithoutGpuTime"] == 0
+    assert fit["offlineShare"] == pytest.approx(GATE_OPEN)
+    assert _profiled(tenant, "llama")["message"] == (
+        "profile measured in 4 runs on a shared GPU, in tokens per offline GPU-second (the "
+        f"gate was open 75% of the runs' time), stored in ConfigMap {tenant.namespace}/"
+        "llama-profile"
+    )
+    # Each run's Pod holds what its node's agent reported, and the curve's last point is
+    # the run at the largest budget (run 2), at its wall-clock rate / GATE_OPEN.
+    last = _pod(tenant, "llama-profile-0-2")
+    assert last is not None
+    gpu_time = json.loads(last["metadata"]["annotations"]["gleaner.dev/profile-gpu-time"])
+    assert gpu_time["offlineSeconds"] == pytest.approx(GATE_OPEN * gpu_time["wallSeconds"])
+    wall = json.loads(result_json(last["spec"]["containers"][0]["command"][1:]))
+    wall_rate = wall["output_tokens"] / wall["elapsed_time"]
+    assert profile.standalone_tokens_per_second == pytest.approx(wall_rate / GATE_OPEN, rel=0.01)
 
     # Then normal placement: the job's own Pod, which KWOK runs.
     wait_for(lambda: _status(tenant, "llama").get("phase") == "Running", timeout=60, message=logs)
@@ -227,7 +268,8 @@ def test_a_failed_profiling_run_says_why_and_is_retried_with_backoff(
         return f"status: {_status(tenant, 'mistral')}\n{operator.log()[-4000:]}"
 
     pod = wait_for(lambda: _running_pod(tenant, "mistral-profile-0-0"), timeout=60, message=logs)
-    _terminate(tenant, pod, 1, "loading weights\ntorch.OutOfMemoryError: CUDA out of memory")
+    message = "loading weights\ntorch.OutOfMemoryError: CUDA out of memory"
+    _terminate(tenant, pod, 1, message, datetime.now(UTC))
 
     cond = wait_for(
         lambda: c if (c := _profiled(tenant, "mistral")).get("reason") == "ProfilingFailed" else {},
