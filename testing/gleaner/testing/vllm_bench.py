@@ -19,6 +19,9 @@ So its throughput against KV memory is known: in steady state it is
 :meth:`EngineModel.batch_throughput` (tests/perfmodel/test_profiling.py states how close).
 ``kv_gib_at(t)`` may change the cache size over virtual time (a *swing*: reclamation
 taking memory away), which preempts requests as vLLM does when blocks vanish.
+``step_end(t, seconds)`` (optional) says when a step of ``seconds`` of GPU time asked for
+at ``t`` ends: a GPU shared under the compute gate, where steps wait for the gate to open
+(the clock is then wall time; ``bench/bench_profile.py`` models the gate).
 
 :func:`main` is a command line with the flags of ``vllm bench throughput`` that
 ``gleaner profile`` passes (``--kv-cache-memory-bytes``, ``--input-len``, ``--output-len``,
@@ -68,6 +71,7 @@ def run_batch(
     num_prompts: int,
     max_num_seqs: int = 256,
     token_budget: int = 8192,
+    step_end: Callable[[float, float], float] | None = None,
 ) -> BatchResult:
     """Serve the batch; return output tokens, virtual seconds, steps and preemptions."""
     if min(input_len, output_len, num_prompts, max_num_seqs, token_budget) < 1:
@@ -107,7 +111,8 @@ def run_batch(
             ctx.append(0)
         if not running and not admitted:
             raise RuntimeError("no progress: the step's token budget is below one prompt")
-        t += engine.batch(np.asarray(new, dtype=np.float64), np.asarray(ctx, dtype=np.float64))
+        step = engine.batch(np.asarray(new, dtype=np.float64), np.asarray(ctx, dtype=np.float64))
+        t = t + step if step_end is None else step_end(t, step)
         steps += 1
         for r in running:
             r.computed += 1
