@@ -28,6 +28,14 @@ OPERATOR_VALUES = [
         }
     },
     {"operator": {"peering": {"enabled": False}, "replicaCount": 1, "extraArgs": ["--verbose"]}},
+    {
+        "operator": {
+            "profilingPool": {
+                "nodeSelector": {"gleaner.dev/pool": "profiling", "zone": "a"},
+                "tolerations": [{"key": "profiling", "operator": "Exists", "effect": "NoSchedule"}],
+            }
+        }
+    },
 ]
 AGENT_VALUES = [
     {},
@@ -66,3 +74,28 @@ def test_agent_arguments_parse(render: Render, values: dict[str, Any]) -> None:
     assert args[0] == "agent"
     with command.make_context("gleaner agent", args[1:], resilient_parsing=False) as ctx:
         assert ctx.params
+
+
+def test_the_profiling_pool_values_become_the_operators_pool(render: Render) -> None:
+    from gleaner.cli.operator import _profiling_pool
+    from gleaner.operator.config import ProfilingPool
+
+    command = real_command("gleaner.cli.operator")
+    toleration = {"key": "profiling", "operator": "Equal", "value": "yes", "effect": "NoExecute"}
+    values = {
+        "operator": {
+            "profilingPool": {
+                "nodeSelector": {"gleaner.dev/pool": "profiling"},
+                "tolerations": [toleration],
+            }
+        }
+    }
+    args = args_of(render(values), "Deployment")
+    with command.make_context("gleaner operator", args[1:], resilient_parsing=False) as ctx:
+        pool = _profiling_pool(
+            ctx.params["profiling_node_selector"], ctx.params["profiling_tolerations"]
+        )
+    assert pool == ProfilingPool({"gleaner.dev/pool": "profiling"}, (toleration,))
+    # Without the values, no pool: profiling runs share GPUs.
+    args = args_of(render({}), "Deployment")
+    assert not any(a.startswith("--profiling") for a in args)

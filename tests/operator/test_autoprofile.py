@@ -36,6 +36,7 @@ from gleaner.operator.autoprofile import (
     count_window,
     measured_how,
     next_step,
+    on_pool,
     profiled,
     profiling,
     profiling_failed,
@@ -43,6 +44,7 @@ from gleaner.operator.autoprofile import (
     provisional_profile,
     runs_of,
 )
+from gleaner.operator.config import ProfilingPool
 from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
 from gleaner.operator.validation import InvalidJob, NeedsProfile, ValidJob, validate_job
 from gleaner.perfmodel.engine import GIB
@@ -463,3 +465,62 @@ def test_a_run_whose_gate_never_opened_fails_the_attempt() -> None:
     step, _ = _profile_all(0.0, 0.0)
     assert isinstance(step, Fail)
     assert "the agent accounts no offline GPU time" in step.message
+
+
+# --- A dedicated profiling node pool ---------------------------------------------------------
+
+POOL = ProfilingPool(
+    {"gleaner.dev/pool": "profiling"},
+    ({"key": "profiling", "operator": "Exists", "effect": "NoSchedule"},),
+)
+
+
+def test_on_a_profiling_pool_runs_are_placed_on_the_pool_only() -> None:
+    body = auto_job()
+    body["spec"]["gpuSelector"] = {
+        "nodeSelector": {"pool": "serving"},
+        "products": ["NVIDIA H100 80GB HBM3"],
+    }
+    job = _job(body)
+    assert on_pool(job, None) is job
+    placed = on_pool(job, POOL)
+    selector = placed.spec.gpu_selector
+    assert selector is not None
+    assert selector.node_selector == {"gleaner.dev/pool": "profiling"}
+    assert selector.products == ["NVIDIA H100 80GB HBM3"]  # the GPU it will run on
+    assert job.spec.gpu_selector is not None
+    assert job.spec.gpu_selector.node_selector == {"pool": "serving"}  # unchanged
+
+
+def test_a_pool_run_carries_the_pools_selector_and_tolerations_and_is_not_corrected() -> None:
+    job = _job(auto_job())
+    settings = _settings(job)
+    pod = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), settings, POOL)
+    assert pod["spec"]["nodeSelector"] == {"gleaner.dev/pool": "profiling"}
+    assert pod["spec"]["tolerations"] == [dict(POOL.tolerations[0])]
+    assert pod["metadata"]["labels"]["gleaner.dev/profiling-pool"] == "true"
+    end = NOW + timedelta(seconds=40)
+    _finish(pod, span=(NOW, end))
+    (run,) = runs_of([pod], "summarize", 0)
+    assert not run.shared and run.accounted
+    # No agent report is awaited, and the run counts at its wall-clock rate.
+    step = next_step(settings, [run], end)
+    assert isinstance(step, Launch) and step.index == 1
+    shared = build_profiling_pod(job, PLACEMENT, 0, Launch(0, 0.5, 7), settings)
+    assert "nodeSelector" not in shared["spec"] and "tolerations" not in shared["spec"]
+
+
+def test_a_profile_from_the_pool_says_it_had_a_gpu_of_its_own() -> None:
+    job = _job(auto_job())
+    settings = _settings(job)
+    pods: list[dict[str, Any]] = []
+    step = next_step(settings, [], NOW)
+    while isinstance(step, Launch):
+        pod = build_profiling_pod(job, PLACEMENT, 0, step, settings, POOL)
+        pods.append(_finish(pod, span=(NOW, NOW + timedelta(seconds=40))))
+        step = next_step(settings, runs_of(pods, "summarize", 0), NOW + timedelta(seconds=41))
+    assert isinstance(step, Store)
+    assert step.fit["monopolisedRuns"] == 7 and "offlineShare" not in step.fit
+    assert measured_how(step.fit) == (
+        "on the dedicated profiling node pool (a GPU of its own: no correction)"
+    )

@@ -77,6 +77,7 @@ __all__ = [
     "LABEL_JOB",
     "LABEL_JOB_CLASS",
     "LABEL_PROFILE",
+    "LABEL_PROFILING_POOL",
     "LABEL_PROFILING_RUN",
     "LABEL_REPORT",
     "LABEL_ROLE",
@@ -160,6 +161,9 @@ LABEL_PROFILE: Final = f"{_PREFIX}profile"
 LABEL_PROFILING_RUN: Final = f"{_PREFIX}profiling-run"
 """On a profiling Pod (profile on submit): ``<attempt>-<index>``; such Pods measure, they
 never move the job's phase."""
+LABEL_PROFILING_POOL: Final = f"{_PREFIX}profiling-pool"
+"""On a profiling Pod placed on the dedicated profiling node pool: ``"true"`` (its GPU was
+its own: its run is not corrected for shared GPU time)."""
 ANNOTATION_PROFILE_KV_GIB: Final = f"{_PREFIX}profile-kv-gib"
 """On a profiling Pod: the KV-cache budget of its run, GiB per GPU."""
 ANNOTATION_PROFILE_GPU_TIME: Final = f"{_PREFIX}profile-gpu-time"

@@ -8,13 +8,18 @@ one-line error, exit 2.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
 from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail
+
+if TYPE_CHECKING:
+    from gleaner.operator.config import ProfilingPool
 
 
 def _seconds(text: str, flag: str) -> float:
@@ -23,6 +28,32 @@ def _seconds(text: str, flag: str) -> float:
         return parse_duration(text, allow_zero=True)
     except ValueError as exc:
         fail(f"{flag}: {exc}")
+
+
+def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPool | None:
+    """The profiling node pool of the two flags; None when no label is given."""
+    from gleaner.operator.config import ProfilingPool
+
+    labels: dict[str, str] = {}
+    for item in selector:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            fail(f"--profiling-node-selector: expected KEY=VALUE, got {item!r}")
+        labels[key] = value
+    parsed: list[dict[str, Any]] = []
+    if tolerations:
+        try:
+            doc = json.loads(tolerations)
+        except ValueError as exc:
+            fail(f"--profiling-tolerations: not JSON: {exc}")
+        if not isinstance(doc, list) or not all(isinstance(t, dict) for t in doc):
+            fail("--profiling-tolerations: expected a JSON list of Toleration objects")
+        parsed = [dict(t) for t in doc]
+    if not labels:
+        if parsed:
+            fail("--profiling-tolerations needs --profiling-node-selector (the pool's labels)")
+        return None
+    return ProfilingPool(labels, tuple(parsed))
 
 
 @click.command(name="operator")
@@ -165,6 +196,21 @@ def _seconds(text: str, flag: str) -> float:
     help="Server-side timeout of watch requests.",
 )
 @click.option(
+    "--profiling-node-selector",
+    "profiling_node_selector",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Profile on submit runs its profiling Pods only on nodes with this label "
+    "(repeatable): a dedicated profiling node pool, where a run has its GPU to itself.",
+)
+@click.option(
+    "--profiling-tolerations",
+    default="",
+    metavar="JSON",
+    help="Tolerations (a JSON list of Kubernetes Toleration objects) added to profiling "
+    "Pods on the profiling node pool.",
+)
+@click.option(
     "--bind-delay",
     default="0s",
     envvar=ENV_OPERATOR_BIND_DELAY,
@@ -200,6 +246,8 @@ def command(
     min_pass_interval: str,
     trace_stale_after: str,
     watch_timeout: str,
+    profiling_node_selector: tuple[str, ...],
+    profiling_tolerations: str,
     bind_delay: str,
     verbose: bool,
 ) -> None:
@@ -286,6 +334,7 @@ def command(
         trace_stale_after=_seconds(trace_stale_after, "--trace-stale-after"),
         watch_timeout=_seconds(watch_timeout, "--watch-timeout"),
         bind_delay=_seconds(bind_delay, "--bind-delay"),
+        profiling_pool=_profiling_pool(profiling_node_selector, profiling_tolerations),
     )
     from gleaner.operator.main import run
 

@@ -55,6 +55,7 @@ import yaml
 
 from gleaner.api import (
     ConditionType,
+    GpuSelector,
     OfflineJob,
     OfflineJobStatus,
     Placement,
@@ -68,10 +69,12 @@ from gleaner.api.contract import (
     ANNOTATION_PROFILE_IMAGE,
     ANNOTATION_PROFILE_KV_GIB,
     LABEL_JOB,
+    LABEL_PROFILING_POOL,
     LABEL_PROFILING_RUN,
 )
 from gleaner.batch.pod import template_of
 from gleaner.operator.builders import build_offline_pod, gpus_of_pod, owner_reference
+from gleaner.operator.config import ProfilingPool
 from gleaner.operator.observation import ObservedWindow
 from gleaner.perfmodel.engine_args import JobEngine, bench_argv, job_engine
 from gleaner.perfmodel.profiling import (
@@ -260,6 +263,7 @@ def run_of_pod(pod: Mapping[str, Any], attempt: int) -> ProfilingRun | None:
         accounting=RunAccounting.from_annotation(
             (meta.get("annotations") or {}).get(ANNOTATION_PROFILE_GPU_TIME)
         ),
+        shared=(meta.get("labels") or {}).get(LABEL_PROFILING_POOL) != "true",
     )
 
 
@@ -413,7 +417,7 @@ def measured_how(fit: Mapping[str, object]) -> str:
     missing = int(str(fit.get("runsWithoutGpuTime") or 0))
     share = fit.get("offlineShare")
     if runs and mono == runs:
-        return "on the dedicated profiling nodes (a monopolised GPU: no correction)"
+        return "on the dedicated profiling node pool (a GPU of its own: no correction)"
     parts = []
     if share is not None:
         parts.append(
@@ -447,18 +451,32 @@ def provisional_profile(settings: ProfileMeasurement, kv_gib: float) -> Profile:
     )
 
 
+def on_pool(job: OfflineJob, pool: ProfilingPool | None) -> OfflineJob:
+    """The job as its profiling runs are placed: with a profiling pool, on the pool's nodes
+    only (its ``gpuSelector.nodeSelector`` is the pool's; its GPU products still apply, so
+    the profile is measured on the GPU it will run on)."""
+    if pool is None:
+        return job
+    products = list(job.spec.gpu_selector.products) if job.spec.gpu_selector else []
+    selector = GpuSelector(node_selector=dict(pool.node_selector), products=products)
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"gpu_selector": selector})})
+
+
 def build_profiling_pod(
     job: OfflineJob,
     placement: Placement,
     attempt: int,
     launch: Launch,
     settings: ProfileMeasurement,
+    pool: ProfilingPool | None = None,
 ) -> dict[str, Any]:
     """The Pod of one run: the job's offline Pod (gate, shim, GPUs), engine replaced.
 
     Only the engine container is kept (a sidecar that never exits would keep the run from
     finishing); it runs the benchmark with the job's model and throughput flags. Its
-    termination message falls back to the log tail, so a failed engine says why.
+    termination message falls back to the log tail, so a failed engine says why. On a
+    profiling ``pool`` it also carries the pool's node selector and tolerations, and the
+    label ``LABEL_PROFILING_POOL`` (its run is not corrected for shared GPU time).
     """
     pod = build_offline_pod(job, placement, attempt)
     name = job.metadata.name
@@ -484,6 +502,10 @@ def build_profiling_pod(
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     spec["containers"] = [container]
     spec["restartPolicy"] = "Never"
+    if pool is not None:
+        pod["metadata"]["labels"][LABEL_PROFILING_POOL] = "true"
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pool.node_selector}
+        spec["tolerations"] = [*(spec.get("tolerations") or []), *map(dict, pool.tolerations)]
     return pod
 
 
@@ -620,6 +642,7 @@ __all__ = [
     "missing_model",
     "next_step",
     "node_gpus_of",
+    "on_pool",
     "parse_run",
     "profiled",
     "profiling",

@@ -10,7 +10,9 @@ Nothing else reads flags or the environment.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
@@ -29,6 +31,17 @@ def default_peering_priority() -> int:
     from two billion values, the highest one is active and the others stand by.
     """
     return 1 + secrets.randbelow(MAX_PEERING_PRIORITY)
+
+
+@dataclass(frozen=True)
+class ProfilingPool:
+    """A dedicated profiling node pool (docs/profiling.md, "A dedicated profiling node
+    pool"): profiling runs are placed only on nodes with these labels, and tolerate these
+    taints; no online Pod runs there, so a run has its GPU to itself."""
+
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """Kubernetes Toleration objects added to profiling Pods."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,9 @@ class OperatorConfig:
     """Fault injection for tests: seconds between recording a placement and creating its Pod."""
     max_batch: int = 1000
     """Most jobs considered in one scheduling pass (the rest wait for the next pass)."""
+    profiling_pool: ProfilingPool | None = None
+    """Where profile on submit runs its profiling Pods; None: on shared GPUs, as any
+    harvested job (their runs are then counted per offline GPU-second)."""
 
     @property
     def clusterwide(self) -> bool:

@@ -48,6 +48,7 @@ from gleaner.operator.autoprofile import (
     measured_how,
     next_step,
     node_gpus_of,
+    on_pool,
     profiled,
     profiling,
     profiling_failed,
@@ -112,7 +113,8 @@ async def advance(
             retry = step.until if retry is None else min(retry, step.until)
         elif isinstance(step, Launch):
             profile = provisional_profile(ref.measurement, step.kv_gib)
-            out.append(PendingRun(QueuedJob(job, profile), step, attempt))
+            queued = QueuedJob(on_pool(job, ctx.config.profiling_pool), profile)
+            out.append(PendingRun(queued, step, attempt))
         elif isinstance(step, Fail):
             at = await _fail(ctx, job, step.message)
             if at is not None:
@@ -214,7 +216,9 @@ async def bind_run(ctx: OperatorContext, run: PendingRun, placement: Placement) 
     ns, name, uid = _where(job)
     ref = job.spec.profile_from
     assert ref is not None
-    manifest = build_profiling_pod(job, placement, run.attempt, run.launch, ref.measurement)
+    manifest = build_profiling_pod(
+        job, placement, run.attempt, run.launch, ref.measurement, ctx.config.profiling_pool
+    )
     pod = manifest["metadata"]["name"]
     try:
         if await ctx.client.get(pods_path(ns, pod)) is None:
