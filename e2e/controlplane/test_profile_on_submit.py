@@ -95,9 +95,36 @@ def _operator_account(tenant: Tenant) -> tuple[_Account, str]:
 
 @pytest.fixture
 def operator(tenant: Tenant) -> Iterator[OperatorProcess]:
-    tenant.apply_nodetrace(nodetrace_manifest(tenant.node("gpu"), gpus=2, offline_enabled=0.9))
+    yield from _operator(tenant, [])
+
+
+POOL_TOLERATION = {"key": "gleaner.dev/profiling", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def pool_label(tenant: Tenant) -> dict[str, str]:
+    return {"gleaner.dev/pool": f"profiling-{tenant.id}"}
+
+
+@pytest.fixture
+def pool_operator(tenant: Tenant) -> Iterator[OperatorProcess]:
+    """An operator with a dedicated profiling node pool: a KWOK GPU node labelled as the
+    pool, whose agent reports no online work."""
+    ((key, value),) = pool_label(tenant).items()
+    tenant.add_kwok_node(tenant.node("pool"), labels={key: value})
+    tenant.apply_nodetrace(nodetrace_manifest(tenant.node("pool"), gpus=2, offline_enabled=1.0))
+    args = [f"--profiling-node-selector={key}={value}"]
+    args += [f"--profiling-tolerations={json.dumps([POOL_TOLERATION])}"]
+    yield from _operator(tenant, args)
+
+
+def _operator(tenant: Tenant, extra: list[str]) -> Iterator[OperatorProcess]:
+    # The shared node's last report ended before any run can have started (each played run
+    # started RUN_SECONDS before it ends): only the reports play_runs publishes cover runs.
+    ended = datetime.now(UTC) - timedelta(seconds=RUN_SECONDS + 10)
+    trace = nodetrace_manifest(tenant.node("gpu"), gpus=2, offline_enabled=0.9, end=ended)
+    tenant.apply_nodetrace(trace)
     account, role = _operator_account(tenant)
-    args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}"]
+    args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}", *extra]
     args += [f"--http-port={free_port()}", "--http-host=127.0.0.1"]
     op = OperatorProcess(account, args).start()
     try:
@@ -175,8 +202,11 @@ def _terminate(
     )
 
 
-def play_runs(tenant: Tenant, job: str, attempt: int, logs: Callable[[], str]) -> int:
-    """Play the kubelet for each profiling Pod of ``attempt`` until ``job`` is Profiled."""
+def play_runs(
+    tenant: Tenant, job: str, attempt: int, logs: Callable[[], str], node: str = "gpu"
+) -> int:
+    """Play the kubelet for each profiling Pod of ``attempt`` until ``job`` is Profiled, and
+    the agent of a shared node (``node`` "gpu"; the profiling pool's agent reports none)."""
 
     def next_pod_or_profiled(name: str) -> bool:
         return _pod(tenant, name) is not None or _profiled(tenant, job).get("status") == "True"
@@ -186,7 +216,7 @@ def play_runs(tenant: Tenant, job: str, attempt: int, logs: Callable[[], str]) -
         name = f"{job}-profile-{attempt}-{runs}"
         pod = wait_for(partial(_running_pod, tenant, name), timeout=60, message=logs)
         assert pod["metadata"]["labels"][LABEL_PROFILING_RUN] == f"{attempt}-{runs}"
-        assert pod["spec"]["nodeName"] == tenant.node("gpu")
+        assert pod["spec"]["nodeName"] == tenant.node(node)
         (container,) = pod["spec"]["containers"]
         assert container["command"][:3] == ["vllm", "bench", "throughput"]
         assert "--model=meta-llama/Llama-3.1-8B" in container["command"]
@@ -197,15 +227,16 @@ def play_runs(tenant: Tenant, job: str, attempt: int, logs: Callable[[], str]) -
         # The kubelet's part: the engine's JSON becomes the termination message.
         finished = datetime.now(UTC).replace(microsecond=0)
         _terminate(tenant, pod, 0, result_json(container["command"][1:]), finished)
-        # The agent's part: its next report covers the run, with the gate open GATE_OPEN of it.
-        window = nodetrace_manifest(
-            tenant.node("gpu"),
-            gpus=2,
-            offline_enabled=GATE_OPEN,
-            window_seconds=RUN_SECONDS + 10,
-            end=finished + timedelta(seconds=2),
-        )
-        tenant.api.apply_nodetrace(window)
+        if node == "gpu":
+            # The agent's part: its next report covers the run, gate open GATE_OPEN of it.
+            window = nodetrace_manifest(
+                tenant.node("gpu"),
+                gpus=2,
+                offline_enabled=GATE_OPEN,
+                window_seconds=RUN_SECONDS + 10,
+                end=finished + timedelta(seconds=2),
+            )
+            tenant.api.apply_nodetrace(window)
         runs += 1
         nxt = f"{job}-profile-{attempt}-{runs}"
         wait_for(partial(next_pod_or_profiled, nxt), timeout=60, message=logs)
@@ -331,3 +362,36 @@ def test_a_profile_measured_with_an_older_image_is_measured_again(
     profile = Profile.model_validate(yaml.safe_load(cm.data["profile.yaml"]))
     assert profile.standalone_tokens_per_second > 100.0  # the new measurement, not the old
     wait_for(lambda: _status(tenant, "qwen").get("phase") == "Running", timeout=60, message=logs)
+
+
+def test_on_a_dedicated_profiling_pool_runs_have_their_gpu_to_themselves(
+    tenant: Tenant, pool_operator: OperatorProcess
+) -> None:
+    tenant.api.create_job(auto_job("phi", tenant.namespace))
+
+    def logs() -> str:
+        return f"status: {_status(tenant, 'phi')}\n{pool_operator.log()[-4000:]}"
+
+    # Every run lands on the pool's node (the shared node has room too), with the pool's
+    # selector and tolerations; no agent report is awaited.
+    assert play_runs(tenant, "phi", 0, logs, node="pool") == 4
+    first = _pod(tenant, "phi-profile-0-0")
+    assert first is not None
+    assert first["spec"]["nodeSelector"] == pool_label(tenant)
+    assert POOL_TOLERATION in first["spec"]["tolerations"]
+    assert first["metadata"]["labels"]["gleaner.dev/profiling-pool"] == "true"
+    assert _profiled(tenant, "phi")["message"] == (
+        "profile measured in 4 runs on the dedicated profiling node pool (a GPU of its own: "
+        f"no correction), stored in ConfigMap {tenant.namespace}/phi-profile"
+    )
+    cm = tenant.api.core.read_namespaced_config_map("phi-profile", tenant.namespace)
+    fit = json.loads(cm.metadata.annotations["gleaner.dev/profile-fit"])
+    assert fit["monopolisedRuns"] == 4 and "offlineShare" not in fit
+    # The runs count at their wall-clock rate.
+    profile = Profile.model_validate(yaml.safe_load(cm.data["profile.yaml"]))
+    last = _pod(tenant, "phi-profile-0-2")
+    assert last is not None
+    wall = json.loads(result_json(last["spec"]["containers"][0]["command"][1:]))
+    wall_rate = wall["output_tokens"] / wall["elapsed_time"]
+    assert profile.standalone_tokens_per_second == pytest.approx(wall_rate, rel=0.01)
+    wait_for(lambda: _status(tenant, "phi").get("phase") == "Running", timeout=60, message=logs)
