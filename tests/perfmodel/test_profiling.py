@@ -202,3 +202,33 @@ def test_per_offline_second_counts_only_the_seconds_the_gate_was_open() -> None:
         per_offline_second(run, GpuTime(8.0, 0.0))
     with pytest.raises(ValueError):
         GpuTime(1.0, 2.0)
+
+
+def test_a_run_on_a_gated_gpu_per_offline_second_is_the_monopolised_rate() -> None:
+    """The fake engine on a GPU whose gate is open the first 0.3 s of every second, with a
+    step in flight stopped at the close and resumed at the next opening: the wall-clock
+    rate is about 30% of the monopolised one, and per offline GPU-second it is the same."""
+    open_s = 0.3
+
+    def step_end(t: float, seconds: float) -> float:
+        while True:
+            base = float(np.floor(t))
+            if t - base >= open_s:  # closed: wait for the next opening
+                t = base + 1.0
+                continue
+            room = base + open_s - t
+            if seconds <= room:
+                return t + seconds
+            seconds -= room
+            t = base + 1.0
+
+    mono = run_batch(ENGINE, lambda t: 2.0, 256, 64, 300, 256)
+    shared = run_batch(ENGINE, lambda t: 2.0, 256, 64, 300, 256, step_end=step_end)
+    assert shared.output_tokens == mono.output_tokens
+    wall = shared.seconds
+    opened = np.floor(wall) * open_s + min(wall - np.floor(wall), open_s)
+    run = Measurement(2.0, ENGINE.weights_gib + 2.0, shared.output_tokens, wall)
+    mono_rate = mono.output_tokens / mono.seconds
+    assert run.tokens_per_second == pytest.approx(open_s * mono_rate, rel=0.1)
+    corrected = per_offline_second(run, GpuTime(wall, float(opened)))
+    assert corrected.tokens_per_second == pytest.approx(mono_rate, rel=1e-6)
