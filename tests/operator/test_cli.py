@@ -26,6 +26,19 @@ from gleaner.cli.main import main
         (["--requeue-interval", "0"], "--requeue-interval must be positive"),
         (["--peering-priority", "high"], "--peering-priority: not an integer"),
         (["--peering-priority", "0"], "--peering-priority: must be between 1 and"),
+        (["--profiling-node-selector", "pool"], "--profiling-node-selector: expected KEY=VALUE"),
+        (
+            ["--profiling-node-selector", "pool=p", "--profiling-tolerations", "[{"],
+            "--profiling-tolerations: not JSON",
+        ),
+        (
+            ["--profiling-node-selector", "pool=p", "--profiling-tolerations", '{"key": "a"}'],
+            "--profiling-tolerations: expected a JSON list of Toleration objects",
+        ),
+        (
+            ["--profiling-tolerations", '[{"key": "a", "operator": "Exists"}]'],
+            "--profiling-tolerations needs --profiling-node-selector",
+        ),
     ],
 )
 def test_operator_bad_flags(
