@@ -10,6 +10,9 @@ runner
 - once every request has an answer, uploads ``output.jsonl`` (``PUT URL/output``) and
   ``errors.jsonl`` (``PUT URL/errors``) from the state directory and says so
   (``POST URL/finalize``). Uploads replace: an attempt killed between them repeats them.
+- with ``--stop-at`` (the end of the batch's completion window), stops sending at that
+  time, uploads the answers so far and finalizes with ``{"expired": true,
+  "request_counts": {...}}``: the batch ends ``expired`` with its partial results.
 
 Each call carries the Pod's ServiceAccount token (``--token-file``, re-read per call as
 the kubelet rotates it) as ``Authorization: Bearer``. A refused connection, a timeout or a
@@ -20,11 +23,12 @@ Standard library only, like the rest of the runner.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 DEFAULT_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -84,11 +88,20 @@ def fetch_input(url: str, token_file: Path, dest: Path, *, patience: float = 600
 
 
 def upload_results(
-    url: str, token_file: Path, state_dir: Path, files: dict[str, str], *, patience: float = 600.0
+    url: str,
+    token_file: Path,
+    state_dir: Path,
+    files: dict[str, str],
+    *,
+    patience: float = 600.0,
+    finalize: Mapping[str, object] | None = None,
 ) -> None:
-    """Upload the result files (``{kind: file name in state_dir}``), then finalize."""
+    """Upload the result files (``{kind: file name in state_dir}``), then finalize (with
+    ``finalize`` as its JSON body: ``{"expired": true, "request_counts": {...}}`` when the
+    completion window closed first)."""
     for kind, name in files.items():
         path = state_dir / name
         body = path.read_bytes() if path.exists() else b""
         _call(f"{url}/{kind}", token_file, "PUT", body, patience=patience)
-    _call(f"{url}/finalize", token_file, "POST", b"", patience=patience)
+    ending = json.dumps(dict(finalize)).encode() if finalize is not None else b""
+    _call(f"{url}/finalize", token_file, "POST", ending, patience=patience)
