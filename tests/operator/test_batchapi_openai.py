@@ -408,6 +408,7 @@ def test_the_operator_expires_a_batch_whose_runner_is_not_running(
     kube.objects[running_job]["status"] = {"phase": "Running"}
     timer = ExpiryTimer(store, cast(SyncKubeClient, kube), clock=clock)
     assert timer.tick() == []  # the window is open
+    assert evicted.expires_at is not None and running.expires_at is not None
     clock.t = evicted.expires_at
     assert timer.tick() == [evicted.id]
     assert evicted_job not in kube.objects and running_job in kube.objects
