@@ -51,7 +51,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gleaner.batch.records import BatchRequest, InputError, Result, parse_input
-from gleaner.batch.remote import DEFAULT_TOKEN_FILE, RemoteError, fetch_input, upload_results
+from gleaner.batch.remote import (
+    DEFAULT_CA_FILE,
+    DEFAULT_TOKEN_FILE,
+    RemoteError,
+    fetch_input,
+    upload_results,
+)
 from gleaner.batch.store import ERROR_FILE, OUTPUT_FILE, Progress, ProgressStore, StoreError
 
 RETRIED_STATUSES = frozenset({408, 429})
@@ -288,6 +294,13 @@ def _parser() -> argparse.ArgumentParser:
         help="bearer token for --remote (the Pod's ServiceAccount token)",
     )
     p.add_argument(
+        "--remote-ca",
+        type=Path,
+        default=Path(DEFAULT_CA_FILE),
+        help="PEM file of CAs to trust for an https --remote besides the system's (the "
+        "cluster's CA)",
+    )
+    p.add_argument(
         "--stop-at",
         type=_time,
         default=None,
@@ -325,7 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.remote:
         try:
-            if fetch_input(args.remote, args.token_file, args.input, patience=args.remote_patience):
+            if fetch_input(
+                args.remote,
+                args.token_file,
+                args.input,
+                patience=args.remote_patience,
+                ca_file=args.remote_ca,
+            ):
                 log(f"fetched the input from {args.remote}")
         except (OSError, RemoteError) as e:
             log(f"error: {e}")
@@ -403,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = {"output": OUTPUT_FILE, "errors": ERROR_FILE}
             upload_results(
                 args.remote, args.token_file, args.state_dir, results,
-                patience=args.remote_patience, finalize=ending,
+                patience=args.remote_patience, finalize=ending, ca_file=args.remote_ca,
             )  # fmt: skip
         except (OSError, RemoteError) as e:
             log(f"error: uploading the results: {e}")
