@@ -5,7 +5,7 @@ The ``gleaner operator`` process runs against the real API server (``tenant``,
 docs/controlplane.md) as a ServiceAccount bound to exactly the chart's ``OPERATOR_RULES``
 (any refused call fails the test), with the fast test flags (the SLA monitor judges each
 1 s window: ``--max-sla-window=1s``, one missed window evicts). Two KWOK GPU nodes publish
-NodeTraces as their agents would; the job is placed on the better one, ``a``.
+NodeTraces as their agents would: ``a`` first, where the job is placed, then ``b``.
 
 KWOK runs no containers, so the test plays the kubelet for the batch Pod's runner: once
 KWOK has a Pod of the job Running, the test starts that Pod's own runner command
@@ -60,7 +60,6 @@ DATA = "/data"
 @pytest.fixture
 def operator(tenant: Tenant) -> Iterator[OperatorProcess]:
     tenant.apply_nodetrace(nodetrace_manifest(tenant.node("a"), gpus=2, offline_enabled=0.9))
-    tenant.apply_nodetrace(nodetrace_manifest(tenant.node("b"), gpus=2, offline_enabled=0.7))
     account = tenant.operator_account(OPERATOR_RULES)
     args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}"]
     args += [f"--http-port={free_port()}", "--http-host=127.0.0.1"]
@@ -168,6 +167,8 @@ def test_a_batch_evicted_mid_way_finishes_with_every_request_answered_once(
         pod0 = wait_for(first_pod, timeout=90, message=logs)
         assert pod0["spec"]["nodeName"] == tenant.node("a")
         runners.append(start_runner(pod0, claim, slow))
+        # Another node's agent starts reporting: somewhere to go after the eviction.
+        tenant.apply_nodetrace(nodetrace_manifest(tenant.node("b"), gpus=2, offline_enabled=0.8))
         wait_for(lambda: len(lines(output)) >= 20 or None, timeout=90, message=logs)
 
         # a's agent reports its GPUs taken by online work: the job misses its SLA there.
