@@ -157,6 +157,16 @@ def test_outlook_examples() -> None:
     assert deadline_outlook(
         deadline=deadline, projected_finish=None, requests_done=5, requests_total=5, now=NOW
     ) == DeadlineOutlook("finished", None)
+    # a job that succeeded is finished even when no progress was ever read, deadline or not
+    for when in (deadline - timedelta(hours=1), deadline + timedelta(hours=1)):
+        assert deadline_outlook(
+            deadline=deadline,
+            projected_finish=None,
+            requests_done=0,
+            requests_total=0,
+            now=when,
+            succeeded=True,
+        ) == DeadlineOutlook("finished", None)
 
 
 @given(offsets, offsets, st.integers(0, 1000), st.integers(1, 1000))

@@ -149,11 +149,14 @@ def deadline_outlook(
     requests_done: int,
     requests_total: int,
     now: datetime,
+    succeeded: bool = False,
 ) -> DeadlineOutlook:
     """The batch's outlook (the dashboard's "on track" / "will miss by"): the projected
     finish (remaining tokens at the observed rate, ``gleaner.batch.tracking.track``) against
-    the deadline. Pure: ``now`` is an argument."""
-    if requests_total > 0 and requests_done >= requests_total:
+    the deadline; ``succeeded``: the job ended successfully (its runner exits 0 only once
+    every request is answered, whatever the last progress read said). Pure: ``now`` is an
+    argument."""
+    if succeeded or (requests_total > 0 and requests_done >= requests_total):
         return DeadlineOutlook("finished", None)
     if deadline is None:
         return DeadlineOutlook("unknown", None)

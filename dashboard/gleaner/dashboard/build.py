@@ -339,7 +339,8 @@ def batch_view(job: OfflineJob, now: datetime) -> BatchView | None:
     done = progress.requests_done if progress is not None else 0
     total = progress.requests_total if progress is not None else 0
     projected = progress.projected_finish if progress is not None else None
-    if job.status.phase.value == Phase.SUCCEEDED.value:
+    succeeded = job.status.phase.value == Phase.SUCCEEDED.value
+    if succeeded:
         done = total = max(done, total)  # the runner exits 0 only once all are answered
     deadline = job.spec.batch.deadline
     outlook = deadline_outlook(
@@ -348,6 +349,7 @@ def batch_view(job: OfflineJob, now: datetime) -> BatchView | None:
         requests_done=done,
         requests_total=total,
         now=now,
+        succeeded=succeeded,
     )
     return BatchView(
         requests_done=done,
