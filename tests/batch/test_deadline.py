@@ -8,6 +8,7 @@ says the deadline cannot be met exactly when even monopolized GPUs would be too 
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import example, given
@@ -16,6 +17,8 @@ from hypothesis import strategies as st
 from gleaner.batch.deadline import (
     MAX_SLA,
     MIN_SLA,
+    DeadlineOutlook,
+    deadline_outlook,
     deadline_sla,
     estimate_remaining_tokens,
     raise_only,
@@ -115,3 +118,75 @@ def test_remaining_token_estimate(total: int, done: int, done_tokens: int, prior
         assert est == pytest.approx(total * prior)
     else:
         assert est == pytest.approx((total - done) * done_tokens / done)
+
+
+# --- the outlook: projected finish against the deadline -----------------------------------
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+offsets = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+def test_outlook_examples() -> None:
+    deadline = NOW + timedelta(hours=5)
+    on_time = deadline_outlook(
+        deadline=deadline,
+        projected_finish=NOW + timedelta(hours=3),
+        requests_done=10,
+        requests_total=100,
+        now=NOW,
+    )
+    assert on_time == DeadlineOutlook("on_track", 7200.0)
+    late = deadline_outlook(
+        deadline=deadline,
+        projected_finish=NOW + timedelta(hours=9),
+        requests_done=10,
+        requests_total=100,
+        now=NOW,
+    )
+    assert late == DeadlineOutlook("late", -4 * 3600.0)
+    assert deadline_outlook(
+        deadline=deadline, projected_finish=None, requests_done=0, requests_total=100, now=NOW
+    ) == DeadlineOutlook("unknown", None)
+    assert deadline_outlook(
+        deadline=None,
+        projected_finish=NOW + timedelta(hours=1),
+        requests_done=1,
+        requests_total=100,
+        now=NOW,
+    ) == DeadlineOutlook("unknown", None)
+    assert deadline_outlook(
+        deadline=deadline, projected_finish=None, requests_done=5, requests_total=5, now=NOW
+    ) == DeadlineOutlook("finished", None)
+    # a job that succeeded is finished even when no progress was ever read, deadline or not
+    for when in (deadline - timedelta(hours=1), deadline + timedelta(hours=1)):
+        assert deadline_outlook(
+            deadline=deadline,
+            projected_finish=None,
+            requests_done=0,
+            requests_total=0,
+            now=when,
+            succeeded=True,
+        ) == DeadlineOutlook("finished", None)
+
+
+@given(offsets, offsets, st.integers(0, 1000), st.integers(1, 1000))
+def test_outlook_properties(to_deadline: float, to_finish: float, done: int, total: int) -> None:
+    deadline = NOW + timedelta(seconds=to_deadline)
+    projected = NOW + timedelta(seconds=to_finish)
+    o = deadline_outlook(
+        deadline=deadline,
+        projected_finish=projected,
+        requests_done=done,
+        requests_total=total,
+        now=NOW,
+    )
+    if done >= total:
+        assert o.state == "finished"
+    elif deadline <= NOW:
+        assert o.state == "passed"
+        assert o.margin_seconds is not None and o.margin_seconds <= 0
+    else:
+        assert o.margin_seconds == pytest.approx((deadline - projected).total_seconds())
+        # late exactly when the projection lands after the deadline
+        assert (o.state == "late") == (projected > deadline)
+        assert (o.state == "on_track") == (projected <= deadline)

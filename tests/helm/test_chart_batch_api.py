@@ -54,3 +54,30 @@ def test_replicas_share_files_only_through_a_claim(render: Render) -> None:
     pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == "batch-api"]
     assert volume["persistentVolumeClaim"] == {"claimName": "batch-files"}
+
+
+def test_https_with_a_certificate_secret(render: Render) -> None:
+    manifests = render(
+        {
+            "operator": {
+                "replicaCount": 1,
+                "batchApi": {"enabled": True, "tls": {"secretName": "batch-api-cert"}},
+            }
+        }
+    )
+    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    args = container["args"]
+    cert_dir = args[args.index("--batch-api-cert-dir") + 1]
+    assert args[args.index("--batch-api-url") + 1] == (
+        "https://gleaner-operator.gleaner-system.svc:8081"
+    )
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "batch-api-tls"]
+    assert mount == {"name": "batch-api-tls", "mountPath": cert_dir, "readOnly": True}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "batch-api-tls"]
+    assert volume["secret"] == {"secretName": "batch-api-cert"}
+    # without the Secret: plain HTTP, nothing of TLS rendered
+    plain = render({"operator": {"replicaCount": 1, "batchApi": {"enabled": True}}})
+    plain_pod = one(plain, "Deployment")["spec"]["template"]["spec"]
+    assert "--batch-api-cert-dir" not in plain_pod["containers"][0]["args"]
+    assert not [v for v in plain_pod["volumes"] if v["name"] == "batch-api-tls"]

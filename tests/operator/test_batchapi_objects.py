@@ -8,6 +8,7 @@ import pytest
 
 from gleaner.api import OfflineJob, Phase
 from gleaner.operator.batchapi.objects import (
+    EXPIRY_GRACE_SECONDS,
     ApiError,
     BatchRecord,
     batch_object,
@@ -15,6 +16,7 @@ from gleaner.operator.batchapi.objects import (
     check_create,
     deadline_of,
     error_body,
+    expiry_action,
     job_name,
     page,
     request_counts,
@@ -156,3 +158,53 @@ def test_pages_follow_the_cursor() -> None:
     last = page(objects, "o3", 2)
     assert ([o["id"] for o in last["data"]], last["has_more"]) == (["o4"], False)
     assert page(objects, "unknown", 2)["data"] == []
+
+
+WINDOW_END = T0 + 24 * 3600
+
+
+@pytest.mark.parametrize(
+    ("phase", "at", "action"),
+    [
+        # the window is open: nothing to do, whatever the job does
+        (Phase.RUNNING, WINDOW_END - 1, "keep"),
+        (Phase.PENDING, WINDOW_END - 1, "keep"),
+        # closed, and no runner to upload partial answers: expire now
+        (Phase.PENDING, WINDOW_END, "expire"),
+        (Phase.SCHEDULED, WINDOW_END, "expire"),
+        (Phase.EVICTED, WINDOW_END, "expire"),
+        (Phase.UNSCHEDULABLE, WINDOW_END, "expire"),
+        (None, WINDOW_END, "expire"),
+        # a running runner stops itself and uploads: wait for it, within the grace
+        (Phase.RUNNING, WINDOW_END, "wait"),
+        (Phase.RUNNING, WINDOW_END + EXPIRY_GRACE_SECONDS - 1, "wait"),
+        (Phase.RUNNING, WINDOW_END + EXPIRY_GRACE_SECONDS, "expire"),
+        # over already: succeeded (uploading), failed
+        (Phase.SUCCEEDED, WINDOW_END + 10 * EXPIRY_GRACE_SECONDS, "keep"),
+        (Phase.FAILED, WINDOW_END, "keep"),
+        (Phase.INVALID, WINDOW_END, "keep"),
+    ],
+)
+def test_expiry_action(phase: Phase | None, at: int, action: str) -> None:
+    assert expiry_action(record(), job(phase) if phase else None, at) == action
+
+
+def test_a_batch_that_is_over_never_expires() -> None:
+    late = WINDOW_END + 10 * EXPIRY_GRACE_SECONDS
+    for over in (
+        record(cancelling_at=T0 + 5),
+        record(finalized_at=T0 + 5),
+        record(expired_at=WINDOW_END, counts={"total": 3, "completed": 1, "failed": 0}),
+    ):
+        assert expiry_action(over, job(Phase.RUNNING), late) == "keep"
+
+
+def test_an_expired_batch_reports_the_counts_kept_when_it_stopped() -> None:
+    kept = {"total": 10, "completed": 4, "failed": 1}
+    expired = record(expired_at=WINDOW_END + 30, counts=kept)
+    shown = batch_object(expired, None, WINDOW_END + 99)  # its job is gone
+    assert shown["status"] == "expired"
+    assert shown["request_counts"] == kept
+    assert shown["expired_at"] == WINDOW_END + 30
+    # expired wins over the job's own phase (a runner that finished uploading partials)
+    assert batch_status(expired, job(Phase.SUCCEEDED), WINDOW_END + 99) == "expired"

@@ -8,7 +8,9 @@ flow against the real API server is e2e/controlplane/test_batch_api_real.py.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,6 +26,8 @@ from gleaner.batch.runner import main as runner_main
 from gleaner.clients.kube import KubeError, SyncKubeClient
 from gleaner.operator.batchapi.app import build_batch_app
 from gleaner.operator.batchapi.files import FileStore
+from gleaner.operator.batchapi.objects import EXPIRY_GRACE_SECONDS
+from gleaner.operator.batchapi.server import ExpiryTimer
 from gleaner.testing.dashboard import serving
 from gleaner.testing.openai_engine import FakeOpenAIEngine, batch_api_spec
 
@@ -293,3 +297,136 @@ def test_a_job_the_api_server_refuses_leaves_no_batch(api: tuple[str, FakeKube])
         )
     assert "creating the OfflineJob" in str(caught.value)
     assert list(alice.batches.list()) == []
+
+
+# --- expiry: a batch past its completion window ends "expired" -----------------------------
+
+
+class Clock:
+    """The Batch API's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.t = time.time()
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def timed_api(tmp_path: Path) -> Iterator[tuple[str, FakeKube, FileStore, Clock]]:
+    kube = FakeKube()
+    store = FileStore(tmp_path / "files", max_file_bytes=1 << 20)
+    clock = Clock()
+    app = build_batch_app(
+        store, cast(SyncKubeClient, kube), "http://gleaner-operator:8081", clock=clock
+    )
+    with serving(app) as url:
+        yield url, kube, store, clock
+
+
+def many(n: int) -> bytes:
+    line = LINES[0]
+    return "".join(json.dumps(line | {"custom_id": f"r{i}"}) + "\n" for i in range(n)).encode()
+
+
+def test_the_runner_stops_at_the_window_end_and_the_batch_expires_with_its_partial_results(
+    timed_api: tuple[str, FakeKube, FileStore, Clock], tmp_path: Path
+) -> None:
+    """The job's runner stops at the end of the completion window (``--stop-at``, from the
+    job's deadline), uploads the answers so far; the openai client sees ``expired`` with
+    request counts, and downloads the partial output: each answered request once."""
+    url, kube, _, _ = timed_api
+    alice = client(url, "alice")
+    n = 60
+    uploaded = alice.files.create(file=("in.jsonl", many(n)), purpose="batch")
+    batch = alice.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    job = next(v for k, v in kube.objects.items() if "/offlinejobs/" in k)
+    (runner,) = template_of(OfflineJob.model_validate(job))["spec"]["containers"]
+    args = runner["args"]
+    stop_at = args[args.index("--stop-at") + 1]
+    assert stop_at == job["spec"]["batch"]["deadline"]
+    assert datetime.fromisoformat(stop_at).timestamp() == batch.expires_at
+    remote = args[args.index("--remote") + 1].replace("http://gleaner-operator:8081", url)
+    token = tmp_path / "token"
+    token.write_text("runner\n")
+    # The window's end, brought forward: three seconds from now (the whole batch needs 12).
+    soon = datetime.fromtimestamp(time.time() + 3, UTC).isoformat()
+    with FakeOpenAIEngine(delay=0.2) as engine:
+        rc = runner_main(
+            [
+                "--input", str(tmp_path / "in.jsonl"),
+                "--state-dir", str(tmp_path / "run"),
+                "--engine-url", engine.url,
+                "--concurrency", "1",
+                "--remote", remote,
+                "--token-file", str(token),
+                "--stop-at", soon,
+            ]
+        )  # fmt: skip
+    assert rc == 0
+    done = alice.batches.retrieve(batch.id)
+    assert done.status == "expired" and done.expired_at is not None
+    assert done.request_counts is not None
+    answered = done.request_counts.completed
+    assert done.request_counts.total == n
+    assert 0 < answered < n
+    assert done.output_file_id is not None
+    ids = [
+        json.loads(x)["custom_id"] for x in alice.files.content(done.output_file_id).text.split()
+    ]
+    assert len(ids) == len(set(ids)) == answered
+    assert set(ids) <= {f"r{i}" for i in range(n)}
+    # an expired batch cannot be cancelled any more: cancel leaves it (and its job) as is
+    assert alice.batches.cancel(batch.id).status == "expired"
+    assert job in kube.objects.values()
+
+
+def test_the_operator_expires_a_batch_whose_runner_is_not_running(
+    timed_api: tuple[str, FakeKube, FileStore, Clock],
+) -> None:
+    """Past the window, the operator's expiry timer expires a batch whose job waits (no
+    runner to upload partial answers): its counts are kept and its OfflineJob deleted. A
+    running batch is given the grace to stop and upload first."""
+    url, kube, store, clock = timed_api
+    alice = client(url, "alice")
+    uploaded = alice.files.create(file=("in.jsonl", jsonl()), purpose="batch")
+    evicted = alice.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    running = alice.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    path = "/apis/gleaner.dev/v1alpha1/namespaces/team/offlinejobs/"
+    evicted_job = path + evicted.id.replace("_", "-", 1)
+    running_job = path + running.id.replace("_", "-", 1)
+    kube.objects[evicted_job]["status"] = {
+        "phase": "Evicted",
+        "batch": {"requestsTotal": 3, "requestsDone": 1, "requestsFailed": 0},
+    }
+    kube.objects[running_job]["status"] = {"phase": "Running"}
+    timer = ExpiryTimer(store, cast(SyncKubeClient, kube), clock=clock)
+    assert timer.tick() == []  # the window is open
+    assert evicted.expires_at is not None and running.expires_at is not None
+    clock.t = evicted.expires_at
+    assert timer.tick() == [evicted.id]
+    assert evicted_job not in kube.objects and running_job in kube.objects
+    gone = alice.batches.retrieve(evicted.id)
+    assert gone.status == "expired" and gone.expired_at == evicted.expires_at
+    assert gone.request_counts is not None
+    assert (gone.request_counts.total, gone.request_counts.completed) == (3, 1)
+    assert alice.batches.retrieve(running.id).status == "expired"  # what the API says
+    clock.t = running.expires_at + EXPIRY_GRACE_SECONDS
+    assert timer.tick() == [running.id]
+    assert running_job not in kube.objects
+    assert timer.tick() == []  # once
+
+
+def test_stop_at_needs_remote_mode(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as caught:
+        runner_main(
+            ["--input", str(tmp_path / "in.jsonl"), "--state-dir", str(tmp_path / "run"),
+             "--stop-at", "2030-01-01T00:00:00Z"]
+        )  # fmt: skip
+    assert caught.value.code == 2

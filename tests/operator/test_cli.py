@@ -23,6 +23,13 @@ from gleaner.cli.main import main
             ["--webhook-port", "9443", "--webhook-cert-dir", "/nonexistent"],
             "--webhook-cert-dir: no tls.crt or tls.key in /nonexistent",
         ),
+        (
+            [
+                *("--batch-api-port", "8081", "--batch-api-dir", "/tmp"),
+                *("--batch-api-url", "http://x", "--batch-api-cert-dir", "/nonexistent"),
+            ],
+            "--batch-api-cert-dir: no tls.crt or tls.key in /nonexistent",
+        ),
         (["--requeue-interval", "0"], "--requeue-interval must be positive"),
         (["--peering-priority", "high"], "--peering-priority: not an integer"),
         (["--peering-priority", "0"], "--peering-priority: must be between 1 and"),

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
 
 DEFAULT_HEADROOM = 1.2
 DEFAULT_STEP = 0.05
@@ -122,3 +124,45 @@ def estimate_remaining_tokens(
         return 0.0
     per_request = done_tokens / done_requests if done_requests > 0 else prior_tokens_per_request
     return left * max(0.0, per_request)
+
+
+OutlookState = Literal["on_track", "late", "passed", "finished", "unknown"]
+
+
+@dataclass(frozen=True)
+class DeadlineOutlook:
+    """Where a batch stands against its deadline at the rate it is observed to run."""
+
+    state: OutlookState
+    """``on_track``: the projected finish is at or before the deadline; ``late``: after it;
+    ``passed``: the deadline is behind us with requests left; ``finished``: every request is
+    answered; ``unknown``: no deadline, or no projection yet (no rate observed)."""
+    margin_seconds: float | None
+    """Deadline minus projected finish: how much to spare (positive) or how late (negative);
+    for ``passed``, minus the time since the deadline. None when there is nothing to compare."""
+
+
+def deadline_outlook(
+    *,
+    deadline: datetime | None,
+    projected_finish: datetime | None,
+    requests_done: int,
+    requests_total: int,
+    now: datetime,
+    succeeded: bool = False,
+) -> DeadlineOutlook:
+    """The batch's outlook (the dashboard's "on track" / "will miss by"): the projected
+    finish (remaining tokens at the observed rate, ``gleaner.batch.tracking.track``) against
+    the deadline; ``succeeded``: the job ended successfully (its runner exits 0 only once
+    every request is answered, whatever the last progress read said). Pure: ``now`` is an
+    argument."""
+    if succeeded or (requests_total > 0 and requests_done >= requests_total):
+        return DeadlineOutlook("finished", None)
+    if deadline is None:
+        return DeadlineOutlook("unknown", None)
+    if now >= deadline:
+        return DeadlineOutlook("passed", -(now - deadline).total_seconds())
+    if projected_finish is None:
+        return DeadlineOutlook("unknown", None)
+    margin = (deadline - projected_finish).total_seconds()
+    return DeadlineOutlook("on_track" if margin >= 0 else "late", margin)

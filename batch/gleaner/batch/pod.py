@@ -17,12 +17,14 @@ Contract (docs/batch.md, "Submitting a batch as an OfflineJob"). From ``spec.bat
 :func:`template_of` is what the operator calls: the job's own template, or this one. A job
 the Batch API created (annotation ``gleaner.dev/batch-api``: its batch's URL) runs the
 runner in remote mode (``--remote <url>``: input fetched from the Batch API, results
-uploaded to it; gleaner.batch.remote).
+uploaded to it; gleaner.batch.remote), stopping at ``spec.batch.deadline`` (``--stop-at``:
+the end of the batch's completion window, when it expires with its answers so far).
 """
 
 from __future__ import annotations
 
 import posixpath
+from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import BatchSpec, OfflineJob
@@ -77,6 +79,7 @@ def batch_template(batch: BatchSpec, remote: str | None = None) -> dict[str, Any
             "--progress-port",
             str(PROGRESS_PORT),
             *(["--remote", remote] if remote else []),
+            *(["--stop-at", _rfc3339(batch.deadline)] if remote and batch.deadline else []),
         ],
         "ports": [{"name": "progress", "containerPort": PROGRESS_PORT}],
         "volumeMounts": [mount],
@@ -92,6 +95,10 @@ def batch_template(batch: BatchSpec, remote: str | None = None) -> dict[str, Any
             "restartPolicy": "Never",
         },
     }
+
+
+def _rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def template_of(job: OfflineJob) -> dict[str, Any]:

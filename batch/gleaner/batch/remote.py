@@ -10,25 +10,43 @@ runner
 - once every request has an answer, uploads ``output.jsonl`` (``PUT URL/output``) and
   ``errors.jsonl`` (``PUT URL/errors``) from the state directory and says so
   (``POST URL/finalize``). Uploads replace: an attempt killed between them repeats them.
+- with ``--stop-at`` (the end of the batch's completion window), stops sending at that
+  time, uploads the answers so far and finalizes with ``{"expired": true,
+  "request_counts": {...}}``: the batch ends ``expired`` with its partial results.
 
-Each call carries the Pod's ServiceAccount token (``--token-file``, re-read per call as
-the kubelet rotates it) as ``Authorization: Bearer``. A refused connection, a timeout or a
-5xx is retried with capped exponential backoff for ``patience`` seconds; a 4xx is final.
+An ``https`` URL is verified against the system's CAs plus ``--remote-ca`` (default: the
+cluster's CA mounted beside the token). Each call carries the Pod's ServiceAccount token
+(``--token-file``, re-read per call as the kubelet rotates it) as ``Authorization: Bearer``.
+A refused connection, a timeout or a 5xx is retried with capped exponential backoff for
+``patience`` seconds; a 4xx is final.
 
 Standard library only, like the rest of the runner.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 DEFAULT_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 """Where the kubelet mounts a Pod's ServiceAccount token (a path, not a secret)."""
+DEFAULT_CA_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+"""The cluster's CA, mounted beside the token: trusted for an ``https`` Batch API besides
+the system's CAs, so a certificate the cluster's CA issued needs nothing more."""
+
+
+def tls_context(ca_file: Path | None) -> ssl.SSLContext:
+    """The system's trusted CAs, plus ``ca_file`` (PEM) when it exists."""
+    context = ssl.create_default_context()
+    if ca_file is not None and ca_file.is_file():
+        context.load_verify_locations(cafile=str(ca_file))
+    return context
 
 
 class RemoteError(Exception):
@@ -44,7 +62,9 @@ def _call(
     patience: float,
     sleep: Callable[[float], None] = time.sleep,
     timeout: float = 300.0,
+    ca_file: Path | None = None,
 ) -> bytes:
+    context = tls_context(ca_file) if url.startswith("https:") else None
     give_up = time.monotonic() + patience
     attempt = 0
     while True:
@@ -53,7 +73,7 @@ def _call(
             url, data=body, method=method, headers={"Authorization": f"Bearer {token}"}
         )
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
                 data: bytes = response.read()
                 return data
         except urllib.error.HTTPError as e:
@@ -68,11 +88,18 @@ def _call(
         sleep(min(30.0, 0.5 * 2**attempt))
 
 
-def fetch_input(url: str, token_file: Path, dest: Path, *, patience: float = 600.0) -> bool:
+def fetch_input(
+    url: str,
+    token_file: Path,
+    dest: Path,
+    *,
+    patience: float = 600.0,
+    ca_file: Path | None = None,
+) -> bool:
     """Download the batch's input to ``dest`` unless it is there; True when it downloaded."""
     if dest.exists():
         return False
-    data = _call(f"{url}/input", token_file, "GET", None, patience=patience)
+    data = _call(f"{url}/input", token_file, "GET", None, patience=patience, ca_file=ca_file)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part")
     with tmp.open("wb") as out:
@@ -84,11 +111,21 @@ def fetch_input(url: str, token_file: Path, dest: Path, *, patience: float = 600
 
 
 def upload_results(
-    url: str, token_file: Path, state_dir: Path, files: dict[str, str], *, patience: float = 600.0
+    url: str,
+    token_file: Path,
+    state_dir: Path,
+    files: dict[str, str],
+    *,
+    patience: float = 600.0,
+    finalize: Mapping[str, object] | None = None,
+    ca_file: Path | None = None,
 ) -> None:
-    """Upload the result files (``{kind: file name in state_dir}``), then finalize."""
+    """Upload the result files (``{kind: file name in state_dir}``), then finalize (with
+    ``finalize`` as its JSON body: ``{"expired": true, "request_counts": {...}}`` when the
+    completion window closed first)."""
     for kind, name in files.items():
         path = state_dir / name
         body = path.read_bytes() if path.exists() else b""
-        _call(f"{url}/{kind}", token_file, "PUT", body, patience=patience)
-    _call(f"{url}/finalize", token_file, "POST", b"", patience=patience)
+        _call(f"{url}/{kind}", token_file, "PUT", body, patience=patience, ca_file=ca_file)
+    ending = json.dumps(dict(finalize)).encode() if finalize is not None else b""
+    _call(f"{url}/finalize", token_file, "POST", ending, patience=patience, ca_file=ca_file)

@@ -23,7 +23,9 @@ counts as JSON) for the operator.
 
 With ``--remote URL`` (a job the Batch API created) the input is fetched from the Batch
 API first and the result files uploaded to it at the end (:mod:`gleaner.batch.remote`); a
-failed upload exits 1.
+failed upload exits 1. With ``--stop-at`` too (the end of the batch's completion window),
+the runner stops sending at that time, uploads the answers so far, ends the batch as
+``expired`` and exits 0.
 
 Standard library only: the runner runs beside the engine, in the Gleaner image.
 """
@@ -41,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
@@ -48,7 +51,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gleaner.batch.records import BatchRequest, InputError, Result, parse_input
-from gleaner.batch.remote import DEFAULT_TOKEN_FILE, RemoteError, fetch_input, upload_results
+from gleaner.batch.remote import (
+    DEFAULT_CA_FILE,
+    DEFAULT_TOKEN_FILE,
+    RemoteError,
+    fetch_input,
+    upload_results,
+)
 from gleaner.batch.store import ERROR_FILE, OUTPUT_FILE, Progress, ProgressStore, StoreError
 
 RETRIED_STATUSES = frozenset({408, 429})
@@ -285,6 +294,20 @@ def _parser() -> argparse.ArgumentParser:
         help="bearer token for --remote (the Pod's ServiceAccount token)",
     )
     p.add_argument(
+        "--remote-ca",
+        type=Path,
+        default=Path(DEFAULT_CA_FILE),
+        help="PEM file of CAs to trust for an https --remote besides the system's (the "
+        "cluster's CA)",
+    )
+    p.add_argument(
+        "--stop-at",
+        type=_time,
+        default=None,
+        help="with --remote: at this time (RFC 3339) stop sending, upload the answers so far "
+        "and end the batch as expired (the end of its completion window)",
+    )
+    p.add_argument(
         "--remote-patience",
         type=float,
         default=600.0,
@@ -293,15 +316,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _time(text: str) -> float:
+    """An RFC 3339 time (``2026-01-01T00:00:00Z``) as Unix seconds."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an RFC 3339 time: {text!r}") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone (end it with Z)")
+    return when.timestamp()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.stop_at is not None and not args.remote:
+        parser.error("--stop-at needs --remote (only a Batch API batch expires)")
 
     def log(msg: str) -> None:
         print(f"gleaner-batch: {msg}", file=sys.stderr, flush=True)
 
     if args.remote:
         try:
-            if fetch_input(args.remote, args.token_file, args.input, patience=args.remote_patience):
+            if fetch_input(
+                args.remote,
+                args.token_file,
+                args.input,
+                patience=args.remote_patience,
+                ca_file=args.remote_ca,
+            ):
                 log(f"fetched the input from {args.remote}")
         except (OSError, RemoteError) as e:
             log(f"error: {e}")
@@ -319,6 +362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    expired = threading.Event()
+    if args.stop_at is not None:
+
+        def expire() -> None:
+            expired.set()
+            stop.set()
+
+        window = threading.Timer(max(0.0, args.stop_at - time.time()), expire)
+        window.daemon = True
+        window.start()
     client = EngineClient(args.engine_url, timeout=args.request_timeout)
     store = ProgressStore(args.state_dir, checkpoint_every=args.checkpoint_every)
     try:
@@ -332,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             if args.progress_port:
                 stack.enter_context(_ProgressServer(args.progress_port, lambda: store.progress))
-            if not wait_for_engine(client, stop, log):
+            if not wait_for_engine(client, stop, log) and not expired.is_set():
                 return 1
             started = time.monotonic()
             complete = run_batch(
@@ -344,21 +397,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop=stop,
             )
         done = store.progress
+        how = "complete" if complete else "window closed" if expired.is_set() else "stopped"
         log(
-            f"{'complete' if complete else 'stopped'}: {done.succeeded} answered, "
+            f"{how}: {done.succeeded} answered, "
             f"{done.failed} refused, of {len(requests)} "
             f"({time.monotonic() - started:.1f} s this attempt)"
         )
     finally:
         store.close()
-    if not complete:
+    if not complete and not expired.is_set():
         return 1
     if args.remote:
+        ending = None
+        if not complete:  # the window closed: the answers so far, and the batch expires
+            ending = {
+                "expired": True,
+                "request_counts": {
+                    "total": len(requests),
+                    "completed": done.succeeded,
+                    "failed": done.failed,
+                },
+            }
         try:
             results = {"output": OUTPUT_FILE, "errors": ERROR_FILE}
             upload_results(
                 args.remote, args.token_file, args.state_dir, results,
-                patience=args.remote_patience,
+                patience=args.remote_patience, finalize=ending, ca_file=args.remote_ca,
             )  # fmt: skip
         except (OSError, RemoteError) as e:
             log(f"error: uploading the results: {e}")

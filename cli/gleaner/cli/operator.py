@@ -102,6 +102,12 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     "--batch-api-port).",
 )
 @click.option(
+    "--batch-api-cert-dir",
+    default="",
+    help="Directory with the Batch API's tls.crt and tls.key: serve it over HTTPS, reloading "
+    "the pair when the files change [default: plain HTTP].",
+)
+@click.option(
     "--batch-api-max-file-mib",
     type=int,
     default=200,
@@ -229,6 +235,7 @@ def command(
     batch_api_port: int,
     batch_api_dir: str,
     batch_api_url: str,
+    batch_api_cert_dir: str,
     batch_api_max_file_mib: int,
     prometheus_url: str | None,
     peering: str,
@@ -275,6 +282,11 @@ def command(
         fail(f"--batch-api-port: {batch_api_port} is not a port")
     if batch_api_port and not (batch_api_dir and batch_api_url):
         fail("--batch-api-port needs --batch-api-dir and --batch-api-url")
+    if batch_api_cert_dir:
+        cert_dir = Path(batch_api_cert_dir)
+        missing = [f for f in ("tls.crt", "tls.key") if not (cert_dir / f).is_file()]
+        if missing:
+            fail(f"--batch-api-cert-dir: no {' or '.join(missing)} in {batch_api_cert_dir}")
     if batch_api_max_file_mib < 1:
         fail("--batch-api-max-file-mib must be at least 1")
     try:
@@ -322,6 +334,7 @@ def command(
         batch_api_dir=batch_api_dir,
         batch_api_url=batch_api_url,
         batch_api_max_file_bytes=batch_api_max_file_mib << 20,
+        batch_api_cert_dir=batch_api_cert_dir,
         prometheus_url=prometheus_url,
         peering=None if standalone else peering,
         peering_lifetime=max(1, round(_seconds(peering_lifetime, "--peering-lifetime"))),

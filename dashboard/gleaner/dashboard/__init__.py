@@ -30,9 +30,7 @@ if TYPE_CHECKING:
     from gleaner.clients.kube import SyncKubeClient
 
 
-def routers(
-    namespace: str | None = None, client: SyncKubeClient | None = None
-) -> list[APIRouter]:
+def routers(namespace: str | None = None, client: SyncKubeClient | None = None) -> list[APIRouter]:
     """The dashboard's router over the live cluster, for the operator's HTTP server (through
     ``client``, the operator's own; without one, a client of its own on first use)."""
     from gleaner.dashboard.app import create_router

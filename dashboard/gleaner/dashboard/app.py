@@ -80,6 +80,8 @@ def _environment() -> Environment:
     env.filters["num"] = views.num
     env.filters["when"] = views.when
     env.filters["span"] = views.span
+    env.filters["duration"] = views.duration
+    env.filters["outlook"] = views.outlook
     return env
 
 
@@ -243,6 +245,7 @@ def create_router(source: DashboardSource) -> APIRouter:
             "jobs.html.j2",
             snap=s,
             jobs=jobs,
+            batch_jobs=any(j.batch is not None for j in s.jobs),
             phases=list(PHASES),
             nodes=sorted({j.node for j in s.jobs if j.node}),
             selected={"phase": phase, "node": node},

@@ -45,7 +45,9 @@ from pydantic import ValidationError
 
 from gleaner.api import NodeTrace, OfflineJob, Phase, Profile
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, SlaWindows, eviction_report_name
+from gleaner.batch.deadline import deadline_outlook
 from gleaner.dashboard.model import (
+    BatchView,
     ClusterRecord,
     ClusterSeries,
     ClusterSnapshot,
@@ -328,7 +330,44 @@ class _Job:
     profile: JobProfile | None
 
 
-def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[EvictionView]]) -> JobView:
+def batch_view(job: OfflineJob, now: datetime) -> BatchView | None:
+    """A ``spec.batch`` job's progress and its outlook against the deadline at ``now``
+    (the rule: ``gleaner.batch.deadline.deadline_outlook``); None for other jobs."""
+    if job.spec.batch is None:
+        return None
+    progress = job.status.batch
+    done = progress.requests_done if progress is not None else 0
+    total = progress.requests_total if progress is not None else 0
+    projected = progress.projected_finish if progress is not None else None
+    succeeded = job.status.phase.value == Phase.SUCCEEDED.value
+    if succeeded:
+        done = total = max(done, total)  # the runner exits 0 only once all are answered
+    deadline = job.spec.batch.deadline
+    outlook = deadline_outlook(
+        deadline=deadline,
+        projected_finish=projected,
+        requests_done=done,
+        requests_total=total,
+        now=now,
+        succeeded=succeeded,
+    )
+    return BatchView(
+        requests_done=done,
+        requests_total=total,
+        requests_failed=progress.requests_failed if progress is not None else 0,
+        tokens=progress.tokens if progress is not None else 0,
+        deadline=deadline,
+        projected_finish=projected,
+        outlook=outlook.state,
+        margin_seconds=outlook.margin_seconds,
+        deadline_sla=progress.deadline_sla if progress is not None else None,
+        updated_at=progress.updated_at if progress is not None else None,
+    )
+
+
+def _job_view(
+    job: _Job, series: list[Point], reports: Mapping[str, list[EvictionView]], now: datetime
+) -> JobView:
     meta, spec, status = job.obj.metadata, job.obj.spec, job.obj.status
     namespace = meta.namespace or "default"
     placement = status.placement
@@ -442,6 +481,7 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
         excluded_nodes=list(status.excluded_nodes),
         created_at=meta.creation_timestamp,
         decided_at=placement.decided_at if placement is not None else None,
+        batch=batch_view(job.obj, now),
     )
 
 
@@ -830,7 +870,7 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
         series = record.job_series.get(job.key) or parse_sla_windows(
             job.obj.metadata.annotations.get(ANNOTATION_SLA_WINDOWS)
         )
-        jobs.append(_job_view(job, sorted(series, key=lambda p: p.t), by_job))
+        jobs.append(_job_view(job, sorted(series, key=lambda p: p.t), by_job, record.generated_at))
     jobs.sort(key=lambda j: j.key)
 
     nodes = [with_placements(n, jobs) for n in nodes]

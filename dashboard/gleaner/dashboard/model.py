@@ -238,6 +238,32 @@ class JobEviction(DashModel):
     report_id: str | None = Field(default=None, description="Id of the full report (/evictions).")
 
 
+class BatchView(DashModel):
+    """Progress of a batch job (``spec.batch``) and its outlook against its deadline."""
+
+    requests_done: int = Field(description="Requests answered (output or error file).")
+    requests_total: int = Field(description="Requests in the input file (0: not read yet).")
+    requests_failed: int = Field(default=0, description="Requests the engine refused.")
+    tokens: int = Field(default=0, description="Prompt plus completion tokens so far.")
+    deadline: datetime | None = None
+    projected_finish: datetime | None = Field(
+        default=None, description="When the batch finishes at its observed rate."
+    )
+    outlook: Literal["on_track", "late", "passed", "finished", "unknown"] = Field(
+        description="The projected finish against the deadline "
+        "(gleaner.batch.deadline.deadline_outlook)."
+    )
+    margin_seconds: float | None = Field(
+        default=None,
+        description="Deadline minus projected finish, seconds: to spare (positive) or late "
+        "(negative); for 'passed', minus the time since the deadline.",
+    )
+    deadline_sla: float | None = Field(
+        default=None, alias="deadlineSLA", description="The SLA the deadline asks for now."
+    )
+    updated_at: datetime | None = Field(default=None, description="When progress was read.")
+
+
 class JobView(DashModel):
     """One OfflineJob."""
 
@@ -275,6 +301,7 @@ class JobView(DashModel):
     runner_ups: list[RunnerUp] = Field(default_factory=list)
     created_at: datetime | None = None
     decided_at: datetime | None = None
+    batch: BatchView | None = Field(default=None, description="A batch job's progress.")
 
 
 class ObservedView(DashModel):

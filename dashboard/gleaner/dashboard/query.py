@@ -27,6 +27,7 @@ class JobSort(StrEnum):
     PREDICTED = "predicted"
     OBSERVED = "observed"
     EVICTIONS = "evictions"
+    REQUESTS = "requests"
     CREATED = "created"
 
 
@@ -45,6 +46,11 @@ _KEYS: dict[JobSort, Callable[[JobView], Any]] = {
     JobSort.PREDICTED: lambda j: j.predicted.throughput_fraction if j.predicted else None,
     JobSort.OBSERVED: lambda j: j.observed,
     JobSort.EVICTIONS: lambda j: j.eviction_count,
+    JobSort.REQUESTS: lambda j: (
+        j.batch.requests_done / j.batch.requests_total
+        if j.batch is not None and j.batch.requests_total
+        else None
+    ),
     JobSort.CREATED: lambda j: j.created_at,
 }
 

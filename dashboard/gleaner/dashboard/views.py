@@ -4,8 +4,8 @@ Contract. ``overview_charts``, ``node_charts``, ``job_charts`` and ``eviction_ch
 piece of the snapshot to named SVG charts (:mod:`gleaner.dashboard.charts`); the templates
 only place them. A series the source says it does not produce (``series.notes``) shows its
 note instead of an empty chart. The job timeline draws each placement's prediction over its
-stay and marks the evictions. ``pct``, ``num`` and ``when`` format values for the templates ("–" for
-missing values).
+stay and marks the evictions. ``pct``, ``num``, ``when``, ``duration`` and ``outlook``
+format values for the templates ("–" for missing values).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gleaner.dashboard.charts import (
     line_chart,
 )
 from gleaner.dashboard.model import (
+    BatchView,
     ClusterSeries,
     ClusterSnapshot,
     EvictionView,
@@ -54,17 +55,42 @@ def when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def span(start: datetime | None, end: datetime | None) -> str:
-    """The length of a period, e.g. ``7h 50m`` (``45m``, ``3d 2h``)."""
-    if start is None or end is None:
+def duration(seconds: float | None) -> str:
+    """A length of time, e.g. ``7h 50m`` (``45m``, ``3d 2h``), to the minute."""
+    if seconds is None:
         return MISSING
-    minutes = max(0, round((end - start).total_seconds() / 60))
+    minutes = max(0, round(seconds / 60))
     days, rest = divmod(minutes, 1440)
     hours, mins = divmod(rest, 60)
     parts = [f"{days}d"] if days else []
     parts += [f"{hours}h"] if hours else []
     parts += [f"{mins}m"] if mins and not days else []
     return " ".join(parts) or "0m"
+
+
+def span(start: datetime | None, end: datetime | None) -> str:
+    """The length of a period, e.g. ``7h 50m`` (``45m``, ``3d 2h``)."""
+    if start is None or end is None:
+        return MISSING
+    return duration((end - start).total_seconds())
+
+
+def outlook(batch: BatchView | None) -> str:
+    """A batch's outlook in words: "on track, 2h 5m to spare", "will miss by 40m"."""
+    if batch is None:
+        return MISSING
+    margin = batch.margin_seconds
+    if batch.outlook == "finished":
+        return "finished"
+    if batch.outlook == "on_track" and margin is not None:
+        return f"on track, {duration(margin)} to spare"
+    if batch.outlook == "late" and margin is not None:
+        return f"will miss by {duration(-margin)}"
+    if batch.outlook == "passed" and margin is not None:
+        return f"deadline passed {duration(-margin)} ago"
+    if batch.deadline is None:
+        return "no deadline"
+    return "no projection yet"
 
 
 def series_note(series: ClusterSeries, names: Sequence[str]) -> Markup | None:

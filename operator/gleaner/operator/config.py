@@ -71,6 +71,11 @@ class OperatorConfig:
     """Where the runners of the batches the API creates reach it (the operator's Service)."""
     batch_api_max_file_bytes: int = 200 << 20
     """Largest file the Batch API takes (an upload is held in memory while it is parsed)."""
+    batch_api_cert_dir: str = ""
+    """Directory holding the Batch API's ``tls.crt`` and ``tls.key``: serve HTTPS (the pair
+    reloaded when the files change); empty: plain HTTP."""
+    batch_api_expiry_interval: float = 60.0
+    """Seconds between two looks for batches past their completion window."""
     prometheus_url: str | None = None
     """Prometheus base URL: trace and observed-throughput source instead of NodeTraces."""
     peering: str | None = PEERING_NAME

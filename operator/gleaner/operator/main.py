@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
@@ -58,10 +58,13 @@ from gleaner.operator.handlers.requeue import nodetrace_event
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
 from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
-from gleaner.operator.http import Health, HttpServer, build_app, serve_in_thread
+from gleaner.operator.http import Health, build_app, serve_in_thread
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.validation import profile_configmap_name
 from gleaner.operator.webhook import WebhookServer
+
+if TYPE_CHECKING:
+    from gleaner.operator.batchapi.server import BatchApiServer
 
 logger = logging.getLogger("gleaner.operator")
 
@@ -234,18 +237,26 @@ def start_webhook(config: OperatorConfig) -> WebhookServer | None:
     ).start()
 
 
-def start_batch_api(config: OperatorConfig, client: KubeClient) -> HttpServer | None:
+def start_batch_api(config: OperatorConfig, client: KubeClient) -> BatchApiServer | None:
     """The Batch API's server (gleaner.operator.batchapi), started, when ``config`` enables
-    it; on every replica, like the webhook (docs/batch.md: one replica serves its files)."""
+    it: over HTTPS with ``batch_api_cert_dir``, with its expiry timer; on every replica,
+    like the webhook (docs/batch.md: one replica serves its files)."""
     if not config.batch_api_port:
         return None
-    from gleaner.operator.batchapi.app import build_batch_app
     from gleaner.operator.batchapi.files import FileStore
+    from gleaner.operator.batchapi.server import BatchApiServer
 
     store = FileStore(Path(config.batch_api_dir), config.batch_api_max_file_bytes)
     kube = SyncKubeClient.sharing(client, asyncio.get_running_loop())
-    app = build_batch_app(store, kube, config.batch_api_url)
-    return serve_in_thread(app, config.batch_api_host, config.batch_api_port)
+    return BatchApiServer(
+        store,
+        kube,
+        config.batch_api_url,
+        config.batch_api_host,
+        config.batch_api_port,
+        cert_dir=config.batch_api_cert_dir,
+        expiry_interval_s=config.batch_api_expiry_interval,
+    ).start()
 
 
 async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -> None:

@@ -10,7 +10,8 @@ Contract (docs/operator.md, "Webhook"):
 - ``build_webhook_app()`` serves it at ``POST MUTATE_PATH`` (and ``GET /healthz``).
 - ``WebhookServer(cert_file, key_file, host, port)`` runs that app over TLS (its own
   certificate, apart from the plain-HTTP dashboard server) on a daemon thread, and with it
-  a :class:`CertificateWatch` that reloads the certificate when its files change.
+  a :class:`CertificateWatch` that reloads the certificate when its files change (both in
+  ``gleaner.operator.tls``, which the Batch API's HTTPS server uses too).
 - ``CertificateWatch`` keeps a live ``ssl.SSLContext`` on the current certificate without a
   restart: every ``interval_s`` it compares the files' bytes with the ones it loaded and, on
   a change, loads the new pair into a scratch context first (a half-written or mismatched
@@ -29,18 +30,24 @@ of the controller's state.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
-import ssl
-import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
 
 from gleaner.operator.injection import online_pod_mutation
+from gleaner.operator.tls import CertificateWatch, TlsServer
+
+__all__ = [
+    "ADMISSION_API",
+    "MUTATE_PATH",
+    "CertificateWatch",
+    "WebhookServer",
+    "build_webhook_app",
+    "review_response",
+]
 
 logger = logging.getLogger("gleaner.operator.webhook")
 
@@ -102,73 +109,7 @@ def build_webhook_app() -> FastAPI:
     return app
 
 
-class CertificateWatch:
-    """See the module docstring."""
-
-    def __init__(
-        self, context: ssl.SSLContext, cert_file: str, key_file: str, *, interval_s: float = 5.0
-    ) -> None:
-        self.context = context
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.interval_s = interval_s
-        self.reloads = 0
-        self.failures = 0
-        self.reloaded = threading.Event()
-        """Set at every reload (tests clear it to wait for the next)."""
-        self._loaded = self._fingerprint()
-        self._failed: bytes | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _fingerprint(self) -> bytes | None:
-        digest = hashlib.sha256()
-        try:
-            for name in (self.cert_file, self.key_file):
-                digest.update(Path(name).read_bytes())
-                digest.update(b"\0")
-        except OSError:
-            return None  # mid-swap or gone: keep serving the loaded pair
-        return digest.digest()
-
-    def check(self) -> bool:
-        """Reload when the files changed and the new pair loads; True when it reloaded."""
-        seen = self._fingerprint()
-        if seen is None or seen in (self._loaded, self._failed):
-            return False
-        try:
-            # A scratch context first: a failed load_cert_chain can leave the live context
-            # with the new certificate and the old key.
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-                self.cert_file, self.key_file
-            )
-            self.context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            self.failures += 1
-            self._failed = seen
-            logger.warning("webhook certificate not reloaded (kept the old one): %s", exc)
-            return False
-        self._loaded, self._failed = seen, None
-        self.reloads += 1
-        self.reloaded.set()
-        logger.info("webhook certificate reloaded from %s", self.cert_file)
-        return True
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="webhook-cert", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.check()
-
-
-class WebhookServer:
+class WebhookServer(TlsServer):
     """uvicorn serving ``build_webhook_app()`` over TLS from a daemon thread, its
     certificate reloaded by a :class:`CertificateWatch` every ``reload_interval_s``."""
 
@@ -181,37 +122,12 @@ class WebhookServer:
         *,
         reload_interval_s: float = 5.0,
     ) -> None:
-        import uvicorn
-
-        config = uvicorn.Config(
+        super().__init__(
             build_webhook_app(),
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="off",
-            ssl_certfile=cert_file,
-            ssl_keyfile=key_file,
+            cert_file,
+            key_file,
+            host,
+            port,
+            reload_interval_s=reload_interval_s,
+            name="webhook",
         )
-        # Load now so that a missing or unreadable certificate fails the operator's start
-        # here, not silently in the server's thread.
-        config.load()
-        assert config.ssl is not None  # a certificate file makes uvicorn build the context
-        self.certificate = CertificateWatch(
-            config.ssl, cert_file, key_file, interval_s=reload_interval_s
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="webhook", daemon=True)
-
-    @property
-    def started(self) -> bool:
-        return bool(self.server.started)
-
-    def start(self) -> WebhookServer:
-        self.thread.start()
-        self.certificate.start()
-        return self
-
-    def stop(self) -> None:
-        self.certificate.stop()
-        self.server.should_exit = True
-        self.thread.join(timeout=5)

@@ -7,6 +7,8 @@ one and two GPUs, one missing its SLA, one evicted and requeued with its SLA evi
 report, one unschedulable, one pending with its profile in a ConfigMap), per-job observed
 series and a day of cluster time series. Everything is built through the real API models
 and the scheduler's ``EvictionReport``, so the record is exactly what the sources produce.
+:func:`batch_record` adds three ``spec.batch`` jobs on gpu-node-c: one on track for its
+deadline, one that will miss it, one finished.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gleaner.api import (
+    BatchProgress,
     EvictionRecord,
     GpuInfo,
     GpuPair,
@@ -371,6 +374,91 @@ def example_record(now: datetime = NOW, seed: int = 7) -> ClusterRecord:
         job_series=job_series,
         series=series,
     )
+
+
+BATCH_JOBS = ("nightly-summaries", "backfill-labels", "weekly-report")
+"""The batch jobs :func:`batch_record` adds (namespace ``batch``)."""
+
+
+def _batch_job(
+    name: str,
+    *,
+    now: datetime,
+    deadline: datetime,
+    status: OfflineJobStatus,
+) -> dict[str, Any]:
+    spec = OfflineJobSpec.model_validate(
+        {
+            "gpus": 1,
+            "throughputSLA": 0.3,
+            "profile": PROFILE.to_k8s(),
+            "batch": {
+                "model": "meta-llama/Llama-3.1-8B-Instruct",
+                "engineImage": "vllm/vllm-openai:v0.8.5",
+                "claimName": "batch-data",
+                "input": f"{name}/input.jsonl",
+                "output": f"{name}/run",
+                "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        }
+    )
+    job = OfflineJob(
+        metadata=ObjectMeta(
+            name=name, namespace="batch", creation_timestamp=now - timedelta(hours=4)
+        ),
+        spec=spec,
+        status=status,
+    )
+    return job.to_k8s()
+
+
+def batch_record(now: datetime = NOW, seed: int = 7) -> ClusterRecord:
+    """:func:`example_record` with three batch jobs on gpu-node-c (GPUs 0 to 2): on track
+    (projected 2 h before its deadline), late (projected 3 h after it), and finished."""
+    record = example_record(now, seed)
+    placed = now - timedelta(hours=2)
+
+    def running(gpu: int, done: int, total: int, finish: timedelta) -> OfflineJobStatus:
+        return OfflineJobStatus(
+            phase=Phase.RUNNING,
+            placement=_placement("gpu-node-c", [gpu], 0.86, 0.9, 1.0, placed),
+            observed=Observed(
+                throughput_fraction=0.74, window_seconds=300, tokens_per_second=0.74 * 2400
+            ),
+            batch=BatchProgress(
+                requests_total=total,
+                requests_done=done,
+                requests_failed=done // 100,
+                tokens=done * 700,
+                summary=f"{done}/{total}",
+                projected_finish=now + finish,
+                updated_at=now - timedelta(seconds=10),
+                deadline_sla=0.35,
+                required_fraction=0.27,
+            ),
+        )
+
+    finished = OfflineJobStatus(
+        phase=Phase.SUCCEEDED,
+        placement=_placement("gpu-node-c", [2], 0.88, 0.9, 1.0, now - timedelta(hours=3)),
+        batch=BatchProgress(requests_total=500, requests_done=500, summary="500/500"),
+    )
+    jobs = [
+        _batch_job(
+            BATCH_JOBS[0],
+            now=now,
+            deadline=now + timedelta(hours=5),
+            status=running(0, 2500, 9000, timedelta(hours=3)),
+        ),
+        _batch_job(
+            BATCH_JOBS[1],
+            now=now,
+            deadline=now + timedelta(hours=6),
+            status=running(1, 1200, 10000, timedelta(hours=9)),
+        ),
+        _batch_job(BATCH_JOBS[2], now=now, deadline=now + timedelta(hours=1), status=finished),
+    ]
+    return record.model_copy(update={"offline_jobs": [*record.offline_jobs, *jobs]})
 
 
 # ---------------------------------------------------------------------------------------

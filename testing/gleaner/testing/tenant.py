@@ -26,6 +26,11 @@ Contract.
   deleted (a namespace takes a while to go, and the next test needs the same name): its
   OfflineJobs, Pods, Events and ConfigMaps (but the cluster's ``kube-root-ca.crt``).
 - ``api`` is ``gleaner.testing.kube.KubeApi`` with ``namespace`` as its default.
+- ``operator_account(rules)`` makes a ServiceAccount ``gleaner-operator`` in ``namespace``
+  bound (ClusterRole and binding named for the tenant) to exactly ``rules`` (the chart's
+  ``OPERATOR_RULES``, say), and returns a ``KubeTarget`` whose kubeconfig authenticates as
+  it with a TokenRequest token: an operator process started with it is refused whatever
+  the rules do not grant. ``close()`` deletes the role and binding.
 - ``close()`` deletes what the tenant made: its jobs' finalizers and its namespaces, its
   Pods at once (no kubelet finalizes Pods on a node that does not exist), its NodeTraces,
   Nodes and peering objects. It does not wait for the namespaces to go.
@@ -36,9 +41,11 @@ Nothing here knows the operator's behaviour; the test says what to expect.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -48,7 +55,7 @@ from gleaner.api import GROUP, VERSION
 from gleaner.testing.controlplane import ControlPlane, GpuNode, gpu_node_manifest
 from gleaner.testing.kube import PEERING_NAME, KubeApi
 
-__all__ = ["KOPF_GROUP", "Tenant"]
+__all__ = ["KOPF_GROUP", "OperatorAccount", "Tenant"]
 
 KOPF_GROUP = ("kopf.dev", "v1")
 
@@ -57,6 +64,18 @@ def _api_exception() -> type[Exception]:
     import kubernetes
 
     return kubernetes.client.ApiException
+
+
+@dataclass(frozen=True)
+class OperatorAccount:
+    """Where an operator process finds the API server: as its own ServiceAccount."""
+
+    kubeconfig: Path
+    workdir: Path
+    plane: ControlPlane
+
+    def api_client(self) -> Any:
+        return self.plane.api_client()
 
 
 class Tenant:
@@ -81,6 +100,7 @@ class Tenant:
         self.namespaces: list[str] = []
         self.nodes: list[str] = []
         self.nodetraces: list[str] = []
+        self.roles: list[str] = []
         self.api = KubeApi(plane, namespace=self.namespace)
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -141,6 +161,31 @@ class Tenant:
             self.api.custom.delete_cluster_custom_object(
                 *KOPF_GROUP, "clusterkopfpeerings", self.peering
             )
+        for role in self.roles:
+            for kind in ("clusterrolebinding", "clusterrole"):
+                self.plane.kubectl("delete", kind, role, "--wait=false", check=False)
+
+    def operator_account(self, rules: Sequence[Mapping[str, Any]]) -> OperatorAccount:
+        """A ServiceAccount bound to exactly ``rules``, as a ``KubeTarget`` (module doc)."""
+        role = f"gleaner-operator-{self.id}"
+        rbac = "rbac.authorization.k8s.io"
+        account = {"kind": "ServiceAccount", "name": "gleaner-operator",
+                   "namespace": self.namespace}  # fmt: skip
+        docs: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": "gleaner-operator", "namespace": self.namespace}},
+            {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": role},
+             "rules": [dict(r) for r in rules]},
+            {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+             "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role},
+             "subjects": [account]},
+        ]  # fmt: skip
+        self.roles.append(role)
+        self.plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
+        path = self.plane.token_kubeconfig(
+            "gleaner-operator", self.namespace, self.workdir / "operator.kubeconfig"
+        )
+        return OperatorAccount(path, self.workdir, self.plane)
 
     def _empty_namespace(self, ns: str) -> None:
         self._release_jobs(ns)

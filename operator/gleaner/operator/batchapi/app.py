@@ -23,6 +23,7 @@ key ``template`` names (default ``batch-api``; key ``spec.yaml``: an OfflineJob 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from email.parser import BytesParser
@@ -47,11 +48,13 @@ from gleaner.operator.batchapi.objects import (
     check_create,
     deadline_of,
     error_body,
+    expiry_action,
     file_object,
     iso,
     job_name,
     newest_first,
     page,
+    request_counts,
 )
 
 TEMPLATE_KEY = "template"
@@ -277,7 +280,8 @@ def build_batch_app(
     def cancel_batch(request: Request, batch_id: str) -> dict[str, Any]:
         namespace = user(request, "delete")
         record = record_of(namespace, batch_id)
-        if record.cancelling_at is None and record.finalized_at is None:
+        over = record.finalized_at is not None or record.expired_at is not None
+        if record.cancelling_at is None and not over:
             record = store.update_batch(record, cancelling_at=now())
             kube.delete(offlinejobs_path(namespace, job_name(batch_id)))
         return show(record)
@@ -323,13 +327,65 @@ def build_batch_app(
         return await upload_result(request, namespace, batch_id, "errors")
 
     @app.post("/gleaner/v1/namespaces/{namespace}/batches/{batch_id}/finalize")
-    def runner_finalize(request: Request, namespace: str, batch_id: str) -> dict[str, Any]:
-        record = runner_record(request, namespace, batch_id)
-        if record.finalized_at is None:
-            record = store.update_batch(record, finalized_at=now())
-        return show(record)
+    async def runner_finalize(request: Request, namespace: str, batch_id: str) -> Any:
+        """Results uploaded: the batch is ``completed`` or, with ``{"expired": true,
+        "request_counts": {...}}`` (the runner stopped at the window's end), ``expired``."""
+        record = await run_in_threadpool(runner_record, request, namespace, batch_id)
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the finalize body must be a JSON object")
+        expired = body.get("expired") is True
+        counts = _counts(body.get("request_counts")) if expired else None
+
+        def finalize() -> dict[str, Any]:
+            current = record_of(namespace, record.id)
+            if current.finalized_at is None:
+                changes: dict[str, Any] = {"finalized_at": now()}
+                if expired and current.expired_at is None:
+                    changes.update(expired_at=now(), counts=counts)
+                current = store.update_batch(current, **changes)
+            return show(current)
+
+        return await run_in_threadpool(finalize)
 
     return app
+
+
+def _counts(value: Any) -> dict[str, int] | None:
+    """The runner's ``request_counts`` at expiry: ``{total, completed, failed}``."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        counts = {k: int(value[k]) for k in ("total", "completed", "failed")}
+    except (KeyError, TypeError, ValueError):
+        raise ApiError(400, "request_counts needs total, completed and failed") from None
+    if min(counts.values()) < 0:
+        raise ApiError(400, "request_counts must not be negative")
+    return counts
+
+
+def expire_due(store: FileStore, kube: SyncKubeClient, now: int) -> list[str]:
+    """One tick of the operator's expiry timer: every batch whose window closed is handled
+    as :func:`~gleaner.operator.batchapi.objects.expiry_action` says; returns the ids it
+    expired. Its job's request counts are kept on the record, then the job is deleted."""
+    expired: list[str] = []
+    for namespace in store.namespaces():
+        for record in store.batches(namespace):
+            if now < record.expires_at:
+                continue  # the window is open: no call to the API server
+            doc = kube.get(offlinejobs_path(namespace, job_name(record.id)))
+            job = OfflineJob.model_validate(doc) if doc else None
+            if expiry_action(record, job, now) != "expire":
+                continue
+            store.update_batch(record, expired_at=now, counts=request_counts(job))
+            if job is not None:
+                kube.delete(offlinejobs_path(namespace, job_name(record.id)))
+            expired.append(record.id)
+    return expired
 
 
 def runner_url(self_url: str, namespace: str, batch_id: str) -> str:

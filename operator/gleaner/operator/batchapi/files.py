@@ -131,6 +131,12 @@ class FileStore:
         directory = self._dir(namespace, "batches")
         return [BatchRecord(**json.loads(p.read_text())) for p in directory.glob("batch_*.json")]
 
+    def namespaces(self) -> list[str]:
+        """The namespaces that hold files or batches."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+
     def update_batch(self, record: BatchRecord, **changes: object) -> BatchRecord:
         updated = replace(record, **changes)  # type: ignore[arg-type]
         self.put_batch(updated)

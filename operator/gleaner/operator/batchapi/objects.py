@@ -10,6 +10,7 @@ job (phase / state)                             OpenAI status
 ==============================================  ==================
 cancel asked, job still there                   ``cancelling``
 cancel asked, job gone                          ``cancelled``
+window closed (:func:`expiry_action`)           ``expired``
 Pending (not validated yet)                     ``validating``
 Invalid                                         ``failed``
 Scheduled, Running, Evicted, Unschedulable      ``in_progress``
@@ -21,8 +22,19 @@ job gone without a cancel                       ``failed``
 ==============================================  ==================
 
 ``request_counts`` come from ``status.batch`` (``total``, ``completed`` = answered with a
-2xx, ``failed`` = refused by the engine). Ids: files ``file-<hex>``, batches
-``batch_<hex>``; the OfflineJob of batch ``batch_<hex>`` is named ``batch-<hex>``.
+2xx, ``failed`` = refused by the engine), or from the record once the batch expired (the
+counts when it stopped; its job is gone then).
+
+Expiry (:func:`expiry_action`), as the OpenAI API does it: a batch not done when its
+completion window closes is stopped and ends ``expired``, its answers so far kept. The
+runner of a running batch stops itself at the window's end (``--stop-at``), uploads the
+partial results and finalizes with ``expired``; for a batch whose runner is not running
+then (pending, evicted, unschedulable), or one that has not finalized
+:data:`EXPIRY_GRACE_SECONDS` after the window, the operator's timer marks it expired and
+deletes its OfflineJob (the partial answers stay on the job's claim).
+
+Ids: files ``file-<hex>``, batches ``batch_<hex>``; the OfflineJob of batch ``batch_<hex>``
+is named ``batch-<hex>``.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from gleaner.api import OfflineJob, Phase
 
@@ -42,6 +54,11 @@ FILE_PURPOSES = ("batch", "batch_output")
 """Purposes of the files the store holds: uploads, and the results of a batch."""
 MAX_METADATA_PAIRS = 16
 """The OpenAI API's bound on a batch's metadata: 16 pairs, keys of 64 and values of 512."""
+
+EXPIRY_GRACE_SECONDS = 900
+"""How long after its window a running batch's runner has to stop and upload its partial
+results before the operator expires the batch and deletes its job: a request in flight at
+the window's end is awaited (at most the runner's --request-timeout, 600 s by default)."""
 
 _FILE_ID = re.compile(r"^file-[0-9a-f]{24}$")
 _BATCH_ID = re.compile(r"^batch_[0-9a-f]{24}$")
@@ -146,6 +163,9 @@ class BatchRecord:
     output_file_id: str | None = None
     error_file_id: str | None = None
     finalized_at: int | None = None
+    expired_at: int | None = None
+    counts: dict[str, int] | None = None
+    """``request_counts`` kept when the batch expired (its job is deleted then)."""
 
     @property
     def expires_at(self) -> int:
@@ -210,6 +230,8 @@ def batch_status(record: BatchRecord, job: OfflineJob | None, now: int) -> str:
     """The OpenAI status of a batch (see the module docstring's table)."""
     if record.cancelling_at is not None:
         return "cancelling" if job is not None else "cancelled"
+    if record.expired_at is not None:
+        return "expired"
     if job is None:
         return "failed"
     phase = job.status.phase
@@ -271,13 +293,43 @@ def batch_object(record: BatchRecord, job: OfflineJob | None, now: int) -> dict[
         "finalizing_at": record.finalized_at if status in ("completed", "finalizing") else None,
         "completed_at": terminal_at if status == "completed" else None,
         "failed_at": (terminal_at or now) if status == "failed" else None,
-        "expired_at": record.expires_at if status == "expired" else None,
+        "expired_at": (record.expired_at or record.expires_at) if status == "expired" else None,
         "cancelling_at": record.cancelling_at,
         "cancelled_at": None if status != "cancelled" else record.cancelling_at,
-        "request_counts": request_counts(job),
+        "request_counts": record.counts
+        if record.expired_at is not None and record.counts is not None
+        else request_counts(job),
         "metadata": record.metadata,
         "offline_job": job_name(record.id),
     }
+
+
+ExpiryAction = Literal["keep", "wait", "expire"]
+
+
+def expiry_action(
+    record: BatchRecord, job: OfflineJob | None, now: int, grace: int = EXPIRY_GRACE_SECONDS
+) -> ExpiryAction:
+    """What the operator's timer does with a batch at ``now`` (see the module docstring):
+
+    - ``keep``: nothing to do (its window is open, or it is over: cancelled, finalized,
+      expired, succeeded and uploading, failed);
+    - ``wait``: the window closed while its runner runs; the runner stops itself and
+      uploads the partial results (``grace`` seconds for that);
+    - ``expire``: mark it expired (keeping its request counts) and delete its job.
+    """
+    if record.cancelling_at is not None or record.finalized_at is not None:
+        return "keep"
+    if record.expired_at is not None or now < record.expires_at:
+        return "keep"
+    if job is None:
+        return "expire"
+    phase = job.status.phase
+    if phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID):
+        return "keep"
+    if phase is Phase.RUNNING and now < record.expires_at + grace:
+        return "wait"
+    return "expire"
 
 
 def page(objects: list[dict[str, Any]], after: str | None, limit: int) -> dict[str, Any]:
