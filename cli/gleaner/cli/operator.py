@@ -15,6 +15,7 @@ import click
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
 from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail
+from gleaner.operator.config import DEFAULT_RISK_TARGET, DEFAULT_STATE_NAMESPACE
 
 
 def _seconds(text: str, flag: str) -> float:
@@ -172,6 +173,27 @@ def _seconds(text: str, flag: str) -> float:
     hidden=True,
     help="Fault injection for tests.",
 )
+@click.option(
+    "--state-namespace",
+    default=DEFAULT_STATE_NAMESPACE,
+    envvar="POD_NAMESPACE",
+    show_default=True,
+    help="Namespace of the operator's own state (the ConfigMap gleaner-bias); "
+    "the operator's own namespace when it runs in a Pod.",
+)
+@click.option(
+    "--bias-persist-interval",
+    default="60s",
+    show_default=True,
+    help="Least time between two writes of the learned prediction correction.",
+)
+@click.option(
+    "--risk-target",
+    default=str(DEFAULT_RISK_TARGET),
+    show_default=True,
+    help="Admit a job only where a window is predicted to meet its SLA with at least this "
+    "probability (0 < p < 1); 'off': where the mean prediction meets it.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def command(
     namespaces: tuple[str, ...],
@@ -201,6 +223,9 @@ def command(
     trace_stale_after: str,
     watch_timeout: str,
     bind_delay: str,
+    state_namespace: str,
+    bias_persist_interval: str,
+    risk_target: str,
     verbose: bool,
 ) -> None:
     """Run the Gleaner operator: bind OfflineJobs, watch SLAs, evict, reschedule."""
@@ -262,6 +287,16 @@ def command(
     requeue = _seconds(requeue_interval, "--requeue-interval")
     if requeue <= 0:
         fail("--requeue-interval must be positive")
+    risk: float | None = None
+    if risk_target.strip().lower() != "off":
+        try:
+            risk = float(risk_target)
+        except ValueError:
+            fail(f"--risk-target: expected a probability or 'off', got {risk_target!r}")
+        if not 0 < risk < 1:
+            fail("--risk-target must be between 0 and 1 (exclusive), or 'off'")
+    if not state_namespace:
+        fail("--state-namespace must not be empty")
     config = OperatorConfig(
         namespaces=tuple(namespaces),
         http_port=http_port,
@@ -286,6 +321,9 @@ def command(
         trace_stale_after=_seconds(trace_stale_after, "--trace-stale-after"),
         watch_timeout=_seconds(watch_timeout, "--watch-timeout"),
         bind_delay=_seconds(bind_delay, "--bind-delay"),
+        state_namespace=state_namespace,
+        bias_persist_interval=_seconds(bias_persist_interval, "--bias-persist-interval"),
+        risk_target=risk,
     )
     from gleaner.operator.main import run
 

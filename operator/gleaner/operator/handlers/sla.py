@@ -10,7 +10,10 @@ Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``
    judged over the job's ``spec.slaWindow`` (``gleaner.scheduler.monitor.sla_windows``), and
    writes ``status.observed`` and the ``SLAMet`` condition (and the job's
    ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges);
-3. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
+3. feeds the recorded sample to the bias table (``gleaner.operator.bias.feed``: observed
+   against the placement's raw prediction, under the job's class), which later scheduling
+   passes correct their predictions by and ``handlers.bias`` writes back to its ConfigMap;
+4. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
 
 Steps 2 and 3 and the eviction plan are the shared lifecycle's
 (``gleaner.scheduler.lifecycle``: ``sla_tick``, ``evict``), which the simulator drives too.
@@ -43,6 +46,7 @@ from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, job_selector
 from gleaner.api.units import parse_duration
 from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
 from gleaner.operator import status as st
+from gleaner.operator.bias import feed, job_class
 from gleaner.operator.builders import build_eviction_report_configmap
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
@@ -132,6 +136,10 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         await patch_annotations(
             ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: dump_history(history)}
         )
+        # Fed once per recorded sample (the history annotation makes a restarted operator
+        # skip samples it already recorded, so none is fed twice).
+        if feed(ctx.bias, placement, job_class(meta.get("labels")), obs.throughput_fraction):
+            ctx.bias_clock.changed()
         met = tick.met  # None: this sample closed no SLA window
         observed = Observed(
             throughput_fraction=obs.throughput_fraction,
