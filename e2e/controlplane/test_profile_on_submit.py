@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +26,6 @@ import yaml
 
 from gleaner.api import Profile
 from gleaner.api.contract import LABEL_PROFILING_RUN
-from gleaner.operator.rbac import OPERATOR_RULES
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     OperatorProcess,
@@ -54,40 +51,10 @@ MEASUREMENT = {
 }
 
 
-@dataclass(frozen=True)
-class _Account:
-    """Where the operator process finds the API server: as its own ServiceAccount."""
-
-    kubeconfig: Path
-    workdir: Path
-
-
-def _operator_account(tenant: Tenant) -> tuple[_Account, str]:
-    """A ServiceAccount bound to exactly OPERATOR_RULES (the chart's ClusterRole), so that
-    every call profile on submit makes is one the chart grants."""
-    name = f"gleaner-operator-{tenant.id}"
-    docs: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": "gleaner-operator", "namespace": tenant.namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": name}, "rules": [dict(r) for r in OPERATOR_RULES]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": name},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": "gleaner-operator",
-                       "namespace": tenant.namespace}]},
-    ]  # fmt: skip
-    tenant.plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
-    path = tenant.plane.token_kubeconfig(
-        "gleaner-operator", tenant.namespace, tenant.workdir / "operator.kubeconfig"
-    )
-    return _Account(path, tenant.workdir), name
-
-
 @pytest.fixture
 def operator(tenant: Tenant) -> Iterator[OperatorProcess]:
     tenant.apply_nodetrace(nodetrace_manifest(tenant.node("gpu"), gpus=2, offline_enabled=0.9))
-    account, role = _operator_account(tenant)
+    account = tenant.operator_account()
     args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}"]
     args += [f"--http-port={free_port()}", "--http-host=127.0.0.1"]
     op = OperatorProcess(account, args).start()
@@ -95,8 +62,6 @@ def operator(tenant: Tenant) -> Iterator[OperatorProcess]:
         yield op
     finally:
         op.stop()
-        for kind in ("clusterrolebinding", "clusterrole"):
-            tenant.plane.kubectl("delete", kind, role, "--wait=false", check=False)
     refused = [line for line in op.log().splitlines() if "forbidden" in line.lower()]
     assert refused == [], "\n".join(refused)
 

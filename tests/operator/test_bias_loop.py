@@ -132,6 +132,9 @@ def test_the_persist_clock_writes_on_change_at_most_once_per_interval() -> None:
     assert clock.due(60.0)
     clock.written(60.0)
     assert not clock.due(500.0)
+    clock.changed()
+    clock.failed(500.0)  # a failed write is retried one interval later, not at once
+    assert not clock.due(530.0) and clock.due(560.0)
 
 
 def test_a_learned_bias_moves_a_placement_and_is_the_one_explained() -> None:

@@ -125,6 +125,10 @@ class PersistClock:
         self.dirty = False
         self.last_write = now
 
+    def failed(self, now: float) -> None:
+        """A write failed: still changed, tried again one interval later."""
+        self.last_write = now
+
 
 __all__ = [
     "BIAS_CONFIGMAP",

@@ -26,6 +26,11 @@ Contract.
   deleted (a namespace takes a while to go, and the next test needs the same name): its
   OfflineJobs, Pods, Events and ConfigMaps (but the cluster's ``kube-root-ca.crt``).
 - ``api`` is ``gleaner.testing.kube.KubeApi`` with ``namespace`` as its default.
+- ``operator_account(rules)`` makes a ServiceAccount ``gleaner-operator`` in ``namespace``
+  bound to exactly ``rules`` (by default the chart's ``OPERATOR_RULES``) through a
+  ClusterRole of its own, and returns a ``KubeTarget`` (kubeconfig with its token, and the
+  tenant's workdir) to start ``gleaner operator`` with, so every call it makes is one the
+  chart grants; ``close()`` deletes the ClusterRole and its binding.
 - ``close()`` deletes what the tenant made: its jobs' finalizers and its namespaces, its
   Pods at once (no kubelet finalizes Pods on a node that does not exist), its NodeTraces,
   Nodes and peering objects. It does not wait for the namespaces to go.
@@ -36,9 +41,11 @@ Nothing here knows the operator's behaviour; the test says what to expect.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -48,9 +55,18 @@ from gleaner.api import GROUP, VERSION
 from gleaner.testing.controlplane import ControlPlane, GpuNode, gpu_node_manifest
 from gleaner.testing.kube import PEERING_NAME, KubeApi
 
-__all__ = ["KOPF_GROUP", "Tenant"]
+__all__ = ["KOPF_GROUP", "OperatorAccount", "Tenant"]
 
 KOPF_GROUP = ("kopf.dev", "v1")
+OPERATOR_ACCOUNT = "gleaner-operator"
+
+
+@dataclass(frozen=True)
+class OperatorAccount:
+    """Where an operator process finds the API server: as its own ServiceAccount."""
+
+    kubeconfig: Path
+    workdir: Path
 
 
 def _api_exception() -> type[Exception]:
@@ -82,6 +98,7 @@ class Tenant:
         self.nodes: list[str] = []
         self.nodetraces: list[str] = []
         self.api = KubeApi(plane, namespace=self.namespace)
+        self.cluster_roles: list[str] = []
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -141,6 +158,36 @@ class Tenant:
             self.api.custom.delete_cluster_custom_object(
                 *KOPF_GROUP, "clusterkopfpeerings", self.peering
             )
+        for role in self.cluster_roles:
+            for kind in ("clusterrolebinding", "clusterrole"):
+                self.plane.kubectl("delete", kind, role, "--wait=false", check=False)
+
+    def operator_account(self, rules: Sequence[Mapping[str, Any]] | None = None) -> OperatorAccount:
+        """A ServiceAccount bound to exactly ``rules`` (default: the chart's operator rules);
+        where an operator process authenticates as it (module docstring)."""
+        if rules is None:
+            from gleaner.operator.rbac import OPERATOR_RULES
+
+            rules = OPERATOR_RULES
+        name = f"{OPERATOR_ACCOUNT}-{self.id}"
+        docs: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": OPERATOR_ACCOUNT, "namespace": self.namespace}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name}, "rules": [dict(r) for r in rules]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT,
+                           "namespace": self.namespace}]},
+        ]  # fmt: skip
+        self.plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
+        self.cluster_roles.append(name)
+        path = self.plane.token_kubeconfig(
+            OPERATOR_ACCOUNT, self.namespace, self.workdir / "operator.kubeconfig"
+        )
+        return OperatorAccount(path, self.workdir)
 
     def _empty_namespace(self, ns: str) -> None:
         self._release_jobs(ns)

@@ -6,7 +6,7 @@ previous active replica kept learning meanwhile). A missing ConfigMap is an empt
 unreadable one is logged and the current table kept. ``flush_bias`` writes the table when
 ``ctx.bias_clock`` says it is due (changed, and the interval passed; ``final`` at shutdown
 ignores the interval): a merge patch of the ConfigMap, created on the first write. A write
-that fails is logged and retried at the next flush (the table stays marked changed).
+that fails is logged and tried again one interval later (the table stays marked changed).
 Observations fed since the last write are lost if the process dies before the next one:
 the bound of that loss is one ``--bias-persist-interval`` of windows.
 """
@@ -58,6 +58,7 @@ async def flush_bias(ctx: OperatorContext, *, final: bool = False) -> bool:
                     await ctx.client.patch(configmaps_path(namespace, BIAS_CONFIGMAP), body)
         except KubeError as exc:
             logger.warning("bias table not written to %s/%s: %s", namespace, BIAS_CONFIGMAP, exc)
+            ctx.bias_clock.failed(now)
             return False
         ctx.bias_clock.written(now)
         return True
