@@ -97,6 +97,19 @@ class RecordedReport(DashModel):
     report: dict[str, Any] = Field(description="The scheduler's EvictionReport.to_json().")
 
 
+class SlaMonitorSettings(DashModel):
+    """How the SLA monitor that produced the record judged windows (its flags)."""
+
+    window_seconds: float = Field(gt=0, description="One observed sample's length, seconds.")
+    grace_seconds: float = Field(
+        ge=0, description="Samples this soon after a placement are not judged."
+    )
+    tolerance: float = Field(ge=0, description="A window meets an SLA at SLA x (1 - tolerance).")
+    max_sla_window_seconds: float | None = Field(
+        default=None, gt=0, description="No job is judged over a longer SLA window, seconds."
+    )
+
+
 class ClusterRecord(DashModel):
     """The dashboard's input (see the module docstring)."""
 
@@ -127,6 +140,10 @@ class ClusterRecord(DashModel):
     )
     series: ClusterSeries = Field(
         default_factory=ClusterSeries, description="The cluster's time series."
+    )
+    sla_monitor: SlaMonitorSettings | None = Field(
+        default=None,
+        description="The SLA monitor's settings the jobs were judged with (absent: its defaults).",
     )
 
 

@@ -68,6 +68,7 @@ from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.measures import (
     harvested_utilization,
     job_fraction,
+    latest_window_met,
     meets_sla,
     offline_throughput,
     sla_attainment,
@@ -225,7 +226,9 @@ def dashboard_point(
     the shared definitions (``gleaner.scheduler.measures``, docs/dashboard.md), so a
     simulation's charts end where its cards are: ``idle`` holds one trailing-window
     P_compute per GPU row; a job's fraction is its observed window of the current placement,
-    else its prediction; attainment is None without running jobs."""
+    else its prediction; a job meets its SLA as its newest SLA window did
+    (``latest_window_met`` on the monitor's history: the dashboard's rule), else as its
+    fraction does; attainment is None without running jobs."""
     held: list[float] = []
     credited: list[tuple[float, int]] = []
     met: list[bool] = []
@@ -235,7 +238,9 @@ def dashboard_point(
         basis = job_fraction(current_observed(job), predicted)
         assert basis is not None
         credited.append((basis, job.gpus))
-        met.append(meets_sla(basis, job.sla, config))
+        # The newest SLA window of the placement, as the monitor judged it (else the basis).
+        verdict = None if job.history is None else latest_window_met(job.history, config)
+        met.append(meets_sla(basis, job.sla, config) if verdict is None else verdict)
     harvested = harvested_utilization(held, max(1, n_gpus))
     assert harvested is not None
     return harvested, offline_throughput(credited), sla_attainment(met)
@@ -335,15 +340,7 @@ def run_policy(
     refresh = max(1, round(cfg.summary_refresh_s / step))
     sched_every = max(1, round(cfg.schedule_interval_s / step))
     mon_every = max(1, round(cfg.monitor.window_s / step))
-    mon = SLAMonitorConfig(
-        window_seconds=cfg.monitor.window_s,
-        history_windows=cfg.monitor.history_windows,
-        violation_windows=cfg.monitor.violation_windows,
-        grace_seconds=cfg.monitor.grace_s,
-        tolerance=cfg.monitor.tolerance,
-        backoff_base_seconds=cfg.monitor.backoff_base_s,
-        backoff_max_seconds=cfg.monitor.backoff_max_s,
-    )
+    mon = cfg.monitor.sla_monitor()
     risk = None if policy in ("paper", "no-risk") else cfg.risk_target
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
     bias = BiasTable(BiasConfig(risk_target=risk))

@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import (
-    DEFAULT_SLA_WINDOW,
     EvictionRecord,
     NodeTrace,
     Observed,
@@ -43,7 +42,6 @@ from gleaner.api import (
     Placement,
 )
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, job_selector
-from gleaner.api.units import parse_duration
 from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
 from gleaner.operator import status as st
 from gleaner.operator.bias import feed, job_class
@@ -52,7 +50,7 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, patch_annotations, update_status
 from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
-from gleaner.operator.slahistory import dump_history, history_for
+from gleaner.operator.slahistory import dump_history, history_for, spec_sla_window_seconds
 from gleaner.operator.sources.prometheus import observe_from_prometheus
 from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.lifecycle import sla_tick
@@ -93,15 +91,6 @@ async def _observe(
         return None
 
 
-def _sla_window_seconds(spec: dict[str, Any]) -> float:
-    """The job's ``spec.slaWindow`` in seconds (the default when absent or unreadable: the
-    CRD validates it, so only an object written around the schema lands here)."""
-    try:
-        return parse_duration(str(spec.get("slaWindow") or DEFAULT_SLA_WINDOW))
-    except ValueError:
-        return parse_duration(DEFAULT_SLA_WINDOW)
-
-
 async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
     """One SLA tick for one job; returns a short outcome for kopf's log."""
     meta = body.get("metadata") or {}
@@ -122,7 +111,7 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         sla,
         placement,
         (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
-        _sla_window_seconds(body.get("spec") or {}),
+        spec_sla_window_seconds(body.get("spec") or {}),
         ctx.config.sla,
     )
     tick = sla_tick(
