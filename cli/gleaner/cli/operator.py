@@ -14,7 +14,7 @@ import click
 
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
 from gleaner.api.units import parse_duration
-from gleaner.cli.common import fail
+from gleaner.cli.common import fail, parse_risk_target
 from gleaner.operator.config import DEFAULT_RISK_TARGET, DEFAULT_STATE_NAMESPACE
 
 
@@ -287,14 +287,7 @@ def command(
     requeue = _seconds(requeue_interval, "--requeue-interval")
     if requeue <= 0:
         fail("--requeue-interval must be positive")
-    risk: float | None = None
-    if risk_target.strip().lower() != "off":
-        try:
-            risk = float(risk_target)
-        except ValueError:
-            fail(f"--risk-target: expected a probability or 'off', got {risk_target!r}")
-        if not 0 < risk < 1:
-            fail("--risk-target must be between 0 and 1 (exclusive), or 'off'")
+    risk = parse_risk_target(risk_target)
     if not state_namespace:
         fail("--state-namespace must not be empty")
     config = OperatorConfig(
