@@ -22,10 +22,13 @@ simulation records used seconds since the start); every other time is an RFC 333
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+if TYPE_CHECKING:
+    from gleaner.scheduler.monitor import SLAMonitorConfig
 
 SCHEMA_VERSION = 1
 
@@ -108,6 +111,16 @@ class SlaMonitorSettings(DashModel):
     max_sla_window_seconds: float | None = Field(
         default=None, gt=0, description="No job is judged over a longer SLA window, seconds."
     )
+
+    @classmethod
+    def of(cls, config: SLAMonitorConfig) -> SlaMonitorSettings:
+        """The settings of an SLA monitor's rule."""
+        return cls(
+            window_seconds=config.window_seconds,
+            grace_seconds=config.grace_seconds,
+            tolerance=config.tolerance,
+            max_sla_window_seconds=config.max_sla_window_seconds,
+        )
 
 
 class ClusterRecord(DashModel):

@@ -275,7 +275,7 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
 
         # The dashboard reads the cluster through the operator's own client (one pool).
         kube = SyncKubeClient.sharing(ctx.client, asyncio.get_running_loop())
-        app = build_app(health, metrics.registry, extra_routers(kube))
+        app = build_app(health, metrics.registry, extra_routers(kube, config.sla))
         server = serve_in_thread(app, config.http_host, config.http_port)
     batch_api = start_batch_api(config, ctx.client)
     try:
