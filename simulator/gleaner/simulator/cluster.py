@@ -68,7 +68,6 @@ from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.measures import (
     harvested_utilization,
     job_fraction,
-    latest_window_met,
     meets_sla,
     offline_throughput,
     sla_attainment,
@@ -113,6 +112,9 @@ class SimJob:
     decision: PlacementDecision | None = None
     """The scheduler's decision behind the latest placement (None under first-fit)."""
     history: SLAHistory | None = None
+    sla_met: bool | None = None
+    """The SLAMet the monitor last set on the current placement: the verdict of its newest
+    closed SLA window (None: none closed yet); ``latest_window_met`` of ``history``."""
     evictions: int = 0
     excluded: tuple[str, ...] = ()
     not_before: float | None = None
@@ -227,8 +229,8 @@ def dashboard_point(
     simulation's charts end where its cards are: ``idle`` holds one trailing-window
     P_compute per GPU row; a job's fraction is its observed window of the current placement,
     else its prediction; a job meets its SLA as its newest SLA window did
-    (``latest_window_met`` on the monitor's history: the dashboard's rule), else as its
-    fraction does; attainment is None without running jobs."""
+    (``SimJob.sla_met``, the monitor's SLAMet: the dashboard's rule), else as its fraction
+    does; attainment is None without running jobs."""
     held: list[float] = []
     credited: list[tuple[float, int]] = []
     met: list[bool] = []
@@ -239,8 +241,7 @@ def dashboard_point(
         assert basis is not None
         credited.append((basis, job.gpus))
         # The newest SLA window of the placement, as the monitor judged it (else the basis).
-        verdict = None if job.history is None else latest_window_met(job.history, config)
-        met.append(meets_sla(basis, job.sla, config) if verdict is None else verdict)
+        met.append(meets_sla(basis, job.sla, config) if job.sla_met is None else job.sla_met)
     harvested = harvested_utilization(held, max(1, n_gpus))
     assert harvested is not None
     return harvested, offline_throughput(credited), sla_attainment(met)
@@ -428,6 +429,7 @@ def run_policy(
                     job.predicted_raw = raw
                     # The simulated Pod starts at once: Scheduled, then Running.
                     job.phase = advance(advance(job.phase, Phase.SCHEDULED), Phase.RUNNING)
+                    job.sla_met = None
                     job.history = SLAHistory(
                         job=job.key,
                         sla=job.sla,
@@ -484,6 +486,8 @@ def run_policy(
                 job.series.append((t_end, observed))
                 tick = sla_tick(job.history, (t_end, observed), t_end, mon)
                 job.history = tick.history
+                if tick.met is not None:
+                    job.sla_met = tick.met
                 met_now.extend(tick.judged)
                 job.windows_total += len(tick.judged)
                 job.windows_met += sum(tick.judged)
