@@ -30,7 +30,6 @@ import yaml
 
 from gleaner.api import Profile
 from gleaner.api.contract import LABEL_PROFILING_RUN
-from gleaner.operator.rbac import OPERATOR_RULES
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     OperatorProcess,
@@ -91,7 +90,7 @@ def _operator(tenant: Tenant, extra: list[str]) -> Iterator[OperatorProcess]:
     ended = datetime.now(UTC) - timedelta(seconds=RUN_SECONDS + 10)
     trace = nodetrace_manifest(tenant.node("gpu"), gpus=2, offline_enabled=0.9, end=ended)
     tenant.apply_nodetrace(trace)
-    account = tenant.operator_account(OPERATOR_RULES)
+    account = tenant.operator_account()
     args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}", *extra]
     args += [f"--http-port={free_port()}", "--http-host=127.0.0.1"]
     op = OperatorProcess(account, args).start()

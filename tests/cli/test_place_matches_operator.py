@@ -20,10 +20,12 @@ import pytest
 import yaml
 
 from gleaner.cli.main import main
+from gleaner.operator.bias import feed, to_configmap
 from gleaner.operator.placement import RUNNER_UPS, QueuedJob, plan_placements
 from gleaner.operator.traces import unbindable_nodes
 from gleaner.operator.validation import ValidJob, validate_job
 from gleaner.perfmodel import FileTraceSource, NodeSummary
+from gleaner.scheduler import BiasTable
 
 PROFILE = {
     "standaloneTokensPerSecond": 1000,
@@ -164,3 +166,59 @@ def test_the_operator_writes_why_and_why_not_into_its_condition_and_events(trace
     (cond,) = [c for c in status.conditions if c.type == "Scheduled"]
     assert cond.message.startswith(status.message) and detail in cond.message
     assert status.message.startswith(f"placed on {placement.node} GPUs ")
+
+
+def test_place_with_the_operators_bias_table_places_as_the_operator_does(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gleaner place --bias`` reads the operator's ConfigMap and decides as a pass with
+    that table does: same nodes, same reasons, the learned factor shown."""
+    manifests = [_manifest(*j) for j in JOBS]
+    jobs_file = tmp_path / "jobs.yaml"
+    jobs_file.write_text(yaml.safe_dump_all(manifests))
+    nodes = _with_uuids(FileTraceSource(trace).load())
+    now = max(s.last_report_time for s in nodes.values() if s.last_report_time is not None)
+    queue = []
+    for body in manifests:
+        verdict = validate_job(body)
+        assert isinstance(verdict, ValidJob)
+        queue.append(QueuedJob(verdict.job, verdict.profile))
+
+    def plan(bias: BiasTable | None) -> Any:
+        return plan_placements(
+            queue, nodes, {}, now, unavailable=unbindable_nodes(nodes), bias=bias
+        )
+
+    # The node that takes "one" without corrections turns out to deliver 60% of it.
+    unbiased = {q.key: p for q, p in plan(None).placements}
+    slow = unbiased["default/one"]
+    table = BiasTable()
+    for _ in range(8):
+        feed(table, slow, "", 0.6 * slow.compute * slow.memory * slow.multi_gpu)
+    expected = plan(table)
+    configmap = tmp_path / "gleaner-bias.yaml"
+    configmap.write_text(yaml.safe_dump(to_configmap(table, "gleaner-system")))
+
+    rc = main(
+        ["place", "--jobs", str(jobs_file), "--trace", str(trace), "--bias", str(configmap),
+         "--risk-target", "off", "--format", "json", "--explain"]
+    )  # fmt: skip
+    assert rc == 0
+    placed = {p["job"]: p for p in json.loads(capsys.readouterr().out)["placements"]}
+    op = {q.key: p for q, p in expected.placements}
+    assert set(placed) == set(op)
+    assert op["default/one"].node != slow.node  # the table moved it
+    for key, placement in op.items():
+        assert (placed[key]["node"], placed[key]["gpus"]) == (
+            placement.node,
+            placement.gpu_indices,
+        ), key
+        assert tuple(placed[key]["reasons"]) == expected.explanations[key].reasons, key
+    factor = f"bias {table.factor(slow.node):.2f}"
+    assert any(factor in line for line in placed["default/one"]["runner_ups"])
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: ConfigMap\ndata:\n  bias.json: '{not json'\n")
+    rc = main(["place", "--jobs", str(jobs_file), "--trace", str(trace), "--bias", str(broken)])
+    assert rc == 2
+    assert capsys.readouterr().err.startswith("error: --bias:")

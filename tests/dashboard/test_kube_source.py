@@ -200,3 +200,24 @@ def test_an_evicted_jobs_throughput_history_stays(kube: KubeEmulator) -> None:
     clock[0] += 30
     after = source.data().snapshot.job("batch", "translate")
     assert after is not None and after.observed_series == before.observed_series
+
+
+def test_the_live_dashboard_judges_with_the_operators_sla_monitor(kube: KubeEmulator) -> None:
+    """The operator mounts the dashboard with its own SLA monitor settings, and the record
+    (hence every SLA-window verdict) carries them."""
+    from gleaner.dashboard import routers
+    from gleaner.dashboard.build import record_monitor
+    from gleaner.dashboard.model import SlaMonitorSettings
+    from gleaner.scheduler.monitor import SLAMonitorConfig
+
+    seed(kube)
+    config = SLAMonitorConfig(window_seconds=1.0, grace_seconds=0.0, max_sla_window_seconds=1.0)
+    source = KubeSource(kube.client(), sla_monitor=SlaMonitorSettings.of(config))
+    judged = record_monitor(source.record())
+    assert (judged.window_seconds, judged.grace_seconds, judged.max_sla_window_seconds) == (
+        1.0,
+        0.0,
+        1.0,
+    )
+    assert record_monitor(KubeSource(kube.client()).record()).grace_seconds == 300.0
+    assert len(routers(client=kube.client(), sla_monitor=config)) == 1

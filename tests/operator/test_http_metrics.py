@@ -12,8 +12,10 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gleaner.api import Observed, OfflineJobStatus, Phase, Placement
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
 from gleaner.operator.http import Health, build_app
 from gleaner.operator.metrics import OperatorMetrics, cluster_measures, job_gauges
+from gleaner.operator.slahistory import dump_history, history_for
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
 
@@ -153,3 +155,29 @@ def test_cluster_gauges() -> None:
     assert get("gleaner_operator_offline_throughput") == 3.5
     metrics.set_cluster(None, 0.0)
     assert math.isnan(get("gleaner_operator_sla_attainment") or 0.0)
+
+
+def test_cluster_measures_judge_the_newest_sla_window_as_the_monitor_did() -> None:
+    """A short dip in the newest sample of a job whose 30-minute SLA window met is no miss
+    (the SLA monitor's SLAMet), and a job whose closed window missed is one although its
+    newest sample looks fine."""
+    config = SLAMonitorConfig(window_seconds=60.0, grace_seconds=0.0)
+
+    def windowed(samples: list[float]) -> tuple[dict[str, Any], OfflineJobStatus]:
+        body, status = _placed(0.5, Phase.RUNNING, samples[-1], 0.8, 1)
+        assert status.placement is not None
+        placed_at = status.placement.decided_at.timestamp()
+        history = history_for("a/j", 0.5, status.placement, None, 1800.0, config)
+        for i, fraction in enumerate(samples):
+            history = history.observe(placed_at + 60.0 * (i + 1), fraction)
+        body["spec"]["slaWindow"] = "30m"
+        body["metadata"]["annotations"] = {ANNOTATION_SLA_WINDOWS: dump_history(history)}
+        return body, status
+
+    dip = windowed([0.7] * 30 + [0.1])
+    slow = windowed([0.3] * 30 + [0.9])
+    assert cluster_measures({("a", "dip"): dip}, config)[0] == 1.0
+    assert cluster_measures({("a", "slow"): slow}, config)[0] == 0.0
+    # Without the stored windows, the newest sample decides (the rule before a window closes).
+    dip[0]["metadata"]["annotations"] = {}
+    assert cluster_measures({("a", "dip"): dip}, config)[0] == 0.0

@@ -102,3 +102,16 @@ def run_command(command: click.Command, argv: list[str] | None, prog_name: str) 
         click.echo("Aborted.", err=True)
         return 1
     return rc if isinstance(rc, int) else 0
+
+
+def parse_risk_target(text: str) -> float | None:
+    """``--risk-target``: a probability in (0, 1), or ``off`` (None: the mean rule)."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        fail(f"--risk-target: expected a probability or 'off', got {text!r}")
+    if not 0 < value < 1:
+        fail("--risk-target must be between 0 and 1 (exclusive), or 'off'")
+    return value

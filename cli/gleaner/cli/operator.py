@@ -16,7 +16,8 @@ import click
 
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
 from gleaner.api.units import parse_duration
-from gleaner.cli.common import fail
+from gleaner.cli.common import fail, parse_risk_target
+from gleaner.operator.config import DEFAULT_RISK_TARGET, DEFAULT_STATE_NAMESPACE
 
 if TYPE_CHECKING:
     from gleaner.operator.config import ProfilingPool
@@ -224,6 +225,27 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     hidden=True,
     help="Fault injection for tests.",
 )
+@click.option(
+    "--state-namespace",
+    default=DEFAULT_STATE_NAMESPACE,
+    envvar="POD_NAMESPACE",
+    show_default=True,
+    help="Namespace of the operator's own state (the ConfigMap gleaner-bias); "
+    "the operator's own namespace when it runs in a Pod.",
+)
+@click.option(
+    "--bias-persist-interval",
+    default="60s",
+    show_default=True,
+    help="Least time between two writes of the learned prediction correction.",
+)
+@click.option(
+    "--risk-target",
+    default=str(DEFAULT_RISK_TARGET),
+    show_default=True,
+    help="Admit a job only where a window is predicted to meet its SLA with at least this "
+    "probability (0 < p < 1); 'off': where the mean prediction meets it.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def command(
     namespaces: tuple[str, ...],
@@ -256,6 +278,9 @@ def command(
     profiling_node_selector: tuple[str, ...],
     profiling_tolerations: str,
     bind_delay: str,
+    state_namespace: str,
+    bias_persist_interval: str,
+    risk_target: str,
     verbose: bool,
 ) -> None:
     """Run the Gleaner operator: bind OfflineJobs, watch SLAs, evict, reschedule."""
@@ -322,6 +347,9 @@ def command(
     requeue = _seconds(requeue_interval, "--requeue-interval")
     if requeue <= 0:
         fail("--requeue-interval must be positive")
+    risk = parse_risk_target(risk_target)
+    if not state_namespace:
+        fail("--state-namespace must not be empty")
     config = OperatorConfig(
         namespaces=tuple(namespaces),
         http_port=http_port,
@@ -348,6 +376,9 @@ def command(
         watch_timeout=_seconds(watch_timeout, "--watch-timeout"),
         bind_delay=_seconds(bind_delay, "--bind-delay"),
         profiling_pool=_profiling_pool(profiling_node_selector, profiling_tolerations),
+        state_namespace=state_namespace,
+        bias_persist_interval=_seconds(bias_persist_interval, "--bias-persist-interval"),
+        risk_target=risk,
     )
     from gleaner.operator.main import run
 

@@ -21,6 +21,10 @@ scheduler's explanation: the table's ``why`` column is its SLA line, and ``--exp
 adds ``reasons`` (every rule's verdict on the chosen set) and ``runner_ups`` (``node: why
 not``, every other node, the closest first: ``explain_runner_ups``, the call the operator's
 ``NotChosen`` Event comes from) to each placement in JSON.
+``--bias FILE`` applies the corrections the operator learned (its ConfigMap ``gleaner-bias``
+as ``kubectl get -o yaml`` prints it, or that ConfigMap's ``bias.json``), judged with
+``--risk-target`` as the operator judges them, so the placements, reasons and bias factors
+are the operator's; without it every bias is 1.
 Node labels and GPU products come from ``--nodes FILE`` or the trace's ``gpu_product``
 column; an unschedulable job whose gpuSelector was judged without them gets a plain
 ``note:`` line on stderr (as ``gleaner predict`` does).
@@ -34,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.cli.common import echo_json, echo_table, fail, format_option, parse_risk_target
 from gleaner.cli.inputs import (
     load_nodes,
+    load_yaml,
     profile_from_configmap,
     selector_notes,
     spinner,
@@ -44,11 +49,12 @@ from gleaner.cli.inputs import (
     validation_message,
     yaml_error,
 )
+from gleaner.operator.config import DEFAULT_RISK_TARGET
 
 if TYPE_CHECKING:
     from gleaner.api import OfflineJob, Profile
     from gleaner.perfmodel import NodeSummary
-    from gleaner.scheduler import JobRequest, SchedulingSnapshot
+    from gleaner.scheduler import BiasTable, JobRequest, SchedulingSnapshot
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STALE_AFTER_SECONDS = 600.0
@@ -143,6 +149,7 @@ def snapshot_of(
     requests: list[JobRequest],
     nodes: dict[str, NodeSummary],
     stale_after_seconds: float = STALE_AFTER_SECONDS,
+    bias: BiasTable | None = None,
 ) -> SchedulingSnapshot:
     """The snapshot the operator would schedule ``requests`` on, from summaries alone.
 
@@ -150,7 +157,7 @@ def snapshot_of(
     clock); GPUs the summaries report held are occupied unless by a job of the queue (a
     queued job holds nothing, as in the operator).
     """
-    from gleaner.scheduler import SchedulingSnapshot, occupied_from_summaries
+    from gleaner.scheduler import BiasTable, SchedulingSnapshot, occupied_from_summaries
 
     queued = {r.key for r in requests}
     occupied = {
@@ -164,7 +171,25 @@ def snapshot_of(
         now=max(reports) if reports else None,
         occupied={n: h for n, h in occupied.items() if h},
         stale_after_seconds=stale_after_seconds,
+        bias=bias if bias is not None else BiasTable(),
     )
+
+
+def load_bias(path: Path, risk_target: float | None) -> BiasTable:
+    """The operator's learned corrections from ``path`` (its ConfigMap, or its bias.json)."""
+    from gleaner.operator.bias import from_configmap
+    from gleaner.scheduler import BiasConfig, BiasTable
+
+    config = BiasConfig(risk_target=risk_target)
+    (doc,) = load_yaml(path, "bias table")[:1] or [None]
+    if not isinstance(doc, dict):
+        fail(f"--bias: {path} holds no bias table")
+    try:
+        if doc.get("kind") == "ConfigMap":
+            return from_configmap(doc, config)
+        return BiasTable.from_json(doc, config)
+    except ValueError as exc:
+        fail(f"--bias: {path}: {exc}")
 
 
 @click.command(name="place")
@@ -187,6 +212,19 @@ def snapshot_of(
     is_flag=True,
     help="JSON: list each placement's reasons (every rule's verdict on the chosen set).",
 )
+@click.option(
+    "--bias",
+    "bias_path",
+    type=click.Path(path_type=Path),
+    help="The operator's learned prediction corrections: kubectl get configmap gleaner-bias "
+    "-n NAMESPACE -o yaml > FILE.",
+)
+@click.option(
+    "--risk-target",
+    default=str(DEFAULT_RISK_TARGET),
+    show_default=True,
+    help="With --bias: the operator's --risk-target ('off': the mean rule).",
+)
 @trace_options
 @format_option("table", "json")
 def command(
@@ -194,6 +232,8 @@ def command(
     more_paths: tuple[Path, ...],
     recursive: bool,
     explain: bool,
+    bias_path: Path | None,
+    risk_target: str,
     trace_path: Path | None,
     nodes_path: Path | None,
     prometheus_url: str | None,
@@ -232,7 +272,8 @@ def command(
             continue
         requests.append(JobRequest.from_offlinejob(job, JobProfile.from_api(profile), order))
     config = SchedulerConfig(model=ModelConfig(min_pair_overlap=min_pair_overlap))
-    snapshot = snapshot_of(requests, nodes)
+    bias = None if bias_path is None else load_bias(bias_path, parse_risk_target(risk_target))
+    snapshot = snapshot_of(requests, nodes, bias=bias)
     with spinner(f"placing {len(requests)} jobs on {len(nodes)} nodes"):
         result = decide(snapshot, config)
     unschedulable = [*result.unschedulable, *missing]

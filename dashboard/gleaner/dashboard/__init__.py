@@ -28,12 +28,20 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from gleaner.clients.kube import SyncKubeClient
+    from gleaner.scheduler.monitor import SLAMonitorConfig
 
 
-def routers(namespace: str | None = None, client: SyncKubeClient | None = None) -> list[APIRouter]:
+def routers(
+    namespace: str | None = None,
+    client: SyncKubeClient | None = None,
+    sla_monitor: SLAMonitorConfig | None = None,
+) -> list[APIRouter]:
     """The dashboard's router over the live cluster, for the operator's HTTP server (through
-    ``client``, the operator's own; without one, a client of its own on first use)."""
+    ``client``, the operator's own; without one, a client of its own on first use), judging
+    SLA windows with ``sla_monitor`` (the operator's SLA monitor; None: its defaults)."""
     from gleaner.dashboard.app import create_router
+    from gleaner.dashboard.model import SlaMonitorSettings
     from gleaner.dashboard.sources import KubeSource
 
-    return [create_router(KubeSource(client, namespace=namespace))]
+    settings = None if sla_monitor is None else SlaMonitorSettings.of(sla_monitor)
+    return [create_router(KubeSource(client, namespace=namespace, sla_monitor=settings))]

@@ -21,8 +21,11 @@ Definitions (docs/dashboard.md repeats them; the measures are computed by
   NodeTrace's ``perGPU[].offlineJob`` does);
 - a fraction *meets* an SLA when the SLA monitor would not count it as a miss:
   fraction ≥ SLA × (1 − tolerance), the operator's ``SLAMet`` rule;
-- *SLA attainment* is the share of running jobs whose observed (else predicted) fraction
-  meets their SLA; a running job's observed fraction is a window of its current placement;
+- *SLA attainment* is the fraction of job-windows met: at one instant, one verdict per
+  running job, that of its newest SLA window on its current placement, judged over its
+  ``spec.slaWindow`` exactly as the SLA monitor judges it
+  (``gleaner.scheduler.measures.placement_met``); until its first SLA window closes, its
+  newest observed sample (else its prediction);
 - *runner-ups* of a job: for every other node, the scheduler's explanation
   (``gleaner.scheduler.explain_nodes``: its filters in their wording, the set it would
   choose there, else its most promising one, the bias applied), ranked feasible first,
@@ -36,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -365,8 +368,26 @@ def batch_view(job: OfflineJob, now: datetime) -> BatchView | None:
     )
 
 
+def record_monitor(record: ClusterRecord) -> SLAMonitorConfig:
+    """The SLA monitor's rule the record's jobs were judged with (its defaults if unsaid)."""
+    given = record.sla_monitor
+    if given is None:
+        return DEFAULT_MONITOR
+    return replace(
+        DEFAULT_MONITOR,
+        window_seconds=given.window_seconds,
+        grace_seconds=given.grace_seconds,
+        tolerance=given.tolerance,
+        max_sla_window_seconds=given.max_sla_window_seconds,
+    )
+
+
 def _job_view(
-    job: _Job, series: list[Point], reports: Mapping[str, list[EvictionView]], now: datetime
+    job: _Job,
+    series: list[Point],
+    reports: Mapping[str, list[EvictionView]],
+    now: datetime,
+    monitor: SLAMonitorConfig = DEFAULT_MONITOR,
 ) -> JobView:
     meta, spec, status = job.obj.metadata, job.obj.spec, job.obj.status
     namespace = meta.namespace or "default"
@@ -391,18 +412,28 @@ def _job_view(
     if observed is None and recent and (placed or finished):
         observed = series[-1].v  # a window of the current (or last) placement only
     meets: bool | None = None
-    if placed:
+    if placed and placement is not None and since is not None:
+        # The newest SLA window over the job's spec.slaWindow, as the SLA monitor judges it.
+        meets = measures.placement_met(
+            ((p.t, p.v) for p in series),
+            spec.throughput_sla,
+            since,
+            spec.sla_window_seconds,
+            monitor,
+        )
+    if placed and meets is None:
+        # No SLA window closed yet: the newest sample, else the prediction.
         basis = measures.job_fraction(
             observed, predicted.throughput_fraction if predicted is not None else None
         )
-        meets = None if basis is None else meets_sla(basis, spec.throughput_sla)
+        meets = None if basis is None else meets_sla(basis, spec.throughput_sla, monitor)
     elif finished:
         # A finished job is judged on what it got over its last placement (the mean of its
         # windows there; else the last one), so a Succeeded job far below its SLA shows as a
         # miss, and one slow last window does not (a prediction proves nothing now).
         stay = [p.v for p in series if since is None or p.t > since]
         got = sum(stay) / len(stay) if stay else observed
-        meets = None if got is None else meets_sla(got, spec.throughput_sla)
+        meets = None if got is None else meets_sla(got, spec.throughput_sla, monitor)
     job_reports = reports.get(job.key, [])
     evictions: list[JobEviction] = []
     for rec in status.evictions:
@@ -864,13 +895,15 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
     for ev in evictions:
         by_job.setdefault(ev.job, []).append(ev)
 
+    monitor = record_monitor(record)
     jobs: list[JobView] = []
     jobs_in = _jobs(record, warnings, invalid=jobs)
     for job in jobs_in:
         series = record.job_series.get(job.key) or parse_sla_windows(
             job.obj.metadata.annotations.get(ANNOTATION_SLA_WINDOWS)
         )
-        jobs.append(_job_view(job, sorted(series, key=lambda p: p.t), by_job, record.generated_at))
+        points = sorted(series, key=lambda p: p.t)
+        jobs.append(_job_view(job, points, by_job, record.generated_at, monitor))
     jobs.sort(key=lambda j: j.key)
 
     nodes = [with_placements(n, jobs) for n in nodes]

@@ -22,10 +22,13 @@ simulation records used seconds since the start); every other time is an RFC 333
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+if TYPE_CHECKING:
+    from gleaner.scheduler.monitor import SLAMonitorConfig
 
 SCHEMA_VERSION = 1
 
@@ -97,6 +100,29 @@ class RecordedReport(DashModel):
     report: dict[str, Any] = Field(description="The scheduler's EvictionReport.to_json().")
 
 
+class SlaMonitorSettings(DashModel):
+    """How the SLA monitor that produced the record judged windows (its flags)."""
+
+    window_seconds: float = Field(gt=0, description="One observed sample's length, seconds.")
+    grace_seconds: float = Field(
+        ge=0, description="Samples this soon after a placement are not judged."
+    )
+    tolerance: float = Field(ge=0, description="A window meets an SLA at SLA x (1 - tolerance).")
+    max_sla_window_seconds: float | None = Field(
+        default=None, gt=0, description="No job is judged over a longer SLA window, seconds."
+    )
+
+    @classmethod
+    def of(cls, config: SLAMonitorConfig) -> SlaMonitorSettings:
+        """The settings of an SLA monitor's rule."""
+        return cls(
+            window_seconds=config.window_seconds,
+            grace_seconds=config.grace_seconds,
+            tolerance=config.tolerance,
+            max_sla_window_seconds=config.max_sla_window_seconds,
+        )
+
+
 class ClusterRecord(DashModel):
     """The dashboard's input (see the module docstring)."""
 
@@ -127,6 +153,10 @@ class ClusterRecord(DashModel):
     )
     series: ClusterSeries = Field(
         default_factory=ClusterSeries, description="The cluster's time series."
+    )
+    sla_monitor: SlaMonitorSettings | None = Field(
+        default=None,
+        description="The SLA monitor's settings the jobs were judged with (absent: its defaults).",
     )
 
 

@@ -57,6 +57,7 @@ from gleaner.dashboard.model import (
     ClusterSnapshot,
     Point,
     RecordedReport,
+    SlaMonitorSettings,
 )
 
 
@@ -151,6 +152,7 @@ class KubeSource:
         max_points: int = 2880,
         title: str = "",
         clock: Callable[[], float] = time.time,
+        sla_monitor: SlaMonitorSettings | None = None,
     ) -> None:
         self._client_or_factory = client if client is not None else _load_client
         self._client: SyncKubeClient | None = None
@@ -159,6 +161,8 @@ class KubeSource:
         self.max_points = max_points
         self.title = title
         self.clock = clock
+        self.sla_monitor = sla_monitor
+        """The operator's SLA monitor settings (None: its defaults): windows are judged so."""
         self._lock = threading.Lock()
         self._data: DashboardData | None = None
         self._fetched_at = float("-inf")
@@ -232,6 +236,7 @@ class KubeSource:
             offline_jobs=job_items,
             profiles=profiles,
             eviction_reports=reports,
+            sla_monitor=self.sla_monitor,
         )
 
     def data(self) -> DashboardData:

@@ -14,10 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gleaner.scheduler.bias import BiasConfig
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
 PEERING_NAME = "gleaner"
 """The kopf peering object shared by all replicas (one active operator at a time)."""
+
+DEFAULT_STATE_NAMESPACE = "gleaner-system"
+"""Where the operator keeps its own state (the bias table) when not told otherwise."""
+
+DEFAULT_RISK_TARGET = 0.9
+"""The probability a window must meet the SLA with under risk-aware admission; the same as
+the simulator's default (``ClusterScenario.risk_target``; a test holds them equal)."""
 
 MAX_PEERING_PRIORITY = 2**31 - 1
 """Largest peering priority (kopf stores it as a JSON integer; kept within int32)."""
@@ -110,6 +118,20 @@ class OperatorConfig:
     profiling_pool: ProfilingPool | None = None
     """Where profile on submit runs its profiling Pods; None: on shared GPUs, as any
     harvested job (their runs are then counted per offline GPU-second)."""
+    state_namespace: str = DEFAULT_STATE_NAMESPACE
+    """Namespace of the operator's own state: the ConfigMap ``gleaner-bias`` (the learned
+    observed/predicted ratios; the chart passes the release namespace)."""
+    bias_persist_interval: float = 60.0
+    """Seconds at least between two writes of the bias table (it is written only when it
+    changed)."""
+    risk_target: float | None = DEFAULT_RISK_TARGET
+    """Risk-aware admission: the probability a window must meet the SLA with, judged from
+    the spread of past windows around their prediction; None: the mean rule."""
+
+    @property
+    def bias(self) -> BiasConfig:
+        """How the operator's bias table learns and corrects."""
+        return BiasConfig(risk_target=self.risk_target)
 
     @property
     def clusterwide(self) -> bool:

@@ -20,6 +20,10 @@ so a restarted operator converges from what it finds. What it does hold:
   reports the current ones once more).
 - ``traces``: the NodeTraces as the NodeTrace watch delivered them
   (``gleaner.operator.tracecache``), read by the SLA monitor instead of a GET per tick.
+- ``bias``: the learned observed/predicted ratios (``gleaner.scheduler.bias``), fed by the
+  SLA monitor and read by every scheduling pass; a copy of the ConfigMap ``gleaner-bias``
+  (loaded at start and when a standby replica becomes active, written back by
+  ``bias_clock``'s rule: ``gleaner.operator.handlers.bias``).
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ from dataclasses import dataclass, field
 
 from gleaner.clients.kube import KubeClient
 from gleaner.clients.prometheus import PrometheusClient
+from gleaner.operator.bias import PersistClock
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
 from gleaner.operator.tracecache import TraceCache
+from gleaner.scheduler.bias import BiasTable
 
 logger = logging.getLogger("gleaner.operator")
 
@@ -55,6 +61,14 @@ class OperatorContext:
     traces: TraceCache = field(default_factory=TraceCache)
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
+    bias: BiasTable = field(default_factory=BiasTable)
+    bias_clock: PersistClock = field(default_factory=lambda: PersistClock(60.0))
+    bias_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while the table is loaded or written (a load must not race a write)."""
+
+    def __post_init__(self) -> None:
+        self.bias = BiasTable(self.config.bias)
+        self.bias_clock = PersistClock(self.config.bias_persist_interval)
 
     def job_lock(self, namespace: str, name: str) -> asyncio.Lock:
         key = f"{namespace}/{name}"

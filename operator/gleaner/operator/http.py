@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 if TYPE_CHECKING:
     from gleaner.clients.kube import SyncKubeClient
+    from gleaner.scheduler.monitor import SLAMonitorConfig
 
 
 @dataclass
@@ -110,10 +111,13 @@ def register_router(router: APIRouter) -> None:
     _ROUTERS.append(router)
 
 
-def extra_routers(kube: SyncKubeClient | None = None) -> list[APIRouter]:
+def extra_routers(
+    kube: SyncKubeClient | None = None, sla_monitor: SLAMonitorConfig | None = None
+) -> list[APIRouter]:
     """Routers registered with ``register_router``, plus the dashboard's when it provides
-    ``gleaner.dashboard.routers(client=kube) -> list[APIRouter]`` (its pages at ``/`` and
-    ``/api``, reading the cluster through ``kube``, the operator's own client)."""
+    ``gleaner.dashboard.routers(client=kube, sla_monitor=...) -> list[APIRouter]`` (its
+    pages at ``/`` and ``/api``, reading the cluster through ``kube``, the operator's own
+    client, and judging SLA windows with the operator's SLA monitor settings)."""
     import importlib
 
     routers = list(_ROUTERS)
@@ -123,5 +127,5 @@ def extra_routers(kube: SyncKubeClient | None = None) -> list[APIRouter]:
         return routers
     factory = getattr(dashboard, "routers", None)
     if callable(factory):
-        routers.extend(factory(client=kube))
+        routers.extend(factory(client=kube, sla_monitor=sla_monitor))
     return routers

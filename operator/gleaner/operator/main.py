@@ -10,11 +10,13 @@ on every replica; with ``--batch-api-port`` the Batch API (``gleaner.operator.ba
 too. What is registered:
 
 ==========================================  ==============================================
-``@on.startup``                             settings (below), scheduling loop (which also
+``@on.startup``                             settings (below), the bias table (loaded from
+                                            its ConfigMap), scheduling loop (which also
                                             wakes itself when a job's backoff passes),
                                             readiness
 ``@on.login``                               in-cluster service account, else KUBECONFIG
-``@on.cleanup``                             stop the loop, close the API client
+``@on.cleanup``                             stop the loop, write the bias table if it
+                                            changed, close the API client
 ``@on.create/resume/update(spec)`` jobs     ``handlers.validate``: validate, queue / Invalid
 ``@on.delete`` jobs (finalizer)             ``handlers.delete``: delete the job's Pods
 ``@timer`` Running jobs, every SLA window   ``handlers.sla``: observe, keep / evict
@@ -51,6 +53,7 @@ from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.batch import PROGRESS_INTERVAL, is_batch_job, track_batch
+from gleaner.operator.handlers.bias import flush_bias, load_bias
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
@@ -128,6 +131,7 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         ctx: OperatorContext = memo.ctx
         if config.peering:
             logger.info("peering %r with priority %d", config.peering, config.peering_priority)
+        await load_bias(ctx)
         ctx.loop_task = asyncio.create_task(scheduling_loop(ctx), name="gleaner-scheduling")
         ctx.health.started = True
 
@@ -144,6 +148,7 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
             ctx.loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ctx.loop_task
+        await flush_bias(ctx, final=True)
         await ctx.client.close()
 
     # Handlers return None: kopf would store a returned value in the status, which the
@@ -281,7 +286,7 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
 
         # The dashboard reads the cluster through the operator's own client (one pool).
         kube = SyncKubeClient.sharing(ctx.client, asyncio.get_running_loop())
-        app = build_app(health, metrics.registry, extra_routers(kube))
+        app = build_app(health, metrics.registry, extra_routers(kube, config.sla))
         server = serve_in_thread(app, config.http_host, config.http_port)
     batch_api = start_batch_api(config, ctx.client)
     try:

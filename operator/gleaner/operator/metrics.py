@@ -29,7 +29,10 @@ contract: ``gleaner_operator_`` prefix) and nothing in the global default regist
 The two cluster gauges are the dashboard's headline numbers, computed by the shared
 definitions (``gleaner.scheduler.measures``, docs/dashboard.md) from the jobs' status by
 ``cluster_measures`` (pure): each bound job is credited with its observed fraction, else
-its predicted one, and meets its SLA by the SLA monitor's rule.
+its predicted one, and counts as meeting its SLA when its newest SLA window (over its
+``spec.slaWindow``, from the samples the SLA monitor keeps in the job) met it, exactly as
+the monitor judged it (``gleaner.scheduler.measures.latest_window_met``); before its first
+SLA window closes, when the fraction credited meets it.
 
 The per-job series exist only while the job does (and, for the observed fraction, only
 while it is bound and observed): ``sync_jobs`` replaces the whole set from a full list of
@@ -55,6 +58,8 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
 from gleaner.api import BatchProgress, OfflineJobStatus, Phase
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
+from gleaner.operator.slahistory import history_for, spec_sla_window_seconds
 from gleaner.scheduler import measures
 from gleaner.scheduler.lifecycle import BOUND_PHASES
 from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -105,7 +110,19 @@ def cluster_measures(
             continue
         fraction = measures.job_fraction(observed.get(key), placement.throughput_fraction)
         assert fraction is not None  # the prediction is always there
-        met.append(measures.meets_sla(fraction, sla[key], config))
+        # The newest SLA window of the placement over the job's slaWindow, as the SLA
+        # monitor judged it (its SLAMet); before one closed, the fraction credited.
+        body = jobs[key][0]
+        history = history_for(
+            "/".join(key),
+            sla[key],
+            placement,
+            ((body.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
+            spec_sla_window_seconds(body.get("spec") or {}),
+            config,
+        )
+        verdict = measures.latest_window_met(history, config)
+        met.append(measures.meets_sla(fraction, sla[key], config) if verdict is None else verdict)
         credited.append((fraction, len(placement.gpu_indices)))
     return measures.sla_attainment(met), measures.offline_throughput(credited)
 

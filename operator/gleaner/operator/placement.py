@@ -21,6 +21,7 @@ from datetime import datetime
 from gleaner.api import OfflineJob, Placement, Profile
 from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.scheduler import (
+    BiasTable,
     JobRequest,
     NodeExplanation,
     SchedulerConfig,
@@ -68,13 +69,15 @@ def plan_placements(
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
     unavailable: Mapping[str, str] | None = None,
     uninstrumented: Mapping[str, Mapping[int, str]] | None = None,
+    bias: BiasTable | None = None,
 ) -> PlacementPlan:
     """One scheduling decision for the whole queue (see the module docstring).
 
     ``node_labels`` are the Kubernetes Node labels (for ``gpuSelector.nodeSelector``);
     ``unavailable`` names nodes that must not receive Pods (cordoned, not ready) with a
     class-level reason, on top of the nodes whose trace is stale; ``uninstrumented`` the
-    GPUs whose agent reports a process no shim accounts for (nothing is placed there).
+    GPUs whose agent reports a process no shim accounts for (nothing is placed there);
+    ``bias`` the learned observed/predicted ratios every prediction is corrected by.
     """
     plan = PlacementPlan()
     if not queue:
@@ -89,6 +92,7 @@ def plan_placements(
         unavailable=unavailable or {},
         stale_after_seconds=stale_after_seconds,
         uninstrumented=uninstrumented or {},
+        bias=bias if bias is not None else BiasTable(),
     )
     cfg = config or SchedulerConfig()
     result = decide(snapshot, cfg)

@@ -13,10 +13,13 @@ the old one would have.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
-from gleaner.api import Placement
+from gleaner.api import DEFAULT_SLA_WINDOW, Placement
 from gleaner.api.contract import SlaWindows
+from gleaner.api.units import parse_duration
 from gleaner.scheduler.lifecycle import has_window as has_window  # re-exported
 from gleaner.scheduler.monitor import (
     SLAHistory,
@@ -27,6 +30,15 @@ from gleaner.scheduler.monitor import (
 )
 
 MAX_WINDOWS = 16
+
+
+def spec_sla_window_seconds(spec: Mapping[str, Any]) -> float:
+    """The job's ``spec.slaWindow`` in seconds (the default when absent or unreadable: the
+    CRD validates it, so only an object written around the schema lands here)."""
+    try:
+        return parse_duration(str(spec.get("slaWindow") or DEFAULT_SLA_WINDOW))
+    except ValueError:
+        return parse_duration(DEFAULT_SLA_WINDOW)
 
 
 def history_for(

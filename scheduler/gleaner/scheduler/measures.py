@@ -6,6 +6,9 @@ dashboard's cards and charts, the operator's ``/metrics`` and the simulator's re
 compute these numbers by calling them, never by re-deriving them:
 
 - :func:`meets_sla`: one window of one job meets its SLA (the SLA monitor's rule);
+- :func:`latest_window_met` / :func:`placement_met`: the verdict of a placed job's newest
+  SLA window, judged over its ``spec.slaWindow`` exactly as the SLA monitor judges it (the
+  operator's ``SLAMet``);
 - :func:`sla_attainment`: the fraction of job-windows that met their SLA;
 - :func:`job_fraction`: the throughput fraction a placed job is credited with;
 - :func:`offline_throughput`: standalone-GPU equivalents of the offline work (GPUs saved);
@@ -19,13 +22,61 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gleaner.scheduler.monitor import SLAMonitorConfig, window_missed
+from gleaner.scheduler.monitor import (
+    SLAHistory,
+    SLAMonitorConfig,
+    WindowObservation,
+    aggregates,
+    effective_sla_window,
+    sla_windows,
+    window_missed,
+)
 
 
 def meets_sla(fraction: float, sla: float, config: SLAMonitorConfig) -> bool:
     """A throughput fraction *meets* an SLA when the SLA monitor would not count it as a miss:
     ``fraction >= sla * (1 - tolerance)`` (the operator's ``SLAMet`` condition)."""
     return not window_missed(fraction, sla, config)
+
+
+def latest_window_met(history: SLAHistory, config: SLAMonitorConfig) -> bool | None:
+    """The verdict of ``history``'s newest SLA window as the SLA monitor's tick gave it (the
+    operator's ``SLAMet``): its newest closed SLA window (``sla_windows``, the mean of its
+    samples) when samples aggregate into longer SLA windows, else its newest sample (grace
+    samples included, as the tick judges them). None: no SLA window has closed yet."""
+    if aggregates(history, config):
+        closed = sla_windows(history, config)
+        last = closed[-1] if closed else None
+    else:
+        last = history.windows[-1] if history.windows else None
+    return None if last is None else meets_sla(last.throughput_fraction, history.sla, config)
+
+
+def placement_met(
+    samples: Iterable[tuple[float, float]],
+    sla: float,
+    placed_at: float,
+    sla_window_seconds: float | None,
+    config: SLAMonitorConfig,
+) -> bool | None:
+    """:func:`latest_window_met` of one placement's observed samples ((end, fraction), epoch
+    seconds; those ending before ``placed_at`` are another placement's and are ignored),
+    judged over the job's ``spec.slaWindow`` capped as the monitor caps it."""
+    windows = sorted(
+        (WindowObservation(end, fraction) for end, fraction in samples if end > placed_at),
+        key=lambda w: w.end,
+    )
+    history = SLAHistory(
+        job="",
+        sla=sla,
+        node="",
+        gpus=(),
+        placed_at=placed_at,
+        windows=tuple(windows),
+        max_windows=max(1, len(windows)),
+        sla_window_seconds=effective_sla_window(sla_window_seconds, config),
+    )
+    return latest_window_met(history, config)
 
 
 def sla_attainment(met: Iterable[bool]) -> float | None:
@@ -66,7 +117,9 @@ def harvested_utilization(held_idle: Iterable[float], gpus: int) -> float | None
 __all__ = [
     "harvested_utilization",
     "job_fraction",
+    "latest_window_met",
     "meets_sla",
     "offline_throughput",
+    "placement_met",
     "sla_attainment",
 ]

@@ -112,6 +112,9 @@ class SimJob:
     decision: PlacementDecision | None = None
     """The scheduler's decision behind the latest placement (None under first-fit)."""
     history: SLAHistory | None = None
+    sla_met: bool | None = None
+    """The SLAMet the monitor last set on the current placement: the verdict of its newest
+    closed SLA window (None: none closed yet); ``latest_window_met`` of ``history``."""
     evictions: int = 0
     excluded: tuple[str, ...] = ()
     not_before: float | None = None
@@ -225,7 +228,9 @@ def dashboard_point(
     the shared definitions (``gleaner.scheduler.measures``, docs/dashboard.md), so a
     simulation's charts end where its cards are: ``idle`` holds one trailing-window
     P_compute per GPU row; a job's fraction is its observed window of the current placement,
-    else its prediction; attainment is None without running jobs."""
+    else its prediction; a job meets its SLA as its newest SLA window did
+    (``SimJob.sla_met``, the monitor's SLAMet: the dashboard's rule), else as its fraction
+    does; attainment is None without running jobs."""
     held: list[float] = []
     credited: list[tuple[float, int]] = []
     met: list[bool] = []
@@ -235,7 +240,8 @@ def dashboard_point(
         basis = job_fraction(current_observed(job), predicted)
         assert basis is not None
         credited.append((basis, job.gpus))
-        met.append(meets_sla(basis, job.sla, config))
+        # The newest SLA window of the placement, as the monitor judged it (else the basis).
+        met.append(meets_sla(basis, job.sla, config) if job.sla_met is None else job.sla_met)
     harvested = harvested_utilization(held, max(1, n_gpus))
     assert harvested is not None
     return harvested, offline_throughput(credited), sla_attainment(met)
@@ -335,15 +341,7 @@ def run_policy(
     refresh = max(1, round(cfg.summary_refresh_s / step))
     sched_every = max(1, round(cfg.schedule_interval_s / step))
     mon_every = max(1, round(cfg.monitor.window_s / step))
-    mon = SLAMonitorConfig(
-        window_seconds=cfg.monitor.window_s,
-        history_windows=cfg.monitor.history_windows,
-        violation_windows=cfg.monitor.violation_windows,
-        grace_seconds=cfg.monitor.grace_s,
-        tolerance=cfg.monitor.tolerance,
-        backoff_base_seconds=cfg.monitor.backoff_base_s,
-        backoff_max_seconds=cfg.monitor.backoff_max_s,
-    )
+    mon = cfg.monitor.sla_monitor()
     risk = None if policy in ("paper", "no-risk") else cfg.risk_target
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
     bias = BiasTable(BiasConfig(risk_target=risk))
@@ -431,6 +429,7 @@ def run_policy(
                     job.predicted_raw = raw
                     # The simulated Pod starts at once: Scheduled, then Running.
                     job.phase = advance(advance(job.phase, Phase.SCHEDULED), Phase.RUNNING)
+                    job.sla_met = None
                     job.history = SLAHistory(
                         job=job.key,
                         sla=job.sla,
@@ -487,6 +486,8 @@ def run_policy(
                 job.series.append((t_end, observed))
                 tick = sla_tick(job.history, (t_end, observed), t_end, mon)
                 job.history = tick.history
+                if tick.met is not None:
+                    job.sla_met = tick.met
                 met_now.extend(tick.judged)
                 job.windows_total += len(tick.judged)
                 job.windows_met += sum(tick.judged)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
+from gleaner.scheduler.monitor import SLAMonitorConfig
 
 PolicyName = Literal[
     "no-harvest", "gleaner", "first-fit", "no-multi-filter", "paper", "no-diurnal", "no-risk"
@@ -85,6 +86,18 @@ class MonitorConfig(BaseModel):
     tolerance: float = Field(default=0.02, ge=0)
     backoff_base_s: float = Field(default=300.0, ge=0)
     backoff_max_s: float = Field(default=3600.0, ge=0)
+
+    def sla_monitor(self) -> SLAMonitorConfig:
+        """The SLA monitor's rule these settings make (the operator's flags' counterpart)."""
+        return SLAMonitorConfig(
+            window_seconds=self.window_s,
+            history_windows=self.history_windows,
+            violation_windows=self.violation_windows,
+            grace_seconds=self.grace_s,
+            tolerance=self.tolerance,
+            backoff_base_seconds=self.backoff_base_s,
+            backoff_max_seconds=self.backoff_max_s,
+        )
 
 
 class ClusterScenario(BaseModel):

@@ -36,6 +36,7 @@ from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
 from gleaner.perfmodel import Prediction
 from gleaner.scheduler import EvictionReport, PlacementDecision
 from gleaner.simulator.cluster import SimJob, current_observed
+from gleaner.simulator.cluster_scenario import MonitorConfig
 from gleaner.simulator.online import EPOCH, OnlineCluster, node_summary
 from gleaner.simulator.snapshot import dashboard_record
 
@@ -216,6 +217,7 @@ def snapshot(
         job_series={j.key: [(t0 + t, v) for t, v in j.series] for j in jobs if j.series},
         series=series,
         series_notes=events_note(results),
+        sla_monitor=MonitorConfig.model_validate(cfg["monitor"]).sla_monitor(),
         # The run's own figures (every step, every job-window), as its summary table prints
         # them: the dashboard's cards then agree with it, not just with the plotted points.
         period_means={

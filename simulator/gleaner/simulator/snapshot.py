@@ -26,6 +26,7 @@ from typing import Any
 from gleaner.api import NodeTrace, OfflineJob
 from gleaner.api.contract import eviction_report_name
 from gleaner.scheduler import EvictionReport
+from gleaner.scheduler.monitor import SLAMonitorConfig
 
 SERIES_NAMES = (
     "harvestedUtilization",
@@ -61,8 +62,10 @@ def dashboard_record(
     period_means: Mapping[str, float] | None = None,
     title: str = "",
     generated_at: datetime | None = None,
+    sla_monitor: SLAMonitorConfig | None = None,
 ) -> dict[str, Any]:
-    """The ``ClusterRecord`` dict (see the module docstring); unknown series keys raise."""
+    """The ``ClusterRecord`` dict (see the module docstring); unknown series keys raise.
+    ``sla_monitor``: the rule the jobs' SLA windows were judged by (the dashboard's too)."""
     unknown = (set(series or {}) | set(series_notes or {}) | set(period_means or {})) - set(
         SERIES_NAMES
     )
@@ -94,6 +97,16 @@ def dashboard_record(
             **({"notes": dict(series_notes)} if series_notes else {}),
             **({"periodMeans": dict(period_means)} if period_means else {}),
         },
+        **({"slaMonitor": _monitor(sla_monitor)} if sla_monitor is not None else {}),
+    }
+
+
+def _monitor(config: SLAMonitorConfig) -> dict[str, float | None]:
+    return {
+        "windowSeconds": config.window_seconds,
+        "graceSeconds": config.grace_seconds,
+        "tolerance": config.tolerance,
+        "maxSlaWindowSeconds": config.max_sla_window_seconds,
     }
 
 

@@ -27,10 +27,10 @@ Contract.
   OfflineJobs, Pods, Events and ConfigMaps (but the cluster's ``kube-root-ca.crt``).
 - ``api`` is ``gleaner.testing.kube.KubeApi`` with ``namespace`` as its default.
 - ``operator_account(rules)`` makes a ServiceAccount ``gleaner-operator`` in ``namespace``
-  bound (ClusterRole and binding named for the tenant) to exactly ``rules`` (the chart's
-  ``OPERATOR_RULES``, say), and returns a ``KubeTarget`` whose kubeconfig authenticates as
-  it with a TokenRequest token: an operator process started with it is refused whatever
-  the rules do not grant. ``close()`` deletes the role and binding.
+  bound to exactly ``rules`` (by default the chart's ``OPERATOR_RULES``) through a
+  ClusterRole of its own, and returns a ``KubeTarget`` (kubeconfig with its token, and the
+  tenant's workdir) to start ``gleaner operator`` with, so every call it makes is one the
+  chart grants; ``close()`` deletes the ClusterRole and its binding.
 - ``close()`` deletes what the tenant made: its jobs' finalizers and its namespaces, its
   Pods at once (no kubelet finalizes Pods on a node that does not exist), its NodeTraces,
   Nodes and peering objects. It does not wait for the namespaces to go.
@@ -58,6 +58,7 @@ from gleaner.testing.kube import PEERING_NAME, KubeApi
 __all__ = ["KOPF_GROUP", "OperatorAccount", "Tenant"]
 
 KOPF_GROUP = ("kopf.dev", "v1")
+OPERATOR_ACCOUNT = "gleaner-operator"
 
 
 def _api_exception() -> type[Exception]:
@@ -165,25 +166,30 @@ class Tenant:
             for kind in ("clusterrolebinding", "clusterrole"):
                 self.plane.kubectl("delete", kind, role, "--wait=false", check=False)
 
-    def operator_account(self, rules: Sequence[Mapping[str, Any]]) -> OperatorAccount:
-        """A ServiceAccount bound to exactly ``rules``, as a ``KubeTarget`` (module doc)."""
-        role = f"gleaner-operator-{self.id}"
-        rbac = "rbac.authorization.k8s.io"
-        account = {"kind": "ServiceAccount", "name": "gleaner-operator",
-                   "namespace": self.namespace}  # fmt: skip
+    def operator_account(self, rules: Sequence[Mapping[str, Any]] | None = None) -> OperatorAccount:
+        """A ServiceAccount bound to exactly ``rules`` (default: the chart's operator rules);
+        where an operator process authenticates as it (module docstring)."""
+        if rules is None:
+            from gleaner.operator.rbac import OPERATOR_RULES
+
+            rules = OPERATOR_RULES
+        name = f"{OPERATOR_ACCOUNT}-{self.id}"
         docs: list[dict[str, Any]] = [
             {"apiVersion": "v1", "kind": "ServiceAccount",
-             "metadata": {"name": "gleaner-operator", "namespace": self.namespace}},
-            {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": role},
-             "rules": [dict(r) for r in rules]},
-            {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-             "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": role},
-             "subjects": [account]},
+             "metadata": {"name": OPERATOR_ACCOUNT, "namespace": self.namespace}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name}, "rules": [dict(r) for r in rules]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_ACCOUNT,
+                           "namespace": self.namespace}]},
         ]  # fmt: skip
-        self.roles.append(role)
         self.plane.kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
+        self.roles.append(name)
         path = self.plane.token_kubeconfig(
-            "gleaner-operator", self.namespace, self.workdir / "operator.kubeconfig"
+            OPERATOR_ACCOUNT, self.namespace, self.workdir / "operator.kubeconfig"
         )
         return OperatorAccount(path, self.workdir, self.plane)
 

@@ -60,6 +60,7 @@ from gleaner.operator.builders import build_offline_pod, gpus_of_pod, pod_name
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event, post_object_event
 from gleaner.operator.handlers import profiling
+from gleaner.operator.handlers.bias import flush_bias, load_bias
 from gleaner.operator.handlers.validate import apply_verdict
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
@@ -140,12 +141,14 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
     ``requeue_interval``, as the timers did.
     """
     last = 0.0
+    standby = False  # this replica was paused: the active one kept learning meanwhile
     ctx.health.first_pass_done = True
     retry = timedelta(seconds=ctx.config.requeue_interval)
     due: datetime | None = datetime.now(UTC) + retry
     while True:
         reasons = await ctx.wait_for_kick(_wait_seconds(due, datetime.now(UTC), 5.0))
         ctx.health.beat()
+        await flush_bias(ctx)  # the SLA monitor's feed, at most once per persist interval
         if not reasons:
             if due is None or datetime.now(UTC) < due:
                 continue
@@ -158,7 +161,10 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
         verdict = await replica_verdict(ctx)
         if not verdict.active:
             logger.info("scheduling pass skipped: %s", verdict.reason)
+            standby = True
             continue
+        if standby and await load_bias(ctx):
+            standby = False
         try:
             result = await scheduling_pass(ctx)
         except asyncio.CancelledError:
@@ -316,6 +322,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         node_labels=ctx.nodes.labels(),
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
         uninstrumented=uninstrumented,
+        bias=ctx.bias,
     )
     stage("decide")
     sem = asyncio.Semaphore(BIND_CONCURRENCY)

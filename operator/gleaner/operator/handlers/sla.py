@@ -10,7 +10,10 @@ Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``
    judged over the job's ``spec.slaWindow`` (``gleaner.scheduler.monitor.sla_windows``), and
    writes ``status.observed`` and the ``SLAMet`` condition (and the job's
    ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges);
-3. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
+3. feeds the recorded sample to the bias table (``gleaner.operator.bias.feed``: observed
+   against the placement's raw prediction, under the job's class), which later scheduling
+   passes correct their predictions by and ``handlers.bias`` writes back to its ConfigMap;
+4. asks ``gleaner.scheduler.decide_sla`` (grace, k-of-n) whether to keep or evict.
 
 Steps 2 and 3 and the eviction plan are the shared lifecycle's
 (``gleaner.scheduler.lifecycle``: ``sla_tick``, ``evict``), which the simulator drives too.
@@ -31,7 +34,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import (
-    DEFAULT_SLA_WINDOW,
     EvictionRecord,
     NodeTrace,
     Observed,
@@ -40,15 +42,15 @@ from gleaner.api import (
     Placement,
 )
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, job_selector
-from gleaner.api.units import parse_duration
 from gleaner.clients.kube import ConflictError, configmaps_path, nodetraces_path, pods_path
 from gleaner.operator import status as st
+from gleaner.operator.bias import feed, job_class
 from gleaner.operator.builders import build_eviction_report_configmap
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, patch_annotations, update_status
 from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
-from gleaner.operator.slahistory import dump_history, history_for
+from gleaner.operator.slahistory import dump_history, history_for, spec_sla_window_seconds
 from gleaner.operator.sources.prometheus import observe_from_prometheus
 from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.lifecycle import sla_tick
@@ -89,15 +91,6 @@ async def _observe(
         return None
 
 
-def _sla_window_seconds(spec: dict[str, Any]) -> float:
-    """The job's ``spec.slaWindow`` in seconds (the default when absent or unreadable: the
-    CRD validates it, so only an object written around the schema lands here)."""
-    try:
-        return parse_duration(str(spec.get("slaWindow") or DEFAULT_SLA_WINDOW))
-    except ValueError:
-        return parse_duration(DEFAULT_SLA_WINDOW)
-
-
 async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
     """One SLA tick for one job; returns a short outcome for kopf's log."""
     meta = body.get("metadata") or {}
@@ -118,7 +111,7 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         sla,
         placement,
         (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
-        _sla_window_seconds(body.get("spec") or {}),
+        spec_sla_window_seconds(body.get("spec") or {}),
         ctx.config.sla,
     )
     tick = sla_tick(
@@ -132,6 +125,10 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         await patch_annotations(
             ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: dump_history(history)}
         )
+        # Fed once per recorded sample (the history annotation makes a restarted operator
+        # skip samples it already recorded, so none is fed twice).
+        if feed(ctx.bias, placement, job_class(meta.get("labels")), obs.throughput_fraction):
+            ctx.bias_clock.changed()
         met = tick.met  # None: this sample closed no SLA window
         observed = Observed(
             throughput_fraction=obs.throughput_fraction,
