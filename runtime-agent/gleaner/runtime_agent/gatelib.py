@@ -1,0 +1,145 @@
+"""The binding to the native compute gate, ``libgleaner_gate.so`` (ctypes).
+
+Contract. :func:`gate_library` loads the library once and declares its functions (the C
+contract is ``runtime-agent/shim/include/gleaner_gate.h``); :class:`GateView` mirrors
+``gl_gate_view``, the state every gate exposes in place, and :class:`GateConfigC` mirrors
+``gl_gate_config``. The typed Python face is
+:class:`gleaner.runtime_agent.policy.ComputeGate`; nothing else should call the library.
+
+The library is looked for, in order, at ``$GLEANER_GATE_LIBRARY``, beside the shim in the
+image (``/opt/gleaner/lib``), and in the shim's build directory of a source checkout
+(``make shim`` builds it; ``scripts/bootstrap.sh``, hence ``make simulate`` and
+``make test``, does too). :class:`GateLibraryError` says where it looked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from pathlib import Path
+
+LIBRARY_NAME = "libgleaner_gate.so"
+ENV_LIBRARY = "GLEANER_GATE_LIBRARY"
+ABI = 1
+"""``GL_GATE_ABI`` of the header this binding was written against."""
+
+NONE, DISABLE, DISABLE_QUIET, ENABLE = 0, 1, 2, 3
+BAD_TIME, NO_MEMORY = -1, -2
+
+
+class GateLibraryError(RuntimeError):
+    """The native gate library could not be loaded."""
+
+
+class GateConfigC(ctypes.Structure):
+    """``gl_gate_config``."""
+
+    _fields_ = [
+        ("cool_floor_s", ctypes.c_double),
+        ("cool_ceiling_s", ctypes.c_double),
+        ("cool_factor", ctypes.c_double),
+        ("request_timeout_s", ctypes.c_double),
+    ]
+
+
+class GateView(ctypes.Structure):
+    """``gl_gate_view``: a gate's state, read in place."""
+
+    _fields_ = [
+        ("now", ctypes.c_double),
+        ("idle_since", ctypes.c_double),
+        ("enabled_s", ctypes.c_double),
+        ("busy_s", ctypes.c_double),
+        ("g_max_s", ctypes.c_double),
+        ("preemptions", ctypes.c_uint64),
+        ("online_requests", ctypes.c_uint64),
+        ("max_preemptions_per_request", ctypes.c_uint64),
+        ("inflight", ctypes.c_uint64),
+        ("finished", ctypes.c_uint64),
+        ("gpu", ctypes.c_int32),
+        ("enabled", ctypes.c_uint8),
+        ("busy", ctypes.c_uint8),
+        ("held", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8),
+    ]
+
+
+def candidates() -> list[Path]:
+    """Where the library is looked for, in order."""
+    out: list[Path] = []
+    env = os.environ.get(ENV_LIBRARY)
+    if env:
+        out.append(Path(env))
+    out.append(Path("/opt/gleaner/lib") / LIBRARY_NAME)
+    # runtime-agent/gleaner/runtime_agent/gatelib.py → runtime-agent/shim/build
+    out.append(Path(__file__).resolve().parents[2] / "shim" / "build" / LIBRARY_NAME)
+    return out
+
+
+@functools.cache
+def gate_library() -> ctypes.CDLL:
+    """The loaded library with its prototypes declared (loaded on first use)."""
+    tried: list[str] = []
+    lib: ctypes.CDLL | None = None
+    for path in candidates():
+        if not path.is_file():
+            tried.append(f"{path} (absent)")
+            continue
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        break
+    if lib is None:
+        raise GateLibraryError(
+            f"the native compute gate ({LIBRARY_NAME}) is not installed; build it with "
+            f"`make shim`, or name it in {ENV_LIBRARY}. Looked for: " + "; ".join(tried)
+        )
+    _declare(lib)
+    if lib.gl_gate_abi() != ABI:
+        raise GateLibraryError(
+            f"{LIBRARY_NAME} at {lib._name} speaks gate ABI {lib.gl_gate_abi()}, this "
+            f"Gleaner needs {ABI}: rebuild it with `make shim`"
+        )
+    return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    g, d, i, sz = ctypes.c_void_p, ctypes.c_double, ctypes.c_int, ctypes.c_size_t
+    name = ctypes.c_char_p
+    protos: dict[str, tuple[object, list[object]]] = {
+        "gl_gate_abi": (i, []),
+        "gl_gate_config_error": (ctypes.c_char_p, [ctypes.POINTER(GateConfigC)]),
+        "gl_gate_new": (g, [ctypes.c_int32, ctypes.POINTER(GateConfigC), d]),
+        "gl_gate_free": (None, [g]),
+        "gl_gate_state": (ctypes.POINTER(GateView), [g]),
+        "gl_gate_online_busy": (i, [g, d, name, sz]),
+        "gl_gate_finish": (i, [g, d, name, sz]),
+        "gl_gate_online_idle": (i, [g, d]),
+        "gl_gate_request_done": (i, [g, d, name, sz]),
+        "gl_gate_decode_gap": (i, [g, d, d, i]),
+        "gl_gate_tick": (i, [g, d]),
+        "gl_gate_force_disable": (i, [g, d]),
+        "gl_gate_hold": (i, [g, d, i]),
+        "gl_gate_cooldown": (d, [g]),
+        "gl_gate_next_deadline": (d, [g]),
+        "gl_gate_enabled_seconds": (d, [g, d]),
+        "gl_gate_busy_seconds": (d, [g, d]),
+        "gl_gate_drain_finished": (sz, [g, ctypes.POINTER(ctypes.c_uint32), sz]),
+        "gl_gate_inflight_at": (
+            i,
+            [
+                g,
+                sz,
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.POINTER(sz),
+                ctypes.POINTER(ctypes.c_uint32),
+            ],
+        ),
+    }
+    for fn, (restype, argtypes) in protos.items():
+        f = getattr(lib, fn)
+        f.restype = restype
+        f.argtypes = argtypes
