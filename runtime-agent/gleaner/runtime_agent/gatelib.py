@@ -21,6 +21,8 @@ from pathlib import Path
 
 LIBRARY_NAME = "libgleaner_gate.so"
 ENV_LIBRARY = "GLEANER_GATE_LIBRARY"
+IMAGE_LIBRARY = Path("/opt/gleaner/lib") / LIBRARY_NAME
+"""Where the image installs it (beside the shim)."""
 ABI = 1
 """``GL_GATE_ABI`` of the header this binding was written against."""
 
@@ -71,7 +73,7 @@ def candidates() -> list[Path]:
     env = os.environ.get(ENV_LIBRARY)
     if env:
         out.append(Path(env))
-    out.append(Path("/opt/gleaner/lib") / LIBRARY_NAME)
+    out.append(IMAGE_LIBRARY)
     # runtime-agent/gleaner/runtime_agent/gatelib.py → runtime-agent/shim/build
     out.append(Path(__file__).resolve().parents[2] / "shim" / "build" / LIBRARY_NAME)
     return out
