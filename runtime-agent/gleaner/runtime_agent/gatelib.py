@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 LIBRARY_NAME = "libgleaner_gate.so"
@@ -82,9 +83,14 @@ def candidates() -> list[Path]:
 @functools.cache
 def gate_library() -> ctypes.CDLL:
     """The loaded library with its prototypes declared (loaded on first use)."""
+    return load(candidates())
+
+
+def load(paths: Sequence[Path]) -> ctypes.CDLL:
+    """The first of ``paths`` that loads, with its prototypes declared."""
     tried: list[str] = []
     lib: ctypes.CDLL | None = None
-    for path in candidates():
+    for path in paths:
         if not path.is_file():
             tried.append(f"{path} (absent)")
             continue
