@@ -58,3 +58,19 @@ def test_the_view_mirrors_the_native_state() -> None:
     assert g.g_max_s == 0.02 and g.inflight() == {"r": 1}
     g.hold(3.1, True)
     assert g.held
+
+
+def test_the_command_line_says_in_one_line_that_the_library_is_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gleaner.cli.main import main
+
+    def missing() -> object:
+        return gatelib.load([tmp_path / "absent.so"])
+
+    monkeypatch.setattr(gatelib, "gate_library", missing)
+    rc = main(["simulate", "--quick", "--no-progress", "--format", "json"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith("error: the native compute gate") and "make shim" in err
+    assert "Traceback" not in err
