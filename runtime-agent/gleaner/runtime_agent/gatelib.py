@@ -3,7 +3,7 @@
 Contract. :func:`gate_library` loads the library once and declares its functions (the C
 contract is ``runtime-agent/shim/include/gleaner_gate.h``); :class:`GateView` mirrors
 ``gl_gate_view``, the state every gate exposes in place, and :class:`GateConfigC` mirrors
-``gl_gate_config``. The typed Python face is
+``gl_gate_config``. The calls hold the GIL (``ctypes.PyDLL``). The typed Python face is
 :class:`gleaner.runtime_agent.policy.ComputeGate`; nothing else should call the library.
 
 The library is looked for, in order, at ``$GLEANER_GATE_LIBRARY``, beside the shim in the
@@ -95,7 +95,10 @@ def load(paths: Sequence[Path]) -> ctypes.CDLL:
             tried.append(f"{path} (absent)")
             continue
         try:
-            lib = ctypes.CDLL(str(path))
+            # PyDLL: the calls keep the GIL (each is a few hundred nanoseconds of C), so a
+            # gate is used across threads as a Python object would be: the metrics thread
+            # reading a gate never sees the event loop's thread halfway through a change.
+            lib = ctypes.PyDLL(str(path))
         except OSError as e:
             tried.append(f"{path} ({e})")
             continue
