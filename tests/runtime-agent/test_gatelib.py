@@ -74,3 +74,22 @@ def test_the_command_line_says_in_one_line_that_the_library_is_missing(
     assert rc == 1
     assert err.startswith("error: the native compute gate") and "make shim" in err
     assert "Traceback" not in err
+
+
+def test_the_fast_state_reads_agree_with_the_ctypes_layout() -> None:
+    g = ComputeGate(1, GateConfig(cool_floor_s=0.01, request_timeout_s=None))
+    g.tick(1.0)
+    g.online_busy(2.0, "a")
+    g.online_busy(2.0, "b")
+    g.decode_gap(0.125)
+    g.online_idle(2.5, finished=["a"])
+    view = g._v  # the ctypes mirror of gl_gate_view, field by field
+    assert (g.enabled, g.busy, g.held) == (bool(view.enabled), bool(view.busy), bool(view.held))
+    assert (g.now, g.g_max_s) == (view.now, view.g_max_s) == (2.5, 0.125)
+    assert (g.preemptions, g.online_requests, g.max_preemptions_per_request) == (
+        view.preemptions,
+        view.online_requests,
+        view.max_preemptions_per_request,
+    ) == (1, 2, 1)
+    assert g.has_finished() and view.finished == 1 and g.drain_finished() == [1]
+    assert not g.has_finished()

@@ -68,6 +68,23 @@ class GateView(ctypes.Structure):
     ]
 
 
+def view_memory(view: GateView) -> tuple[memoryview[int], memoryview[float], memoryview[int]]:
+    """Byte, double and 64-bit views of a gate's state: a memoryview item is read several
+    times faster than a ctypes field (the agent reads ``enabled`` and ``busy`` per edge)."""
+    raw = (ctypes.c_char * ctypes.sizeof(GateView)).from_address(ctypes.addressof(view))
+    as_bytes = memoryview(raw).cast("B")
+    return as_bytes, as_bytes.cast("d"), as_bytes.cast("Q")
+
+
+# Indices into view_memory's views (a test checks them against GateView).
+D_NOW, D_G_MAX = GateView.now.offset // 8, GateView.g_max_s.offset // 8
+Q_PREEMPTIONS = GateView.preemptions.offset // 8
+Q_ONLINE_REQUESTS = GateView.online_requests.offset // 8
+Q_MAX_PREEMPTIONS = GateView.max_preemptions_per_request.offset // 8
+Q_FINISHED = GateView.finished.offset // 8
+B_ENABLED, B_BUSY, B_HELD = GateView.enabled.offset, GateView.busy.offset, GateView.held.offset
+
+
 def candidates() -> list[Path]:
     """Where the library is looked for, in order."""
     out: list[Path] = []

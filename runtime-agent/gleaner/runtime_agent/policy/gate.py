@@ -106,7 +106,7 @@ class ComputeGate:
     It starts closed (``enabled`` False) and opens after one cooldown.
     """
 
-    __slots__ = ("_buf", "_g", "_lib", "_v", "config", "gpu", "start")
+    __slots__ = ("_b", "_buf", "_d", "_g", "_lib", "_q", "_v", "config", "gpu", "start")
 
     def __init__(self, gpu: int, config: GateConfig | None = None, start: float = 0.0) -> None:
         self.gpu = gpu
@@ -116,15 +116,17 @@ class ComputeGate:
             raise ValueError("start must be finite")
         lib = gatelib.gate_library()
         self._lib = lib
-        self._g: int | None = lib.gl_gate_new(gpu, ctypes.byref(self.config.native()), start)
-        if not self._g:
+        handle = lib.gl_gate_new(gpu, ctypes.byref(self.config.native()), start)
+        if not handle:
             raise MemoryError("cannot create a compute gate")
+        self._g: ctypes.c_void_p | None = ctypes.c_void_p(handle)  # no conversion per call
         self._v: gatelib.GateView = lib.gl_gate_state(self._g).contents
+        self._b, self._d, self._q = gatelib.view_memory(self._v)
         self._buf = (ctypes.c_uint32 * 64)()
 
     def __del__(self) -> None:
         g, self._g = getattr(self, "_g", None), None
-        if g:
+        if g is not None:
             self._lib.gl_gate_free(g)
 
     def __repr__(self) -> str:
@@ -138,33 +140,33 @@ class ComputeGate:
     @property
     def enabled(self) -> bool:
         """Whether offline channels are enabled now."""
-        return bool(self._v.enabled)
+        return bool(self._b[gatelib.B_ENABLED])
 
     @property
     def busy(self) -> bool:
-        return bool(self._v.busy)
+        return bool(self._b[gatelib.B_BUSY])
 
     @property
     def held(self) -> bool:
         """Whether :meth:`hold` keeps the gate closed."""
-        return bool(self._v.held)
+        return bool(self._b[gatelib.B_HELD])
 
     @property
     def g_max_s(self) -> float:
         """The largest decode gap seen, seconds."""
-        return float(self._v.g_max_s)
+        return float(self._d[gatelib.D_G_MAX])
 
     @property
     def preemptions(self) -> int:
-        return int(self._v.preemptions)
+        return int(self._q[gatelib.Q_PREEMPTIONS])
 
     @property
     def online_requests(self) -> int:
-        return int(self._v.online_requests)
+        return int(self._q[gatelib.Q_ONLINE_REQUESTS])
 
     @property
     def max_preemptions_per_request(self) -> int:
-        return int(self._v.max_preemptions_per_request)
+        return int(self._q[gatelib.Q_MAX_PREEMPTIONS])
 
     @property
     def cooldown_s(self) -> float:
@@ -173,7 +175,7 @@ class ComputeGate:
 
     @property
     def now(self) -> float:
-        return float(self._v.now)
+        return float(self._d[gatelib.D_NOW])
 
     def enabled_seconds(self, t: float | None = None) -> float:
         """Seconds offline channels were enabled since ``start``, up to ``t`` (default: now)."""
@@ -204,13 +206,13 @@ class ComputeGate:
 
     def has_finished(self) -> bool:
         """Whether requests finished since the last :meth:`drain_finished` (cheap to ask)."""
-        return bool(self._v.finished)
+        return bool(self._q[gatelib.Q_FINISHED])
 
     def drain_finished(self) -> list[int]:
         """Preemption counts of the requests finished since the last call (for a histogram)."""
         out: list[int] = []
         buf = self._buf
-        while self._v.finished:
+        while self._q[gatelib.Q_FINISHED]:
             n = self._lib.gl_gate_drain_finished(self._g, buf, len(buf))
             out.extend(buf[:n])
         return out
@@ -267,9 +269,9 @@ class ComputeGate:
         if rc == gatelib.NONE:
             return []
         if rc == gatelib.ENABLE:
-            return [Enable(self.gpu, self._v.now)]
+            return [Enable(self.gpu, self._d[gatelib.D_NOW])]
         if rc > 0:
-            return [Disable(self.gpu, self._v.now, preempted=rc == gatelib.DISABLE)]
+            return [Disable(self.gpu, self._d[gatelib.D_NOW], preempted=rc == gatelib.DISABLE)]
         self._check(rc)
         return []
 
