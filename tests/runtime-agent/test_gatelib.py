@@ -86,10 +86,14 @@ def test_the_fast_state_reads_agree_with_the_ctypes_layout() -> None:
     view = g._v  # the ctypes mirror of gl_gate_view, field by field
     assert (g.enabled, g.busy, g.held) == (bool(view.enabled), bool(view.busy), bool(view.held))
     assert (g.now, g.g_max_s) == (view.now, view.g_max_s) == (2.5, 0.125)
-    assert (g.preemptions, g.online_requests, g.max_preemptions_per_request) == (
-        view.preemptions,
-        view.online_requests,
-        view.max_preemptions_per_request,
-    ) == (1, 2, 1)
+    assert (
+        (g.preemptions, g.online_requests, g.max_preemptions_per_request)
+        == (
+            view.preemptions,
+            view.online_requests,
+            view.max_preemptions_per_request,
+        )
+        == (1, 2, 1)
+    )
     assert g.has_finished() and view.finished == 1 and g.drain_finished() == [1]
     assert not g.has_finished()
