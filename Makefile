@@ -26,7 +26,7 @@ proto:  ## Regenerate the shim's gleaner_proto.h from the protocol table (gleane
 	@scripts/bootstrap.sh --no-apt
 	.venv/bin/python -m gleaner.protocol.cheader --write
 
-shim:  ## Build the C LD_PRELOAD shim
+shim:  ## Build the C LD_PRELOAD shim and the native compute gate library
 	$(MAKE) -C runtime-agent/shim
 
 image:  ## Build the Gleaner image without a Docker daemon: build/image (OCI layout) and build/gleaner-image.tar (docs/image.md)

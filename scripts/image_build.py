@@ -14,7 +14,8 @@ Contract. The image holds the same things as the ``Dockerfile``'s (docs/image.md
   into Debian's ``/usr/local/lib/python3.X/dist-packages``, console scripts in
   ``/usr/local/bin`` run by ``/usr/bin/python3.X``, optionally byte-compiled (unchecked-hash
   ``.pyc``, so the layer stays reproducible).
-- layer ``shim``: the C shim at ``SHIM_PATH``.
+- layer ``shim``: the C shim at ``SHIM_PATH`` and the native compute gate the agent loads at
+  ``GATE_PATH`` (when given).
 - config: user ``USER_ID:USER_ID``, entry point ``["gleaner"]``, command ``["--help"]``,
   ports 8080 and 9464, the Dockerfile's labels and environment.
 
@@ -27,9 +28,10 @@ annotation ``TAG``; ``--archive`` also writes it as one tar that ``podman load``
 ``crane push DIR REGISTRY/REPO:TAG`` pushes it.
 
 Usage: ``python scripts/image_build.py [--out build/image] [--tag 0.1.0] [--archive FILE]
-[--wheelhouse DIR] [--shim FILE] [--no-compile]``. Without ``--wheelhouse`` it runs
+[--wheelhouse DIR] [--shim FILE] [--gate FILE] [--no-compile]``. Without ``--wheelhouse`` it runs
 ``pip wheel`` for the repository (gleaner and gleaner-protocol with their dependencies from
-PyPI); without ``--shim`` it builds the shim with ``make``. Standard library only; needs
+PyPI); without ``--shim`` it builds the shim and the gate library with ``make`` (``--gate``
+defaults to the ``libgleaner_gate.so`` beside the shim). Standard library only; needs
 ``dpkg-query`` and a Debian Python of the wheels' version.
 """
 
@@ -64,6 +66,9 @@ are the system libraries manylinux wheels (numpy, pandas, pyarrow) may link agai
 USER_ID = 65532
 USER_NAME = "gleaner"
 SHIM_PATH = "opt/gleaner/lib/libgleaner_shim.so"
+GATE_LIBRARY = "libgleaner_gate.so"
+GATE_PATH = "opt/gleaner/lib/libgleaner_gate.so"
+"""Where the agent's binding looks for the native compute gate (``gatelib.IMAGE_LIBRARY``)."""
 ENTRYPOINT = ("gleaner",)
 EXPOSED_PORTS = ("8080/tcp", "9464/tcp")
 LABELS = {
@@ -538,18 +543,22 @@ def build_image(
     tag: str,
     wheels: Sequence[Path],
     shim: Path,
+    gate: Path | None = None,
     packages: Sequence[str] = BASE_PACKAGES,
     compile_pyc: bool = True,
     mtime: int = 0,
 ) -> str:
     """Write the image's OCI layout to ``out``; return the manifest digest."""
     python = python_entries(wheels, compile_pyc)
+    native = [Entry(SHIM_PATH, "file", 0o755, data=shim.read_bytes())]
+    if gate is not None:
+        native.append(Entry(GATE_PATH, "file", 0o755, data=gate.read_bytes()))
     if "gleaner" not in python.scripts:
         raise BuildError("no wheel installs the console script 'gleaner'")
     layers = [
         Layer("debian", layer_tar(debian_entries(package_closure(packages)), mtime)),
         Layer("python", layer_tar(python.entries, mtime)),
-        Layer("shim", layer_tar([Entry(SHIM_PATH, "file", 0o755, data=shim.read_bytes())], mtime)),
+        Layer("shim", layer_tar(native, mtime)),
     ]
     return write_layout(out, layers, tag, mtime)
 
@@ -561,6 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--archive", type=Path, default=None)
     parser.add_argument("--wheelhouse", type=Path, default=None)
     parser.add_argument("--shim", type=Path, default=None)
+    parser.add_argument("--gate", type=Path, default=None)
     parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args(argv)
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
@@ -572,11 +582,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else build_wheels(Path(tmp))
             )
             shim = args.shim if args.shim is not None else build_shim()
+            gate = args.gate if args.gate is not None else shim.with_name(GATE_LIBRARY)
+            if not gate.is_file():
+                raise BuildError(f"no {GATE_LIBRARY} beside {shim}: pass --gate")
             digest = build_image(
                 args.out,
                 tag=args.tag,
                 wheels=wheels,
                 shim=shim,
+                gate=gate,
                 compile_pyc=not args.no_compile,
                 mtime=mtime,
             )

@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from gleaner.runtime_agent import gatelib
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(
@@ -71,9 +73,11 @@ def build(tmp: Path, name: str) -> tuple[Path, str]:
     wheel = make_wheel(tmp)
     shim = tmp / "libgleaner_shim.so"
     shim.write_bytes(b"\x7fELF stand-in")
+    gate = tmp / "libgleaner_gate.so"
+    gate.write_bytes(b"\x7fELF gate stand-in")
     out = tmp / name
     digest = ib.build_image(
-        out, tag="9.9.9", wheels=[wheel], shim=shim, packages=("zlib1g",), mtime=0
+        out, tag="9.9.9", wheels=[wheel], shim=shim, gate=gate, packages=("zlib1g",), mtime=0
     )
     return out, digest
 
@@ -206,6 +210,10 @@ def test_the_shim_layer_and_every_entry_is_root_owned_and_dated_0(image: tuple[P
     shim = all_layers[2]
     assert info(shim, ib.SHIM_PATH).mode == 0o755
     assert data(shim, ib.SHIM_PATH) == b"\x7fELF stand-in"
+    assert info(shim, ib.GATE_PATH).mode == 0o755
+    assert data(shim, ib.GATE_PATH) == b"\x7fELF gate stand-in"
+    # The agent's binding looks for the gate library where the image puts it.
+    assert str(gatelib.IMAGE_LIBRARY) == "/" + ib.GATE_PATH
     for members in all_layers:
         for value in members.values():
             if isinstance(value, tarfile.TarInfo):

@@ -28,6 +28,7 @@ from gleaner.runtime_agent.policy import (
 )
 from gleaner.runtime_agent.policy.reclaim import Selector
 from gleaner.runtime_agent.server import (
+    REGATE_INTERVAL_S,
     UNREPORTED,
     OfflineStatus,
     ShimServer,
@@ -191,6 +192,43 @@ def test_gate_cycle_over_the_socket(harness: Harness) -> None:
     assert harness.server.connections() == {"offline": 1, "online": 1, "framework": 0}
     off.close()
     on.close()
+
+
+def test_a_held_report_within_the_regate_interval_is_answered_when_it_ends(
+    harness: Harness,
+) -> None:
+    """An offline shim refuses the enables (its watch thread still maps the restarted agent's
+    old segment, say) and reports it twice within the interval: the second report is not
+    dropped, the enable goes again once the interval is over. Nothing else would make the shim
+    report again while no thread of it waits in a launch."""
+    assert harness.server.segment is not None, "the re-send is for shims on the native path"
+    off = _offline(harness)
+    off.expect(p.HelloAck)
+    opened = off.expect(p.Gate)
+    assert opened.enable
+    held = p.Status(code=p.StatusCode.NO_AGENT, blocked_threads=0)
+    off.send(held)
+    first = off.expect(p.Gate)
+    assert first.enable and first.gate_seq > opened.gate_seq  # the first one goes at once
+    sent = time.monotonic()
+    off.send(held)
+    second = off.expect(p.Gate, timeout=10 * REGATE_INTERVAL_S)
+    assert second.enable and second.gate_seq > first.gate_seq
+    assert time.monotonic() - sent >= REGATE_INTERVAL_S / 2  # deferred, not a storm
+    off.close()
+
+
+def test_a_deferred_regate_is_not_sent_to_a_shim_that_runs_again(harness: Harness) -> None:
+    off = _offline(harness)
+    off.expect(p.HelloAck)
+    assert off.expect(p.Gate).enable
+    off.send(p.Status(code=p.StatusCode.NO_AGENT, blocked_threads=0))
+    assert off.expect(p.Gate).enable
+    off.send(p.Status(code=p.StatusCode.NO_AGENT, blocked_threads=0))
+    off.send(p.Status(code=p.StatusCode.OK, blocked_threads=0))  # it opened after all
+    with pytest.raises(TimeoutError):
+        off.expect(p.Gate, timeout=2 * REGATE_INTERVAL_S)
+    off.close()
 
 
 def test_online_disconnect_while_busy_counts_as_idle(harness: Harness) -> None:

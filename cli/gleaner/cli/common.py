@@ -9,6 +9,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from gleaner.runtime_agent.gatelib import GateLibraryError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_BAD_INPUT = 2
@@ -100,6 +102,9 @@ def run_command(command: click.Command, argv: list[str] | None, prog_name: str) 
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
+        return 1
+    except GateLibraryError as exc:  # an install without the native compute gate
+        click.echo(f"error: {exc}", err=True)
         return 1
     return rc if isinstance(rc, int) else 0
 

@@ -208,6 +208,8 @@ class Process:
     last_heartbeat: float = 0.0
     regate_at: float = float("-inf")
     """When the server last re-sent this process an enable it had refused (at most 1/s)."""
+    regate_timer: asyncio.TimerHandle | None = None
+    """A re-send deferred to the end of the interval (a STATUS that came too early for one)."""
     offline: bool = False
     """Whether its HELLO said role OFFLINE."""
     polled: bool = False
@@ -400,6 +402,20 @@ class ShimServer:
         self._allow(proc.gpus)
         self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, True))
         self.sequence.gate_sent(proc.conn_id, gseq, True)
+
+    def _regate_due(self, proc: Process) -> None:
+        """A deferred re-send: only if the process is still here, still told open, and still
+        holding work by its latest STATUS."""
+        proc.regate_timer = None
+        st = proc.last_status
+        if (
+            self.processes.get(proc.conn_id) is proc
+            and proc.gate_open
+            and st is not None
+            and st.code in _REGATE_CODES
+        ):
+            proc.regate_at = self.clock()
+            self._regate(proc)
 
     def reclaim(self, plan: ReclaimPlan, t: float) -> bool:
         """Start carrying ``plan`` out (module docstring); always False: it ends later."""
@@ -692,6 +708,9 @@ class ShimServer:
     def _drop(self, proc: Process) -> None:
         if self.processes.pop(proc.conn_id, None) is None:
             return
+        if proc.regate_timer is not None:
+            proc.regate_timer.cancel()
+            proc.regate_timer = None
         polled = self._polled.pop(proc.conn_id, None) is not None
         if self._loop is not None:
             if not polled:
@@ -787,10 +806,15 @@ class ShimServer:
                 and proc.gate_open
                 and self.segment is not None
                 and msg.code in _REGATE_CODES
-                and now - proc.regate_at >= REGATE_INTERVAL_S
             ):
-                proc.regate_at = now
-                self._regate(proc)
+                wait = proc.regate_at + REGATE_INTERVAL_S - now
+                if wait <= 0:
+                    proc.regate_at = now
+                    self._regate(proc)
+                elif proc.regate_timer is None and self._loop is not None:
+                    # Not dropped: the shim may have no other reason to report again (no
+                    # thread blocked, its watch thread already on the agent's new segment).
+                    proc.regate_timer = self._loop.call_later(wait, self._regate_due, proc)
         elif isinstance(msg, p.Heartbeat):
             proc.last_heartbeat = now
             self._send(proc, p.Heartbeat(mono_ns=time.monotonic_ns(), pid=os.getpid()))

@@ -31,13 +31,21 @@ checked by property tests:
 4. Never enabled while held (:meth:`ComputeGate.hold`).
 
 No I/O, no clocks: times are arguments (seconds, any monotonic origin).
+
+One rule: the state machine is native code (``runtime-agent/shim/src/gate.c``, contract in
+``include/gleaner_gate.h``), so that the agent, the simulator, the property tests and a native
+gate loop all run the very same transitions; this class is its typed face through the ctypes
+binding :mod:`gleaner.runtime_agent.gatelib`. The library is loaded at the first gate.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from gleaner.runtime_agent import gatelib
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +62,19 @@ class GateConfig:
     """Forget a named request not heard of for this long (its end event was lost)."""
 
     def __post_init__(self) -> None:
-        if not (0 <= self.cool_floor_s <= self.cool_ceiling_s):
-            raise ValueError("need 0 <= cool_floor_s <= cool_ceiling_s")
-        if self.cool_factor <= 0:
-            raise ValueError("cool_factor must be positive")
-        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
-            raise ValueError("request_timeout_s must be positive")
+        error = gatelib.gate_library().gl_gate_config_error(ctypes.byref(self.native()))
+        if error is not None:
+            raise ValueError(error.decode())
+
+    def native(self) -> gatelib.GateConfigC:
+        """The native library's form (no timeout: infinity)."""
+        timeout = self.request_timeout_s
+        return gatelib.GateConfigC(
+            self.cool_floor_s,
+            self.cool_ceiling_s,
+            self.cool_factor,
+            math.inf if timeout is None else timeout,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,177 +97,163 @@ class Enable:
 GateAction = Disable | Enable
 
 
-@dataclass(slots=True)
-class _Request:
-    preemptions: int = 0
-    last_seen: float = 0.0
-    last_idle_at: float | None = None
-    anonymous: bool = False
+_BAD_TIME = "event time must be finite"
 
 
-@dataclass(slots=True)
 class ComputeGate:
-    """Compute gate of one GPU; see the module docstring for the contract."""
+    """Compute gate of one GPU; see the module docstring for the contract.
 
-    gpu: int
-    config: GateConfig = field(default_factory=GateConfig)
-    start: float = 0.0
-    enabled: bool = False
-    """Whether offline channels are enabled now (starts closed; opens after one cooldown)."""
+    It starts closed (``enabled`` False) and opens after one cooldown.
+    """
 
-    busy: bool = False
-    held: bool = False
-    """Whether :meth:`hold` keeps the gate closed."""
-    g_max_s: float = 0.0
-    preemptions: int = 0
-    online_requests: int = 0
-    max_preemptions_per_request: int = 0
-    _now: float = 0.0
-    _idle_since: float = 0.0
-    _enabled_s: float = 0.0
-    _busy_s: float = 0.0
-    _inflight: dict[str, _Request] = field(default_factory=dict)
-    _anon_seq: int = 0
-    _finished: list[int] = field(default_factory=list)
+    __slots__ = ("_b", "_buf", "_d", "_g", "_lib", "_q", "_v", "config", "gpu", "start")
 
-    def __post_init__(self) -> None:
-        self._now = self.start
-        self._idle_since = self.start
+    def __init__(self, gpu: int, config: GateConfig | None = None, start: float = 0.0) -> None:
+        self.gpu = gpu
+        self.config = config if config is not None else GateConfig()
+        self.start = start
+        if not math.isfinite(start):
+            raise ValueError("start must be finite")
+        lib = gatelib.gate_library()
+        self._lib = lib
+        handle = lib.gl_gate_new(gpu, ctypes.byref(self.config.native()), start)
+        if not handle:
+            raise MemoryError("cannot create a compute gate")
+        self._g: ctypes.c_void_p | None = ctypes.c_void_p(handle)  # no conversion per call
+        self._v: gatelib.GateView = lib.gl_gate_state(self._g).contents
+        self._b, self._d, self._q = gatelib.view_memory(self._v)
+        self._buf = (ctypes.c_uint32 * 64)()
 
-    # -- derived values -------------------------------------------------------------------
+    def __del__(self) -> None:
+        g, self._g = getattr(self, "_g", None), None
+        if g is not None:
+            self._lib.gl_gate_free(g)
+
+    def __repr__(self) -> str:
+        return (
+            f"ComputeGate(gpu={self.gpu}, enabled={self.enabled}, busy={self.busy}, "
+            f"held={self.held}, now={self.now})"
+        )
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        """Whether offline channels are enabled now."""
+        return bool(self._b[gatelib.B_ENABLED])
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._b[gatelib.B_BUSY])
+
+    @property
+    def held(self) -> bool:
+        """Whether :meth:`hold` keeps the gate closed."""
+        return bool(self._b[gatelib.B_HELD])
+
+    @property
+    def g_max_s(self) -> float:
+        """The largest decode gap seen, seconds."""
+        return float(self._d[gatelib.D_G_MAX])
+
+    @property
+    def preemptions(self) -> int:
+        return int(self._q[gatelib.Q_PREEMPTIONS])
+
+    @property
+    def online_requests(self) -> int:
+        return int(self._q[gatelib.Q_ONLINE_REQUESTS])
+
+    @property
+    def max_preemptions_per_request(self) -> int:
+        return int(self._q[gatelib.Q_MAX_PREEMPTIONS])
 
     @property
     def cooldown_s(self) -> float:
         """T_cool now: cool_factor · G_max clamped to the configured floor and ceiling."""
-        c = self.config
-        return min(c.cool_ceiling_s, max(c.cool_floor_s, c.cool_factor * self.g_max_s))
+        return float(self._lib.gl_gate_cooldown(self._g))
 
     @property
     def now(self) -> float:
-        return self._now
+        return float(self._d[gatelib.D_NOW])
 
     def enabled_seconds(self, t: float | None = None) -> float:
         """Seconds offline channels were enabled since ``start``, up to ``t`` (default: now)."""
-        extra = max(0.0, (t if t is not None else self._now) - self._now)
-        return self._enabled_s + (extra if self.enabled else 0.0)
+        return float(self._lib.gl_gate_enabled_seconds(self._g, self.now if t is None else t))
 
     def busy_seconds(self, t: float | None = None) -> float:
         """Seconds the online side was busy since ``start``, up to ``t`` (default: now)."""
-        extra = max(0.0, (t if t is not None else self._now) - self._now)
-        return self._busy_s + (extra if self.busy else 0.0)
+        return float(self._lib.gl_gate_busy_seconds(self._g, self.now if t is None else t))
 
     def inflight(self) -> dict[str, int]:
         """Requests in flight and the preemptions each has seen."""
-        return {k: r.preemptions for k, r in self._inflight.items()}
+        out: dict[str, int] = {}
+        name = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        count = ctypes.c_uint32()
+        i = 0
+        refs = (ctypes.byref(name), ctypes.byref(size), ctypes.byref(count))
+        while self._lib.gl_gate_inflight_at(self._g, i, *refs):
+            raw = ctypes.string_at(name.value or 0, size.value)
+            out[raw.decode(errors="replace")] = count.value
+            i += 1
+        return out
 
     def next_deadline(self) -> float | None:
         """When a :meth:`tick` may next change something (None: only an event can)."""
-        if self.enabled or self.busy or self.held:
-            return None
-        c = self.config  # the cooldown, as cooldown_s (inline: this runs after every event)
-        cool = min(c.cool_ceiling_s, max(c.cool_floor_s, c.cool_factor * self.g_max_s))
-        if self._inflight and any(r.preemptions for r in self._inflight.values()):
-            timeout = c.request_timeout_s
-            if timeout is None:
-                return None
-            return max(
-                self._idle_since + cool,
-                min(r.last_seen for r in self._inflight.values() if r.preemptions) + timeout,
-            )
-        return self._idle_since + cool
+        d: float = self._lib.gl_gate_next_deadline(self._g)
+        return None if d == math.inf else d
 
     def has_finished(self) -> bool:
         """Whether requests finished since the last :meth:`drain_finished` (cheap to ask)."""
-        return bool(self._finished)
+        return bool(self._q[gatelib.Q_FINISHED])
 
     def drain_finished(self) -> list[int]:
         """Preemption counts of the requests finished since the last call (for a histogram)."""
-        out, self._finished = self._finished, []
+        out: list[int] = []
+        buf = self._buf
+        while self._q[gatelib.Q_FINISHED]:
+            n = self._lib.gl_gate_drain_finished(self._g, buf, len(buf))
+            out.extend(buf[:n])
         return out
 
     # -- events ---------------------------------------------------------------------------
 
     def online_busy(self, t: float, request: str | None = None) -> list[GateAction]:
         """The online side started executing (for ``request``, if named)."""
-        t = self._advance(t)
         if request is None:
-            self._anon_seq += 1
-            request = f"\0anon-{self._anon_seq}"
-            req = _Request(last_seen=t, anonymous=True)
-            self._inflight[request] = req
-            self.online_requests += 1
-        else:
-            found = self._inflight.get(request)
-            if found is None:
-                req = _Request(last_seen=t)
-                self._inflight[request] = req
-                self.online_requests += 1
-            else:
-                req = found
-                if req.last_idle_at is not None and not self.busy:
-                    # The idle time between two busy periods of one request is a decode gap.
-                    self._observe_gap(t - req.last_idle_at)
-                req.last_seen = t
-                req.last_idle_at = None
-        self.busy = True
-        if not self.enabled:
-            return []
-        self.enabled = False
-        self.preemptions += 1
-        most = self.max_preemptions_per_request
-        for r in self._inflight.values():
-            r.preemptions += 1
-            if r.preemptions > most:
-                most = r.preemptions
-        self.max_preemptions_per_request = most
-        return [Disable(self.gpu, t)]
+            return self._act(self._lib.gl_gate_online_busy(self._g, t, None, 0))
+        raw = request.encode()
+        return self._act(self._lib.gl_gate_online_busy(self._g, t, raw, len(raw)))
 
     def online_idle(self, t: float, finished: Iterable[str] = ()) -> list[GateAction]:
         """The online side went idle; ``finished`` names the requests that just completed."""
-        t = self._advance(t)
+        lib, g = self._lib, self._g
         for name in finished:
-            self._finish(name)
-        inflight = self._inflight
-        if inflight:
-            for name in [k for k, r in inflight.items() if r.anonymous]:
-                self._finish(name)
-        if self.busy:
-            self.busy = False
-            self._idle_since = t
-            for r in inflight.values():
-                r.last_idle_at = t
-                r.last_seen = t
-        return self._maybe_enable(t)
+            raw = name.encode()
+            self._check(lib.gl_gate_finish(g, t, raw, len(raw)))
+        return self._act(lib.gl_gate_online_idle(g, t))
 
     def request_done(self, t: float, request: str) -> list[GateAction]:
         """Online request ``request`` finished (the online side may still be busy)."""
-        t = self._advance(t)
-        self._finish(request)
-        return self._maybe_enable(t)
+        raw = request.encode()
+        return self._act(self._lib.gl_gate_request_done(self._g, t, raw, len(raw)))
 
     def decode_gap(self, gap_s: float, t: float | None = None) -> list[GateAction]:
         """A measured gap between two decode iterations online (raises G_max if larger)."""
-        if t is not None:
-            t = self._advance(t)
-        self._observe_gap(gap_s)
-        return []
+        rc = self._lib.gl_gate_decode_gap(self._g, gap_s, 0.0 if t is None else t, t is not None)
+        return self._act(rc)
 
     def tick(self, t: float) -> list[GateAction]:
         """Time passed: re-enable when the cooldown has elapsed."""
-        t = self._advance(t)
-        return self._maybe_enable(t)
+        return self._act(self._lib.gl_gate_tick(self._g, t))
 
     def force_disable(self, t: float) -> list[GateAction]:
         """Disable without an online request (memory reclamation turns compute off first).
 
         Not a preemption of any online request; the gate re-enables by the usual rule.
         """
-        t = self._advance(t)
-        self._idle_since = max(self._idle_since, t)
-        if not self.enabled:
-            return []
-        self.enabled = False
-        return [Disable(self.gpu, t, preempted=False)]
+        return self._act(self._lib.gl_gate_force_disable(self._g, t))
 
     def hold(self, t: float, held: bool) -> list[GateAction]:
         """Keep the gate closed (``held``) or let it go (not a preemption either way).
@@ -260,63 +261,23 @@ class ComputeGate:
         Held, it disables at once if enabled and never enables; let go, it reopens after a
         whole cooldown counted from the release, by the usual rule.
         """
-        t = self._advance(t)
-        if held == self.held:
-            return []
-        self.held = held
-        if held:
-            if not self.enabled:
-                return []
-            self.enabled = False
-            return [Disable(self.gpu, t, preempted=False)]
-        self._idle_since = max(self._idle_since, t)
-        return self._maybe_enable(t)
+        return self._act(self._lib.gl_gate_hold(self._g, t, held))
 
     # -- internals ------------------------------------------------------------------------
 
-    def _advance(self, t: float) -> float:
-        now = self._now
-        if not now <= t < math.inf:  # earlier, or not finite
-            if not math.isfinite(t):
-                raise ValueError("event time must be finite")
-            return now
-        dt = t - now
-        if self.enabled:
-            self._enabled_s += dt
-        if self.busy:
-            self._busy_s += dt
-        self._now = t
-        if self._inflight and self.config.request_timeout_s is not None:
-            self._expire(t)
-        return t
-
-    def _expire(self, t: float) -> None:
-        timeout = self.config.request_timeout_s
-        if timeout is None or not self._inflight:
-            return
-        for name in [
-            k for k, r in self._inflight.items() if not r.anonymous and t - r.last_seen > timeout
-        ]:
-            self._finish(name)
-
-    def _finish(self, name: str) -> None:
-        req = self._inflight.pop(name, None)
-        if req is not None:
-            self._finished.append(req.preemptions)
-
-    def _observe_gap(self, gap_s: float) -> None:
-        if gap_s > self.g_max_s and math.isfinite(gap_s):
-            self.g_max_s = gap_s
-
-    def _maybe_enable(self, t: float) -> list[GateAction]:
-        if self.enabled or self.busy or self.held:
+    def _act(self, rc: int) -> list[GateAction]:
+        if rc == gatelib.NONE:
             return []
-        c = self.config
-        if t < self._idle_since + min(
-            c.cool_ceiling_s, max(c.cool_floor_s, c.cool_factor * self.g_max_s)
-        ):
-            return []
-        if self._inflight and any(r.preemptions for r in self._inflight.values()):
-            return []
-        self.enabled = True
-        return [Enable(self.gpu, t)]
+        if rc == gatelib.ENABLE:
+            return [Enable(self.gpu, self._d[gatelib.D_NOW])]
+        if rc > 0:
+            return [Disable(self.gpu, self._d[gatelib.D_NOW], preempted=rc == gatelib.DISABLE)]
+        self._check(rc)
+        return []
+
+    @staticmethod
+    def _check(rc: int) -> None:
+        if rc == gatelib.BAD_TIME:
+            raise ValueError(_BAD_TIME)
+        if rc == gatelib.NO_MEMORY:
+            raise MemoryError("the compute gate ran out of memory")

@@ -1,0 +1,173 @@
+"""The binding to the native compute gate, ``libgleaner_gate.so`` (ctypes).
+
+Contract. :func:`gate_library` loads the library once and declares its functions (the C
+contract is ``runtime-agent/shim/include/gleaner_gate.h``); :class:`GateView` mirrors
+``gl_gate_view``, the state every gate exposes in place, and :class:`GateConfigC` mirrors
+``gl_gate_config``. The calls hold the GIL (``ctypes.PyDLL``). The typed Python face is
+:class:`gleaner.runtime_agent.policy.ComputeGate`; nothing else should call the library.
+
+The library is looked for, in order, at ``$GLEANER_GATE_LIBRARY``, beside the shim in the
+image (``/opt/gleaner/lib``), and in the shim's build directory of a source checkout
+(``make shim`` builds it; ``scripts/bootstrap.sh``, hence ``make simulate`` and
+``make test``, does too). :class:`GateLibraryError` says where it looked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+LIBRARY_NAME = "libgleaner_gate.so"
+ENV_LIBRARY = "GLEANER_GATE_LIBRARY"
+IMAGE_LIBRARY = Path("/opt/gleaner/lib") / LIBRARY_NAME
+"""Where the image installs it (beside the shim)."""
+ABI = 1
+"""``GL_GATE_ABI`` of the header this binding was written against."""
+
+NONE, DISABLE, DISABLE_QUIET, ENABLE = 0, 1, 2, 3
+BAD_TIME, NO_MEMORY = -1, -2
+
+
+class GateLibraryError(RuntimeError):
+    """The native gate library could not be loaded."""
+
+
+class GateConfigC(ctypes.Structure):
+    """``gl_gate_config``."""
+
+    _fields_ = [
+        ("cool_floor_s", ctypes.c_double),
+        ("cool_ceiling_s", ctypes.c_double),
+        ("cool_factor", ctypes.c_double),
+        ("request_timeout_s", ctypes.c_double),
+    ]
+
+
+class GateView(ctypes.Structure):
+    """``gl_gate_view``: a gate's state, read in place."""
+
+    _fields_ = [
+        ("now", ctypes.c_double),
+        ("idle_since", ctypes.c_double),
+        ("enabled_s", ctypes.c_double),
+        ("busy_s", ctypes.c_double),
+        ("g_max_s", ctypes.c_double),
+        ("preemptions", ctypes.c_uint64),
+        ("online_requests", ctypes.c_uint64),
+        ("max_preemptions_per_request", ctypes.c_uint64),
+        ("inflight", ctypes.c_uint64),
+        ("finished", ctypes.c_uint64),
+        ("gpu", ctypes.c_int32),
+        ("enabled", ctypes.c_uint8),
+        ("busy", ctypes.c_uint8),
+        ("held", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8),
+    ]
+
+
+def view_memory(view: GateView) -> tuple[memoryview[int], memoryview[float], memoryview[int]]:
+    """Byte, double and 64-bit views of a gate's state: a memoryview item is read several
+    times faster than a ctypes field (the agent reads ``enabled`` and ``busy`` per edge)."""
+    raw = (ctypes.c_char * ctypes.sizeof(GateView)).from_address(ctypes.addressof(view))
+    as_bytes = memoryview(raw).cast("B")
+    return as_bytes, as_bytes.cast("d"), as_bytes.cast("Q")
+
+
+# Indices into view_memory's views (a test checks them against GateView).
+D_NOW, D_G_MAX = GateView.now.offset // 8, GateView.g_max_s.offset // 8
+Q_PREEMPTIONS = GateView.preemptions.offset // 8
+Q_ONLINE_REQUESTS = GateView.online_requests.offset // 8
+Q_MAX_PREEMPTIONS = GateView.max_preemptions_per_request.offset // 8
+Q_FINISHED = GateView.finished.offset // 8
+B_ENABLED, B_BUSY, B_HELD = GateView.enabled.offset, GateView.busy.offset, GateView.held.offset
+
+
+def candidates() -> list[Path]:
+    """Where the library is looked for, in order."""
+    out: list[Path] = []
+    env = os.environ.get(ENV_LIBRARY)
+    if env:
+        out.append(Path(env))
+    out.append(IMAGE_LIBRARY)
+    # runtime-agent/gleaner/runtime_agent/gatelib.py → runtime-agent/shim/build
+    out.append(Path(__file__).resolve().parents[2] / "shim" / "build" / LIBRARY_NAME)
+    return out
+
+
+@functools.cache
+def gate_library() -> ctypes.CDLL:
+    """The loaded library with its prototypes declared (loaded on first use)."""
+    return load(candidates())
+
+
+def load(paths: Sequence[Path]) -> ctypes.CDLL:
+    """The first of ``paths`` that loads, with its prototypes declared."""
+    tried: list[str] = []
+    lib: ctypes.CDLL | None = None
+    for path in paths:
+        if not path.is_file():
+            tried.append(f"{path} (absent)")
+            continue
+        try:
+            # PyDLL: the calls keep the GIL (each is a few hundred nanoseconds of C), so a
+            # gate is used across threads as a Python object would be: the metrics thread
+            # reading a gate never sees the event loop's thread halfway through a change.
+            lib = ctypes.PyDLL(str(path))
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        break
+    if lib is None:
+        raise GateLibraryError(
+            f"the native compute gate ({LIBRARY_NAME}) is not installed; build it with "
+            f"`make shim`, or name it in {ENV_LIBRARY}. Looked for: " + "; ".join(tried)
+        )
+    _declare(lib)
+    if lib.gl_gate_abi() != ABI:
+        raise GateLibraryError(
+            f"{LIBRARY_NAME} at {lib._name} speaks gate ABI {lib.gl_gate_abi()}, this "
+            f"Gleaner needs {ABI}: rebuild it with `make shim`"
+        )
+    return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    g, d, i, sz = ctypes.c_void_p, ctypes.c_double, ctypes.c_int, ctypes.c_size_t
+    name = ctypes.c_char_p
+    protos: dict[str, tuple[object, list[object]]] = {
+        "gl_gate_abi": (i, []),
+        "gl_gate_config_error": (ctypes.c_char_p, [ctypes.POINTER(GateConfigC)]),
+        "gl_gate_new": (g, [ctypes.c_int32, ctypes.POINTER(GateConfigC), d]),
+        "gl_gate_free": (None, [g]),
+        "gl_gate_state": (ctypes.POINTER(GateView), [g]),
+        "gl_gate_online_busy": (i, [g, d, name, sz]),
+        "gl_gate_finish": (i, [g, d, name, sz]),
+        "gl_gate_online_idle": (i, [g, d]),
+        "gl_gate_request_done": (i, [g, d, name, sz]),
+        "gl_gate_decode_gap": (i, [g, d, d, i]),
+        "gl_gate_tick": (i, [g, d]),
+        "gl_gate_force_disable": (i, [g, d]),
+        "gl_gate_hold": (i, [g, d, i]),
+        "gl_gate_cooldown": (d, [g]),
+        "gl_gate_next_deadline": (d, [g]),
+        "gl_gate_enabled_seconds": (d, [g, d]),
+        "gl_gate_busy_seconds": (d, [g, d]),
+        "gl_gate_drain_finished": (sz, [g, ctypes.POINTER(ctypes.c_uint32), sz]),
+        "gl_gate_inflight_at": (
+            i,
+            [
+                g,
+                sz,
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.POINTER(sz),
+                ctypes.POINTER(ctypes.c_uint32),
+            ],
+        ),
+    }
+    for fn, (restype, argtypes) in protos.items():
+        f = getattr(lib, fn)
+        f.restype = restype
+        f.argtypes = argtypes
