@@ -36,7 +36,6 @@ repeated scrapes of dcgm-exporter's ``/metrics`` saved with their times).
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -164,7 +163,7 @@ def dcgm_trace_frame(
         if node is None or gpu is None:
             if on_gap == "drop":
                 continue
-            missing = "a gpu label" if node is not None else "a node label (Hostname)"
+            missing = "gpu label" if node is not None else "node label (Hostname)"
             raise TraceFormatError(
                 f"series {s.describe()} has no {missing}: dcgm-exporter labels each GPU's "
                 f"series with Hostname and gpu ({', '.join(DCGM_NODE_LABELS)} name the node)"
@@ -199,7 +198,7 @@ def dcgm_trace_frame(
     step = float(step_seconds) if step_seconds else _step(used_series)
     first = min(float(s.times[0]) for s in used_series)
     last = max(float(s.times[-1]) for s in used_series)
-    n_grid = math.floor((last - first) / step + TIME_TOLERANCE) + 1
+    n_grid = round((last - first) / step) + 1  # scrapes jitter: the nearest count of steps
     grid: FloatArray = first + step * np.arange(n_grid, dtype=np.float64)
     columns: dict[str, list[Any]] = defaultdict(list)
     for node in sorted({n for n, _ in complete}):
