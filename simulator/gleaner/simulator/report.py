@@ -444,6 +444,9 @@ def render_report(results: dict[str, Any]) -> str:
             for n in results["cluster"]["policies"]
         )
         parts.append(f"<ul class=pol>{items}</ul>")
+        if results.get("cluster_verdict"):
+            lines = "".join(f"<li>{html.escape(v)}</li>" for v in results["cluster_verdict"])
+            parts.append(f"<h3>Verdict (cluster level)</h3><ul>{lines}</ul>")
         parts.extend(_cluster_figures(results["cluster"], colors))
     body = "\n".join(parts)
     style = (
