@@ -86,6 +86,19 @@ def three_answers() -> list[dict[str, Any]]:
     ]
 
 
+def dcgm_answer(t: np.ndarray, util: dict[tuple[str, int], np.ndarray]) -> dict[str, Any]:
+    """One range-query answer holding GPU_UTIL and FB_FREE (free falls as load grows)."""
+    result: list[dict[str, Any]] = []
+    for (node, gpu), u in util.items():
+        for metric, values in (
+            ("DCGM_FI_DEV_GPU_UTIL", u),
+            ("DCGM_FI_DEV_FB_FREE", 40960 - 100 * u),
+        ):
+            rows = [[float(a), f"{b:.1f}"] for a, b in zip(t, values, strict=True)]
+            result.append({"metric": {"__name__": metric, **labels(node, gpu)}, "values": rows})
+    return answer(result)
+
+
 def exposition_line(metric: str, lab: dict[str, str], value: float, t: float) -> str:
     inner = ",".join(f'{k}="{v}"' for k, v in lab.items())
     return f"{metric}{{{inner}}} {value:g} {round(t * 1000)}"
@@ -266,19 +279,7 @@ def test_simulate_replays_a_saved_answer_at_the_cluster_level(tmp_path: Path) ->
         ("gpu-b", 0): np.full(t.size, 90.0),
         ("gpu-b", 1): np.full(t.size, 10.0),
     }
-    result: list[dict[str, Any]] = []
-    for (node, gpu), u in util.items():
-        for metric, values in (
-            ("DCGM_FI_DEV_GPU_UTIL", u),
-            ("DCGM_FI_DEV_FB_FREE", 40960 - 100 * u),
-        ):
-            result.append(
-                {
-                    "metric": {"__name__": metric, **labels(node, gpu)},
-                    "values": [[float(a), f"{b:.1f}"] for a, b in zip(t, values, strict=True)],
-                }
-            )
-    path = write_json(tmp_path / "dcgm.json", [answer(result)])
+    path = write_json(tmp_path / "dcgm.json", [dcgm_answer(t, util)])
     scenario = tmp_path / "cluster.yaml"
     scenario.write_text("name: replay\ncluster: {history_h: 1, jobs: {per_100_gpus: 100}}\n")
     out = tmp_path / "out"
@@ -304,3 +305,17 @@ def test_simulate_replays_a_saved_answer_at_the_cluster_level(tmp_path: Path) ->
     run = np.concatenate([u[60:] for u in util.values()]) / 100
     for m in cluster["policies"].values():
         assert m["online_utilization"] == pytest.approx(run.mean(), abs=0.01)
+
+
+def test_backtest_reads_a_saved_answer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two days of two nodes, busy by day: the backtest runs on DCGM history alone."""
+    t = T0 + 300.0 * np.arange(12 * 48)
+    hour = ((t - T0) / 3600 + 12) % 24
+    util = {(node, 0): np.where((hour > 8) & (hour < 20), 80.0, 10.0) for node in ("n1", "n2")}
+    path = write_json(tmp_path / "two-days.json", [dcgm_answer(t, util)])
+    rc = main(["backtest", "--trace", str(path), "--jobs",
+               "examples/mistral-7b-profile-configmap.yaml", "--format", "json"])  # fmt: skip
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["origins"] and out["placed"] > 0  # placed on the file's nodes, and judged
+    assert 0.0 <= out["attainment"] <= 1.0

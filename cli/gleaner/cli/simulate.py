@@ -321,7 +321,8 @@ def _write_trace(scenario: Scenario, seed: int | None, path: Path) -> None:
     "--trace",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Replay a trace file (CSV/Parquet, docs/formats.md) as the cluster's online load.",
+    help="Replay a trace file (CSV/Parquet, or DCGM metrics saved from Prometheus; "
+    "docs/formats.md) as the cluster's online load.",
 )
 @click.option(
     "--write-trace",
