@@ -21,7 +21,7 @@ import pytest
 from gleaner.cli.main import main
 from gleaner.operator.sources.prometheus import PrometheusTraceSource
 from gleaner.perfmodel import FileTraceSource
-from gleaner.testing.prometheus import PrometheusServer, Series
+from gleaner.testing.prometheus import PrometheusServer, Series, to_openmetrics
 
 T_END = 1_717_250_400.0  # 2024-06-01T14:00:00Z
 STEP = 60.0
@@ -90,6 +90,23 @@ def test_saved_answer_equals_the_live_source(prometheus: PrometheusServer, tmp_p
     pushed = [s for s in history() if s.name == "DCGM_FI_DEV_GPU_UTIL"]
     busy = sum(v for _, v in pushed[0].samples) / 100 * STEP
     assert from_file["gpu-a"].online_busy_seconds[0] == pytest.approx(busy)
+
+
+def test_the_openmetrics_text_behind_the_server_reads_the_same(
+    prometheus: PrometheusServer, tmp_path: Path
+) -> None:
+    """The OpenMetrics text promtool backfilled the server from (what ``promtool tsdb
+    dump-openmetrics`` gives back), read as a trace file, equals the live range query."""
+    dump = tmp_path / "dump.om.txt"
+    dump.write_text(to_openmetrics(history()))
+    from_dump = FileTraceSource(dump).load()
+    from_answer = FileTraceSource(save_range_query(prometheus.url, tmp_path / "a.json")).load()
+    assert sorted(from_dump) == sorted(from_answer)
+    for node, d in from_dump.items():
+        a = from_answer[node]
+        assert d.gpus == a.gpus and d.window_seconds == a.window_seconds
+        np.testing.assert_allclose(d.online_busy_seconds, a.online_busy_seconds)
+        np.testing.assert_array_equal(d.memory.levels, a.memory.levels)
 
 
 def test_simulate_replays_the_saved_answer(prometheus: PrometheusServer, tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ series are skipped and a node keeps only the grid times all its series fill.
 :func:`read_dcgm_text` reads what a user saves from Prometheus: the JSON answer of
 ``/api/v1/query_range`` (a ``matrix``; several answers may follow each other in one file),
 or the text exposition format with timestamps (``/federate``, ``promtool tsdb dump``, or
-repeated scrapes of dcgm-exporter's ``/metrics`` saved with their times).
+repeated scrapes of dcgm-exporter's ``/metrics`` saved with their times), or OpenMetrics
+text (``promtool tsdb dump-openmetrics``; it ends with ``# EOF``).
 """
 
 from __future__ import annotations
@@ -343,13 +344,21 @@ def _from_json(text: str) -> list[MetricSeries]:
 
 
 def _from_exposition(text: str) -> list[MetricSeries]:
+    """Samples of the Prometheus text format (timestamps in ms), or of OpenMetrics text
+    (ends with ``# EOF``; timestamps in seconds, as ``promtool tsdb dump-openmetrics``)."""
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as openmetrics_families,
+    )
     from prometheus_client.parser import text_string_to_metric_families
+
+    openmetrics = text.rstrip().endswith("# EOF")
+    parse = openmetrics_families if openmetrics else text_string_to_metric_families
 
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = defaultdict(
         list
     )
     try:
-        for family in text_string_to_metric_families(text):
+        for family in parse(text):
             for sample in family.samples:
                 if sample.name not in DCGM_METRICS:
                     continue
