@@ -114,3 +114,16 @@ def test_cluster_verdict_names_winners_margins_and_the_idle_reference() -> None:
         "Comparison with first-fit (no model, no SLA check): Gleaner saves 5.5 GPUs against 6.0, "
         "meets 95.0% of SLA windows against 80.0%, with 2 evictions against 9.",
     ]
+
+
+def test_values_equal_as_printed_are_a_tie_not_a_lead() -> None:
+    from gleaner.simulator.verdict import _lead
+
+    two = {"prism": 0.108, "uvm": 0.114, "gleaner": 0.2}
+    assert _lead(two, "the fewest preemptions per request", True, lambda v: f"{v:.2f}") == (
+        "prism, uvm tie for the fewest preemptions per request (0.11)."
+    )
+    apart = {"prism": 0.19, "gleaner": 0.2}
+    assert _lead(apart, "the fewest preemptions", True, lambda v: f"{v:.2f}") == (
+        "prism has the fewest preemptions (0.19), ahead of gleaner (0.20) by 0.01."
+    )

@@ -76,9 +76,8 @@ def _colocated(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {n: r for n, r in runs.items() if r.get("compute") != "online-only"}
 
 
-def _best(runs: dict[str, dict[str, Any]], key: Any, lower: bool) -> list[tuple[str, float]]:
-    ranked = sorted(((n, float(key(r))) for n, r in runs.items()), key=lambda x: x[1])
-    return ranked if lower else ranked[::-1]
+FORMAT_NAMES = {"azure": "Azure", "mooncake": "Mooncake", "burstgpt": "BurstGPT"}
+"""Request-trace formats as their owners spell them."""
 
 
 def _gpus(n: int) -> str:
@@ -93,7 +92,8 @@ def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
     n_req = ref["requests"] if ref else next(iter(node["runs"].values()))["requests"]
     replay = node.get("replay")
     load = (
-        f"a replayed {replay['format']} trace ({replay['requests']} requests)"
+        f"a replayed {FORMAT_NAMES.get(replay['format'], replay['format'])}-format request "
+        f"trace ({replay['requests']} requests)"
         if replay
         else f"synthetic load ({n_req} requests)"
     )
@@ -120,18 +120,8 @@ def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
         ),
     ]
     for what, key, lower, fmt in measures:
-        ranked = _best(runs, key, lower)
-        (w, wv), rest = ranked[0], ranked[1:]
-        ties = [n for n, v in rest if abs(v - wv) <= 1e-12]
-        line = f"{w} has {what} ({fmt(wv)})"
-        if ties:
-            line = f"{', '.join([w, *ties])} tie for {what} ({fmt(wv)})"
-        elif rest:
-            n2, v2 = rest[0]
-            gap = abs(v2 - wv)
-            margin = f"{100 * gap:.2f} points" if fmt is pct else fmt(gap)
-            line += f", ahead of {n2} ({fmt(v2)}) by {margin}"
-        out.append(line + ".")
+        margin = (lambda v: f"{100 * v:.2f} points") if fmt is pct else None
+        out.append(_lead({n: float(key(r)) for n, r in runs.items()}, what, lower, fmt, margin))
     g, it = runs.get("gleaner"), runs.get("iteration")
     if g is not None and it is not None:
         ratio = (
@@ -174,7 +164,8 @@ def _lead(values: dict[str, float], what: str, lower: bool, fmt: Any, margin: An
     """``winner has <what> (v), ahead of runner-up (v2) by <margin>`` (ties named as ties)."""
     ranked = sorted(values.items(), key=lambda x: x[1], reverse=not lower)
     (w, wv), rest = ranked[0], ranked[1:]
-    ties = [n for n, v in rest if abs(v - wv) <= 1e-9]
+    # Equal as printed is a tie: "0.11, ahead of 0.11 by 0.01" reads as a contradiction.
+    ties = [n for n, v in rest if abs(v - wv) <= 1e-9 or fmt(v) == fmt(wv)]
     if ties:
         return f"{', '.join([w, *ties])} tie for {what} ({fmt(wv)})."
     if not rest:
