@@ -80,8 +80,12 @@ FORMAT_NAMES = {"azure": "Azure", "mooncake": "Mooncake", "burstgpt": "BurstGPT"
 """Request-trace formats as their owners spell them."""
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _gpus(n: int) -> str:
-    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+    return _count(n, "GPU")
 
 
 def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
@@ -241,7 +245,7 @@ def cluster_verdict(cluster: dict[str, Any], seed: int) -> list[str]:
             "Comparison with first-fit (no model, no SLA check): Gleaner saves "
             f"{g['gpus_saved']:.1f} GPUs against {ff['gpus_saved']:.1f}, meets "
             f"{100 * g['sla_attainment']:.1f}% of SLA windows against "
-            f"{100 * ff['sla_attainment']:.1f}%, with {g['evictions']} evictions against "
+            f"{100 * ff['sla_attainment']:.1f}%, with {_count(g['evictions'], 'eviction')} against "
             f"{ff['evictions']}."
         )
     return out
