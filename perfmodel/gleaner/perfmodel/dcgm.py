@@ -1,9 +1,10 @@
 """NVIDIA DCGM exporter series as a trace: the one rule from GPU metrics to trace rows.
 
-Contract. :func:`dcgm_trace_frame` turns per-GPU DCGM exporter series into the rows of the
-trace file format (docs/formats.md) that every trace reader checks and summarizes
-(``gleaner.perfmodel.frames``). Both the operator's Prometheus source (live range queries)
-and the trace-file reader (saved Prometheus answers, :func:`read_dcgm_text`) go through it,
+Contract. :func:`dcgm_nodes` puts per-GPU DCGM exporter series on one grid in the trace
+file format's units (docs/formats.md), per node; :func:`dcgm_trace_frame` writes them as the
+rows every trace reader checks and summarizes (``gleaner.perfmodel.frames``). The operator's
+Prometheus source (live range queries) summarizes :func:`dcgm_nodes` directly and the
+trace-file reader (saved Prometheus answers, :func:`read_dcgm_text`) goes through the rows,
 so a saved file and a live query of the same data give the same node summaries.
 
 The metrics, in dcgm-exporter's units:
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from gleaner.perfmodel.summary import FloatArray, TraceFormatError
+from gleaner.perfmodel.summary import FloatArray, GpuSpec, TraceFormatError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -144,17 +145,30 @@ def _on_grid(s: MetricSeries, grid: FloatArray, lookback: float) -> FloatArray:
     return out
 
 
-def dcgm_trace_frame(
+@dataclass(frozen=True, eq=False)
+class DcgmNode:
+    """One node's DCGM series on the grid: trace units, times where all its GPUs have a value."""
+
+    name: str
+    gpus: tuple[GpuSpec, ...]
+    times: FloatArray
+    """[T] epoch seconds."""
+    busy: FloatArray
+    """[T, G] online busy fraction, 0..1."""
+    free_gib: FloatArray
+    """[T, G] free memory, GiB."""
+
+
+def dcgm_nodes(
     series: Iterable[MetricSeries],
     step_seconds: float | None = None,
     *,
     on_gap: GapRule = "error",
     lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
     skip_nodes: Iterable[str] = (),
-) -> pd.DataFrame:
-    """Trace rows (docs/formats.md) from DCGM exporter series; see the module docstring."""
-    import pandas as pd
-
+) -> list[DcgmNode]:
+    """Each node's DCGM series on one grid, in trace units; see the module docstring. In
+    ``drop`` mode a node without any complete grid time is left out."""
     skipped = set(skip_nodes)
     grouped: dict[tuple[str, str, int], list[MetricSeries]] = defaultdict(list)
     for s in series:
@@ -178,7 +192,7 @@ def dcgm_trace_frame(
         raise TraceFormatError(
             f"no DCGM series ({DCGM_UTIL} and {DCGM_FREE}, labelled with the node and GPU)"
         )
-    complete = []
+    complete: list[tuple[str, int]] = []
     for node, gpu in gpus:
         lacking = [m for m in (DCGM_UTIL, DCGM_FREE) if (m, node, gpu) not in merged]
         if not lacking:
@@ -189,7 +203,8 @@ def dcgm_trace_frame(
                 f"GPU {gpu} of node {node} has {have.describe()} but no {' or '.join(lacking)} "
                 "series: a trace needs both utilisation and free memory for every GPU"
             )
-    used_series = [s for (m, n, g), s in merged.items() if (n, g) in complete]
+    wanted = set(complete)
+    used_series = [s for (m, n, g), s in merged.items() if (n, g) in wanted]
     empty = next((s for s in used_series if s.times.size == 0), None)
     if empty is not None and on_gap == "error":
         raise TraceFormatError(f"series {empty.describe()} has no samples")
@@ -201,12 +216,14 @@ def dcgm_trace_frame(
     last = max(float(s.times[-1]) for s in used_series)
     n_grid = round((last - first) / step) + 1  # scrapes jitter: the nearest count of steps
     grid: FloatArray = first + step * np.arange(n_grid, dtype=np.float64)
-    columns: dict[str, list[Any]] = defaultdict(list)
-    for node in sorted({n for n, _ in complete}):
-        node_gpus = [g for n, g in complete if n == node]
+    by_node: dict[str, list[int]] = defaultdict(list)
+    for node, gpu in complete:
+        by_node[node].append(gpu)
+    out: list[DcgmNode] = []
+    for node, node_gpus in sorted(by_node.items()):
         util: list[FloatArray] = []
         free: list[FloatArray] = []
-        total: list[float] = []
+        specs: list[GpuSpec] = []
         for gpu in node_gpus:
             for metric, into in ((DCGM_UTIL, util), (DCGM_FREE, free)):
                 s = merged[(metric, node, gpu)]
@@ -214,27 +231,75 @@ def dcgm_trace_frame(
                 if on_gap == "error" and np.isnan(values).any():
                     raise TraceFormatError(_gap_message(s, grid, values, lookback_seconds))
                 into.append(values)
-            used = merged.get((DCGM_USED, node, gpu))
             f = merged[(DCGM_FREE, node, gpu)]
-            total.append(_total_gib(f, used))
+            labels = merged[(DCGM_UTIL, node, gpu)].labels
+            specs.append(
+                GpuSpec(
+                    index=gpu,
+                    uuid=labels.get("UUID", ""),
+                    product=labels.get("modelName", ""),
+                    memory_gib=_total_gib(f, merged.get((DCGM_USED, node, gpu))),
+                )
+            )
         busy = np.stack(util, axis=1)
         free_mib = np.stack(free, axis=1)
         keep = ~(np.isnan(busy).any(axis=1) | np.isnan(free_mib).any(axis=1))
-        n_t, n_g = int(keep.sum()), len(node_gpus)
-        labels = [merged[(DCGM_UTIL, node, g)].labels for g in node_gpus]
-        columns["timestamp"] += np.repeat(grid[keep], n_g).tolist()
-        columns["node"] += [node] * (n_t * n_g)
-        columns["gpu"] += node_gpus * n_t
-        columns["online_busy"] += np.clip(busy[keep] / 100.0, 0.0, 1.0).reshape(-1).tolist()
-        columns["free_memory_gib"] += (
-            (np.maximum(free_mib[keep], 0.0) / MIB_PER_GIB).reshape(-1).tolist()
+        if not keep.any():
+            continue
+        out.append(
+            DcgmNode(
+                node,
+                tuple(specs),
+                grid[keep],
+                np.clip(busy[keep] / 100.0, 0.0, 1.0),
+                np.maximum(free_mib[keep], 0.0) / MIB_PER_GIB,
+            )
         )
-        columns["gpu_product"] += [lab.get("modelName", "") for lab in labels] * n_t
-        columns["gpu_uuid"] += [lab.get("UUID", "") for lab in labels] * n_t
-        columns["gpu_memory_gib"] += total * n_t
-    frame = pd.DataFrame(columns)
-    if len(frame) == 0:
+    if not out:
         raise TraceFormatError("the DCGM series share no sample times")
+    return out
+
+
+def dcgm_trace_frame(
+    series: Iterable[MetricSeries],
+    step_seconds: float | None = None,
+    *,
+    on_gap: GapRule = "error",
+    lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
+    skip_nodes: Iterable[str] = (),
+) -> pd.DataFrame:
+    """Trace rows (docs/formats.md) of :func:`dcgm_nodes`, time-major, then node, then GPU."""
+    import pandas as pd
+
+    nodes = dcgm_nodes(
+        series,
+        step_seconds,
+        on_gap=on_gap,
+        lookback_seconds=lookback_seconds,
+        skip_nodes=skip_nodes,
+    )
+    parts = []
+    for n in nodes:
+        t, g = n.times.size, len(n.gpus)
+
+        def per_gpu(values: list[Any], t: int = t) -> Any:
+            return np.tile(np.array(values, dtype=object), t)
+
+        parts.append(
+            pd.DataFrame(
+                {
+                    "timestamp": np.repeat(n.times, g),
+                    "node": np.full(t * g, n.name, dtype=object),
+                    "gpu": np.tile(np.array([s.index for s in n.gpus], dtype=np.int64), t),
+                    "online_busy": n.busy.reshape(-1),
+                    "free_memory_gib": n.free_gib.reshape(-1),
+                    "gpu_product": per_gpu([s.product for s in n.gpus]),
+                    "gpu_uuid": per_gpu([s.uuid for s in n.gpus]),
+                    "gpu_memory_gib": np.tile([s.memory_gib for s in n.gpus], t),
+                }
+            )
+        )
+    frame = pd.concat(parts, ignore_index=True)
     return frame.sort_values(["timestamp", "node", "gpu"], kind="stable", ignore_index=True)
 
 

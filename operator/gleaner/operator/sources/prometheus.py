@@ -18,7 +18,7 @@ Contract. ``PrometheusTraceSource(url, window_seconds, step_seconds, end).load()
   ``DCGM_FI_DEV_GPU_UTIL`` (percent; online busy = util / 100), ``DCGM_FI_DEV_FB_FREE`` and
   ``DCGM_FI_DEV_FB_USED`` (MiB; harvestable = free) by range query, for what-if analysis:
   no offline-enabled time, so P_compute = 1 - busy fraction. The series become trace rows
-  by the same rule as a saved file (``gleaner.perfmodel.dcgm.dcgm_trace_frame``, with
+  by the same rule as a saved file (``gleaner.perfmodel.dcgm.dcgm_nodes``, with
   unusable series skipped rather than refused): the node is the ``Hostname`` label
   (dcgm-exporter's default), else ``node``, ``kubernetes_node`` or ``instance``; ``UUID``
   and ``modelName`` fill the GPU inventory.
@@ -57,13 +57,12 @@ from gleaner.perfmodel import (
     GpuEvents,
     NodeSummary,
     TraceFormatError,
-    summarize_samples,
 )
 from gleaner.perfmodel.dcgm import (
     DCGM_FREE,
     DCGM_USED,
     DCGM_UTIL,
-    dcgm_trace_frame,
+    dcgm_nodes,
     series_from_results,
 )
 from gleaner.perfmodel.series import align_on_grid, counter_increase
@@ -279,12 +278,20 @@ class PrometheusTraceSource:
             for s in series_from_results(self._query_range(client, metric), metric)
         ]
         try:
-            frame = dcgm_trace_frame(series, self.step_seconds, on_gap="drop", skip_nodes=skip)
-            return summarize_samples(
-                frame,
-                self.step_gib,
-                max_states=self.max_states,
-                sample_seconds=self.step_seconds,
-            )
+            nodes = dcgm_nodes(series, self.step_seconds, on_gap="drop", skip_nodes=skip)
         except TraceFormatError:  # no usable DCGM series in the window
             return {}
+        return {
+            n.name: NodeSummary.from_samples(
+                n.name,
+                list(n.gpus),
+                n.times,
+                n.busy,
+                n.free_gib,
+                None,
+                sample_seconds=self.step_seconds,
+                step_gib=self.step_gib,
+                max_states=self.max_states,
+            )
+            for n in nodes
+        }
