@@ -95,9 +95,11 @@ def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
     ref = node["runs"].get("online-only")
     n_req = ref["requests"] if ref else next(iter(node["runs"].values()))["requests"]
     replay = node.get("replay")
+    path = (sc.get("requests") or {}).get("path")
+    named = f" {PurePath(path).name}" if path else ""
     load = (
-        f"a replayed {FORMAT_NAMES.get(replay['format'], replay['format'])}-format request "
-        f"trace ({replay['requests']} requests)"
+        f"the replayed {FORMAT_NAMES.get(replay['format'], replay['format'])}-format request "
+        f"trace{named} ({replay['requests']} requests)"
         if replay
         else f"synthetic load ({n_req} requests)"
     )
