@@ -51,7 +51,8 @@ def test_tables_fit_100_columns_and_say_dash_for_no_data(
     assert rows[1].count("–") == 5  # preemptions, reclamations, offline work
     for header in ("TTFT mean (ms)", "offline tokens/s", "Comparisons with baselines"):
         assert header.split()[0] in out
-    assert "Verdict:" in out and "Seed 3:" in out and "Break-even (mean TTFT)" in out
+    assert "Verdict (node level):" in out and "Seed 3: 1 GPU," in out
+    assert "Break-even (mean TTFT)" in out
 
 
 def test_requests_replay_a_mooncake_file(
@@ -81,6 +82,9 @@ def test_requests_replay_a_mooncake_file(
     assert replay["format"] == "mooncake" and replay["requests"] == 20
     assert replay["window_s"] == pytest.approx(10.0)
     assert out["node"]["runs"]["gleaner"]["requests"] == 20
+    assert "the replayed Mooncake-format request trace mooncake.jsonl (20 requests)" in (
+        out["verdict"][0]
+    )
 
 
 def test_bad_request_traces_are_one_line_and_exit_2(
@@ -96,3 +100,31 @@ def test_bad_request_traces_are_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("error: ") for line in err)
     assert "bad.csv:3: column 'ContextTokens': not a number ('x')" in err[0]
+
+
+CLUSTER = """
+name: tiny-cluster
+seed: 5
+cluster: {nodes: 3, gpus_per_node: 4, duration_h: 6, history_h: 1, jobs: {per_100_gpus: 100}}
+"""
+
+
+def test_cluster_tables_fit_100_columns_and_give_a_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER, encoding="utf-8")
+    assert main(["simulate", "--scenario", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert "…" not in out
+    assert "Cluster level (12 GPUs, 6 h, seed 5)" in out
+    # no-harvest runs no job: no SLA windows and no model, so dashes rather than 100% or 0.
+    row = next(line for line in lines if line.startswith("│ no-harvest"))
+    assert row.count("–") == 2 and "100.0" not in row
+    assert "Prediction error: the mean absolute difference" in out
+    verdict = out[out.index("Verdict (cluster level):") :]
+    assert "Seed 5: 12 GPUs in 3 nodes, 6 h of synthetic online load" in verdict
+    assert "no-harvest ran no job" in verdict
+    assert "has the most GPUs saved" in verdict and "Comparison with first-fit" in verdict

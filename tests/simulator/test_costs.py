@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from gleaner.simulator.costs import (
     PAGE_BYTES,
@@ -14,8 +17,11 @@ from gleaner.simulator.costs import (
     InflightConfig,
     LatencyDistribution,
     fit_latency,
+    measured_costs,
+    with_measured,
 )
 from gleaner.simulator.node import NodeScenario, RunSpec, run_node
+from gleaner.simulator.scenario import load_scenario
 from gleaner.simulator.sensitivity import TERMS, all_off, breakeven, sensitivity
 from gleaner.simulator.workload import ArrivalConfig
 
@@ -143,3 +149,32 @@ def test_measured_latencies_fit_the_cost_model_units() -> None:
     assert d.sigma == pytest.approx(0.4, rel=0.1)
     assert d.max_ms == pytest.approx(ns.max() / 1e6)
     assert fit_latency([]).median_ms == 0.0
+
+
+def test_a_hardware_results_file_replaces_the_guessed_latencies(tmp_path: Path) -> None:
+    """The path a lent GPU takes: the hardware test writes its measured stop and resume
+    latencies (ns) as ``simulator_costs``; pasted under a scenario's ``costs:`` (or merged
+    with ``with_measured``) they are what the simulator charges. The measurement is fake."""
+    rng = np.random.default_rng(5)
+    stop_ns = rng.lognormal(np.log(4e6), 0.3, size=50).tolist()  # a slow GSP RPC: ~4 ms
+    resume_ns = rng.lognormal(np.log(1e6), 0.3, size=50).tolist()
+    results = tmp_path / "gpu_results.json"
+    results.write_text(json.dumps({"driver": "fake", "simulator_costs": measured_costs(
+        stop_ns, resume_ns)}))  # fmt: skip
+    measured = json.loads(results.read_text())["simulator_costs"]
+    scenario = tmp_path / "measured.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "measured", "node": {
+        "duration_s": 120, "costs": measured}}))  # fmt: skip
+    costs = load_scenario(str(scenario)).node.costs  # type: ignore[union-attr]
+    assert costs.disable.median_ms == pytest.approx(4.0, rel=0.15)
+    assert costs.enable.median_ms == pytest.approx(1.0, rel=0.15)
+    assert costs.disable.max_ms == pytest.approx(max(stop_ns) / 1e6)
+    assert with_measured(CostModel(), measured) == costs
+    # Charged: Gleaner's online side pays the measured disable latency, not the guess.
+    guessed = run_node(_scenario(), seed=11)["runs"]["gleaner"]
+    paid = run_node(_scenario(costs), seed=11)["runs"]["gleaner"]
+    preemptions = paid["preemptions_per_request"] * paid["requests"]
+    extra = paid["online_cost_s"] - guessed["online_cost_s"]
+    per_preemption = (costs.disable.median_ms - CostModel().disable.median_ms) / 1000
+    assert preemptions > 0
+    assert 0.5 * per_preemption < extra / preemptions < 2 * per_preemption

@@ -11,7 +11,7 @@ from gleaner.simulator.node import NodeScenario
 from gleaner.simulator.report import KNOWN_COLORS, log_ticks, policy_colors, render_report
 from gleaner.simulator.runner import run_scenario
 from gleaner.simulator.scenario import Scenario
-from gleaner.simulator.verdict import POLICY_TEXT, node_verdict, target_value
+from gleaner.simulator.verdict import POLICY_TEXT, cluster_verdict, node_verdict, target_value
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +78,52 @@ def test_report_explains_and_colours_every_policy(results: dict[str, Any]) -> No
         )
     assert "Preemption-cost break-even" in page
     assert "Comparisons with baselines" in page and "Node-level targets (Gleaner)" in page
+
+
+def _policy(saved: float, met: float | None, evictions: int, error: float | None) -> dict[str, Any]:
+    return {
+        "gpus_saved": saved,
+        "sla_attainment": met,
+        "sla_windows": 0 if met is None else 40,
+        "evictions": evictions,
+        "jobs": 20,
+        "prediction_error": {"placements": 0 if error is None else 9, "mean_abs": error or 0.0},
+    }
+
+
+def test_cluster_verdict_names_winners_margins_and_the_idle_reference() -> None:
+    cluster = {
+        "gpus": 16,
+        "nodes": 2,
+        "trace": "/data/exports/dcgm.json",
+        "config": {"duration_h": 3.0},
+        "policies": {
+            "no-harvest": _policy(0.0, None, 0, None),
+            "gleaner": _policy(5.5, 0.95, 2, 0.061),
+            "first-fit": _policy(6.0, 0.80, 9, None),
+        },
+    }
+    assert cluster_verdict(cluster, 11) == [
+        "Seed 11: 16 GPUs in 2 nodes, 3 h of online load replayed from dcgm.json, 20 "
+        "OfflineJobs; every policy saw the same load and jobs.",
+        "no-harvest ran no job: it has no SLA windows to judge (shown as –).",
+        "first-fit has the most GPUs saved (6.00), ahead of gleaner (5.50) by 0.50.",
+        "gleaner has the most SLA windows met (95.0%), ahead of first-fit (80.0%) by 15.0 points.",
+        "gleaner has the fewest evictions (2), ahead of first-fit (9) by 7.",
+        "gleaner has the smallest prediction error (6.1 points); no other policy to compare.",
+        "Comparison with first-fit (no model, no SLA check): Gleaner saves 5.5 GPUs against 6.0, "
+        "meets 95.0% of SLA windows against 80.0%, with 2 evictions against 9.",
+    ]
+
+
+def test_values_equal_as_printed_are_a_tie_not_a_lead() -> None:
+    from gleaner.simulator.verdict import _lead
+
+    two = {"prism": 0.108, "uvm": 0.114, "gleaner": 0.2}
+    assert _lead(two, "the fewest preemptions per request", True, lambda v: f"{v:.2f}") == (
+        "prism, uvm tie for the fewest preemptions per request (0.11)."
+    )
+    apart = {"prism": 0.19, "gleaner": 0.2}
+    assert _lead(apart, "the fewest preemptions", True, lambda v: f"{v:.2f}") == (
+        "prism has the fewest preemptions (0.19), ahead of gleaner (0.20) by 0.01."
+    )

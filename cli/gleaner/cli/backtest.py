@@ -82,7 +82,8 @@ class _Hours:
     "trace_path",
     required=True,
     type=click.Path(path_type=Path),
-    help="Trace file (CSV or Parquet, docs/architecture.md), as for gleaner place.",
+    help="Trace file (CSV or Parquet, or DCGM metrics saved from Prometheus; "
+    "docs/formats.md), as for gleaner place.",
 )
 @click.option(
     "--jobs",

@@ -40,7 +40,8 @@ def trace_options(func: F) -> F:
             "--trace",
             "trace_path",
             type=click.Path(path_type=Path),
-            help="Trace file (CSV or Parquet; format in docs/formats.md).",
+            help="Trace file: CSV or Parquet, or DCGM metrics saved from Prometheus "
+            "(formats in docs/formats.md).",
         ),
         click.option(
             "--nodes",

@@ -190,16 +190,25 @@ def _node_tables(results: dict[str, Any]) -> None:
         )
     verdict = results.get("verdict", [])
     if verdict:
-        click.echo("Verdict:")
+        click.echo("Verdict (node level):")
         for line in verdict:
             click.echo(_wrap(line, "  "))
 
 
 def _print_tables(results: dict[str, Any]) -> None:
+    from pathlib import PurePath
+
     if results.get("node") is not None:
         _node_tables(results)
     cluster = results.get("cluster")
     if cluster is not None:
+        hours = float(cluster.get("config", {}).get("duration_h", 0.0))
+        load = f"load of {PurePath(cluster['trace']).name}" if cluster.get("trace") else ""
+        setting = ", ".join(
+            x
+            for x in (f"{cluster['gpus']} GPUs", f"{hours:g} h", load, f"seed {results['seed']}")
+            if x
+        )
         rows = []
         jobs = []
         for name, m in cluster["policies"].items():
@@ -212,7 +221,7 @@ def _print_tables(results: dict[str, Any]) -> None:
                     f"{m['gpus_saved']:.1f}",
                     DASH if m["sla_attainment"] is None else f"{100 * m['sla_attainment']:.1f}",
                     str(m["evictions"]),
-                    f"{err['mean_abs']:.3f}" if err["placements"] else DASH,
+                    f"{100 * err['mean_abs']:.1f}" if err["placements"] else DASH,
                 ]
             )
             jobs.append([name, ", ".join(f"{k} {v}" for k, v in sorted(m["phases"].items()))])
@@ -224,12 +233,23 @@ def _print_tables(results: dict[str, Any]) -> None:
                 "GPUs saved",
                 "SLA windows met (%)",
                 "evictions",
-                "prediction error",
+                "prediction error (pts)",
             ],
             rows,
-            f"Cluster level ({cluster['gpus']} GPUs)",
+            f"Cluster level ({setting})",
         )
         _table(["policy", "jobs at the end, by phase"], jobs, "Cluster level: OfflineJobs")
+        click.echo(
+            _wrap(
+                "Prediction error: the mean absolute difference between the predicted and the "
+                "observed throughput, in points of the job's standalone throughput."
+            )
+        )
+        verdict = results.get("cluster_verdict", [])
+        if verdict:
+            click.echo("Verdict (cluster level):")
+            for line in verdict:
+                click.echo(_wrap(line, "  "))
 
 
 def _with_requests(
@@ -301,7 +321,8 @@ def _write_trace(scenario: Scenario, seed: int | None, path: Path) -> None:
     "--trace",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Replay a trace file (CSV/Parquet, docs/formats.md) as the cluster's online load.",
+    help="Replay a trace file (CSV/Parquet, or DCGM metrics saved from Prometheus; "
+    "docs/formats.md) as the cluster's online load.",
 )
 @click.option(
     "--write-trace",

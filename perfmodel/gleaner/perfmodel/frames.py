@@ -8,8 +8,9 @@ the first bad column and row (rows count from 1, the header not included) and sh
 bad value as it was written, never as a numpy repr. Timestamps are epoch seconds or ISO
 8601 times (a zone-less time is UTC). ``summarize_samples`` turns a valid frame into one
 ``NodeSummary`` per node (``NodeSummary.from_samples``), optionally keeping only each node's
-last ``window_seconds``; the optional ``gpu_product`` and ``gpu_memory_gib`` columns, or a
-nodes file's ``NodeInfo`` (``gleaner.perfmodel.inventory``), fill in each GPU's spec.
+last ``window_seconds``; the optional ``gpu_product``, ``gpu_uuid`` and ``gpu_memory_gib``
+columns, or a nodes file's ``NodeInfo`` (``gleaner.perfmodel.inventory``), fill in each
+GPU's spec.
 
 Free memory above the GPU's memory (``gpu_memory_gib``, else the nodes file's, else
 ``MAX_GPU_MEMORY_GIB``, more than any GPU has) is an error that names the likely unit: DCGM's
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from gleaner.perfmodel.inventory import NodeInfo
 
 TRACE_COLUMNS = ("timestamp", "node", "gpu", "online_busy", "free_memory_gib")
-OPTIONAL_COLUMNS = ("offline_enabled", "gpu_product", "gpu_memory_gib")
+OPTIONAL_COLUMNS = ("offline_enabled", "gpu_product", "gpu_memory_gib", "gpu_uuid")
 MAX_GPU_INDEX = 15
 MAX_GPU_MEMORY_GIB = 512.0
 """More memory than any one GPU has (the largest have 288 GB): the bound when unknown."""
@@ -131,8 +132,9 @@ def validate_trace_frame(frame: pd.DataFrame) -> pd.DataFrame:
         bad = out["gpu_memory_gib"].to_numpy() < 0
         if bad.any():
             raise TraceFormatError(_column_error(frame, "gpu_memory_gib", bad, "must be >= 0"))
-    if "gpu_product" in frame.columns:
-        out["gpu_product"] = frame["gpu_product"].fillna("").astype(str)
+    for name in ("gpu_product", "gpu_uuid"):
+        if name in frame.columns:
+            out[name] = frame[name].fillna("").astype(str)
     # Every reader of trace files gets the unit check (summarize_samples repeats it with a
     # nodes file's GPU memory): the trace's own gpu_memory_gib, else no GPU's memory.
     stated = out["gpu_memory_gib"].to_numpy() if "gpu_memory_gib" in out else np.zeros(len(out))
@@ -246,18 +248,24 @@ def summarize_samples(
     return out
 
 
+def _first_named(rows: pd.DataFrame, column: str) -> str:
+    """A text column's first non-empty value ("" without the column or a value)."""
+    if column not in rows:
+        return ""
+    named = rows[column][rows[column] != ""]
+    return str(named.iloc[0]) if len(named) else ""
+
+
 def _specs(sub: pd.DataFrame, gpus: list[int], info: NodeInfo | None) -> list[GpuSpec]:
-    """Each GPU's spec: the trace's ``gpu_product`` (its first non-empty value per GPU),
-    else the nodes file's; the memory found for the free-memory check."""
+    """Each GPU's spec: the trace's ``gpu_product`` and ``gpu_uuid`` (their first non-empty
+    value per GPU), else the nodes file's product; the memory found for the free-memory
+    check."""
     out = []
     for gpu in gpus:
         rows = sub[sub["gpu"] == gpu]
-        product = ""
-        if "gpu_product" in rows:
-            named = rows["gpu_product"][rows["gpu_product"] != ""]
-            product = str(named.iloc[0]) if len(named) else ""
+        product, uuid = _first_named(rows, "gpu_product"), _first_named(rows, "gpu_uuid")
         if not product and info is not None:
             product = info.gpu_product
         memory = float(rows["memory_bound"].max()) if len(rows) else 0.0
-        out.append(GpuSpec(index=gpu, product=product, memory_gib=memory))
+        out.append(GpuSpec(index=gpu, uuid=uuid, product=product, memory_gib=memory))
     return out

@@ -4,7 +4,10 @@ Contract. A source's ``load()`` returns ``{node name: NodeSummary}`` and raises
 ``TraceFormatError`` (a ValueError) with a one-line message for malformed input.
 
 - ``FileTraceSource``: a CSV or Parquet file in the trace file format (the format
-  is told by the suffix, else by Parquet's ``PAR1`` magic), optionally with a nodes file's
+  is told by the suffix, else by Parquet's ``PAR1`` magic), or NVIDIA DCGM exporter
+  metrics saved from Prometheus (a ``/api/v1/query_range`` JSON answer or the text
+  exposition format with timestamps, told by the first bytes; ``gleaner.perfmodel.dcgm``
+  turns them into trace rows), optionally with a nodes file's
   ``NodeInfo`` per node (labels, GPU product and memory; ``gleaner.perfmodel.inventory``);
 - ``NodeTraceListSource``: NodeTrace objects (models or the API server's dicts), the
   embedded default in a cluster;
@@ -19,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from gleaner.perfmodel.dcgm import dcgm_trace_frame, is_dcgm_text, read_dcgm_text
 from gleaner.perfmodel.frames import summarize_samples
 from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, DEFAULT_STEP_GIB
 from gleaner.perfmodel.summary import NodeSummary, TraceFormatError
@@ -40,7 +44,8 @@ class TraceSource(Protocol):
 
 
 def read_trace_frame(path: str | Path) -> pd.DataFrame:
-    """Read a CSV or Parquet trace file into a DataFrame (not yet validated)."""
+    """Read a trace file into a DataFrame (not yet validated): CSV or Parquet in the trace
+    file format, or DCGM exporter metrics saved from Prometheus (``read_dcgm_file``)."""
     import pandas as pd
 
     p = Path(path)
@@ -53,7 +58,10 @@ def read_trace_frame(path: str | Path) -> pd.DataFrame:
         parquet = False
     else:
         with p.open("rb") as fh:
-            parquet = fh.read(4) == b"PAR1"
+            head = fh.read(4096)
+        if is_dcgm_text(head):
+            return read_dcgm_file(p)
+        parquet = head[:4] == b"PAR1"
     try:
         if parquet:
             return pd.read_parquet(p)
@@ -65,6 +73,19 @@ def read_trace_frame(path: str | Path) -> pd.DataFrame:
     except Exception as exc:  # pyarrow raises its own error types
         kind = "Parquet" if parquet else "CSV"
         raise TraceFormatError(f"{p}: not a readable {kind} trace: {type(exc).__name__}") from exc
+
+
+def read_dcgm_file(path: Path) -> pd.DataFrame:
+    """Trace rows from DCGM exporter metrics saved from Prometheus: a query_range JSON answer
+    or the text exposition format with timestamps (``gleaner.perfmodel.dcgm``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(f"{path}: not a readable trace: {exc}") from exc
+    try:
+        return dcgm_trace_frame(read_dcgm_text(text))
+    except TraceFormatError as exc:
+        raise TraceFormatError(f"{path}: {exc}") from exc
 
 
 class FileTraceSource:

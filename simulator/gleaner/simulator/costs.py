@@ -27,8 +27,8 @@ the results. Pure: numbers and a generator in, seconds out.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,6 +78,25 @@ def fit_latency(samples_ns: Sequence[int | float]) -> LatencyDistribution:
     return LatencyDistribution(
         median_ms=float(np.median(xs)), sigma=sigma, max_ms=max(float(xs.max()), 1e-6)
     )
+
+
+def measured_costs(
+    stop_ns: Sequence[int | float], resume_ns: Sequence[int | float]
+) -> dict[str, Any]:
+    """The ``simulator_costs`` section the GPU hardware test writes to its results file:
+    the measured channel stop (``disable``) and resume (``enable``) latencies fitted by
+    :func:`fit_latency`, as a scenario's ``costs:`` keys (paste them there, or merge them with
+    :func:`with_measured`)."""
+    return {
+        "disable": fit_latency(stop_ns).model_dump(),
+        "enable": fit_latency(resume_ns).model_dump(),
+    }
+
+
+def with_measured(costs: CostModel, measured: Mapping[str, Any]) -> CostModel:
+    """``costs`` with the terms of a hardware results file's ``simulator_costs`` section
+    replacing the guessed defaults (validated like a scenario's ``costs:``)."""
+    return CostModel.model_validate({**costs.model_dump(), **dict(measured)})
 
 
 class InflightConfig(BaseModel):

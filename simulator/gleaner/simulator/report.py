@@ -235,7 +235,8 @@ def _bars(runs: dict[str, Any], colors: dict[str, str]) -> str:
             col=i,
         )
     pre = [v for v in values[2] if v > 0]
-    ticks = log_ticks(min(pre), max(pre)) if pre else []
+    # From the decade below the smallest bar, so that every bar's top has a tick below it.
+    ticks = log_ticks(10.0 ** math.floor(math.log10(min(pre))), max(pre)) if pre else []
     fig.update_yaxes(type="log", tickvals=ticks, ticktext=[_num(v) for v in ticks], row=1, col=3)
     fig.update_xaxes(tickangle=-45)
     fig.update_layout(title="Per-policy comparison (node level; colours as in the legend above)")
@@ -444,6 +445,9 @@ def render_report(results: dict[str, Any]) -> str:
             for n in results["cluster"]["policies"]
         )
         parts.append(f"<ul class=pol>{items}</ul>")
+        if results.get("cluster_verdict"):
+            lines = "".join(f"<li>{html.escape(v)}</li>" for v in results["cluster_verdict"])
+            parts.append(f"<h3>Verdict (cluster level)</h3><ul>{lines}</ul>")
         parts.extend(_cluster_figures(results["cluster"], colors))
     body = "\n".join(parts)
     style = (

@@ -11,7 +11,8 @@ says whether it is a ``target`` (about Gleaner) or a ``comparison`` (Gleaner aga
 baseline), and the unit its value and threshold are written in. With a node level that runs
 ``gleaner`` and ``iteration`` the results also hold the preemption-cost break-even
 (``node.breakeven``, ``gleaner.simulator.sensitivity``) and the verdict in words
-(``verdict``, ``gleaner.simulator.verdict``); ``sensitivity=True`` adds the sensitivity table.
+(``verdict``, ``gleaner.simulator.verdict``); a cluster level adds its own verdict
+(``cluster_verdict``); ``sensitivity=True`` adds the sensitivity table.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gleaner.simulator.online import online_from_trace
 from gleaner.simulator.scenario import Scenario
 from gleaner.simulator.sensitivity import breakeven
 from gleaner.simulator.sensitivity import sensitivity as sensitivity_rows
-from gleaner.simulator.verdict import node_verdict
+from gleaner.simulator.verdict import cluster_verdict, node_verdict
 
 DEFAULT_GATE_EFFICIENCY = 0.96
 """Enabled share of online-idle time when no node-level run measured it."""
@@ -109,6 +110,7 @@ def run_scenario(
                 for name, m in cluster_raw["policies"].items()
             },
         }
+        results["cluster_verdict"] = cluster_verdict(results["cluster"], seed)
     return SimulationOutput(results, cluster_raw)
 
 

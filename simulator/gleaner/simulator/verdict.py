@@ -1,16 +1,20 @@
-"""The node level's verdict in words: which policy wins on what, by how much, with the seed.
+"""The verdict in words: which policy wins on what, by how much, with the seed.
 
 Contract. :func:`node_verdict` reads the node-level results JSON (``gleaner.simulator.node``'s
 ``run_node`` output, with the optional ``breakeven`` of ``gleaner.simulator.sensitivity``) and
 returns plain sentences a user reads: the setting (seed, GPUs, seconds, requests, replayed
 trace), the winner of each measure (mean TTFT increase, mean TPOT increase, preemptions per
 request, offline tokens/s) and its margin over the runner-up, how Gleaner compares with the
-iteration-level baseline, and the break-even disable latency. :data:`POLICY_TEXT` explains each
-shipped run in one sentence (the CLI and report.html show it). Pure: a dict in, strings out.
+iteration-level baseline, and the break-even disable latency. :func:`cluster_verdict` does the
+same for the cluster level (``results["cluster"]``): GPUs saved, SLA windows met, evictions and
+prediction error among the policies that ran jobs, and Gleaner against first-fit.
+:data:`POLICY_TEXT` explains each shipped run in one sentence (the CLI and report.html show
+it). Pure: a dict in, strings out.
 """
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
 POLICY_TEXT: dict[str, str] = {
@@ -72,9 +76,16 @@ def _colocated(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {n: r for n, r in runs.items() if r.get("compute") != "online-only"}
 
 
-def _best(runs: dict[str, dict[str, Any]], key: Any, lower: bool) -> list[tuple[str, float]]:
-    ranked = sorted(((n, float(key(r))) for n, r in runs.items()), key=lambda x: x[1])
-    return ranked if lower else ranked[::-1]
+FORMAT_NAMES = {"azure": "Azure", "mooncake": "Mooncake", "burstgpt": "BurstGPT"}
+"""Request-trace formats as their owners spell them."""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _gpus(n: int) -> str:
+    return _count(n, "GPU")
 
 
 def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
@@ -84,13 +95,16 @@ def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
     ref = node["runs"].get("online-only")
     n_req = ref["requests"] if ref else next(iter(node["runs"].values()))["requests"]
     replay = node.get("replay")
+    path = (sc.get("requests") or {}).get("path")
+    named = f" {PurePath(path).name}" if path else ""
     load = (
-        f"a replayed {replay['format']} trace ({replay['requests']} requests)"
+        f"the replayed {FORMAT_NAMES.get(replay['format'], replay['format'])}-format request "
+        f"trace{named} ({replay['requests']} requests)"
         if replay
         else f"synthetic load ({n_req} requests)"
     )
     out = [
-        f"Seed {seed}: {sc['gpus']} GPU(s), {sc['duration_s']:.0f} s of {load}; every policy "
+        f"Seed {seed}: {_gpus(sc['gpus'])}, {sc['duration_s']:.0f} s of {load}; every policy "
         "saw the same requests."
     ]
     if not runs or ref is None:
@@ -112,18 +126,8 @@ def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
         ),
     ]
     for what, key, lower, fmt in measures:
-        ranked = _best(runs, key, lower)
-        (w, wv), rest = ranked[0], ranked[1:]
-        ties = [n for n, v in rest if abs(v - wv) <= 1e-12]
-        line = f"{w} has {what} ({fmt(wv)})"
-        if ties:
-            line = f"{', '.join([w, *ties])} tie for {what} ({fmt(wv)})"
-        elif rest:
-            n2, v2 = rest[0]
-            gap = abs(v2 - wv)
-            margin = f"{100 * gap:.2f} points" if fmt is pct else fmt(gap)
-            line += f", ahead of {n2} ({fmt(v2)}) by {margin}"
-        out.append(line + ".")
+        margin = (lambda v: f"{100 * v:.2f} points") if fmt is pct else None
+        out.append(_lead({n: float(key(r)) for n, r in runs.items()}, what, lower, fmt, margin))
     g, it = runs.get("gleaner"), runs.get("iteration")
     if g is not None and it is not None:
         ratio = (
@@ -159,4 +163,91 @@ def node_verdict(node: dict[str, Any], seed: int) -> list[str]:
                     f"the channel disable takes {at:.2g} ms (median; the default is "
                     f"{default:g} ms, {at / default:.0f}× less)."
                 )
+    return out
+
+
+def _lead(values: dict[str, float], what: str, lower: bool, fmt: Any, margin: Any = None) -> str:
+    """``winner has <what> (v), ahead of runner-up (v2) by <margin>`` (ties named as ties)."""
+    ranked = sorted(values.items(), key=lambda x: x[1], reverse=not lower)
+    (w, wv), rest = ranked[0], ranked[1:]
+    # Equal as printed is a tie: "0.11, ahead of 0.11 by 0.01" reads as a contradiction.
+    ties = [n for n, v in rest if abs(v - wv) <= 1e-9 or fmt(v) == fmt(wv)]
+    if ties:
+        return f"{', '.join([w, *ties])} tie for {what} ({fmt(wv)})."
+    if not rest:
+        return f"{w} has {what} ({fmt(wv)}); no other policy to compare."
+    n2, v2 = rest[0]
+    gap = (margin or fmt)(abs(v2 - wv))
+    return f"{w} has {what} ({fmt(wv)}), ahead of {n2} ({fmt(v2)}) by {gap}."
+
+
+def cluster_verdict(cluster: dict[str, Any], seed: int) -> list[str]:
+    """Sentences of the cluster-level verdict: the setting, the winner of each measure (GPUs
+    saved, SLA windows met, evictions, prediction error) among the policies that ran jobs,
+    and Gleaner against first-fit. Reads ``results["cluster"]`` of ``run_scenario``."""
+    pols = cluster["policies"]
+    cfg = cluster.get("config", {})
+    hours = float(cfg.get("duration_h", 0.0))
+    trace = cluster.get("trace")
+    load = f"online load replayed from {PurePath(trace).name}" if trace else "synthetic online load"
+    jobs = max((int(m.get("jobs", 0)) for m in pols.values()), default=0)
+    out = [
+        f"Seed {seed}: {_gpus(int(cluster['gpus']))} in {cluster['nodes']} nodes, "
+        f"{hours:g} h of {load}, {jobs} OfflineJobs; every policy saw the same load and jobs."
+    ]
+    ran = {n: m for n, m in pols.items() if m.get("sla_windows", 0) > 0}
+    idle = [n for n in pols if n not in ran]
+    if idle:
+        out.append(f"{', '.join(idle)} ran no job: it has no SLA windows to judge (shown as –).")
+    if not ran:
+        return out
+    out.append(
+        _lead(
+            {n: m["gpus_saved"] for n, m in ran.items()},
+            "the most GPUs saved",
+            False,
+            lambda v: f"{v:.2f}",
+        )
+    )
+    out.append(
+        _lead(
+            {n: m["sla_attainment"] for n, m in ran.items()},
+            "the most SLA windows met",
+            False,
+            lambda v: f"{100 * v:.1f}%",
+            lambda v: f"{100 * v:.1f} points",
+        )
+    )
+    out.append(
+        _lead(
+            {n: float(m["evictions"]) for n, m in ran.items()},
+            "the fewest evictions",
+            True,
+            lambda v: f"{v:.0f}",
+        )
+    )
+    modelled = {
+        n: m["prediction_error"]["mean_abs"]
+        for n, m in ran.items()
+        if m["prediction_error"]["placements"]
+    }
+    if modelled:
+        out.append(
+            _lead(
+                modelled,
+                "the smallest prediction error",
+                True,
+                lambda v: f"{100 * v:.1f} points",
+                lambda v: f"{100 * v:.1f} points",
+            )
+        )
+    g, ff = ran.get("gleaner"), ran.get("first-fit")
+    if g is not None and ff is not None:
+        out.append(
+            "Comparison with first-fit (no model, no SLA check): Gleaner saves "
+            f"{g['gpus_saved']:.1f} GPUs against {ff['gpus_saved']:.1f}, meets "
+            f"{100 * g['sla_attainment']:.1f}% of SLA windows against "
+            f"{100 * ff['sla_attainment']:.1f}%, with {_count(g['evictions'], 'eviction')} against "
+            f"{ff['evictions']}."
+        )
     return out

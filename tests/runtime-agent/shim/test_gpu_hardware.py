@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from gleaner.protocol import wire as p
-from gleaner.simulator.costs import fit_latency
+from gleaner.simulator.costs import measured_costs
 from gleaner.testing.shim import BUILD, SHIM_DIR, AgentStub
 
 RUN_COMMAND = (
@@ -164,10 +164,7 @@ def test_disable_enable_a_running_kernel(sock_path: Path, shim_build: Path) -> N
     }
     # The same measurements in the simulator's cost-model units (docs/simulator.md, "Cost
     # model"): paste under a node scenario's `costs:` to replace the guessed defaults.
-    result["simulator_costs"] = {
-        "disable": fit_latency(stop_ns).model_dump(),
-        "enable": fit_latency(resume_ns).model_dump(),
-    }
+    result["simulator_costs"] = measured_costs(stop_ns, resume_ns)
     out = Path(os.environ.get("GLEANER_GPU_RESULTS", str(BUILD / "gpu_results.json")))
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

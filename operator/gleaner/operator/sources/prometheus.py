@@ -17,9 +17,11 @@ Contract. ``PrometheusTraceSource(url, window_seconds, step_seconds, end).load()
 - Nodes without agent metrics, when ``dcgm_fallback``: NVIDIA DCGM exporter gauges
   ``DCGM_FI_DEV_GPU_UTIL`` (percent; online busy = util / 100), ``DCGM_FI_DEV_FB_FREE`` and
   ``DCGM_FI_DEV_FB_USED`` (MiB; harvestable = free) by range query, for what-if analysis:
-  no offline-enabled time, so P_compute = 1 - busy fraction. The node is the ``Hostname``
-  label (dcgm-exporter's default), else ``node``, ``kubernetes_node`` or ``instance``;
-  ``UUID`` and ``modelName`` fill the GPU inventory.
+  no offline-enabled time, so P_compute = 1 - busy fraction. The series become trace rows
+  by the same rule as a saved file (``gleaner.perfmodel.dcgm.dcgm_nodes``, with
+  unusable series skipped rather than refused): the node is the ``Hostname`` label
+  (dcgm-exporter's default), else ``node``, ``kubernetes_node`` or ``instance``; ``UUID``
+  and ``modelName`` fill the GPU inventory.
 
 Failures to reach Prometheus or a window without any usable series raise
 ``PrometheusSourceError`` with a one-line message. The arithmetic is pure and lives in
@@ -53,8 +55,15 @@ from gleaner.perfmodel import (
     DEFAULT_MAX_STATES,
     DEFAULT_STEP_GIB,
     GpuEvents,
-    GpuSpec,
     NodeSummary,
+    TraceFormatError,
+)
+from gleaner.perfmodel.dcgm import (
+    DCGM_FREE,
+    DCGM_USED,
+    DCGM_UTIL,
+    dcgm_nodes,
+    series_from_results,
 )
 from gleaner.perfmodel.series import align_on_grid, counter_increase
 
@@ -69,10 +78,6 @@ EVENT_COUNTERS = {
     "reclamations": "gleaner_memory_reclaim_events_total",
     "reclaimed_bytes": "gleaner_memory_reclaimed_bytes_total",
 }
-DCGM_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-DCGM_FREE = "DCGM_FI_DEV_FB_FREE"
-DCGM_USED = "DCGM_FI_DEV_FB_USED"
-DCGM_NODE_LABELS = ("Hostname", "node", "kubernetes_node", "instance")
 
 Samples = tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]
 
@@ -267,63 +272,26 @@ class PrometheusTraceSource:
         return out
 
     def _load_dcgm(self, client: PrometheusClient, skip: Iterable[str]) -> dict[str, NodeSummary]:
-        skipped = set(skip)
-        util: dict[str, dict[int, Samples]] = defaultdict(dict)
-        free: dict[str, dict[int, Samples]] = defaultdict(dict)
-        total: dict[str, dict[int, float]] = defaultdict(dict)
-        info: dict[str, dict[int, tuple[str, str]]] = defaultdict(dict)
-        for metric, into in ((DCGM_UTIL, util), (DCGM_FREE, free)):
-            for result in self._query_range(client, metric):
-                labels = result.get("metric", {})
-                node = next((labels[k] for k in DCGM_NODE_LABELS if labels.get(k)), None)
-                gpu = _gpu(labels)
-                if node is None or gpu is None or node in skipped:
-                    continue
-                into[node][gpu] = _samples(result)
-                info[node][gpu] = (labels.get("UUID", ""), labels.get("modelName", ""))
-        used: dict[str, dict[int, Samples]] = defaultdict(dict)
-        for result in self._query_range(client, DCGM_USED):
-            labels = result.get("metric", {})
-            node = next((labels[k] for k in DCGM_NODE_LABELS if labels.get(k)), None)
-            gpu = _gpu(labels)
-            if node is not None and gpu is not None:
-                used[node][gpu] = _samples(result)
-        out: dict[str, NodeSummary] = {}
-        for node in sorted(util):
-            gpus = sorted(g for g in util[node] if g in free[node])
-            if not gpus:
-                continue
-            times, matrix = align_on_grid(
-                [util[node][g] for g in gpus] + [free[node][g] for g in gpus]
-            )
-            if times.size == 0:
-                continue
-            n = len(gpus)
-            busy = np.clip(matrix[:, :n] / 100.0, 0.0, 1.0)
-            free_gib = np.maximum(matrix[:, n:], 0.0) / 1024.0
-            for g in gpus:
-                f = free[node][g][1]
-                u = used[node].get(g, (np.zeros(0), np.zeros(0)))[1]
-                if f.size and u.size == f.size:
-                    total[node][g] = float(np.nanmax(f + u)) / 1024.0
-            specs = [
-                GpuSpec(
-                    index=g,
-                    uuid=info[node][g][0],
-                    product=info[node][g][1],
-                    memory_gib=total[node].get(g, 0.0),
-                )
-                for g in gpus
-            ]
-            out[node] = NodeSummary.from_samples(
-                node,
-                specs,
-                times,
-                busy,
-                free_gib,
+        series = [
+            s
+            for metric in (DCGM_UTIL, DCGM_FREE, DCGM_USED)
+            for s in series_from_results(self._query_range(client, metric), metric)
+        ]
+        try:
+            nodes = dcgm_nodes(series, self.step_seconds, on_gap="drop", skip_nodes=skip)
+        except TraceFormatError:  # no usable DCGM series in the window
+            return {}
+        return {
+            n.name: NodeSummary.from_samples(
+                n.name,
+                list(n.gpus),
+                n.times,
+                n.busy,
+                n.free_gib,
                 None,
                 sample_seconds=self.step_seconds,
                 step_gib=self.step_gib,
                 max_states=self.max_states,
             )
-        return out
+            for n in nodes
+        }
