@@ -356,14 +356,20 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
         basis = measures.job_fraction(
             observed, predicted.throughput_fraction if predicted is not None else None
         )
-        meets = None if basis is None else meets_sla(basis, spec.throughput_sla)
+        meets = (
+            None
+            if basis is None
+            else measures.meets_sla(basis, spec.throughput_sla, DEFAULT_MONITOR)
+        )
     elif finished:
         # A finished job is judged on what it got over its last placement (the mean of its
         # windows there; else the last one), so a Succeeded job far below its SLA shows as a
         # miss, and one slow last window does not (a prediction proves nothing now).
         stay = [p.v for p in series if since is None or p.t > since]
         got = sum(stay) / len(stay) if stay else observed
-        meets = None if got is None else meets_sla(got, spec.throughput_sla)
+        meets = (
+            None if got is None else measures.meets_sla(got, spec.throughput_sla, DEFAULT_MONITOR)
+        )
     job_reports = reports.get(job.key, [])
     evictions: list[JobEviction] = []
     for rec in status.evictions:
@@ -443,12 +449,6 @@ def _job_view(job: _Job, series: list[Point], reports: Mapping[str, list[Evictio
         created_at=meta.creation_timestamp,
         decided_at=placement.decided_at if placement is not None else None,
     )
-
-
-def meets_sla(fraction: float, sla: float, config: SLAMonitorConfig = DEFAULT_MONITOR) -> bool:
-    """The SLA monitor's rule (and the operator's ``SLAMet``): not below SLA × (1 − tolerance)
-    (``gleaner.scheduler.measures.meets_sla`` with the monitor's default tolerance)."""
-    return measures.meets_sla(fraction, sla, config)
 
 
 def predicted_steps(

@@ -13,12 +13,11 @@ another file (default: the one in this repository's checkout). Standard library 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import textwrap
 from pathlib import Path
 
-from gleaner.protocol import spec
+from gleaner.protocol import genfile, spec
 from gleaner.protocol.node import ENV_SOCKET, SOCKET_PATH
 
 HEADER_PATH = Path(__file__).resolve().parents[3] / "runtime-agent/shim/include/gleaner_proto.h"
@@ -153,24 +152,14 @@ def render(table: spec.Table = spec.TABLE) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m gleaner.protocol.cheader", description=__doc__.split("\n\n")[0]
+    return genfile.main(
+        argv,
+        prog="python -m gleaner.protocol.cheader",
+        description=(__doc__ or "").split("\n\n")[0],
+        render=render,
+        option="--header",
+        default=HEADER_PATH,
     )
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="write the header from the table")
-    mode.add_argument("--check", action="store_true", help="exit 1 if the header has drifted")
-    ap.add_argument("--header", type=Path, default=HEADER_PATH, help="the header file")
-    args = ap.parse_args(argv)
-    text = render()
-    path: Path = args.header
-    if args.write:
-        path.write_text(text)
-        return 0
-    current = path.read_text() if path.exists() else ""
-    if current != text:
-        print(f"{path} differs from the protocol table: run with --write", file=sys.stderr)
-        return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -17,13 +17,12 @@ C header's generator. Standard library only.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gleaner.protocol import spec
+from gleaner.protocol import genfile, spec
 from gleaner.protocol.spec import CTYPES, PyField, PyLayout, PyRecord, StructSpec, Table
 
 MODULE_PATH = Path(__file__).resolve().with_name("messages.py")
@@ -747,24 +746,14 @@ def render(table: Table = spec.TABLE) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m gleaner.protocol.pygen", description=__doc__.split("\n\n")[0]
+    return genfile.main(
+        argv,
+        prog="python -m gleaner.protocol.pygen",
+        description=(__doc__ or "").split("\n\n")[0],
+        render=render,
+        option="--module",
+        default=MODULE_PATH,
     )
-    mode = ap.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="write the module from the table")
-    mode.add_argument("--check", action="store_true", help="exit 1 if the module has drifted")
-    ap.add_argument("--module", type=Path, default=MODULE_PATH, help="the module file")
-    args = ap.parse_args(argv)
-    text = render()
-    path: Path = args.module
-    if args.write:
-        path.write_text(text)
-        return 0
-    current = path.read_text() if path.exists() else ""
-    if current != text:
-        print(f"{path} differs from the protocol table: run with --write", file=sys.stderr)
-        return 1
-    return 0
 
 
 if __name__ == "__main__":
