@@ -293,7 +293,9 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     needs_profile: list[OfflineJob] = []
     queue = await _build_queue(ctx, bodies, statuses, now, needs_profile)
     # Profile on submit: runs to place go through the same decide() call.
-    runs, retry = await profiling.advance(ctx, needs_profile, list(pods_by_key.values()), now)
+    runs, retry = await profiling.advance_profiles(
+        ctx, needs_profile, list(pods_by_key.values()), now
+    )
     result.queued = len(queue)
     result.next_due = _next_due(statuses, now)
     if retry is not None:  # a profiling attempt failed this pass: wake at its backoff's end
