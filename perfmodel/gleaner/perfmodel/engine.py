@@ -69,9 +69,10 @@ class EngineModel:
     """Resident weights, GiB."""
     block_tokens: int = 16
     """Tokens per KV block: vLLM's default ``block_size`` (CUDA backends)."""
-    runtime_gib: float = 3.0
+    runtime_gib: float = 3.043
     """Memory an engine holds beside its weights and KV cache, GiB: activations, CUDA graphs,
-    allocator slack (about 3 GiB for an 8B model under vLLM with CUDA graphs)."""
+    allocator slack. The default is the simulator's long-standing 18.0 GiB of an 8B model
+    under vLLM with CUDA graphs, less that model's 14.957 GiB of weights."""
 
     def __post_init__(self) -> None:
         if min(self.k1, self.k2, self.k3, self.k4, self.k5) < 0:

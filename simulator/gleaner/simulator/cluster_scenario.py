@@ -52,7 +52,7 @@ class LoadConfig(BaseModel):
     burst_factor: tuple[float, float] = (1.5, 3.0)
     burst_minutes: tuple[float, float] = (5.0, 45.0)
     resident_scale: tuple[float, float] = Field(
-        default=(1.0, 2.2),
+        default=(1.0, 2.22),
         description="Each service's resident memory (weights, activations, CUDA graphs) as a "
         "multiple of the engine model's (model: 18 GiB for llama-3.1-8b-h100).",
     )
