@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,19 +31,14 @@ PARTS: dict[str, str] = {
     "hook": "vllm-hook",
     "test fake": "testing",
 }
+# Every folder with a gleaner namespace portion: the gleaner wheel's (pyproject.toml) and the
+# three sibling distributions'.
 SOURCE_FOLDERS = (
-    "api",
-    "clients",
+    *tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"][
+        "wheel"
+    ]["sources"],
     "protocol",
-    "perfmodel",
-    "scheduler",
-    "operator",
-    "cli",
-    "dashboard",
-    "runtime-agent",
     "vllm-hook",
-    "simulator",
-    "batch",
     "testing",
 )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -652,39 +653,32 @@ def _all_order(name: str) -> tuple[int, str]:
     return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
 
 
-def _top_level(text: str, opener: int) -> int:
-    """The index of the bracket that closes the one at ``opener`` (strings skipped)."""
+def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """(index, character, bracket depth after it) outside string literals, from ``start``."""
     depth, in_str = 0, False
-    for i in range(opener, len(text)):
+    for i in range(start, len(text)):
         ch = text[i]
         if ch == '"':
             in_str = not in_str
-        elif not in_str and ch in "([{":
+        if in_str or ch == '"':
+            continue
+        if ch in "([{":
             depth += 1
-        elif not in_str and ch in ")]}":
+        elif ch in ")]}":
             depth -= 1
-            if depth == 0:
-                return i
-    return -1
+        yield i, ch, depth
+
+
+def _top_level(text: str, opener: int) -> int:
+    """The index of the bracket that closes the one at ``opener`` (strings skipped)."""
+    return next((i for i, ch, depth in _scan(text, opener) if depth == 0 and ch in ")]}"), -1)
 
 
 def _split_commas(text: str) -> list[str]:
-    parts, depth, in_str, cur = [], 0, False, ""
-    for ch in text:
-        if ch == '"':
-            in_str = not in_str
-        elif not in_str and ch in "([{":
-            depth += 1
-        elif not in_str and ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0 and not in_str:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur.strip())
-    return parts
+    """``text`` split at its commas outside brackets and strings."""
+    cuts = [i for i, ch, depth in _scan(text) if ch == "," and depth == 0]
+    bounds = zip([-1, *cuts], [*cuts, len(text)], strict=True)
+    return [p for p in (text[a + 1 : b].strip() for a, b in bounds) if p]
 
 
 def _fit(line: str) -> list[str]:
