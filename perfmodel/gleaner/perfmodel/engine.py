@@ -69,10 +69,11 @@ class EngineModel:
     """Resident weights, GiB."""
     block_tokens: int = 16
     """Tokens per KV block: vLLM's default ``block_size`` (CUDA backends)."""
-    runtime_gib: float = 3.043
+    runtime_gib: float = 3.0429
     """Memory an engine holds beside its weights and KV cache, GiB: activations, CUDA graphs,
     allocator slack. The default is the simulator's long-standing 18.0 GiB of an 8B model
-    under vLLM with CUDA graphs, less that model's 14.957 GiB of weights."""
+    under vLLM with CUDA graphs, less that model's 14.957 GiB of weights (a hair under, so
+    that 76 − 18 GiB still holds the same whole number of 2 MiB KV blocks)."""
 
     def __post_init__(self) -> None:
         if min(self.k1, self.k2, self.k3, self.k4, self.k5) < 0:
