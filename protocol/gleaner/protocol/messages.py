@@ -778,16 +778,11 @@ class OfflineHandles(Message):
         end = len(data)
         off = _S_GL_OFFLINE_HANDLES.size
         names: dict[bytes, str] = {}
-
-        def _name(raw: bytes) -> str:
-            text = names.get(raw)
-            if text is None:
-                text = names[raw] = unpad(raw)
-            return text
-
+        _s_gl_handle_span_size = _S_GL_HANDLE_SPAN.size
+        _s_gl_handle_span_unpack = _S_GL_HANDLE_SPAN.unpack_from
         l0_entries: list[HandleSpan] = []
         for _ in range(h_count):
-            if off + _S_GL_HANDLE_SPAN.size > end:
+            if off + _s_gl_handle_span_size > end:
                 raise ProtocolError(f"OFFLINE_HANDLES: {h_count} entries overrun {end} bytes")
             (
                 r1_handle,
@@ -795,14 +790,17 @@ class OfflineHandles(Message):
                 r1_request_id,
                 r1_tokens,
                 r1_nblocks,
-            ) = _S_GL_HANDLE_SPAN.unpack_from(data, off)
-            off += _S_GL_HANDLE_SPAN.size
+            ) = _s_gl_handle_span_unpack(data, off)
+            off += _s_gl_handle_span_size
+            s_r1_request_id = names.get(r1_request_id)
+            if s_r1_request_id is None:
+                s_r1_request_id = names[r1_request_id] = unpad(r1_request_id)
             if off + 4 * r1_nblocks > end:
                 raise ProtocolError(f"OFFLINE_HANDLES: {r1_nblocks} block ids overrun {end} bytes")
             t1_block_ids: tuple[int, ...] = array("I", r1_nblocks).unpack_from(data, off)
             off += 4 * r1_nblocks
             l0_entries.append(
-                HandleSpan(r1_handle, r1_size, _name(r1_request_id), r1_tokens, t1_block_ids)
+                HandleSpan(r1_handle, r1_size, s_r1_request_id, r1_tokens, t1_block_ids)
             )
         if off != end:
             raise ProtocolError(f"OFFLINE_HANDLES: {h_count} entries do not fill {end} bytes")
@@ -991,25 +989,16 @@ class OfflinePageGroups(Message):
         end = len(data)
         off = _S_GL_PAGE_GROUPS.size
         names: dict[bytes, str] = {}
-
-        def _name(raw: bytes) -> str:
-            text = names.get(raw)
-            if text is None:
-                text = names[raw] = unpad(raw)
-            return text
-
+        _s_gl_page_group_size = _S_GL_PAGE_GROUP.size
+        _s_gl_page_group_unpack = _S_GL_PAGE_GROUP.unpack_from
+        _s_gl_group_span_size = _S_GL_GROUP_SPAN.size
+        _s_gl_group_span_unpack = _S_GL_GROUP_SPAN.unpack_from
         l0_groups: list[PageGroup] = []
         for _ in range(h_count):
-            if off + _S_GL_PAGE_GROUP.size > end:
+            if off + _s_gl_page_group_size > end:
                 raise ProtocolError(f"OFFLINE_PAGE_GROUPS: {h_count} groups overrun {end} bytes")
-            (
-                r1_page_bytes,
-                r1_npages,
-                r1_nspans,
-                r1_gflags,
-                _,
-            ) = _S_GL_PAGE_GROUP.unpack_from(data, off)
-            off += _S_GL_PAGE_GROUP.size
+            r1_page_bytes, r1_npages, r1_nspans, r1_gflags, _ = _s_gl_page_group_unpack(data, off)
+            off += _s_gl_page_group_size
             if r1_gflags & PAGE_GROUP_QUARANTINED and r1_nspans:
                 raise ProtocolError("OFFLINE_PAGE_GROUPS: spans in a quarantined record")
             if off + 8 * r1_npages > end:
@@ -1018,19 +1007,22 @@ class OfflinePageGroups(Message):
             off += 8 * r1_npages
             l1_spans: list[GroupSpan] = []
             for _ in range(r1_nspans):
-                if off + _S_GL_GROUP_SPAN.size > end:
+                if off + _s_gl_group_span_size > end:
                     raise ProtocolError(
                         f"OFFLINE_PAGE_GROUPS: {r1_nspans} spans overrun {end} bytes"
                     )
-                r2_request_id, r2_tokens, r2_nblocks = _S_GL_GROUP_SPAN.unpack_from(data, off)
-                off += _S_GL_GROUP_SPAN.size
+                r2_request_id, r2_tokens, r2_nblocks = _s_gl_group_span_unpack(data, off)
+                off += _s_gl_group_span_size
+                s_r2_request_id = names.get(r2_request_id)
+                if s_r2_request_id is None:
+                    s_r2_request_id = names[r2_request_id] = unpad(r2_request_id)
                 if off + 4 * r2_nblocks > end:
                     raise ProtocolError(
                         f"OFFLINE_PAGE_GROUPS: {r2_nblocks} block ids overrun {end} bytes"
                     )
                 t2_block_ids: tuple[int, ...] = array("I", r2_nblocks).unpack_from(data, off)
                 off += 4 * r2_nblocks
-                l1_spans.append(GroupSpan(_name(r2_request_id), r2_tokens, t2_block_ids))
+                l1_spans.append(GroupSpan(s_r2_request_id, r2_tokens, t2_block_ids))
             l0_groups.append(
                 PageGroup(
                     r1_page_bytes,

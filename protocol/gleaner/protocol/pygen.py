@@ -296,7 +296,7 @@ class _Gen:
         if f.kind == "flag":
             return f"bool({x} & {py_const(f.bit)})"
         if f.kind == "str":
-            return f"_name({x})" if cached else f"unpad({x})"
+            return f"s_{x}" if cached else f"unpad({x})"
         cf = {g.name: g for g in sh.struct.fields}[f.c_field] if f.c_field in c else None
         if f.kind == "ints" and cf is not None:
             return f"tuple(i for i in {x}[: {c[f.count]}] if i != {f.fill})"
@@ -369,16 +369,26 @@ class _Gen:
             lst = f"l{depth}_{t.name}"
             lhs, rc = self.unpack_names(rsh, f"r{depth + 1}_")
             inner = ind + "    "
+            # The record's struct is bound to locals before the loops (see from_payload).
+            rsize, runpack = f"{rsh.sname.lower()}_size", f"{rsh.sname.lower()}_unpack"
             lines += [
                 f"{ind}{lst}: list[{rec.name}] = []",
                 f"{ind}for _ in range({n}):",
-                f"{inner}if off + {rsh.sname}.size > end:",
+                f"{inner}if off + {rsize} > end:",
                 f'{inner}    raise ProtocolError(f"{owner}: {{{n}}} {t.label} overrun'
                 f' {{end}} bytes")',
-                f"{inner}{lhs} = {rsh.sname}.unpack_from(data, off)",
-                f"{inner}off += {rsh.sname}.size",
+                f"{inner}{lhs} = {runpack}(data, off)",
+                f"{inner}off += {rsize}",
             ]
             lines += self.prechecks_decode(inner, rsh, rc, owner)
+            for f in rec.fields:
+                if f.kind == "str":
+                    raw, text = rc[f.c_field], f"s_{rc[f.c_field]}"
+                    lines += [
+                        f"{inner}{text} = names.get({raw})",
+                        f"{inner}if {text} is None:",
+                        f"{inner}    {text} = names[{raw}] = unpad({raw})",
+                    ]
             sub, subnames = self.decode_tails_checked(inner, rsh, rc, owner, depth + 1)
             lines += sub
             lines.append(
@@ -446,15 +456,13 @@ class _Gen:
             return out + _call(ind, "return cls(", self._kw(sh, c, tv), ")")
         out += [f"{ind}end = len(data)", f"{ind}off = {sh.sname}.size"]
         if self._has_record_str(sh.fields):
+            # Each distinct string is decoded once per frame (request ids repeat).
+            out.append(f"{ind}names: dict[bytes, str] = {{}}")
+        for struct_name in self._record_structs(sh.fields):
+            local = self.sname(struct_name).lower()
             out += [
-                f"{ind}names: dict[bytes, str] = {{}}",
-                "",
-                f"{ind}def _name(raw: bytes) -> str:",
-                f"{ind}    text = names.get(raw)",
-                f"{ind}    if text is None:",
-                f"{ind}        text = names[raw] = unpad(raw)",
-                f"{ind}    return text",
-                "",
+                f"{ind}{local}_size = {self.sname(struct_name)}.size",
+                f"{ind}{local}_unpack = {self.sname(struct_name)}.unpack_from",
             ]
         lines, tv = self.decode_tails_checked(ind, sh, c, owner, 0)
         out += lines
@@ -464,6 +472,14 @@ class _Gen:
             f' do not fill {{end}} bytes")',
         ]
         return out + _call(ind, "return cls(", self._kw(sh, c, tv), ")")
+
+    def _record_structs(self, fields: tuple[PyField, ...]) -> list[str]:
+        """The structs of the records in ``fields``' tails, nested ones included."""
+        out: list[str] = []
+        for t in self.tails(fields):
+            if self.is_record(t.of):
+                out += [t.of, *self._record_structs(self.record(t.of).fields)]
+        return out
 
     def _has_record_str(self, fields: tuple[PyField, ...]) -> bool:
         for t in self.tails(fields):
