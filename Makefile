@@ -22,9 +22,10 @@ crds:  ## Regenerate crds/*.yaml from the pydantic models
 	@scripts/bootstrap.sh --no-apt
 	.venv/bin/python -m gleaner.api.crdgen --write
 
-proto:  ## Regenerate the shim's gleaner_proto.h from the protocol table (gleaner.protocol.spec)
+proto:  ## Regenerate the shim's gleaner_proto.h and the Python messages from the protocol table (gleaner.protocol.spec)
 	@scripts/bootstrap.sh --no-apt
 	.venv/bin/python -m gleaner.protocol.cheader --write
+	.venv/bin/python -m gleaner.protocol.pygen --write
 
 shim:  ## Build the C LD_PRELOAD shim and the native compute gate library
 	$(MAKE) -C runtime-agent/shim

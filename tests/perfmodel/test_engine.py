@@ -45,3 +45,16 @@ def test_parameters_are_checked() -> None:
             k1=0, k2=0, k3=0, k4=0, k5=0, kv_bytes_per_token=1, weights_gib=1, block_tokens=0
         )
     assert ENGINES["llama-3.1-8b-h100"] is M
+
+
+def test_resident_memory_and_recompute_cost_are_the_engines() -> None:
+    m = LLAMA31_8B_H100
+    assert m.resident_gib == pytest.approx(m.weights_gib + m.runtime_gib)
+    assert 17.5 < m.resident_gib < 18.5  # an 8B model in BF16 under vLLM: about 18 GiB
+    # Recomputing t tokens costs a prefill of t tokens less the fixed per-iteration term.
+    for t in (1.0, 512.0, 4096.0):
+        assert t * m.recompute_per_token(t) == pytest.approx(m.prefill(t) - m.k5)
+    with pytest.raises(ValueError, match="runtime_gib"):
+        EngineModel(
+            k1=0, k2=0, k3=0, k4=0, k5=0, kv_bytes_per_token=1, weights_gib=1, runtime_gib=-1
+        )

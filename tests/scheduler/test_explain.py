@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gleaner.perfmodel import predict
-from gleaner.perfmodel.admission import meets_sla, pairs_admissible
+from gleaner.perfmodel.admission import pairs_admissible, reaches_sla
 from gleaner.scheduler import (
     BiasTable,
     JobRequest,
@@ -103,7 +103,7 @@ def test_explain_set_agrees_with_decide_and_with_predict() -> None:
 
 def test_one_admission_rule_for_predict_and_the_filters() -> None:
     # A product equal to the SLA up to rounding passes everywhere (the filters' tolerance).
-    assert meets_sla(np.array([0.6 - 1e-13, 0.59]), 0.6).tolist() == [True, False]
+    assert reaches_sla(np.array([0.6 - 1e-13, 0.59]), 0.6).tolist() == [True, False]
     assert pairs_admissible(np.array([0.95 - 1e-13, 0.9]), 2, 0.95).tolist() == [True, False]
     assert pairs_admissible(np.array([0.0]), 1, 0.95).tolist() == [True]
 

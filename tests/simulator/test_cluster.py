@@ -15,6 +15,7 @@ from gleaner.perfmodel.model import compute_factors
 from gleaner.scheduler.measures import sla_attainment
 from gleaner.simulator.cluster import run_cluster, trailing_idle
 from gleaner.simulator.cluster_scenario import ClusterScenario
+from gleaner.simulator.latency import MODELS
 from gleaner.simulator.online import EPOCH, generate_online, node_summary
 
 
@@ -158,3 +159,21 @@ def test_the_run_follows_the_shared_lifecycle_and_measures(run: dict[str, Any]) 
         # Per step, harvested utilization never exceeds the GPUs the jobs hold.
         used = np.array(pols[name]["series"]["offline_used"])
         assert ((used >= 0) & (used <= 1 + 1e-9)).all()
+
+
+def test_online_memory_is_the_engine_models() -> None:
+    """Each service's resident memory and KV cache come from the scenario's engine model:
+    with one resident scale and one KV size, free memory is exactly what the engine says."""
+    engine = MODELS["llama-3.1-8b-h100"]
+    tokens = 100_000.0
+    cfg = ClusterScenario(
+        nodes=2,
+        duration_h=1.0,
+        history_h=0.5,
+        load={"resident_scale": (1.5, 1.5), "kv_tokens_at_full_load": (tokens, tokens)},
+    )
+    online = generate_online(cfg, np.random.default_rng(5))
+    expected = np.clip(
+        cfg.usable_gib - 1.5 * engine.resident_gib - engine.kv_gib(tokens) * online.busy, 0.0, None
+    )
+    np.testing.assert_allclose(online.free_gib, expected, rtol=1e-12)

@@ -426,14 +426,14 @@ def _job_view(
         basis = measures.job_fraction(
             observed, predicted.throughput_fraction if predicted is not None else None
         )
-        meets = None if basis is None else meets_sla(basis, spec.throughput_sla, monitor)
+        meets = None if basis is None else measures.meets_sla(basis, spec.throughput_sla, monitor)
     elif finished:
         # A finished job is judged on what it got over its last placement (the mean of its
         # windows there; else the last one), so a Succeeded job far below its SLA shows as a
         # miss, and one slow last window does not (a prediction proves nothing now).
         stay = [p.v for p in series if since is None or p.t > since]
         got = sum(stay) / len(stay) if stay else observed
-        meets = None if got is None else meets_sla(got, spec.throughput_sla, monitor)
+        meets = None if got is None else measures.meets_sla(got, spec.throughput_sla, monitor)
     job_reports = reports.get(job.key, [])
     evictions: list[JobEviction] = []
     for rec in status.evictions:
@@ -514,12 +514,6 @@ def _job_view(
         decided_at=placement.decided_at if placement is not None else None,
         batch=batch_view(job.obj, now),
     )
-
-
-def meets_sla(fraction: float, sla: float, config: SLAMonitorConfig = DEFAULT_MONITOR) -> bool:
-    """The SLA monitor's rule (and the operator's ``SLAMet``): not below SLA × (1 − tolerance)
-    (``gleaner.scheduler.measures.meets_sla`` with the monitor's default tolerance)."""
-    return measures.meets_sla(fraction, sla, config)
 
 
 def predicted_steps(

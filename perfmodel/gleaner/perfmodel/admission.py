@@ -6,7 +6,7 @@ scheduler's per-node explanations) calls these functions, so a set is never admi
 one caller and refused by another, and every caller words a verdict the same way:
 
 - **SLA**: the bias-corrected product ``clip(compute * memory * multi * bias, 0, 1)``
-  must reach the job's throughput SLA (:func:`meets_sla`, with a 1e-12 tolerance so
+  must reach the job's throughput SLA (:func:`reaches_sla`, with a 1e-12 tolerance so
   that a product equal to the SLA up to rounding passes);
 - **risk** (when a target probability is configured): the product is first multiplied by
   :func:`risk_factor`, the ``1 - target`` quantile of how past windows came out relative
@@ -48,7 +48,7 @@ def corrected(raw: npt.ArrayLike, bias: npt.ArrayLike) -> FloatArray:
     return np.asarray(np.minimum(np.maximum(value, 0.0), 1.0), dtype=np.float64)
 
 
-def meets_sla(product: npt.ArrayLike, sla: float) -> BoolArray:
+def reaches_sla(product: npt.ArrayLike, sla: float) -> BoolArray:
     """The SLA rule: True where the (corrected) ``product`` reaches ``sla``."""
     return np.asarray(np.asarray(product, dtype=np.float64) >= sla - SLA_EPS, dtype=bool)
 
@@ -99,7 +99,7 @@ def limiting(factors: Mapping[str, float]) -> str:
 def sla_reason(product: float, sla: float, factors: Mapping[str, float], bias: float = 1.0) -> str:
     """The SLA verdict of one set, in the one wording (the bias only when it is not 1)."""
     corrected_by = f"bias {bias:.2f}" if bias != 1.0 else ""
-    if bool(meets_sla(product, sla)):
+    if bool(reaches_sla(product, sla)):
         suffix = f" ({corrected_by})" if corrected_by else ""
         return f"predicted {product:.2f} >= SLA {sla:.2f}{suffix}"
     detail = limiting(factors) + (f", {corrected_by}" if corrected_by else "")

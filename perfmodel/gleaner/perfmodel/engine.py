@@ -16,7 +16,11 @@ pure arithmetic over them that every modeled engine in Gleaner uses:
   GiB of KV cache a continuous-batching engine keeps ``B = min(max_seqs, kv / (prompt +
   output/2) tokens)`` requests in flight; finishing ``B`` requests takes ``output`` decode
   steps of batch ``B`` plus ``B`` prefills riding along them (chunked prefill, no extra
-  ``k5``), so ``tokens/s = B·output / (output·decode(B) + B·(prefill(prompt) − k5))``.
+  ``k5``), so ``tokens/s = B·output / (output·decode(B) + B·(prefill(prompt) − k5))``;
+- **memory an engine holds**: ``resident_gib`` = weights + ``runtime_gib`` (activations, CUDA
+  graphs) before any KV cache, and ``kv_gib(tokens)`` for its KV cache
+  (:attr:`EngineModel.resident_gib`, :meth:`EngineModel.kv_gib`); the cost of recomputing a
+  lost token (:meth:`EngineModel.recompute_per_token`).
 
 :data:`LLAMA31_8B_H100` holds the shipped parameters; docs/simulator.md derives them from the
 public H100 SXM datasheet and the Llama-3.1-8B configuration and checks them against
@@ -65,12 +69,19 @@ class EngineModel:
     """Resident weights, GiB."""
     block_tokens: int = 16
     """Tokens per KV block: vLLM's default ``block_size`` (CUDA backends)."""
+    runtime_gib: float = 3.0429
+    """Memory an engine holds beside its weights and KV cache, GiB: activations, CUDA graphs,
+    allocator slack. The default is the simulator's long-standing 18.0 GiB of an 8B model
+    under vLLM with CUDA graphs, less that model's 14.957 GiB of weights (a hair under, so
+    that 76 − 18 GiB still holds the same whole number of 2 MiB KV blocks)."""
 
     def __post_init__(self) -> None:
         if min(self.k1, self.k2, self.k3, self.k4, self.k5) < 0:
             raise ValueError("latency coefficients must be >= 0")
         if self.kv_bytes_per_token <= 0 or self.weights_gib <= 0 or self.block_tokens <= 0:
             raise ValueError("kv_bytes_per_token, weights_gib and block_tokens must be > 0")
+        if self.runtime_gib < 0:
+            raise ValueError("runtime_gib must be >= 0")
 
     # -- online latency per iteration --------------------------------------------------------
 
@@ -94,6 +105,12 @@ class EngineModel:
         total = batch * (mean_context + 1.0)
         return self.step(float(batch), total, total)
 
+    def recompute_per_token(self, context_tokens: float) -> float:
+        """Seconds to recompute one token of a prompt of ``context_tokens`` tokens: the
+        per-token terms of a prefill (``k1 + k3 + k4 + k2 · context``), without ``k5``
+        (recomputation rides along iterations that run anyway)."""
+        return self.k1 + self.k3 + self.k4 + self.k2 * context_tokens
+
     # -- KV use per token --------------------------------------------------------------------
 
     @property
@@ -106,7 +123,15 @@ class EngineModel:
         return -(-tokens // self.block_tokens)
 
     def kv_gib(self, tokens: float) -> float:
+        """GiB of KV cache ``tokens`` tokens hold."""
         return tokens * self.kv_bytes_per_token / GIB
+
+    # -- memory an engine holds --------------------------------------------------------------
+
+    @property
+    def resident_gib(self) -> float:
+        """Memory an engine holds before any KV cache: weights + runtime, GiB."""
+        return self.weights_gib + self.runtime_gib
 
     # -- offline throughput against memory ---------------------------------------------------
 

@@ -205,7 +205,7 @@ def predict(
         if len(gpu_list) > 1
         else []
     )
-    meets_sla = bool(admission.meets_sla(corrected, sla))
+    reaches = bool(admission.reaches_sla(corrected, sla))
     reasons = [admission.sla_reason(corrected, sla, factors, bias)]
     note = admission.no_memory_samples(node)
     if note is not None:
@@ -221,6 +221,6 @@ def predict(
         throughput_fraction=product,
         tokens_per_second=tokens,
         sla=float(sla),
-        feasible=bool(meets_sla and not rule_failures),
+        feasible=bool(reaches and not rule_failures),
         reasons=tuple(reasons),
     )

@@ -49,8 +49,19 @@ class Const:
 
 @dataclass(frozen=True, slots=True)
 class ConstGroup:
+    """Constants written together (one comment above them in the C header).
+
+    ``enum``: the Python codec makes the group an ``IntEnum`` of that name, members named
+    after the constants less ``prefix`` (a ``<prefix>MAX`` constant stays a plain number);
+    ``doc`` is its docstring. ``from_messages``: the group is the message types, filled
+    from :data:`MESSAGES` (``GL_MSG_<name>``, then ``GL_MSG_MAX``)."""
+
     comment: str
     items: tuple[Const, ...]
+    enum: str = ""
+    prefix: str = ""
+    doc: str = ""
+    from_messages: bool = False
 
 
 def _u(name: str, value: int, comment: str = "", hex_digits: int = 0) -> Const:
@@ -70,6 +81,8 @@ class MessageSpec:
     summary: str
     payload: str | None
     """The payload struct (or the fixed head of a variable payload); None: no payload."""
+    doc: str = ""
+    """The Python class's docstring (``MsgType.<name>``'s class is the name in CamelCase)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,25 +113,140 @@ class Alias:
 
 
 MESSAGES: Final[tuple[MessageSpec, ...]] = (
-    MessageSpec(1, "HELLO", "S->A", "who I am", "gl_hello"),
-    MessageSpec(2, "HELLO_ACK", "A->S", "accepted, initial gate state", "gl_hello_ack"),
-    MessageSpec(3, "CHANNEL_ADD", "S->A", "a TSG / GPFIFO channel was allocated", "gl_channel"),
-    MessageSpec(4, "CHANNEL_FREE", "S->A", "... was freed", "gl_channel"),
-    MessageSpec(5, "ONLINE_BUSY", "S->A", "online process turned busy", "gl_online_edge"),
-    MessageSpec(6, "ONLINE_IDLE", "S->A", "online process turned idle", "gl_online_edge"),
-    MessageSpec(7, "DECODE_GAP", "S->A", "gap between two decode iterations", "gl_decode_gap"),
-    MessageSpec(8, "GATE", "A->S", "enable / disable offline channels", "gl_gate"),
-    MessageSpec(9, "GATE_ACK", "S->A", "result of a GATE", "gl_gate_ack"),
-    MessageSpec(10, "FD_REQUEST", "A->S", "send me your nvidiactl fd", "gl_fd_request"),
-    MessageSpec(11, "FD_PASS", "S->A", "here it is (GL_FLAG_HAS_FD)", "gl_fd_pass"),
-    MessageSpec(12, "STATUS", "S->A", "why the process waits gated, or ok", "gl_status"),
-    MessageSpec(13, "MEM_HANDLES", "S->A", "memory handle table entries", "gl_mem_handles"),
     MessageSpec(
-        14, "INVALIDATE_BLOCKS", "A->framework", "KV blocks to recompute", "gl_invalidate_blocks"
+        1,
+        "HELLO",
+        "S->A",
+        "who I am",
+        "gl_hello",
+        doc="First frame on every connection: the process, its role, GPUs and job.",
     ),
-    MessageSpec(15, "HEARTBEAT", "both ways", "liveness", "gl_heartbeat"),
     MessageSpec(
-        16, "ONLINE_MEMORY", "S->A", "online KV bytes in use / reserved", "gl_online_memory"
+        2,
+        "HELLO_ACK",
+        "A->S",
+        "accepted, initial gate state",
+        "gl_hello_ack",
+        doc="The agent's answer to HELLO: the initial gate state and who runs the controls.",
+    ),
+    MessageSpec(
+        3,
+        "CHANNEL_ADD",
+        "S->A",
+        "a TSG / GPFIFO channel was allocated",
+        "gl_channel",
+        doc="CHANNEL_ADD: sent after the RM allocation succeeded.",
+    ),
+    MessageSpec(
+        4,
+        "CHANNEL_FREE",
+        "S->A",
+        "... was freed",
+        "gl_channel",
+        doc="CHANNEL_FREE: sent after the RM free of that handle succeeded.",
+    ),
+    MessageSpec(
+        5,
+        "ONLINE_BUSY",
+        "S->A",
+        "online process turned busy",
+        "gl_online_edge",
+        doc="ONLINE_BUSY: the online process launched work while idle.",
+    ),
+    MessageSpec(
+        6,
+        "ONLINE_IDLE",
+        "S->A",
+        "online process turned idle",
+        "gl_online_edge",
+        doc="ONLINE_IDLE: every tracked launch of the online process completed.",
+    ),
+    MessageSpec(
+        7,
+        "DECODE_GAP",
+        "S->A",
+        "gap between two decode iterations",
+        "gl_decode_gap",
+        doc="The idle gap between two busy periods (decode iterations) of an online process.",
+    ),
+    MessageSpec(
+        8,
+        "GATE",
+        "A->S",
+        "enable / disable offline channels",
+        "gl_gate",
+        doc="Agent → offline shim: enable (``enable=True``) or disable its channels.",
+    ),
+    MessageSpec(
+        9,
+        "GATE_ACK",
+        "S->A",
+        "result of a GATE",
+        "gl_gate_ack",
+        doc="Shim → agent: what a GATE did; ``latency_ns`` from receipt to the last control.",
+    ),
+    MessageSpec(
+        10,
+        "FD_REQUEST",
+        "A->S",
+        "send me your nvidiactl fd",
+        "gl_fd_request",
+        doc="Agent → shim: pass me your nvidiactl descriptor (answered by FD_PASS).",
+    ),
+    MessageSpec(
+        11,
+        "FD_PASS",
+        "S->A",
+        "here it is (GL_FLAG_HAS_FD)",
+        "gl_fd_pass",
+        doc=(
+            "Shim → agent: the frame that carries libcuda's nvidiactl fd as SCM_RIGHTS. ``fd`` is"
+            " the descriptor received in *this* process (set by ``recv_messages``), or the one to"
+            " send (used by ``send_message``); it is not part of the payload."
+        ),
+    ),
+    MessageSpec(
+        12,
+        "STATUS",
+        "S->A",
+        "why the process waits gated, or ok",
+        "gl_status",
+        doc="Shim → agent: whether the offline process runs, and if not, why.",
+    ),
+    MessageSpec(
+        13,
+        "MEM_HANDLES",
+        "S->A",
+        "memory handle table entries",
+        "gl_mem_handles",
+        doc="Shim → agent: a batch of memory-handle table entries.",
+    ),
+    MessageSpec(
+        14,
+        "INVALIDATE_BLOCKS",
+        "A->framework",
+        "KV blocks to recompute",
+        "gl_invalidate_blocks",
+        doc="Agent → framework: KV-cache block ids of one request whose pages were reclaimed.",
+    ),
+    MessageSpec(
+        15,
+        "HEARTBEAT",
+        "both ways",
+        "liveness",
+        "gl_heartbeat",
+        doc="Liveness, both ways; the shim's ``state`` is 1 while its gate is open.",
+    ),
+    MessageSpec(
+        16,
+        "ONLINE_MEMORY",
+        "S->A",
+        "online KV bytes in use / reserved",
+        "gl_online_memory",
+        doc=(
+            "Online side → agent: KV-cache bytes in use and reserved on one GPU (``gpu`` as in "
+            "ONLINE_BUSY: an index into the process's GPUs, or ``GPU_ALL``)."
+        ),
     ),
     MessageSpec(
         17,
@@ -126,21 +254,67 @@ MESSAGES: Final[tuple[MessageSpec, ...]] = (
         "offline hook->A",
         "KV page handles and their blocks",
         "gl_offline_handles",
+        doc="Offline framework hook → agent: its KV page handles on one GPU and what they hold.",
     ),
     MessageSpec(
-        18, "RECLAIM", "A->offline shim", "quarantine-remap and release pages", "gl_reclaim"
+        18,
+        "RECLAIM",
+        "A->offline shim",
+        "quarantine-remap and release pages",
+        "gl_reclaim",
+        doc=(
+            "Agent → offline shim: remap these page handles to the quarantine page and release "
+            "them (the process's channels on ``gpu`` are already disabled and acked)."
+        ),
     ),
-    MessageSpec(19, "RECLAIM_ACK", "offline shim->A", "result of a RECLAIM", "gl_reclaim_ack"),
     MessageSpec(
-        20, "RESTORE", "A->offline shim", "back quarantined pages with fresh memory", "gl_restore"
+        19,
+        "RECLAIM_ACK",
+        "offline shim->A",
+        "result of a RECLAIM",
+        "gl_reclaim_ack",
+        doc=(
+            "Offline shim → agent: how many handles of RECLAIM ``reclaim_seq`` were released; "
+            "``ok=False`` with ``err`` (errno or CUDA error) when one could not be (the shim then"
+            " keeps its work held: fail closed)."
+        ),
     ),
-    MessageSpec(21, "RESTORE_ACK", "offline shim->A", "result of a RESTORE", "gl_restore_ack"),
+    MessageSpec(
+        20,
+        "RESTORE",
+        "A->offline shim",
+        "back quarantined pages with fresh memory",
+        "gl_restore",
+        doc=(
+            "Agent → offline shim: back these quarantined pages with fresh physical memory again "
+            "(memory the online side gave back). The pages hold no live blocks (the framework "
+            "retired them when they were reclaimed), so this needs no gate; the shim answers "
+            "RESTORE_ACK."
+        ),
+    ),
+    MessageSpec(
+        21,
+        "RESTORE_ACK",
+        "offline shim->A",
+        "result of a RESTORE",
+        "gl_restore_ack",
+        doc=(
+            "Offline shim → agent: how many pages of RESTORE ``restore_seq`` are backed again; "
+            "``ok=False`` with ``err`` when one could not be (e.g. CUDA out of memory: that page "
+            "stays quarantined; nothing is held, a failed restore is harmless)."
+        ),
+    ),
     MessageSpec(
         22,
         "OFFLINE_PAGE_GROUPS",
         "offline hook->A",
         "KV page groups and their spans",
         "gl_page_groups",
+        doc=(
+            "Offline framework hook → agent: its KV pages on one GPU, by group of pages holding"
+            " the same spans (docs/protocol.md). Decoding unpacks each group's page VAs and each"
+            " span's block ids with one precompiled struct call; no per-page objects."
+        ),
     ),
 )
 
@@ -160,10 +334,11 @@ CONSTANTS: Final[tuple[ConstGroup, ...]] = (
     ),
     ConstGroup(
         "Message types (header.type). Direction: S = shim/framework, A = agent.",
-        (
-            *(_u(f"GL_MSG_{m.name}", m.type_id, f"{m.sender}: {m.summary}") for m in MESSAGES),
-            _u("GL_MSG_MAX", max(m.type_id for m in MESSAGES)),
-        ),
+        (),
+        enum="MsgType",
+        prefix="GL_MSG_",
+        doc="``header.type``: who sends it is in the protocol table (docs/protocol.md).",
+        from_messages=True,
     ),
     ConstGroup(
         "OFFLINE_HANDLES.flags",
@@ -194,6 +369,9 @@ CONSTANTS: Final[tuple[ConstGroup, ...]] = (
             _u("GL_ROLE_ONLINE", 2),
             _u("GL_ROLE_FRAMEWORK", 3, "the vLLM plugin: receives INVALIDATE_BLOCKS"),
         ),
+        enum="Role",
+        prefix="GL_ROLE_",
+        doc="Who is on the other end of a connection (``Hello.role``).",
     ),
     ConstGroup(
         "HELLO.caps bits",
@@ -210,9 +388,24 @@ CONSTANTS: Final[tuple[ConstGroup, ...]] = (
             _u("GL_GATE_MODE_SHIM", 0, "shim's control thread issues the controls"),
             _u("GL_GATE_MODE_AGENT", 1, "agent issues them on the passed fd"),
         ),
+        enum="GateMode",
+        prefix="GL_GATE_MODE_",
+        doc="Who issues the schedule controls (``HelloAck.gate_mode``).",
     ),
-    ConstGroup("CHANNEL.kind", (_u("GL_KIND_TSG", 1), _u("GL_KIND_CHANNEL", 2))),
-    ConstGroup("FD kinds", (_u("GL_FD_NVIDIACTL", 1),)),
+    ConstGroup(
+        "CHANNEL.kind",
+        (_u("GL_KIND_TSG", 1), _u("GL_KIND_CHANNEL", 2)),
+        enum="Kind",
+        prefix="GL_KIND_",
+        doc="What a ``Channel`` record describes.",
+    ),
+    ConstGroup(
+        "FD kinds",
+        (_u("GL_FD_NVIDIACTL", 1),),
+        enum="FdKind",
+        prefix="GL_FD_",
+        doc="What descriptor an ``FdPass`` carries.",
+    ),
     ConstGroup(
         "STATUS.code",
         (
@@ -223,6 +416,9 @@ CONSTANTS: Final[tuple[ConstGroup, ...]] = (
             _u("GL_STATUS_CONTROL_REFUSED", 4, "the RM refused the schedule control"),
             _u("GL_STATUS_PROTOCOL_ERROR", 5, "agent spoke garbage: fail closed"),
         ),
+        enum="StatusCode",
+        prefix="GL_STATUS_",
+        doc="Why an offline process is (not) running (``Status.code``).",
     ),
     ConstGroup("MEM_HANDLE entry flags", (_u("GL_MEM_ADDED", 1), _u("GL_MEM_FREED", 2))),
     ConstGroup(
@@ -494,63 +690,391 @@ ALIASES_DOC: Final = (
 )
 
 
+# --- The Python view of each payload: which attribute fills which C field ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class PyField:
+    """One attribute of a generated Python class, in constructor order.
+
+    ``kind`` says how it maps onto the C fields:
+
+    - ``int``, ``bool``, ``str`` (a ``char`` array, NUL-padded; ``truncate``: cut to fit
+      instead of refusing), or an enum's name (an ``IntEnum`` of :data:`CONSTANTS`): the C
+      field ``c`` (default: the same name);
+    - ``ints`` / ``strs``: a tuple written into the fixed C array ``c`` (``ints`` padded with
+      ``fill``), whose length goes into the C field ``count``;
+    - ``flag``: a bool that is the bit ``bit`` (a constant's name) of the C field ``c``;
+      ``excludes``: while set, the tail of that name must be empty;
+    - ``tail``: a tuple that follows the fixed part, its length in the C field ``count``;
+      ``of`` is a C scalar type or the struct of a record (:data:`RECORDS`). Tails follow
+      the fixed part in the order they are declared;
+    - ``local``: an ``int | None`` that is not on the wire (compared: no).
+
+    ``label`` names the items in error messages and in "at most" refusals.
+    ``default`` is Python source (None: required)."""
+
+    name: str
+    kind: str = "int"
+    default: str | None = None
+    c: str = ""
+    count: str = ""
+    of: str = ""
+    label: str = ""
+    bit: str = ""
+    fill: int = 0
+    truncate: bool = False
+    excludes: str = ""
+
+    @property
+    def c_field(self) -> str:
+        return self.c or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class PyLayout:
+    """The Python attributes of a payload struct (or alias). A struct several messages share
+    becomes a base class ``base`` with one subclass per message; ``has_fd``: the frame
+    carries a descriptor (``GL_FLAG_HAS_FD``). A payload without a layout here gets one
+    attribute per C field (``int``, or ``str`` for a ``char`` array), reserved and padding
+    fields left out."""
+
+    fields: tuple[PyField, ...]
+    base: str = ""
+    base_doc: str = ""
+    has_fd: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PyRecord:
+    """A fixed entry of a variable payload as a Python class (``named_tuple``: a
+    ``NamedTuple``, cheaper to build in bulk; else a frozen dataclass)."""
+
+    name: str
+    doc: str
+    fields: tuple[PyField, ...]
+    named_tuple: bool = False
+
+
+def _p(name: str, kind: str = "int", default: str | None = None, **kw: str | int | bool) -> PyField:
+    return PyField(name, kind, default, **kw)  # type: ignore[arg-type]
+
+
+LAYOUTS: Final[dict[str, PyLayout]] = {
+    "gl_hello": PyLayout(
+        (
+            _p("pid"),
+            _p("role", "Role"),
+            _p("gpu_uuids", "strs", "()", c="gpu_uuid", count="ngpus", label="GPUs"),
+            _p("gpu_indices", "ints", "()", c="gpu_index", count="ngpus", label="GPUs", fill=-1),
+            _p("job", "str", '""'),
+            _p("caps", "int", "0"),
+        )
+    ),
+    "gl_hello_ack": PyLayout(
+        (
+            _p("accepted", "bool", "True"),
+            _p("gate_open", "bool", "False"),
+            _p("gate_mode", "GateMode", "GateMode.SHIM"),
+            _p("heartbeat_ms", "int", "1000"),
+        )
+    ),
+    "gl_channel": PyLayout(
+        (
+            _p("h_client"),
+            _p("h_parent"),
+            _p("h_object"),
+            _p("h_class"),
+            _p("kind", "Kind"),
+            _p("gpu", "int", "GPU_UNKNOWN"),
+            _p("engine_type", "int", "0"),
+        ),
+        base="Channel",
+        base_doc="A channel group (TSG) or GPFIFO channel the process allocated (RM handles).",
+    ),
+    "gl_online_edge": PyLayout(
+        (_p("gpu"), _p("mono_ns"), _p("request_id", "int", "0")),
+        base="OnlineEdge",
+        base_doc="A busy/idle transition of an online process (CLOCK_MONOTONIC nanoseconds).",
+    ),
+    "gl_gate": PyLayout((_p("gate_seq"), _p("enable", "bool"), _p("gpu", "int", "GPU_ALL"))),
+    "gl_gate_ack": PyLayout(
+        (
+            _p("gate_seq"),
+            _p("enabled", "bool"),
+            _p("ok", "bool"),
+            _p("latency_ns", "int", "0"),
+            _p("gpu", "int", "GPU_ALL"),
+            _p("n_objects", "int", "0"),
+            _p("err", "int", "0"),
+            _p("rm_status", "int", "0"),
+            _p("n_failed", "int", "0"),
+        )
+    ),
+    "gl_fd_request": PyLayout((_p("fd_kind", "FdKind", "FdKind.NVIDIACTL"),)),
+    "gl_fd_pass": PyLayout(
+        (
+            _p("fd_kind", "FdKind", "FdKind.NVIDIACTL"),
+            _p("h_client", "int", "0"),
+            _p("sender_fd", "int", "-1"),
+            _p("fd", "local", "None"),
+        ),
+        has_fd=True,
+    ),
+    "gl_status": PyLayout(
+        (
+            _p("code", "StatusCode"),
+            _p("reason", "str", '""', truncate=True),
+            _p("gpu", "int", "GPU_ALL"),
+            _p("mono_ns", "int", "0"),
+            _p("blocked_ns", "int", "0"),
+            _p("blocked_threads", "int", "0"),
+        )
+    ),
+    "gl_mem_handles": PyLayout(
+        (_p("entries", "tail", "()", count="count", of="gl_mem_handle", label="entries"),)
+    ),
+    "gl_invalidate_blocks": PyLayout(
+        (
+            _p("request_id", "str"),
+            _p("block_ids", "tail", "()", count="count", of=U32, label="ids"),
+        )
+    ),
+    "gl_heartbeat": PyLayout((_p("mono_ns"), _p("pid", "int", "0"), _p("state", "int", "0"))),
+    "gl_online_memory": PyLayout(
+        (
+            _p("gpu"),
+            _p("kv_used_bytes"),
+            _p("kv_reserved_bytes", "int", "0"),
+            _p("mono_ns", "int", "0"),
+        )
+    ),
+    "gl_offline_handles": PyLayout(
+        (
+            _p("gpu"),
+            _p("entries", "tail", "()", count="count", of="gl_handle_span", label="entries"),
+            _p("reset", "flag", "True", c="flags", bit="GL_OFFLINE_HANDLES_RESET"),
+        )
+    ),
+    "gl_page_groups": PyLayout(
+        (
+            _p("gpu"),
+            _p("groups", "tail", "()", count="count", of="gl_page_group", label="groups"),
+            _p("reset", "flag", "True", c="flags", bit="GL_OFFLINE_HANDLES_RESET"),
+        )
+    ),
+    "gl_reclaim": PyLayout(
+        (
+            _p("reclaim_seq"),
+            _p("gpu"),
+            _p("handles", "tail", "()", count="count", of=U64, label="handles"),
+        )
+    ),
+    "gl_reclaim_ack": PyLayout(
+        (
+            _p("reclaim_seq"),
+            _p("gpu"),
+            _p("released"),
+            _p("ok", "bool", "True"),
+            _p("err", "int", "0"),
+        )
+    ),
+    "gl_restore": PyLayout(
+        (
+            _p("restore_seq", c="reclaim_seq"),
+            _p("gpu"),
+            _p("handles", "tail", "()", count="count", of=U64, label="handles"),
+        )
+    ),
+    "gl_restore_ack": PyLayout(
+        (
+            _p("restore_seq", c="reclaim_seq"),
+            _p("gpu"),
+            _p("restored", c="released"),
+            _p("ok", "bool", "True"),
+            _p("err", "int", "0"),
+        )
+    ),
+}
+"""The Python class of each payload struct (or alias) that needs more than the default."""
+
+RECORDS: Final[dict[str, PyRecord]] = {
+    "gl_mem_handle": PyRecord(
+        "MemHandle",
+        "One memory-handle table entry (an RM memory object added or freed).",
+        (
+            _p("h_client"),
+            _p("h_parent"),
+            _p("h_memory"),
+            _p("h_class"),
+            _p("gpu", "int", "GPU_UNKNOWN"),
+            _p("flags", "int", "MEM_ADDED"),
+            _p("size", "int", "0"),
+        ),
+    ),
+    "gl_handle_span": PyRecord(
+        "HandleSpan",
+        "One OFFLINE_HANDLES entry: the KV blocks of one request inside one page handle."
+        " ``handle`` is the page's device virtual address (what the shim saw in ``cuMemMap``);"
+        " an entry with no request and no blocks says the handle exists and holds nothing.",
+        (
+            _p("handle"),
+            _p("size"),
+            _p("request_id", "str", '""'),
+            _p("tokens", "int", "0"),
+            _p("block_ids", "tail", "()", count="nblocks", of=U32, label="block ids"),
+        ),
+    ),
+    "gl_page_group": PyRecord(
+        "PageGroup",
+        "Pages that hold the same spans (an OFFLINE_PAGE_GROUPS record). No spans and not"
+        " quarantined: empty pages; ``quarantined``: reclaimed earlier, restorable, no spans.",
+        (
+            _p("page_bytes"),
+            _p("pages", "tail", count="npages", of=U64, label="pages"),
+            _p("spans", "tail", "()", count="nspans", of="gl_group_span", label="spans"),
+            _p(
+                "quarantined",
+                "flag",
+                "False",
+                c="gflags",
+                bit="GL_PAGE_GROUP_QUARANTINED",
+                excludes="spans",
+            ),
+        ),
+        named_tuple=True,
+    ),
+    "gl_group_span": PyRecord(
+        "GroupSpan",
+        "One request's blocks in every page of a ``PageGroup``; ``tokens`` is what the"
+        " request recomputes if any page of the group is lost.",
+        (
+            _p("request_id", "str"),
+            _p("tokens"),
+            _p("block_ids", "tail", count="nblocks", of=U32, label="block ids"),
+        ),
+        named_tuple=True,
+    ),
+}
+"""The Python class of each fixed entry of a variable payload."""
+
+
+def camel(name: str) -> str:
+    """``OFFLINE_PAGE_GROUPS`` → ``OfflinePageGroups``: a message's Python class name."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+# --- The table as one value (the module-level names are its default instance) ------------
+
+
+@dataclass(frozen=True)
+class Table:
+    """The whole protocol declaration. The generators (:mod:`gleaner.protocol.cheader`,
+    :mod:`gleaner.protocol.pygen`) read a table, by default :data:`TABLE`; a copy with one
+    more message renders a header and a codec with that message."""
+
+    messages: tuple[MessageSpec, ...]
+    const_groups: tuple[ConstGroup, ...]
+    structs: tuple[StructSpec, ...]
+    aliases: tuple[Alias, ...]
+    aliases_doc: str
+    layouts: dict[str, PyLayout]
+    records: dict[str, PyRecord]
+
+    def groups(self) -> tuple[ConstGroup, ...]:
+        """The constant groups, the message types filled in from :attr:`messages`."""
+        out: list[ConstGroup] = []
+        for g in self.const_groups:
+            if g.from_messages:
+                items = (
+                    *(
+                        _u(f"GL_MSG_{m.name}", m.type_id, f"{m.sender}: {m.summary}")
+                        for m in self.messages
+                    ),
+                    _u("GL_MSG_MAX", max(m.type_id for m in self.messages)),
+                )
+                g = ConstGroup(g.comment, items, g.enum, g.prefix, g.doc)
+            out.append(g)
+        return tuple(out)
+
+    def constants(self) -> dict[str, int]:
+        """Every ``#define GL_*`` number, by its C name."""
+        return {c.name: c.value for group in self.groups() for c in group.items}
+
+    def struct_spec(self, name: str) -> StructSpec:
+        """The struct ``name`` (an alias gives the struct it names)."""
+        target = next((a.of for a in self.aliases if a.name == name), name)
+        for s in self.structs:
+            if s.name == target:
+                return s
+        raise KeyError(name)
+
+    def count(self, field: Field) -> int:
+        """How many elements a field holds (1 for a scalar)."""
+        known = self.constants()
+        n = 1
+        for d in field.dims:
+            n *= known[d] if d in known else int(d)
+        return n
+
+    def c_layout(self, struct: str | StructSpec) -> tuple[tuple[tuple[str, int], ...], int]:
+        """((field, offset), ...) and the size of a struct (by name, or given) under C's
+        natural alignment.
+
+        Raises ValueError where C would pad implicitly (the Python format would then differ)."""
+        s = self.struct_spec(struct) if isinstance(struct, str) else struct
+        name = s.name
+        offset, widest, out = 0, 1, []
+        for f in s.fields:
+            size = CTYPES[f.ctype][0]
+            if offset % size:
+                raise ValueError(f"{name}.{f.name}: offset {offset} is not {size}-aligned")
+            out.append((f.name, offset))
+            offset += size * self.count(f)
+            widest = max(widest, size)
+        if offset % widest:
+            raise ValueError(f"{name}: size {offset} is not a multiple of {widest}")
+        return tuple(out), offset
+
+    def fmt(self, name: str, upto: str | None = None) -> str:
+        """The little-endian ``struct`` format of struct ``name`` for the Python codec:
+        padding fields are ``x``, a ``char`` array is one ``s``, other arrays a repeat count.
+        ``upto``: only the fields up to that one (a head read in place)."""
+        fields = self.struct_spec(name).fields
+        if upto is not None:
+            fields = fields[: [f.name for f in fields].index(upto) + 1]
+        parts = ["<"]
+        for f in fields:
+            size, code = CTYPES[f.ctype]
+            n = self.count(f)
+            if f.pad:
+                parts.append(f"{size * n}x")
+            elif code == "s":
+                parts.append(f"{n}s")
+            else:
+                parts.append(f"{n}{code}" if n > 1 else code)
+        return "".join(parts)
+
+
+TABLE: Final = Table(MESSAGES, CONSTANTS, STRUCTS, ALIASES, ALIASES_DOC, LAYOUTS, RECORDS)
+"""This protocol's table."""
+
+
 def constants() -> dict[str, int]:
     """Every ``#define GL_*`` number, by its C name."""
-    return {c.name: c.value for group in CONSTANTS for c in group.items}
+    return TABLE.constants()
 
 
 def struct_spec(name: str) -> StructSpec:
     """The struct ``name`` (an alias gives the struct it names)."""
-    target = next((a.of for a in ALIASES if a.name == name), name)
-    for s in STRUCTS:
-        if s.name == target:
-            return s
-    raise KeyError(name)
-
-
-def _count(field: Field) -> int:
-    known = constants()
-    n = 1
-    for d in field.dims:
-        n *= known[d] if d in known else int(d)
-    return n
+    return TABLE.struct_spec(name)
 
 
 def c_layout(struct: str | StructSpec) -> tuple[tuple[tuple[str, int], ...], int]:
-    """((field, offset), ...) and the size of a struct (by name, or given) under C's natural
-    alignment.
-
-    Raises ValueError where C would pad implicitly (the Python format would then differ)."""
-    s = struct_spec(struct) if isinstance(struct, str) else struct
-    name = s.name
-    offset, widest, out = 0, 1, []
-    for f in s.fields:
-        size = CTYPES[f.ctype][0]
-        if offset % size:
-            raise ValueError(f"{name}.{f.name}: offset {offset} is not {size}-aligned")
-        out.append((f.name, offset))
-        offset += size * _count(f)
-        widest = max(widest, size)
-    if offset % widest:
-        raise ValueError(f"{name}: size {offset} is not a multiple of {widest}")
-    return tuple(out), offset
+    """:meth:`Table.c_layout` of this protocol's table."""
+    return TABLE.c_layout(struct)
 
 
 def fmt(name: str, upto: str | None = None) -> str:
-    """The little-endian ``struct`` format of struct ``name`` for the Python codec: padding
-    fields are ``x``, a ``char`` array is one ``s``, other arrays a repeat count. ``upto``:
-    only the fields up to that one (a head read in place)."""
-    fields = struct_spec(name).fields
-    if upto is not None:
-        fields = fields[: [f.name for f in fields].index(upto) + 1]
-    parts = ["<"]
-    for f in fields:
-        size, code = CTYPES[f.ctype]
-        n = _count(f)
-        if f.pad:
-            parts.append(f"{size * n}x")
-        elif code == "s":
-            parts.append(f"{n}s")
-        else:
-            parts.append(f"{n}{code}" if n > 1 else code)
-    return "".join(parts)
+    """:meth:`Table.fmt` of this protocol's table."""
+    return TABLE.fmt(name, upto)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gleaner.perfmodel import JobProfile, NodeSummary, predict
-from gleaner.perfmodel.admission import meets_sla
+from gleaner.perfmodel.admission import reaches_sla
 
 TARGET_ATTAINMENT = 0.99
 """Share of placements that must meet their SLA on their horizon."""
@@ -59,7 +59,7 @@ class Judged:
 
     @property
     def met(self) -> bool:
-        return self.realized is not None and bool(meets_sla(self.realized, self.sla))
+        return self.realized is not None and bool(reaches_sla(self.realized, self.sla))
 
 
 def judge(

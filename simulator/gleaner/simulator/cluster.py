@@ -87,6 +87,9 @@ from gleaner.simulator.online import (
 
 FloatArray = npt.NDArray[np.float64]
 
+LARGE_MODEL_WEIGHTS_GIB = 140.0
+"""Weights of the 70B-class model that 4- and 8-GPU offline jobs run (BF16), GiB."""
+
 
 # -- offline jobs -------------------------------------------------------------------------
 
@@ -141,10 +144,11 @@ def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
     p /= p.sum()
     profiles: dict[int, JobProfile] = {}
     for k in sizes:
-        # Weights per GPU shard: an 8B model on 1–2 GPUs, a 70B-class model on 4+.
-        weights = 16.0 / k if k <= 2 else 140.0 / k
+        # Weights per GPU shard: the engine model's (an 8B model) on 1–2 GPUs, a 70B-class
+        # model on 4+. The curve spans what is left beside the smallest online service.
+        weights = model.weights_gib / k if k <= 2 else LARGE_MODEL_WEIGHTS_GIB / k
         job = OfflineJobConfig(weights_gib=max(weights, 4.0))
-        curve = memory_curve(model, job, cfg.usable_gib - 18.0)
+        curve = memory_curve(model, job, cfg.usable_gib - model.resident_gib)
         scale = k * (0.85 if k > 1 else 1.0) * (0.12 if k >= 4 else 1.0) * (4 if k >= 4 else 1)
         tps = tuple(v * scale for v in curve.tokens_per_second)
         profiles[k] = JobProfile(

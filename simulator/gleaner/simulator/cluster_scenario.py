@@ -52,8 +52,16 @@ class LoadConfig(BaseModel):
     bursts_per_day: float = Field(default=4.0, ge=0)
     burst_factor: tuple[float, float] = (1.5, 3.0)
     burst_minutes: tuple[float, float] = (5.0, 45.0)
-    fixed_gib: tuple[float, float] = (18.0, 40.0)
-    kv_gib_at_full_load: tuple[float, float] = (6.0, 30.0)
+    resident_scale: tuple[float, float] = Field(
+        default=(1.0, 2.22),
+        description="Each service's resident memory (weights, activations, CUDA graphs) as a "
+        "multiple of the engine model's (model: 18 GiB for llama-3.1-8b-h100).",
+    )
+    kv_tokens_at_full_load: tuple[float, float] = Field(
+        default=(49_152.0, 245_760.0),
+        description="KV-cache tokens a service holds at full load; bytes per token from the "
+        "engine model (6-30 GiB for llama-3.1-8b-h100).",
+    )
 
 
 class JobsConfig(BaseModel):

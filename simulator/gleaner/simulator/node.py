@@ -83,8 +83,11 @@ class OnlineConfig(BaseModel):
     )
     max_batch_tokens: int = Field(default=8192, ge=1, description="Token budget per iteration.")
     max_seqs: int = Field(default=256, ge=1)
-    fixed_gib: float = Field(
-        default=18.0, gt=0, description="Weights + activations + CUDA graphs, GiB."
+    fixed_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="Weights + activations + CUDA graphs, GiB (None: the engine model's "
+        "resident memory, weights + runtime).",
     )
     memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Share of the GPU the engine may use when alone."
@@ -248,8 +251,7 @@ def simulate_engine(
     names = [str(i) for i in range(n)]
     running: list[int] = []
     waiting: deque[int] = deque()
-    k1k3 = model.k1 + model.k3
-    k2, k4, k5 = model.k2, model.k4, model.k5
+    step = model.step
     budget_max = online.max_batch_tokens
     t = 0.0
     nxt = 0
@@ -430,7 +432,7 @@ def simulate_engine(
             if gate_meter is not None:
                 delay += gate_meter.preempt()
             cold = True
-        latency = (k1k3 * sum_p + k2 * sum_pc + k4 * sum_tot + k5) if sum_p > 0 else 0.0
+        latency = step(sum_p, sum_pc, sum_tot) if sum_p > 0 else 0.0
         if meter is not None and (ran or extra_run > 0) and latency > 0:
             latency += meter.pollution(latency)
         ran = False
@@ -561,10 +563,11 @@ def run_node(
     mem = scenario.memory
     on = scenario.online
     block_bytes = BLOCK_TOKENS * model.kv_bytes_per_token
-    pool = int((mem.usable_gib - on.fixed_gib) * GIB)
-    alone = int((mem.gpu_gib * on.memory_utilization - on.fixed_gib) * GIB) // block_bytes
-    curve = memory_curve(model, scenario.offline, mem.usable_gib - on.fixed_gib)
-    per_token = (model.k1 + model.k3 + model.k4) + model.k2 * scenario.offline.prompt_tokens.mean
+    fixed_gib = model.resident_gib if on.fixed_gib is None else on.fixed_gib
+    pool = int((mem.usable_gib - fixed_gib) * GIB)
+    alone = int((mem.gpu_gib * on.memory_utilization - fixed_gib) * GIB) // block_bytes
+    curve = memory_curve(model, scenario.offline, mem.usable_gib - fixed_gib)
+    per_token = model.recompute_per_token(scenario.offline.prompt_tokens.mean)
     per_token *= scenario.costs.recompute_scale
     env = MemoryEnv(
         block_bytes=block_bytes,

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import DEFAULT_STEP_GIB, GpuSpec, MemoryHistogram, NodeSummary
 from gleaner.simulator.cluster_scenario import ClusterScenario
+from gleaner.simulator.latency import MODELS
 
 FloatArray = npt.NDArray[np.float64]
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -120,8 +121,12 @@ def generate_online(cfg: ClusterScenario, rng: np.random.Generator) -> OnlineClu
             _ar1(rng, int(partial.sum()), steps, load.gpu_noise_sigma, load.noise_corr_steps)
         )
         busy[partial] = np.clip(busy[partial] * extra, 0.0, 1.0)
-    fixed = rng.uniform(*load.fixed_gib, size=n_s)[svc]
-    kv = rng.uniform(*load.kv_gib_at_full_load, size=n_s)[svc]
+    # Memory of each service in the engine model's terms: its resident memory (weights and
+    # runtime) scaled to the service's model size, and its KV cache growing with load.
+    engine = MODELS[cfg.model]
+    fixed = engine.resident_gib * rng.uniform(*load.resident_scale, size=n_s)[svc]
+    kv_tokens = rng.uniform(*load.kv_tokens_at_full_load, size=n_s)
+    kv = np.array([engine.kv_gib(float(x)) for x in kv_tokens])[svc]
     free = np.clip(cfg.usable_gib - fixed[:, None] - kv[:, None] * busy, 0.0, None)
     names = [f"gpu-node-{i:04d}" for i in range(cfg.nodes)]
     return OnlineCluster(names, g_node, busy, free, svc, rho, service_gpus, cfg.step_s, t0)

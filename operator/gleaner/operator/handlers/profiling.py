@@ -2,7 +2,7 @@
 
 Contract (docs/profiling.md, "Profile on submit"; the decisions are
 ``gleaner.operator.autoprofile``). The scheduling pass, under its lock, hands
-:func:`advance` the jobs whose verdict is ``NeedsProfile`` (valid, Pending, past
+:func:`advance_profiles` the jobs whose verdict is ``NeedsProfile`` (valid, Pending, past
 ``nextAttemptAfter``) and the offline Pods it listed. For each job the pure ``next_step``
 on the Pods of its current attempt decides:
 
@@ -79,7 +79,7 @@ def _where(job: OfflineJob) -> tuple[str, str, str | None]:
     return job.metadata.namespace or "default", job.metadata.name, job.metadata.uid
 
 
-async def advance(
+async def advance_profiles(
     ctx: OperatorContext,
     jobs: list[OfflineJob],
     pods: list[dict[str, Any]],

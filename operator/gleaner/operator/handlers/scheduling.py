@@ -299,7 +299,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     needs_profile: list[OfflineJob] = []
     queue = await _build_queue(ctx, bodies, statuses, now, needs_profile)
     # Profile on submit: runs to place go through the same decide() call.
-    runs, retry = await profiling.advance(
+    runs, retry = await profiling.advance_profiles(
         ctx, needs_profile, list(pods_by_key.values()), traces, now
     )
     result.queued = len(queue)

@@ -152,11 +152,11 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
     decision = tick.decision
     if not decision.evict:
         return decision.reason
-    await evict(ctx, body, status, placement, history, decision, now)
+    await carry_out_eviction(ctx, body, status, placement, history, decision, now)
     return f"evicted: {decision.reason}"
 
 
-async def evict(
+async def carry_out_eviction(
     ctx: OperatorContext,
     body: dict[str, Any],
     status: OfflineJobStatus,

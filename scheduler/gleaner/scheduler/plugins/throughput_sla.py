@@ -1,7 +1,7 @@
 """ThroughputSLA filter: the predicted (bias-corrected) product must reach the job's SLA.
 
 A set passes when P_compute * P_memory * P_multi * bias >= throughputSLA (the rule of
-``gleaner.perfmodel.admission.meets_sla``, which ``predict`` applies too). Each GPU's
+``gleaner.perfmodel.admission.reaches_sla``, which ``predict`` applies too). Each GPU's
 own compute * memory * bias bounds every set containing it, so GPUs below the SLA are
 pruned before the search. Reason, over the rejected nodes' best sets:
 ``predicted throughput below SLA (best 0.31 < 0.60, compute 0.35)`` naming the best
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gleaner.perfmodel.admission import meets_sla, sla_reason
+from gleaner.perfmodel.admission import reaches_sla, sla_reason
 from gleaner.scheduler.framework import BoolArray, CandidateBatch, JobContext, SetFilter
 
 
@@ -20,10 +20,10 @@ class ThroughputSLA(SetFilter):
     name = "ThroughputSLA"
 
     def slot_mask(self, ctx: JobContext) -> BoolArray:
-        return meets_sla(ctx.estimate, ctx.job.sla)
+        return reaches_sla(ctx.estimate, ctx.job.sla)
 
     def check(self, ctx: JobContext, batch: CandidateBatch) -> BoolArray:
-        return meets_sla(batch.product, ctx.job.sla)
+        return reaches_sla(batch.product, ctx.job.sla)
 
     def judge(self, ctx: JobContext, one: CandidateBatch) -> tuple[bool, str]:
         ok = bool(self.check(ctx, one)[0])
