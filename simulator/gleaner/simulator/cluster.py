@@ -36,6 +36,7 @@ Model (docs/simulator.md has the details):
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -46,8 +47,15 @@ import numpy.typing as npt
 
 from gleaner.api import Phase
 from gleaner.api.nodetrace import gpu_uuid
-from gleaner.perfmodel import JobProfile, NodeSummary
-from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, forecast
+from gleaner.perfmodel import JobProfile, NodeSummary, predict
+from gleaner.perfmodel.admission import load_scale
+from gleaner.perfmodel.diurnal import (
+    HOURS,
+    DiurnalProfile,
+    busy_ratios,
+    forecast,
+    worst_hours,
+)
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
     BiasConfig,
@@ -109,6 +117,9 @@ class SimJob:
     placed_at: float = 0.0
     predicted: PredictedFactors | None = None
     predicted_raw: float = 0.0
+    predicted_mean: float = 0.0
+    """The model on the mean forecast of the chosen GPUs (what prediction error measures;
+    ``predicted_raw`` is the admission bound under the worst-hours forecast)."""
     decision: PlacementDecision | None = None
     """The scheduler's decision behind the latest placement (None under first-fit)."""
     history: SLAHistory | None = None
@@ -346,7 +357,10 @@ def run_policy(
     )
     risk = None if policy in ("paper", "no-risk") else cfg.risk_target
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
-    bias = BiasTable(BiasConfig(risk_target=risk))
+    # The risk of the worst-hours forecast is its load spread; the table then only corrects
+    # the mean model's systematic error (its ratios learn from the mean prediction).
+    bias = BiasTable(BiasConfig(risk_target=None if forecast_mode == "worst-hours" else risk))
+    sla_window_s = cfg.jobs.sla_window_s or cfg.monitor.window_s
     placer: Placer | None
     if policy in ("gleaner", "paper", "no-diurnal", "no-risk"):
         placer = _scheduler_placer(SchedulerConfig(), bias)
@@ -358,6 +372,7 @@ def run_policy(
     else:
         placer = None
     summaries: dict[str, NodeSummary] = {}
+    means: dict[str, NodeSummary] = {}
     profiles = _Profiles(online)
     occupied: dict[str, dict[int, str]] = {}
     gpu_job: list[SimJob | None] = [None] * online.n_gpus
@@ -386,7 +401,7 @@ def run_policy(
             observed = float(np.mean(job.stay_observed))
             preds.append(
                 {
-                    "predicted": job.predicted_raw,
+                    "predicted": job.predicted_mean,
                     "observed": observed,
                     "gpus": float(job.gpus),
                 }
@@ -411,14 +426,17 @@ def run_policy(
             nxt += 1
         if k % refresh == 0:
             start = max(0, s_abs - win_steps)
-            if forecast_mode == "diurnal":
-                profiles = _fold_hours(online, profiles, s_abs, eta)
-                summaries = _diurnal_summaries(cfg, online, profiles, s_abs, now, eta)
+            if forecast_mode != "trailing":
+                profiles = _fold_hours(online, profiles, s_abs, eta, sla_window_s)
+                summaries, means = _diurnal_summaries(
+                    cfg, online, profiles, s_abs, now, eta, forecast_mode, risk
+                )
             elif s_abs > start:
                 summaries = {
                     online.node_names[n]: node_summary(online, n, start, s_abs, eta)
                     for n in range(len(online.node_names))
                 }
+                means = summaries
         if k % sched_every == 0 and pending and summaries:
             ready = [j for j in pending if may_attempt(j.not_before, now)]
             if ready:
@@ -429,6 +447,9 @@ def run_policy(
                     job.placed_at = now
                     job.predicted = factors
                     job.predicted_raw = raw
+                    job.predicted_mean = predict(
+                        job.profile, job.sla, means.get(node_name, summaries[node_name]), gpus
+                    ).throughput_fraction
                     # The simulated Pod starts at once: Scheduled, then Running.
                     job.phase = advance(advance(job.phase, Phase.SCHEDULED), Phase.RUNNING)
                     job.history = SLAHistory(
@@ -491,7 +512,9 @@ def run_policy(
                 job.windows_total += len(tick.judged)
                 job.windows_met += sum(tick.judged)
                 if policy != "first-fit" and job.predicted is not None:
-                    bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_raw)
+                    bias.observe(
+                        online.node_names[job.node or 0], "", observed, job.predicted_mean
+                    )
                 decision = tick.decision
                 if decision.evict:
                     evictions += 1
@@ -556,11 +579,29 @@ class _Profiles:
     def __init__(self, online: OnlineCluster) -> None:
         self.by_node = [DiurnalProfile(name) for name in online.node_names]
         self.next_step = 0
+        # Forecast / observed busy share of past SLA windows, per node and cluster-wide.
+        self.spread = [deque[float](maxlen=SPREAD_KEPT) for _ in online.node_names]
+        self.spread_all = deque[float](maxlen=SPREAD_KEPT * 4)
+
+    def ratios(self, node: int) -> list[float]:
+        """The node's own spread once it has enough windows, else the cluster's."""
+        own = self.spread[node]
+        return list(own) if len(own) >= SPREAD_MIN else list(self.spread_all)
 
 
-def _fold_hours(online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: float) -> _Profiles:
+SPREAD_KEPT = 512
+"""Past windows' busy ratios kept per node (the cluster keeps four times as many)."""
+SPREAD_MIN = 20
+"""Windows a node needs before its own spread is used."""
+
+
+def _fold_hours(
+    online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: float, window_s: float
+) -> _Profiles:
     """Fold every whole clock hour that ended by step ``s_abs`` into the nodes' profiles
-    (history included): what an agent's hourly summaries would have accumulated."""
+    (history included): what an agent's hourly summaries would have accumulated. Before an
+    hour is folded, each of its SLA windows (``window_s``) is compared with what the
+    profile forecast for that hour: the spread the worst-hours forecast covers."""
     per_hour = max(1, round(3600 / online.step_s))
     # Hours are clock hours of simulated time (EPOCH is midnight UTC), so a step's hour is
     # (step - t0) // per_hour, and a boundary is where that changes.
@@ -572,7 +613,16 @@ def _fold_hours(online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: flo
         if end > s_abs:
             break
         hour = hour_index % HOURS
+        win = max(1, round(window_s / online.step_s))
         for n in range(len(online.node_names)):
+            slot = profiles.by_node[n].slots[hour]
+            if slot is not None and slot.window_seconds > 0:
+                expected = slot.online_busy_seconds / slot.window_seconds
+                for w0 in range(start, end - win + 1, win):
+                    observed = online.busy[online.rows(n), w0 : w0 + win].mean(axis=1)
+                    ratios = busy_ratios(expected, observed)
+                    profiles.spread[n].extend(ratios)
+                    profiles.spread_all.extend(ratios)
             summary = node_summary(online, n, start, end, eta)
             profiles.by_node[n] = profiles.by_node[n].fold(hour, summary)
         start = end
@@ -587,19 +637,32 @@ def _diurnal_summaries(
     s_abs: int,
     now: float,
     eta: float,
-) -> dict[str, NodeSummary]:
-    """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours, blended
-    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``)."""
+    mode: str,
+    risk: float | None,
+) -> tuple[dict[str, NodeSummary], dict[str, NodeSummary]]:
+    """Per node, (what admission judges by, the mean forecast): the time-of-day forecast
+    for the next ``forecast_horizon_h`` hours blended with the last ``recent_h`` hours
+    (``gleaner.perfmodel.diurnal.forecast``), and under ``worst-hours`` each GPU's busiest
+    hour of it with the load spread at ``risk`` (``worst_hours``)."""
     recent_steps = max(1, round(cfg.recent_h * 3600 / online.step_s))
     start = max(0, s_abs - recent_steps)
     if s_abs <= start:
-        return {}
+        return {}, {}
     at = EPOCH + timedelta(seconds=now)
-    out: dict[str, NodeSummary] = {}
+    horizon = cfg.forecast_horizon_h * 3600
+    admit: dict[str, NodeSummary] = {}
+    means: dict[str, NodeSummary] = {}
     for n, name in enumerate(online.node_names):
         recent = node_summary(online, n, start, s_abs, eta)
-        out[name] = forecast(profiles.by_node[n], recent, at, cfg.forecast_horizon_h * 3600)
-    return out
+        means[name] = forecast(profiles.by_node[n], recent, at, horizon)
+        if mode == "worst-hours":
+            scale = 1.0 if risk is None else load_scale(profiles.ratios(n), risk)
+            admit[name] = worst_hours(
+                profiles.by_node[n], recent, at, horizon, busy_scale=scale, mean=means[name]
+            )
+        else:
+            admit[name] = means[name]
+    return admit, means
 
 
 def _epoch_s(t: float) -> float:
