@@ -180,6 +180,7 @@ def worst_hours(
     whole = mean or forecast(profile, recent, start, horizon_seconds, recent_weight)
     if not whole.window_seconds > 0:
         return whole
+
     # Each hour's forecast on its own is its slot blended with the recent level at
     # recent_weight (the recent level alone without a slot): fractions, no sketch merges.
     def fractions(s: NodeSummary) -> tuple[FloatArray, FloatArray]:

@@ -39,7 +39,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -357,12 +357,14 @@ def run_policy(
     )
     risk = None if policy in ("paper", "no-risk") else cfg.risk_target
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
+    if policy == "no-worst-hours" and forecast_mode == "worst-hours":
+        forecast_mode = "diurnal"
     # The risk of the worst-hours forecast is its load spread; the table then only corrects
     # the mean model's systematic error (its ratios learn from the mean prediction).
     bias = BiasTable(BiasConfig(risk_target=None if forecast_mode == "worst-hours" else risk))
     sla_window_s = cfg.jobs.sla_window_s or cfg.monitor.window_s
     placer: Placer | None
-    if policy in ("gleaner", "paper", "no-diurnal", "no-risk"):
+    if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours"):
         placer = _scheduler_placer(SchedulerConfig(), bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
@@ -373,6 +375,7 @@ def run_policy(
         placer = None
     summaries: dict[str, NodeSummary] = {}
     means: dict[str, NodeSummary] = {}
+    forecasts: _Forecasts | None = None
     profiles = _Profiles(online)
     occupied: dict[str, dict[int, str]] = {}
     gpu_job: list[SimJob | None] = [None] * online.n_gpus
@@ -428,9 +431,11 @@ def run_policy(
             start = max(0, s_abs - win_steps)
             if forecast_mode != "trailing":
                 profiles = _fold_hours(online, profiles, s_abs, eta, sla_window_s)
-                summaries, means = _diurnal_summaries(
+                forecasts = _diurnal_forecasts(
                     cfg, online, profiles, s_abs, now, eta, forecast_mode, risk
                 )
+                means = forecasts.means
+                summaries = forecasts.admit(cfg.forecast_horizon_h * 3600)
             elif s_abs > start:
                 summaries = {
                     online.node_names[n]: node_summary(online, n, start, s_abs, eta)
@@ -439,8 +444,23 @@ def run_policy(
                 means = summaries
         if k % sched_every == 0 and pending and summaries:
             ready = [j for j in pending if may_attempt(j.not_before, now)]
-            if ready:
-                for job, node_name, gpus, factors, raw in placer(ready, summaries, occupied, now):
+            groups: list[tuple[list[SimJob], dict[str, NodeSummary]]] = [(ready, summaries)]
+            if (
+                ready
+                and forecasts is not None
+                and forecast_mode == "worst-hours"
+                and cfg.judge_expected_run
+            ):
+                # Each job is judged over its expected remaining run at its SLA, in buckets
+                # of horizons (longest first: the hardest to place).
+                by_horizon: dict[float, list[SimJob]] = {}
+                for j in ready:
+                    by_horizon.setdefault(_horizon_bucket(j, cfg), []).append(j)
+                groups = [
+                    (by_horizon[h], forecasts.admit(h)) for h in sorted(by_horizon, reverse=True)
+                ]
+            for group, admit in groups:
+                for job, node_name, gpus, factors, raw in placer(group, admit, occupied, now):
                     node = online.node_names.index(node_name)
                     job.node = node
                     job.rows = [node * online.gpus_per_node + g for g in gpus]
@@ -512,9 +532,7 @@ def run_policy(
                 job.windows_total += len(tick.judged)
                 job.windows_met += sum(tick.judged)
                 if policy != "first-fit" and job.predicted is not None:
-                    bias.observe(
-                        online.node_names[job.node or 0], "", observed, job.predicted_mean
-                    )
+                    bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_mean)
                 decision = tick.decision
                 if decision.evict:
                     evictions += 1
@@ -630,7 +648,41 @@ def _fold_hours(
     return profiles
 
 
-def _diurnal_summaries(
+@dataclass
+class _Forecasts:
+    """Each node's forecast at one refresh: the mean over ``forecast_horizon_h`` and, for
+    admission, what each horizon is judged by (cached per horizon until the next refresh)."""
+
+    mode: str
+    at: datetime
+    profiles: list[DiurnalProfile]
+    recent: list[NodeSummary]
+    scales: list[float]
+    means: dict[str, NodeSummary]
+    cache: dict[float, dict[str, NodeSummary]] = field(default_factory=dict)
+
+    def admit(self, horizon_s: float) -> dict[str, NodeSummary]:
+        """Per node, the summary admission judges a run of ``horizon_s`` by: under
+        ``worst-hours`` each GPU's busiest hour of it with the load spread
+        (``worst_hours``; the pair overlap and memory of the mean forecast), else the mean."""
+        if self.mode != "worst-hours" or not self.means:
+            return self.means
+        if horizon_s not in self.cache:
+            self.cache[horizon_s] = {
+                name: worst_hours(
+                    self.profiles[n],
+                    self.recent[n],
+                    self.at,
+                    horizon_s,
+                    busy_scale=self.scales[n],
+                    mean=mean,
+                )
+                for n, (name, mean) in enumerate(self.means.items())
+            }
+        return self.cache[horizon_s]
+
+
+def _diurnal_forecasts(
     cfg: ClusterScenario,
     online: OnlineCluster,
     profiles: _Profiles,
@@ -639,30 +691,41 @@ def _diurnal_summaries(
     eta: float,
     mode: str,
     risk: float | None,
-) -> tuple[dict[str, NodeSummary], dict[str, NodeSummary]]:
-    """Per node, (what admission judges by, the mean forecast): the time-of-day forecast
-    for the next ``forecast_horizon_h`` hours blended with the last ``recent_h`` hours
-    (``gleaner.perfmodel.diurnal.forecast``), and under ``worst-hours`` each GPU's busiest
-    hour of it with the load spread at ``risk`` (``worst_hours``)."""
+) -> _Forecasts:
+    """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours blended
+    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``), and the load
+    spread at ``risk`` that ``worst-hours`` admission scales each GPU's load by."""
     recent_steps = max(1, round(cfg.recent_h * 3600 / online.step_s))
     start = max(0, s_abs - recent_steps)
-    if s_abs <= start:
-        return {}, {}
     at = EPOCH + timedelta(seconds=now)
+    if s_abs <= start:
+        return _Forecasts(mode, at, [], [], [], {})
     horizon = cfg.forecast_horizon_h * 3600
-    admit: dict[str, NodeSummary] = {}
-    means: dict[str, NodeSummary] = {}
-    for n, name in enumerate(online.node_names):
-        recent = node_summary(online, n, start, s_abs, eta)
-        means[name] = forecast(profiles.by_node[n], recent, at, horizon)
-        if mode == "worst-hours":
-            scale = 1.0 if risk is None else load_scale(profiles.ratios(n), risk)
-            admit[name] = worst_hours(
-                profiles.by_node[n], recent, at, horizon, busy_scale=scale, mean=means[name]
-            )
-        else:
-            admit[name] = means[name]
-    return admit, means
+    recent = [node_summary(online, n, start, s_abs, eta) for n in range(len(online.node_names))]
+    means = {
+        name: forecast(profiles.by_node[n], recent[n], at, horizon)
+        for n, name in enumerate(online.node_names)
+    }
+    scales = [
+        1.0 if risk is None else load_scale(profiles.ratios(n), risk)
+        for n in range(len(online.node_names))
+    ]
+    return _Forecasts(mode, at, profiles.by_node, recent, scales, means)
+
+
+def _horizon_bucket(job: SimJob, cfg: ClusterScenario) -> float:
+    """The horizon (seconds) a job is judged over: its remaining work at its SLA, rounded
+    up to 2, 4, 8 or 16 hours, at most ``forecast_horizon_h``."""
+    rate = job.profile.standalone_tokens_per_second * max(job.sla, 0.05)
+    remaining_h = max(0.0, job.work_tokens - job.done_tokens) / rate / 3600
+    cap = cfg.forecast_horizon_h
+    for h in HORIZON_BUCKETS_H:
+        if remaining_h <= h:
+            return min(h, cap) * 3600
+    return cap * 3600
+
+
+HORIZON_BUCKETS_H = (2.0, 4.0, 8.0, 16.0)
 
 
 def _epoch_s(t: float) -> float:

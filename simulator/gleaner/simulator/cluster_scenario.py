@@ -18,13 +18,22 @@ from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
 
 PolicyName = Literal[
-    "no-harvest", "gleaner", "first-fit", "no-multi-filter", "paper", "no-diurnal", "no-risk"
+    "no-harvest",
+    "gleaner",
+    "first-fit",
+    "no-multi-filter",
+    "paper",
+    "no-diurnal",
+    "no-risk",
+    "no-worst-hours",
 ]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
 """The policies a scenario runs by default. ``paper`` (the paper's model: the trailing
 window, the mean rule, the 0.95 pair filter), ``no-diurnal`` (the trailing window instead
-of the time-of-day forecast) and ``no-risk`` (the mean rule instead of risk-aware
-admission) are the ablations ``python -m bench sla`` runs beside ``gleaner``."""
+of the time-of-day forecast), ``no-worst-hours`` (the mean time-of-day forecast over the
+horizon instead of each GPU's worst hour of the job's expected run) and ``no-risk`` (no
+load spread: the worst hours as forecast) are the ablations ``python -m bench sla`` runs
+beside ``gleaner``."""
 
 
 class ServiceKind(BaseModel):
@@ -109,7 +118,13 @@ class ClusterScenario(BaseModel):
     forecast_horizon_h: float = Field(
         default=12.0,
         gt=0,
-        description="The hours ahead a placement is judged over (the jobs' expected run).",
+        description="The hours ahead a placement is judged over; with judge_expected_run, the "
+        "longest.",
+    )
+    judge_expected_run: bool = Field(
+        default=False,
+        description="worst-hours: judge each job over its expected remaining run at its SLA "
+        "(2, 4, 8, 16 h or forecast_horizon_h), not the whole forecast_horizon_h.",
     )
     risk_target: float | None = Field(
         default=0.9,
