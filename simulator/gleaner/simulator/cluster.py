@@ -360,8 +360,13 @@ def run_policy(
     if policy == "no-worst-hours" and forecast_mode == "worst-hours":
         forecast_mode = "diurnal"
     # The risk of the worst-hours forecast is its load spread; the table then only corrects
-    # the mean model's systematic error (its ratios learn from the mean prediction).
-    bias = BiasTable(BiasConfig(risk_target=None if forecast_mode == "worst-hours" else risk))
+    # the mean model's systematic error (its ratios learn from the mean prediction), and
+    # only downwards, as under a risk target: the bound is a bound from below.
+    bias = BiasTable(
+        BiasConfig(risk_target=None, max_ratio=1.0)
+        if forecast_mode == "worst-hours"
+        else BiasConfig(risk_target=risk)
+    )
     sla_window_s = cfg.jobs.sla_window_s or cfg.monitor.window_s
     placer: Placer | None
     if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours"):
