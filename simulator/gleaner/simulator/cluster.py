@@ -337,8 +337,10 @@ def run_policy(
     policy: PolicyName,
     eta: float,
     progress: Callable[[int], None] | None = None,
+    shared: dict[int, _ForecastBase] | None = None,
 ) -> dict[str, Any]:
-    """Simulate one placement policy over the whole run."""
+    """Simulate one placement policy over the whole run. ``shared`` carries the
+    time-of-day forecasts (which no policy changes) from one policy's run to the next."""
     step = cfg.step_s
     t0 = online.t0_step
     n_steps = online.busy.shape[1] - t0
@@ -435,10 +437,13 @@ def run_policy(
         if k % refresh == 0:
             start = max(0, s_abs - win_steps)
             if forecast_mode != "trailing":
-                profiles = _fold_hours(online, profiles, s_abs, eta, sla_window_s)
-                forecasts = _diurnal_forecasts(
-                    cfg, online, profiles, s_abs, now, eta, forecast_mode, risk
-                )
+                fb = None if shared is None else shared.get(s_abs)
+                if fb is None:
+                    profiles = _fold_hours(online, profiles, s_abs, eta, sla_window_s)
+                    fb = _forecast_base(cfg, online, profiles, s_abs, now, eta)
+                    if shared is not None:
+                        shared[s_abs] = fb
+                forecasts = fb.forecasts(forecast_mode, risk)
                 means = forecasts.means
                 summaries = forecasts.admit(cfg.forecast_horizon_h * 3600)
             elif s_abs > start:
@@ -687,35 +692,47 @@ class _Forecasts:
         return self.cache[horizon_s]
 
 
-def _diurnal_forecasts(
+@dataclass(frozen=True)
+class _ForecastBase:
+    """What every policy's forecast at one refresh starts from (no policy changes it)."""
+
+    at: datetime
+    profiles: list[DiurnalProfile]
+    recent: list[NodeSummary]
+    means: dict[str, NodeSummary]
+    ratios: list[list[float]]
+
+    def forecasts(self, mode: str, risk: float | None) -> _Forecasts:
+        """The forecasts of a policy admitting under ``mode`` with the load spread at
+        ``risk`` (None: no spread)."""
+        scales = [1.0 if risk is None else load_scale(r, risk) for r in self.ratios]
+        return _Forecasts(mode, self.at, self.profiles, self.recent, scales, self.means)
+
+
+def _forecast_base(
     cfg: ClusterScenario,
     online: OnlineCluster,
     profiles: _Profiles,
     s_abs: int,
     now: float,
     eta: float,
-    mode: str,
-    risk: float | None,
-) -> _Forecasts:
+) -> _ForecastBase:
     """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours blended
-    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``), and the load
-    spread at ``risk`` that ``worst-hours`` admission scales each GPU's load by."""
+    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``), and the past
+    windows' busy ratios whose spread ``worst-hours`` admission scales each GPU's load by."""
     recent_steps = max(1, round(cfg.recent_h * 3600 / online.step_s))
     start = max(0, s_abs - recent_steps)
     at = EPOCH + timedelta(seconds=now)
     if s_abs <= start:
-        return _Forecasts(mode, at, [], [], [], {})
+        return _ForecastBase(at, [], [], {}, [])
     horizon = cfg.forecast_horizon_h * 3600
     recent = [node_summary(online, n, start, s_abs, eta) for n in range(len(online.node_names))]
     means = {
         name: forecast(profiles.by_node[n], recent[n], at, horizon)
         for n, name in enumerate(online.node_names)
     }
-    scales = [
-        1.0 if risk is None else load_scale(profiles.ratios(n), risk)
-        for n in range(len(online.node_names))
-    ]
-    return _Forecasts(mode, at, profiles.by_node, recent, scales, means)
+    ratios = [profiles.ratios(n) for n in range(len(online.node_names))]
+    return _ForecastBase(at, list(profiles.by_node), recent, means, ratios)
 
 
 def _horizon_bucket(job: SimJob, cfg: ClusterScenario) -> float:
@@ -822,9 +839,10 @@ def run_cluster(
     template = make_jobs(cfg, rng)
     results: dict[str, Any] = {}
     final_jobs: dict[str, list[SimJob]] = {}
+    shared: dict[int, _ForecastBase] = {}
     for policy in cfg.policies:
         jobs = [_fresh(j) for j in template]
-        results[policy] = run_policy(cfg, online, jobs, policy, eta, progress)
+        results[policy] = run_policy(cfg, online, jobs, policy, eta, progress, shared)
         final_jobs[policy] = jobs
     return {
         "gate_efficiency": eta,
