@@ -9,13 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gleaner.perfmodel.admission import load_scale
 from gleaner.perfmodel.diurnal import (
     HOURS,
     DiurnalProfile,
+    busy_ratios,
     forecast,
     horizon_hours,
     hour_of,
     scaled,
+    worst_hours,
 )
 from gleaner.perfmodel.summary import NodeSummary
 
@@ -123,3 +126,63 @@ def test_the_forecast_is_a_weighted_mean_within_its_inputs(
     values = [1.0 - b for b in (*busy_by_hour, recent_busy)]
     assert min(values) - 1e-9 <= _idle(out) <= max(values) + 1e-9
     assert out.memory.n_gpus == recent.memory.n_gpus
+
+
+def _day_night_profile() -> DiurnalProfile:
+    """Nights idle (busy 0.1), days busy (busy 0.8, 8:00-20:00), three days of it."""
+    profile = DiurnalProfile("n")
+    for _day in range(3):
+        for h in range(HOURS):
+            profile = profile.fold(h, _hour(0.8 if 8 <= h < 20 else 0.1))
+    return profile
+
+
+def test_worst_hours_judges_each_gpu_by_its_busiest_hour_ahead() -> None:
+    profile = _day_night_profile()
+    recent = _hour(0.1)
+    at = DAY0 + timedelta(days=3, hours=7)
+    mean = forecast(profile, recent, at, 4 * 3600, recent_weight=0.25)
+    worst = worst_hours(profile, recent, at, 4 * 3600, recent_weight=0.25)
+    # The busiest hour ahead is a day hour, blended with the (night) recent level.
+    assert _idle(worst) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    assert _idle(worst) < _idle(mean) - 0.1
+    busy = worst.online_busy_seconds / worst.window_seconds
+    assert np.allclose(busy, 0.75 * 0.8 + 0.25 * 0.1)
+    # The same hours at night only: nothing worse than the night.
+    night = worst_hours(profile, recent, DAY0 + timedelta(days=3, hours=1), 4 * 3600)
+    assert _idle(night) == pytest.approx(0.9)
+
+
+def test_worst_hours_scales_the_load_by_the_spread() -> None:
+    profile = _day_night_profile()
+    recent = _hour(0.1)
+    at = DAY0 + timedelta(days=3, hours=7)
+    worst = worst_hours(profile, recent, at, 4 * 3600, recent_weight=0.25, busy_scale=1.5)
+    busy = 0.75 * 0.8 + 0.25 * 0.1
+    idle = 0.75 * 0.2 + 0.25 * 0.9
+    # The enabled share shrinks with the idle share the scaled load leaves.
+    assert _idle(worst) == pytest.approx(idle * (1 - 1.5 * busy) / (1 - busy))
+    # A load scaled past full leaves nothing.
+    full = worst_hours(profile, recent, at, 4 * 3600, busy_scale=3.0)
+    assert _idle(full) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="busy_scale"):
+        worst_hours(profile, recent, at, 3600, busy_scale=0.9)
+
+
+def test_worst_hours_without_history_is_the_recent_level() -> None:
+    recent = _hour(0.4)
+    out = worst_hours(DiurnalProfile("n"), recent, DAY0, 7200)
+    assert _idle(out) == pytest.approx(_idle(recent))
+
+
+def test_the_load_scale_is_the_spread_of_windows_above_the_forecast() -> None:
+    # 95 windows as forecast, 5 at twice the forecast load.
+    ratios = busy_ratios([0.2] * 100, [0.2] * 95 + [0.4] * 5)
+    assert load_scale(ratios, 0.9) == pytest.approx(1.0)
+    assert load_scale(ratios, 0.99) == pytest.approx(2.0)
+    # Windows quieter than forecast never lower it below 1.
+    assert load_scale(busy_ratios([0.5] * 30, [0.1] * 30), 0.99) == 1.0
+    # Too few windows: no spread known.
+    assert load_scale(ratios[:10], 0.99) == 1.0
+    # An idle window counts as barely busy, not as a division by zero.
+    assert busy_ratios([0.3], [0.0]) == [pytest.approx(300.0)]

@@ -70,6 +70,19 @@ def risk_factor(residuals: Sequence[float], target: float, min_samples: int = 20
     return float(min(1.0, np.quantile(values, 1.0 - target, method="lower")))
 
 
+def load_scale(ratios: Sequence[float], target: float, min_samples: int = 20) -> float:
+    """How much busier than forecast the online load may be in a window, at probability
+    ``target``: the ``target`` quantile of past windows' observed / forecast online-busy
+    share, at least 1; 1 with fewer than ``min_samples`` windows (no spread known).
+
+    ``ratios`` are forecast / observed (the inverse), so the rule is :func:`risk_factor`'s
+    own quantile: a window as busy as ``forecast * load_scale(...)`` is exceeded by at most
+    ``1 - target`` of the past windows. ``gleaner.perfmodel.diurnal.worst_hours`` scales
+    the busy share of each GPU by it before the model predicts.
+    """
+    return 1.0 / max(1e-9, risk_factor(ratios, target, min_samples))
+
+
 def meet_probability(product: float, sla: float, residuals: Sequence[float]) -> float | None:
     """The predicted probability that a window meets ``sla`` when the model says
     ``product``: the share of past residuals r with ``product * r >= sla`` (None: none)."""

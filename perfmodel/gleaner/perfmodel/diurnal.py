@@ -28,8 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+import numpy as np
+import numpy.typing as npt
+
 from gleaner.perfmodel.sketch import MemoryHistogram
 from gleaner.perfmodel.summary import NodeSummary
+
+FloatArray = npt.NDArray[np.float64]
 
 HOURS = 24
 DEFAULT_DAY_WEIGHT = 0.7
@@ -145,6 +150,85 @@ def forecast(
     return replace(blended, last_report_time=recent.last_report_time or start)
 
 
+def worst_hours(
+    profile: DiurnalProfile,
+    recent: NodeSummary,
+    start: datetime,
+    horizon_seconds: float,
+    recent_weight: float = DEFAULT_RECENT_WEIGHT,
+    busy_scale: float = 1.0,
+    mean: NodeSummary | None = None,
+) -> NodeSummary:
+    """The summary to *admit* a job by that runs [start, start + horizon): each GPU at its
+    busiest hour of the horizon, its online load scaled by ``busy_scale``.
+
+    Every hour of the horizon is first forecast on its own (:func:`forecast` over that
+    hour, blended with the recent level at ``recent_weight``); each GPU then takes the
+    highest online-busy share of those hours, times ``busy_scale`` >= 1 (at most 1: the
+    spread of windows above the forecast that admission must cover,
+    ``gleaner.perfmodel.admission.load_scale``), and its offline-enabled share shrinks in
+    proportion to the idle share left. The pair overlap and the memory sketch are those of
+    the whole horizon. A job admitted on it meets its SLA in the worst hour the profile
+    knows for each of its GPUs, not just on average: a long job placed at night is judged
+    by the day's peak it will run into. Without any slot for the horizon the recent
+    summary stands in for every hour. It is a lower bound for admission, not a prediction
+    of the mean: :func:`forecast` is that (``mean``: that forecast when the caller has
+    it already, to skip computing it again).
+    """
+    if busy_scale < 1.0 or not math.isfinite(busy_scale):
+        raise ValueError(f"busy_scale must be >= 1 and finite, got {busy_scale}")
+    whole = mean or forecast(profile, recent, start, horizon_seconds, recent_weight)
+    if not whole.window_seconds > 0:
+        return whole
+
+    # Each hour's forecast on its own is its slot blended with the recent level at
+    # recent_weight (the recent level alone without a slot): fractions, no sketch merges.
+    def fractions(s: NodeSummary) -> tuple[FloatArray, FloatArray]:
+        return s.online_busy_seconds / s.window_seconds, s.enabled_or_estimate() / s.window_seconds
+
+    has_recent = recent.window_seconds > 0
+    recent_busy, recent_enabled = fractions(recent) if has_recent else fractions(whole)
+    w = recent_weight if has_recent else 0.0
+    hour_busy: list[FloatArray] = []
+    hour_enabled: list[FloatArray] = []
+    for hour, _ in horizon_hours(start, horizon_seconds):
+        slot = profile.slots[hour]
+        if slot is None or not slot.window_seconds > 0:
+            hour_busy.append(recent_busy)
+            hour_enabled.append(recent_enabled)
+            continue
+        slot_busy, slot_enabled = fractions(slot)
+        hour_busy.append((1.0 - w) * slot_busy + w * recent_busy)
+        hour_enabled.append((1.0 - w) * slot_enabled + w * recent_enabled)
+    busy = np.max(hour_busy, axis=0)
+    enabled = np.min(hour_enabled, axis=0)
+    scaled_busy = np.minimum(1.0, busy * busy_scale)
+    idle = 1.0 - busy
+    enabled = np.where(idle > 0, enabled * (1.0 - scaled_busy) / np.maximum(idle, 1e-12), 0.0)
+    window = whole.window_seconds
+    busy_s = scaled_busy * window
+    overlap = whole.pair_overlap_seconds.copy()
+    union = whole.pair_union_seconds.copy()
+    np.fill_diagonal(overlap, busy_s)
+    np.fill_diagonal(union, busy_s)
+    return replace(
+        whole,
+        online_busy_seconds=busy_s,
+        offline_enabled_seconds=None if whole.offline_enabled_seconds is None else enabled * window,
+        pair_overlap_seconds=overlap,
+        pair_union_seconds=union,
+    )
+
+
+def busy_ratios(forecast_busy: npt.ArrayLike, observed_busy: npt.ArrayLike) -> list[float]:
+    """forecast / observed online-busy share of past windows, one per (GPU, window): the
+    spread :func:`gleaner.perfmodel.admission.load_scale` reads. An idle window (observed
+    below 1e-3) counts as 1e-3 (a large ratio: the forecast was not exceeded)."""
+    f = np.asarray(forecast_busy, dtype=np.float64)
+    o = np.maximum(np.asarray(observed_busy, dtype=np.float64), 1e-3)
+    return [float(x) for x in np.ravel(np.maximum(f, 0.0) / o)]
+
+
 def _merge_all(parts: Sequence[NodeSummary]) -> NodeSummary:
     out = parts[0]
     for p in parts[1:]:
@@ -157,8 +241,10 @@ __all__ = [
     "DEFAULT_RECENT_WEIGHT",
     "HOURS",
     "DiurnalProfile",
+    "busy_ratios",
     "forecast",
     "horizon_hours",
     "hour_of",
     "scaled",
+    "worst_hours",
 ]

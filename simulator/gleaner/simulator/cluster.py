@@ -36,9 +36,10 @@ Model (docs/simulator.md has the details):
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -46,8 +47,15 @@ import numpy.typing as npt
 
 from gleaner.api import Phase
 from gleaner.api.nodetrace import gpu_uuid
-from gleaner.perfmodel import JobProfile, NodeSummary
-from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, forecast
+from gleaner.perfmodel import JobProfile, NodeSummary, predict
+from gleaner.perfmodel.admission import load_scale
+from gleaner.perfmodel.diurnal import (
+    HOURS,
+    DiurnalProfile,
+    busy_ratios,
+    forecast,
+    worst_hours,
+)
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
     BiasConfig,
@@ -112,6 +120,9 @@ class SimJob:
     placed_at: float = 0.0
     predicted: PredictedFactors | None = None
     predicted_raw: float = 0.0
+    predicted_mean: float = 0.0
+    """The model on the mean forecast of the chosen GPUs (what prediction error measures;
+    ``predicted_raw`` is the admission bound under the worst-hours forecast)."""
     decision: PlacementDecision | None = None
     """The scheduler's decision behind the latest placement (None under first-fit)."""
     history: SLAHistory | None = None
@@ -336,8 +347,10 @@ def run_policy(
     policy: PolicyName,
     eta: float,
     progress: Callable[[int], None] | None = None,
+    shared: dict[int, _ForecastBase] | None = None,
 ) -> dict[str, Any]:
-    """Simulate one placement policy over the whole run."""
+    """Simulate one placement policy over the whole run. ``shared`` carries the
+    time-of-day forecasts (which no policy changes) from one policy's run to the next."""
     step = cfg.step_s
     t0 = online.t0_step
     n_steps = online.busy.shape[1] - t0
@@ -348,9 +361,19 @@ def run_policy(
     mon = cfg.monitor.sla_monitor()
     risk = None if policy in ("paper", "no-risk") else cfg.risk_target
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
-    bias = BiasTable(BiasConfig(risk_target=risk))
+    if policy == "no-worst-hours" and forecast_mode == "worst-hours":
+        forecast_mode = "diurnal"
+    # The risk of the worst-hours forecast is its load spread; the table then only corrects
+    # the mean model's systematic error (its ratios learn from the mean prediction), and
+    # only downwards, as under a risk target: the bound is a bound from below.
+    bias = BiasTable(
+        BiasConfig(risk_target=None, max_ratio=1.0)
+        if forecast_mode == "worst-hours"
+        else BiasConfig(risk_target=risk)
+    )
+    sla_window_s = cfg.jobs.sla_window_s or cfg.monitor.window_s
     placer: Placer | None
-    if policy in ("gleaner", "paper", "no-diurnal", "no-risk"):
+    if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours"):
         placer = _scheduler_placer(SchedulerConfig(), bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
@@ -360,6 +383,8 @@ def run_policy(
     else:
         placer = None
     summaries: dict[str, NodeSummary] = {}
+    means: dict[str, NodeSummary] = {}
+    forecasts: _Forecasts | None = None
     profiles = _Profiles(online)
     occupied: dict[str, dict[int, str]] = {}
     gpu_job: list[SimJob | None] = [None] * online.n_gpus
@@ -388,7 +413,7 @@ def run_policy(
             observed = float(np.mean(job.stay_observed))
             preds.append(
                 {
-                    "predicted": job.predicted_raw,
+                    "predicted": job.predicted_mean,
                     "observed": observed,
                     "gpus": float(job.gpus),
                 }
@@ -413,24 +438,50 @@ def run_policy(
             nxt += 1
         if k % refresh == 0:
             start = max(0, s_abs - win_steps)
-            if forecast_mode == "diurnal":
-                profiles = _fold_hours(online, profiles, s_abs, eta)
-                summaries = _diurnal_summaries(cfg, online, profiles, s_abs, now, eta)
+            if forecast_mode != "trailing":
+                fb = None if shared is None else shared.get(s_abs)
+                if fb is None:
+                    profiles = _fold_hours(online, profiles, s_abs, eta, sla_window_s)
+                    fb = _forecast_base(cfg, online, profiles, s_abs, now, eta)
+                    if shared is not None:
+                        shared[s_abs] = fb
+                forecasts = fb.forecasts(forecast_mode, risk)
+                means = forecasts.means
+                summaries = forecasts.admit(cfg.forecast_horizon_h * 3600)
             elif s_abs > start:
                 summaries = {
                     online.node_names[n]: node_summary(online, n, start, s_abs, eta)
                     for n in range(len(online.node_names))
                 }
+                means = summaries
         if k % sched_every == 0 and pending and summaries:
             ready = [j for j in pending if may_attempt(j.not_before, now)]
-            if ready:
-                for job, node_name, gpus, factors, raw in placer(ready, summaries, occupied, now):
+            groups: list[tuple[list[SimJob], dict[str, NodeSummary]]] = [(ready, summaries)]
+            if (
+                ready
+                and forecasts is not None
+                and forecast_mode == "worst-hours"
+                and cfg.judge_expected_run
+            ):
+                # Each job is judged over its expected remaining run at its SLA, in buckets
+                # of horizons (longest first: the hardest to place).
+                by_horizon: dict[float, list[SimJob]] = {}
+                for j in ready:
+                    by_horizon.setdefault(_horizon_bucket(j, cfg), []).append(j)
+                groups = [
+                    (by_horizon[h], forecasts.admit(h)) for h in sorted(by_horizon, reverse=True)
+                ]
+            for group, admit in groups:
+                for job, node_name, gpus, factors, raw in placer(group, admit, occupied, now):
                     node = online.node_names.index(node_name)
                     job.node = node
                     job.rows = [node * online.gpus_per_node + g for g in gpus]
                     job.placed_at = now
                     job.predicted = factors
                     job.predicted_raw = raw
+                    job.predicted_mean = predict(
+                        job.profile, job.sla, means.get(node_name, summaries[node_name]), gpus
+                    ).throughput_fraction
                     # The simulated Pod starts at once: Scheduled, then Running.
                     job.phase = advance(advance(job.phase, Phase.SCHEDULED), Phase.RUNNING)
                     job.sla_met = None
@@ -496,7 +547,7 @@ def run_policy(
                 job.windows_total += len(tick.judged)
                 job.windows_met += sum(tick.judged)
                 if policy != "first-fit" and job.predicted is not None:
-                    bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_raw)
+                    bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_mean)
                 decision = tick.decision
                 if decision.evict:
                     evictions += 1
@@ -561,11 +612,29 @@ class _Profiles:
     def __init__(self, online: OnlineCluster) -> None:
         self.by_node = [DiurnalProfile(name) for name in online.node_names]
         self.next_step = 0
+        # Forecast / observed busy share of past SLA windows, per node and cluster-wide.
+        self.spread = [deque[float](maxlen=SPREAD_KEPT) for _ in online.node_names]
+        self.spread_all = deque[float](maxlen=SPREAD_KEPT * 4)
+
+    def ratios(self, node: int) -> list[float]:
+        """The node's own spread once it has enough windows, else the cluster's."""
+        own = self.spread[node]
+        return list(own) if len(own) >= SPREAD_MIN else list(self.spread_all)
 
 
-def _fold_hours(online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: float) -> _Profiles:
+SPREAD_KEPT = 512
+"""Past windows' busy ratios kept per node (the cluster keeps four times as many)."""
+SPREAD_MIN = 20
+"""Windows a node needs before its own spread is used."""
+
+
+def _fold_hours(
+    online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: float, window_s: float
+) -> _Profiles:
     """Fold every whole clock hour that ended by step ``s_abs`` into the nodes' profiles
-    (history included): what an agent's hourly summaries would have accumulated."""
+    (history included): what an agent's hourly summaries would have accumulated. Before an
+    hour is folded, each of its SLA windows (``window_s``) is compared with what the
+    profile forecast for that hour: the spread the worst-hours forecast covers."""
     per_hour = max(1, round(3600 / online.step_s))
     # Hours are clock hours of simulated time (EPOCH is midnight UTC), so a step's hour is
     # (step - t0) // per_hour, and a boundary is where that changes.
@@ -577,7 +646,16 @@ def _fold_hours(online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: flo
         if end > s_abs:
             break
         hour = hour_index % HOURS
+        win = max(1, round(window_s / online.step_s))
         for n in range(len(online.node_names)):
+            slot = profiles.by_node[n].slots[hour]
+            if slot is not None and slot.window_seconds > 0:
+                expected = slot.online_busy_seconds / slot.window_seconds
+                for w0 in range(start, end - win + 1, win):
+                    observed = online.busy[online.rows(n), w0 : w0 + win].mean(axis=1)
+                    ratios = busy_ratios(expected, observed)
+                    profiles.spread[n].extend(ratios)
+                    profiles.spread_all.extend(ratios)
             summary = node_summary(online, n, start, end, eta)
             profiles.by_node[n] = profiles.by_node[n].fold(hour, summary)
         start = end
@@ -585,26 +663,96 @@ def _fold_hours(online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: flo
     return profiles
 
 
-def _diurnal_summaries(
+@dataclass
+class _Forecasts:
+    """Each node's forecast at one refresh: the mean over ``forecast_horizon_h`` and, for
+    admission, what each horizon is judged by (cached per horizon until the next refresh)."""
+
+    mode: str
+    at: datetime
+    profiles: list[DiurnalProfile]
+    recent: list[NodeSummary]
+    scales: list[float]
+    means: dict[str, NodeSummary]
+    cache: dict[float, dict[str, NodeSummary]] = field(default_factory=dict)
+
+    def admit(self, horizon_s: float) -> dict[str, NodeSummary]:
+        """Per node, the summary admission judges a run of ``horizon_s`` by: under
+        ``worst-hours`` each GPU's busiest hour of it with the load spread
+        (``worst_hours``; the pair overlap and memory of the mean forecast), else the mean."""
+        if self.mode != "worst-hours" or not self.means:
+            return self.means
+        if horizon_s not in self.cache:
+            self.cache[horizon_s] = {
+                name: worst_hours(
+                    self.profiles[n],
+                    self.recent[n],
+                    self.at,
+                    horizon_s,
+                    busy_scale=self.scales[n],
+                    mean=mean,
+                )
+                for n, (name, mean) in enumerate(self.means.items())
+            }
+        return self.cache[horizon_s]
+
+
+@dataclass(frozen=True)
+class _ForecastBase:
+    """What every policy's forecast at one refresh starts from (no policy changes it)."""
+
+    at: datetime
+    profiles: list[DiurnalProfile]
+    recent: list[NodeSummary]
+    means: dict[str, NodeSummary]
+    ratios: list[list[float]]
+
+    def forecasts(self, mode: str, risk: float | None) -> _Forecasts:
+        """The forecasts of a policy admitting under ``mode`` with the load spread at
+        ``risk`` (None: no spread)."""
+        scales = [1.0 if risk is None else load_scale(r, risk) for r in self.ratios]
+        return _Forecasts(mode, self.at, self.profiles, self.recent, scales, self.means)
+
+
+def _forecast_base(
     cfg: ClusterScenario,
     online: OnlineCluster,
     profiles: _Profiles,
     s_abs: int,
     now: float,
     eta: float,
-) -> dict[str, NodeSummary]:
-    """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours, blended
-    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``)."""
+) -> _ForecastBase:
+    """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours blended
+    with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``), and the past
+    windows' busy ratios whose spread ``worst-hours`` admission scales each GPU's load by."""
     recent_steps = max(1, round(cfg.recent_h * 3600 / online.step_s))
     start = max(0, s_abs - recent_steps)
-    if s_abs <= start:
-        return {}
     at = EPOCH + timedelta(seconds=now)
-    out: dict[str, NodeSummary] = {}
-    for n, name in enumerate(online.node_names):
-        recent = node_summary(online, n, start, s_abs, eta)
-        out[name] = forecast(profiles.by_node[n], recent, at, cfg.forecast_horizon_h * 3600)
-    return out
+    if s_abs <= start:
+        return _ForecastBase(at, [], [], {}, [])
+    horizon = cfg.forecast_horizon_h * 3600
+    recent = [node_summary(online, n, start, s_abs, eta) for n in range(len(online.node_names))]
+    means = {
+        name: forecast(profiles.by_node[n], recent[n], at, horizon)
+        for n, name in enumerate(online.node_names)
+    }
+    ratios = [profiles.ratios(n) for n in range(len(online.node_names))]
+    return _ForecastBase(at, list(profiles.by_node), recent, means, ratios)
+
+
+def _horizon_bucket(job: SimJob, cfg: ClusterScenario) -> float:
+    """The horizon (seconds) a job is judged over: its remaining work at its SLA, rounded
+    up to 2, 4, 8 or 16 hours, at most ``forecast_horizon_h``."""
+    rate = job.profile.standalone_tokens_per_second * max(job.sla, 0.05)
+    remaining_h = max(0.0, job.work_tokens - job.done_tokens) / rate / 3600
+    cap = cfg.forecast_horizon_h
+    for h in HORIZON_BUCKETS_H:
+        if remaining_h <= h:
+            return min(h, cap) * 3600
+    return cap * 3600
+
+
+HORIZON_BUCKETS_H = (2.0, 4.0, 8.0, 16.0)
 
 
 def _epoch_s(t: float) -> float:
@@ -696,9 +844,10 @@ def run_cluster(
     template = make_jobs(cfg, rng)
     results: dict[str, Any] = {}
     final_jobs: dict[str, list[SimJob]] = {}
+    shared: dict[int, _ForecastBase] = {}
     for policy in cfg.policies:
         jobs = [_fresh(j) for j in template]
-        results[policy] = run_policy(cfg, online, jobs, policy, eta, progress)
+        results[policy] = run_policy(cfg, online, jobs, policy, eta, progress, shared)
         final_jobs[policy] = jobs
     return {
         "gate_efficiency": eta,

@@ -19,13 +19,22 @@ from gleaner.api.units import parse_duration
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
 PolicyName = Literal[
-    "no-harvest", "gleaner", "first-fit", "no-multi-filter", "paper", "no-diurnal", "no-risk"
+    "no-harvest",
+    "gleaner",
+    "first-fit",
+    "no-multi-filter",
+    "paper",
+    "no-diurnal",
+    "no-risk",
+    "no-worst-hours",
 ]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
 """The policies a scenario runs by default. ``paper`` (the paper's model: the trailing
 window, the mean rule, the 0.95 pair filter), ``no-diurnal`` (the trailing window instead
-of the time-of-day forecast) and ``no-risk`` (the mean rule instead of risk-aware
-admission) are the ablations ``python -m bench sla`` runs beside ``gleaner``."""
+of the time-of-day forecast), ``no-worst-hours`` (the mean time-of-day forecast over the
+horizon instead of each GPU's worst hour of the job's expected run) and ``no-risk`` (no
+load spread: the worst hours as forecast) are the ablations ``python -m bench sla`` runs
+beside ``gleaner``."""
 
 
 class ServiceKind(BaseModel):
@@ -117,21 +126,33 @@ class ClusterScenario(BaseModel):
     gpus_per_node: int = Field(default=8, ge=1, le=16)
     duration_h: float = Field(default=24.0, gt=0)
     step_s: float = Field(default=60.0, gt=0)
-    history_h: float = Field(default=6.0, ge=0, description="Trace before the first job.")
+    history_h: float = Field(default=24.0, ge=0, description="Trace before the first job.")
     window_h: float = Field(default=6.0, gt=0, description="NodeSummary window (trailing).")
     summary_refresh_s: float = Field(default=3600.0, gt=0)
-    forecast: Literal["trailing", "diurnal"] = Field(
-        default="diurnal",
-        description="What the scheduler predicts from: the trailing window_h summary, or the "
-        "time-of-day forecast (gleaner.perfmodel.diurnal) over forecast_horizon_h.",
+    forecast: Literal["trailing", "diurnal", "worst-hours"] = Field(
+        default="worst-hours",
+        description="What the scheduler admits by: the trailing window_h summary, the "
+        "time-of-day forecast (gleaner.perfmodel.diurnal) over forecast_horizon_h, or each "
+        "GPU's busiest hour of that forecast with its load scaled by the spread of past "
+        "windows at risk_target (worst_hours).",
     )
-    forecast_horizon_h: float = Field(default=2.0, gt=0)
+    forecast_horizon_h: float = Field(
+        default=12.0,
+        gt=0,
+        description="The hours ahead a placement is judged over; with judge_expected_run, the "
+        "longest.",
+    )
+    judge_expected_run: bool = Field(
+        default=False,
+        description="worst-hours: judge each job over its expected remaining run at its SLA "
+        "(2, 4, 8, 16 h or forecast_horizon_h), not the whole forecast_horizon_h.",
+    )
     risk_target: float | None = Field(
         default=0.9,
         gt=0,
         lt=1,
-        description="Risk-aware admission (the scheduler's BiasConfig.risk_target); null: "
-        "the mean rule.",
+        description="Risk-aware admission: the probability a window must meet the SLA with "
+        "(the load spread of the worst-hours forecast); null: the mean rule.",
     )
     recent_h: float = Field(
         default=1.0, gt=0, description="The recent level blended into the diurnal forecast."
