@@ -81,6 +81,7 @@ class Round:
     bound: int
     seconds: float
     requests: int
+    by_kind: dict[str, int]
 
     @property
     def per_second(self) -> float:
@@ -99,6 +100,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workers", type=int, default=8, help="client threads creating")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="source tree of another Gleaner version (e.g. a git worktree at an older "
+        "commit): its operator runs a Gleaner round first, on the same control plane",
+    )
     return parser.parse_args(argv)
 
 
@@ -111,10 +119,11 @@ def _stamp(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def audited(log: Path, user: str, start: float, end: float) -> int:
+def audited_by_kind(log: Path, user: str, start: float, end: float) -> dict[str, int]:
     """Requests of ``user`` that the API server received between ``start`` and ``end``
-    (wall-clock seconds)."""
-    count = 0
+    (wall-clock seconds), per kind: ``verb resource[/subresource]``, with `` 409`` appended
+    for those it refused as conflicts."""
+    counts: dict[str, int] = {}
     with log.open() as lines:
         for line in lines:
             if user not in line:
@@ -122,9 +131,16 @@ def audited(log: Path, user: str, start: float, end: float) -> int:
             event = json.loads(line)
             if event.get("user", {}).get("username") != user:
                 continue
-            at = _stamp(event["requestReceivedTimestamp"])
-            count += start <= at <= end
-    return count
+            if not start <= _stamp(event["requestReceivedTimestamp"]) <= end:
+                continue
+            ref = event.get("objectRef") or {}
+            kind = f"{event.get('verb')} {ref.get('resource', event.get('requestURI', '?'))}"
+            if ref.get("subresource"):
+                kind += f"/{ref['subresource']}"
+            if (event.get("responseStatus") or {}).get("code") == 409:
+                kind += " 409"
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> float | None:
@@ -247,11 +263,19 @@ class Bench:
 
     # ---- round 1: Gleaner ------------------------------------------------------------
 
-    def gleaner(self, n: int, rng: random.Random, timeout: float) -> tuple[Round, dict[str, int]]:
+    def gleaner(
+        self, n: int, rng: random.Random, timeout: float, source: Path | None = None
+    ) -> tuple[Round, dict[str, int]]:
+        """One Gleaner round; ``source``: run the operator of that source tree instead of
+        this one (its component folders go first on ``PYTHONPATH``)."""
         work = self.plane.workdir
         kubeconfig = self.plane.token_kubeconfig(
             OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, work / "operator.kubeconfig"
         )
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+        if source is not None:
+            folders = sorted(str(p) for p in source.iterdir() if (p / "gleaner").is_dir())
+            env["PYTHONPATH"] = os.pathsep.join([*folders, env.get("PYTHONPATH", "")])
         operator = ManagedProcess(
             "gleaner-operator",
             [
@@ -259,8 +283,8 @@ class Bench:
                 *FAST_OPERATOR_FLAGS, "--unschedulable-backoff=30s",
                 f"--http-port={free_port()}", "--http-host=127.0.0.1",
             ],
-            work / "logs" / "operator.log",
-            env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"},
+            work / "logs" / ("operator-baseline.log" if source else "operator.log"),
+            env=env,
         )  # fmt: skip
         # Not one of the plane's processes: it stops before kube-scheduler starts, and the
         # plane treats any of its own processes that exited as a failure.
@@ -323,10 +347,41 @@ class Bench:
         waited = _wait(done, timeout, "jobs Running or Unschedulable")
         seconds = time.monotonic() - start if waited is not None else float("inf")
         ended = time.time()
-        requests = audited(work / "audit.log", OPERATOR_USER, began, ended)
+        kinds = audited_by_kind(work / "audit.log", OPERATOR_USER, began, ended)
         if unexplained:
             phases["Unschedulable without a reason"] = unexplained
-        return Round(n, phases.get("Running", 0), seconds, requests), phases
+        return Round(n, phases.get("Running", 0), seconds, sum(kinds.values()), kinds), phases
+
+    def clear_jobs(self) -> None:
+        """Remove a Gleaner round's jobs and Pods (the operator has stopped), so that the
+        next round starts on an empty cluster: force-delete the Pods, drop the jobs'
+        finalizer, delete the jobs, and wait until they are gone."""
+        self.plane.kubectl(
+            "delete", "pods", "--all", "-n", JOBS_NAMESPACE, "--force", "--grace-period=0",
+            "--wait=false",
+        )  # fmt: skip
+        items = self.custom.list_namespaced_custom_object(
+            "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs"
+        )["items"]
+
+        def release(job: dict[str, Any]) -> None:
+            self.custom.patch_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs",
+                job["metadata"]["name"], {"metadata": {"finalizers": None}},
+            )  # fmt: skip
+
+        self.parallel(release, items)
+        self.plane.kubectl("delete", "offlinejobs", "--all", "-n", JOBS_NAMESPACE, "--wait=false")
+
+        def gone() -> tuple[int, int]:
+            jobs = self.custom.list_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs"
+            )["items"]
+            pods = self.core.list_namespaced_pod(JOBS_NAMESPACE).items
+            return len(items) - max(len(jobs), len(pods)), len(items)
+
+        if _wait(gone, 300, "baseline jobs and Pods removed") is None:
+            raise SystemExit("error: the baseline round's jobs and Pods were not removed")
 
     # ---- round 2: kube-scheduler -----------------------------------------------------
 
@@ -371,9 +426,9 @@ class Bench:
         ended = time.time()
         running = _wait(count(running=True), timeout, "Pods Running")
         run_seconds = time.monotonic() - start if running is not None else float("inf")
-        requests = audited(self.plane.workdir / "audit.log", SCHEDULER_USER, began, ended)
+        kinds = audited_by_kind(self.plane.workdir / "audit.log", SCHEDULER_USER, began, ended)
         bound_pods = count(running=False)()[0]
-        return Round(n, bound_pods, seconds, requests), run_seconds
+        return Round(n, bound_pods, seconds, sum(kinds.values()), kinds), run_seconds
 
 
 def main(argv: list[str]) -> int:
@@ -407,6 +462,13 @@ def main(argv: list[str]) -> int:
         bench.install(repo)
         bench.nodes(args.n, rng)
         print(f"  cluster ready in {time.monotonic() - t0:.1f} s", flush=True)
+        baseline: tuple[Round, dict[str, int]] | None = None
+        if args.baseline is not None:
+            print(f"baseline round: the operator of {args.baseline}", flush=True)
+            same = random.Random()
+            same.setstate(rng.getstate())  # the same jobs as the round below
+            baseline = bench.gleaner(args.n, same, args.timeout, args.baseline)
+            bench.clear_jobs()
         gleaner, phases = bench.gleaner(args.n, rng, args.timeout)
         kube, kube_running = bench.kube_scheduler(args.n, rng, args.timeout)
     finally:
@@ -414,17 +476,24 @@ def main(argv: list[str]) -> int:
 
     ratio = gleaner.per_second / kube.per_second if kube.per_second else float("nan")
     print(f"machine: {platform.machine()}, {platform.node()}, python {platform.python_version()}")
-    print(f"Gleaner: {args.n} jobs, phases {dict(sorted(phases.items()))}")
-    print(
-        f"  all Running or explained in {gleaner.seconds:.1f} s: "
-        f"{gleaner.per_second:.1f} jobs bound/s; {gleaner.requests} operator requests, "
-        f"{gleaner.requests_per_bound:.2f} per bound job"
-    )
+    rounds = [("Gleaner", gleaner, phases)]
+    if baseline is not None:
+        rounds.insert(0, (f"Gleaner (baseline {args.baseline})", *baseline))
+    for name, done, seen in rounds:
+        print(f"{name}: {args.n} jobs, phases {dict(sorted(seen.items()))}")
+        print(
+            f"  all Running or explained in {done.seconds:.1f} s: "
+            f"{done.per_second:.1f} jobs bound/s (ratio {done.per_second / kube.per_second:.2f}); "
+            f"{done.requests} operator requests, {done.requests_per_bound:.2f} per bound job"
+        )
     print(
         f"kube-scheduler: {args.n} Pods, all bound in {kube.seconds:.1f} s "
         f"(Running in {kube_running:.1f} s): {kube.per_second:.1f} Pods bound/s; "
         f"{kube.requests} scheduler requests, {kube.requests_per_bound:.2f} per bound Pod"
     )
+    for name, done, _ in [*rounds, ("kube-scheduler", kube, {})]:
+        per = ", ".join(f"{k} {v / max(done.bound, 1):.2f}" for k, v in done.by_kind.items())
+        print(f"{name} requests per bound object: {per}")
     print(f"ratio Gleaner jobs bound/s : kube-scheduler Pods bound/s = {ratio:.2f}")
     if args.json is not None:
         args.json.write_text(
@@ -436,12 +505,24 @@ def main(argv: list[str]) -> int:
                     "kube_scheduler": asdict(kube) | {"per_second": kube.per_second},
                     "kube_running_seconds": kube_running,
                     "ratio": ratio,
+                    "baseline": None
+                    if baseline is None
+                    else {
+                        "source": str(args.baseline),
+                        "gleaner": asdict(baseline[0]) | {"per_second": baseline[0].per_second},
+                        "phases": baseline[1],
+                        "ratio": baseline[0].per_second / kube.per_second
+                        if kube.per_second
+                        else float("nan"),
+                    },
                 },
                 indent=1,
             )
         )
     unexplained = phases.get("Unschedulable without a reason", 0)
     finished = gleaner.seconds != float("inf") and kube.seconds != float("inf")
+    if baseline is not None:
+        unexplained += baseline[1].get("Unschedulable without a reason", 0)
     return 0 if finished and not unexplained else 1
 
 

@@ -102,6 +102,10 @@ class PassResult:
     the queue was longer than one pass takes. None: nothing waits on time."""
 
 
+def _key_of(q: QueuedJob) -> tuple[str, str]:
+    return q.job.metadata.namespace or "default", q.job.metadata.name
+
+
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
@@ -325,14 +329,16 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         async with sem:
             if q.key in run_of:
                 return await profiling.bind_run(ctx, run_of[q.key], placement)
-            return await _bind(ctx, q, placement, statuses, now, detail, why_not)
+            return await _bind(
+                ctx, q, placement, statuses, now, detail, why_not, bodies.get(_key_of(q))
+            )
 
     async def explain_one(q: QueuedJob, reason: str) -> bool:
         async with sem:
             if q.key in run_of:
                 await profiling.explain_wait(ctx, run_of[q.key], reason)
                 return True
-            return await _mark_unschedulable(ctx, q, reason, now)
+            return await _mark_unschedulable(ctx, q, reason, now, bodies.get(_key_of(q)))
 
     bound = await asyncio.gather(*(bind_one(q, p) for q, p in plan.placements))
     result.placed = sum(bound)
@@ -537,7 +543,10 @@ async def _bind(
     now: datetime,
     detail: str = "",
     why_not: tuple[str, ...] = (),
+    known: dict[str, Any] | None = None,
 ) -> bool:
+    """Record ``placement`` in the job's status (judged on the pass's own copy of the job,
+    ``known``, with its resourceVersion as a precondition), then create its Pod."""
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
     uid = q.job.metadata.uid
@@ -549,7 +558,10 @@ async def _bind(
         recorded["body"] = body
         return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now, detail)
 
-    new = await update_status(ctx, ns, name, record)
+    def written(body: dict[str, Any]) -> None:
+        ctx.remember_bound(ns, name, body)  # the Pod follower's copy for the Running write
+
+    new = await update_status(ctx, ns, name, record, known=known, on_written=written)
     if new is None:
         return False
     statuses[(ns, name)] = new
@@ -570,7 +582,11 @@ async def _bind(
 
 
 async def _mark_unschedulable(
-    ctx: OperatorContext, q: QueuedJob, reason: str, now: datetime
+    ctx: OperatorContext,
+    q: QueuedJob,
+    reason: str,
+    now: datetime,
+    known: dict[str, Any] | None = None,
 ) -> bool:
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
@@ -587,7 +603,7 @@ async def _mark_unschedulable(
         )
         return new
 
-    new = await update_status(ctx, ns, name, mark)
+    new = await update_status(ctx, ns, name, mark, known=known)
     if new is None:
         return False
     ctx.metrics.unschedulable.inc()
