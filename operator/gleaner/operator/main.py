@@ -190,8 +190,9 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         nodetrace_event(memo.ctx, event.get("type"), dict(body))
 
     @kopf.index(*JOBS, id="profile_refs", registry=registry)
-    def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:
-        # (namespace, ConfigMap name) -> the jobs whose spec.profileFrom names it.
+    async def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:
+        # (namespace, ConfigMap name) -> the jobs whose spec.profileFrom names it. Async: kopf
+        # runs a plain function on a worker thread, for every event of every job.
         cm_name = profile_configmap_name(dict(body))
         if cm_name is None:
             return None

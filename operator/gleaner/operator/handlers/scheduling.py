@@ -24,7 +24,10 @@ under the global scheduling lock:
    ``nextAttemptAfter``) with one call to the scheduler, which also reads the Kubernetes
    Nodes' labels (``gpuSelector.nodeSelector``) and cordons from ``ctx.nodes`` (listed
    once when the cache is not primed yet, then kept current by the Node watch); each
-   placement is recorded in the job's status first, then its Pod is created; jobs that fit
+   placement is recorded in the job's status first (judged on the job as this pass listed
+   it, with its resourceVersion as a precondition: a job changed since is read again and
+   judged afresh), then its Pod is created (create first: a 409 means it is there, and
+   reads it); jobs that fit
    nowhere become Unschedulable with the scheduler's reasons, a ``FailedScheduling`` Event
    (only when the reasons change), and a backoff before the next attempt. Jobs whose
    profile is being measured (``handlers.profiling``) take their next profiling run through
@@ -518,17 +521,29 @@ def _job_from_body(body: dict[str, Any]) -> OfflineJob | None:
 
 
 async def _ensure_pod(
-    ctx: OperatorContext, body: dict[str, Any], placement: Placement, attempt: int
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    placement: Placement,
+    attempt: int,
+    *,
+    look_first: bool = True,
 ) -> dict[str, Any] | None:
-    """Create the job's Pod unless it exists (deterministic name; 409 means it exists)."""
+    """Create the job's Pod unless it exists (deterministic name; 409 means it exists).
+
+    ``look_first``: GET it before creating, for a binding found half done (a restarted or
+    newly active replica, where the Pod is likely there). A placement this pass has just
+    recorded creates at once: its Pod is almost never there, and when it is (a deleted Pod
+    of the same attempt still terminating), the 409 leads to the same GET.
+    """
     job = _job_from_body(body)
     if job is None:
         return None
     manifest = build_offline_pod(job, placement, attempt)
     ns = manifest["metadata"]["namespace"]
-    existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
-    if existing is not None:
-        return existing
+    if look_first:
+        existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
+        if existing is not None:
+            return existing
     try:
         return await ctx.client.create(pods_path(ns), manifest)
     except ConflictError:
@@ -567,7 +582,7 @@ async def _bind(
     statuses[(ns, name)] = new
     if ctx.config.bind_delay > 0:
         await asyncio.sleep(ctx.config.bind_delay)
-    pod = await _ensure_pod(ctx, recorded["body"], placement, new.eviction_count)
+    pod = await _ensure_pod(ctx, recorded["body"], placement, new.eviction_count, look_first=False)
     if pod is None:
         return False
     ctx.metrics.placements.inc()
