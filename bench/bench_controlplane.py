@@ -146,6 +146,11 @@ def audited_by_kind(log: Path, user: str, start: float, end: float) -> dict[str,
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
+def _load() -> str:
+    """The machine's 1, 5 and 15 minute load averages (other work slows every round)."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> float | None:
     """Poll ``done`` (finished, total) until all finished; seconds from now, or None."""
     start = time.monotonic()
@@ -343,11 +348,13 @@ class Bench:
                     )
             return finished, n
 
+        print(f"  load average at the start: {_load()}", flush=True)
         began = time.time()
         start = time.monotonic()
         self.parallel(create, jobs)
         print(f"  {n} OfflineJobs created in {time.monotonic() - start:.1f} s", flush=True)
         waited = _wait(done, timeout, "jobs Running or Unschedulable")
+        print(f"  load average at the end: {_load()}", flush=True)
         seconds = time.monotonic() - start
         ended = time.time()
         kinds = audited_by_kind(work / "audit.log", OPERATOR_USER, began, ended)
