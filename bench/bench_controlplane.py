@@ -14,10 +14,16 @@ with a NodeTrace of varied online load. Two rounds on the same API server:
    Pods request no ``nvidia.com/gpu``, so every GPU is free to kube-scheduler.
 
 The API server audits (metadata only) the requests of the operator's ServiceAccount and of
-``system:kube-scheduler``; the rounds' windows give requests per bound job/Pod. Reported:
-jobs and Pods bound per second, their ratio, requests per bound object. Exit 1 when a round
-does not finish within ``--timeout`` or an Unschedulable job has no reason; 2 without the
-control-plane binary. Results: docs/benchmarks.md.
+``system:kube-scheduler``; the rounds' windows give requests per bound job/Pod, also per kind
+of request. Reported: jobs and Pods bound per second, their ratio, requests per bound
+object, the load average at each Gleaner round's start and end.
+
+``--baseline DIR`` pairs two versions in one run: the operator of another source tree (e.g.
+``git archive <commit> | tar -x -C DIR``) runs a Gleaner round with the same jobs first, on the
+same control plane; its jobs and Pods are then removed, and this tree's round follows.
+
+Exit 1 when a round does not finish within ``--timeout`` or an Unschedulable job has no
+reason; 2 without the control-plane binary. Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
