@@ -43,6 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import yaml
 
 from gleaner.operator.rbac import OPERATOR_RULES
@@ -152,6 +153,10 @@ def audited_by_kind(log: Path, user: str, start: float, end: float) -> dict[str,
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
+"""API server answers after which the bench polls again."""
+
+
 def _load() -> str:
     """The machine's 1, 5 and 15 minute load averages (other work slows every round)."""
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -162,7 +167,15 @@ def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> flo
     start = time.monotonic()
     last = -1
     while time.monotonic() - start < timeout:
-        finished, total = done()
+        try:
+            finished, total = done()
+        except kubernetes.client.ApiException as exc:
+            if exc.status not in TRANSIENT:
+                raise
+            # A loaded API server answers the bench's own list with 504 now and then.
+            print(f"  {what}: the API server answered {exc.status}; polling on", flush=True)
+            time.sleep(1.0)
+            continue
         if finished != last:
             print(f"  {what}: {finished}/{total} at {time.monotonic() - start:.1f} s", flush=True)
             last = finished
@@ -176,8 +189,6 @@ class Bench:
     """The control plane, its clients and the two rounds."""
 
     def __init__(self, plane: ControlPlane, workers: int) -> None:
-        import kubernetes
-
         self.plane = plane
         self.workers = workers
         client = plane.api_client()
