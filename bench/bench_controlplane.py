@@ -191,6 +191,8 @@ class Bench:
     def __init__(self, plane: ControlPlane, workers: int) -> None:
         self.plane = plane
         self.workers = workers
+        self.loads: dict[str, list[float]] = {}
+        self.traces_at = 0.0
         client = plane.api_client()
         client.configuration.connection_pool_maxsize = workers * 2
         self.core: Any = kubernetes.client.CoreV1Api(client)
@@ -223,13 +225,28 @@ class Bench:
         # lifecycle controller, which lifts it once the Node is Ready, does not run here.
         # kube-scheduler honours the taint (Gleaner's placement does not read taints).
         self.plane.kubectl("taint", "nodes", "--all", "node.kubernetes.io/not-ready:NoSchedule-")
+        self.loads = {name: [round(rng.uniform(0.5, 0.97), 3) for _ in range(8)] for name in names}
         traces = [
-            nodetrace_manifest(
-                name, gpus=8, offline_enabled=[round(rng.uniform(0.5, 0.97), 3) for _ in range(8)]
-            )
-            for name in names
+            nodetrace_manifest(name, gpus=8, offline_enabled=load)
+            for name, load in self.loads.items()
         ]
         self.parallel(self.apply_trace, traces)
+        self.traces_at = time.monotonic()
+
+    def refresh_traces(self) -> None:
+        """Report every node's same load again, as its agent would, so that a later round
+        finds no NodeTrace older than the operator's staleness limit (10 minutes)."""
+        if time.monotonic() - self.traces_at < 60:
+            return
+
+        def report(name: str) -> None:
+            manifest = nodetrace_manifest(name, gpus=8, offline_enabled=self.loads[name])
+            self.custom.patch_cluster_custom_object_status(
+                "gleaner.dev", "v1alpha1", "nodetraces", name, {"status": manifest["status"]}
+            )
+
+        self.parallel(report, list(self.loads))
+        self.traces_at = time.monotonic()
 
     def apply_trace(self, manifest: dict[str, Any]) -> None:
         body = {k: v for k, v in manifest.items() if k != "status"}
@@ -311,6 +328,7 @@ class Bench:
             work / "logs" / ("operator-baseline.log" if source else "operator.log"),
             env=env,
         )  # fmt: skip
+        self.refresh_traces()
         # Not one of the plane's processes: it stops before kube-scheduler starts, and the
         # plane treats any of its own processes that exited as a failure.
         operator.start()
