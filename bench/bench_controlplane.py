@@ -14,10 +14,16 @@ with a NodeTrace of varied online load. Two rounds on the same API server:
    Pods request no ``nvidia.com/gpu``, so every GPU is free to kube-scheduler.
 
 The API server audits (metadata only) the requests of the operator's ServiceAccount and of
-``system:kube-scheduler``; the rounds' windows give requests per bound job/Pod. Reported:
-jobs and Pods bound per second, their ratio, requests per bound object. Exit 1 when a round
-does not finish within ``--timeout`` or an Unschedulable job has no reason; 2 without the
-control-plane binary. Results: docs/benchmarks.md.
+``system:kube-scheduler``; the rounds' windows give requests per bound job/Pod, also per kind
+of request. Reported: jobs and Pods bound per second, their ratio, requests per bound
+object, the load average at each Gleaner round's start and end.
+
+``--baseline DIR`` pairs two versions in one run: the operator of another source tree (e.g.
+``git archive <commit> | tar -x -C DIR``) runs a Gleaner round with the same jobs first, on the
+same control plane; its jobs and Pods are then removed, and this tree's round follows.
+
+Exit 1 when a round does not finish within ``--timeout`` or an Unschedulable job has no
+reason; 2 without the control-plane binary. Results: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import yaml
 
 from gleaner.operator.rbac import OPERATOR_RULES
@@ -75,12 +82,16 @@ AUDIT_POLICY = {
 
 @dataclass(frozen=True)
 class Round:
-    """One scheduler's round: objects, how many were bound, seconds until all were done."""
+    """One scheduler's round: objects, how many were bound, seconds until all were done (or
+    until the round's timeout, when ``finished`` is false: then ``per_second`` is the rate
+    within the timeout)."""
 
     objects: int
     bound: int
     seconds: float
     requests: int
+    by_kind: dict[str, int]
+    finished: bool = True
 
     @property
     def per_second(self) -> float:
@@ -99,6 +110,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workers", type=int, default=8, help="client threads creating")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="source tree of another Gleaner version (e.g. a git worktree at an older "
+        "commit): its operator runs a Gleaner round first, on the same control plane",
+    )
     return parser.parse_args(argv)
 
 
@@ -111,10 +129,11 @@ def _stamp(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def audited(log: Path, user: str, start: float, end: float) -> int:
+def audited_by_kind(log: Path, user: str, start: float, end: float) -> dict[str, int]:
     """Requests of ``user`` that the API server received between ``start`` and ``end``
-    (wall-clock seconds)."""
-    count = 0
+    (wall-clock seconds), per kind: ``verb resource[/subresource]``, with `` 409`` appended
+    for those it refused as conflicts."""
+    counts: dict[str, int] = {}
     with log.open() as lines:
         for line in lines:
             if user not in line:
@@ -122,9 +141,25 @@ def audited(log: Path, user: str, start: float, end: float) -> int:
             event = json.loads(line)
             if event.get("user", {}).get("username") != user:
                 continue
-            at = _stamp(event["requestReceivedTimestamp"])
-            count += start <= at <= end
-    return count
+            if not start <= _stamp(event["requestReceivedTimestamp"]) <= end:
+                continue
+            ref = event.get("objectRef") or {}
+            kind = f"{event.get('verb')} {ref.get('resource', event.get('requestURI', '?'))}"
+            if ref.get("subresource"):
+                kind += f"/{ref['subresource']}"
+            if (event.get("responseStatus") or {}).get("code") == 409:
+                kind += " 409"
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
+"""API server answers after which the bench polls again."""
+
+
+def _load() -> str:
+    """The machine's 1, 5 and 15 minute load averages (other work slows every round)."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> float | None:
@@ -132,7 +167,15 @@ def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> flo
     start = time.monotonic()
     last = -1
     while time.monotonic() - start < timeout:
-        finished, total = done()
+        try:
+            finished, total = done()
+        except kubernetes.client.ApiException as exc:
+            if exc.status not in TRANSIENT:
+                raise
+            # A loaded API server answers the bench's own list with 504 now and then.
+            print(f"  {what}: the API server answered {exc.status}; polling on", flush=True)
+            time.sleep(1.0)
+            continue
         if finished != last:
             print(f"  {what}: {finished}/{total} at {time.monotonic() - start:.1f} s", flush=True)
             last = finished
@@ -146,10 +189,10 @@ class Bench:
     """The control plane, its clients and the two rounds."""
 
     def __init__(self, plane: ControlPlane, workers: int) -> None:
-        import kubernetes
-
         self.plane = plane
         self.workers = workers
+        self.loads: dict[str, list[float]] = {}
+        self.traces_at = 0.0
         client = plane.api_client()
         client.configuration.connection_pool_maxsize = workers * 2
         self.core: Any = kubernetes.client.CoreV1Api(client)
@@ -182,13 +225,28 @@ class Bench:
         # lifecycle controller, which lifts it once the Node is Ready, does not run here.
         # kube-scheduler honours the taint (Gleaner's placement does not read taints).
         self.plane.kubectl("taint", "nodes", "--all", "node.kubernetes.io/not-ready:NoSchedule-")
+        self.loads = {name: [round(rng.uniform(0.5, 0.97), 3) for _ in range(8)] for name in names}
         traces = [
-            nodetrace_manifest(
-                name, gpus=8, offline_enabled=[round(rng.uniform(0.5, 0.97), 3) for _ in range(8)]
-            )
-            for name in names
+            nodetrace_manifest(name, gpus=8, offline_enabled=load)
+            for name, load in self.loads.items()
         ]
         self.parallel(self.apply_trace, traces)
+        self.traces_at = time.monotonic()
+
+    def refresh_traces(self) -> None:
+        """Report every node's same load again, as its agent would, so that a later round
+        finds no NodeTrace older than the operator's staleness limit (10 minutes)."""
+        if time.monotonic() - self.traces_at < 60:
+            return
+
+        def report(name: str) -> None:
+            manifest = nodetrace_manifest(name, gpus=8, offline_enabled=self.loads[name])
+            self.custom.patch_cluster_custom_object_status(
+                "gleaner.dev", "v1alpha1", "nodetraces", name, {"status": manifest["status"]}
+            )
+
+        self.parallel(report, list(self.loads))
+        self.traces_at = time.monotonic()
 
     def apply_trace(self, manifest: dict[str, Any]) -> None:
         body = {k: v for k, v in manifest.items() if k != "status"}
@@ -247,11 +305,19 @@ class Bench:
 
     # ---- round 1: Gleaner ------------------------------------------------------------
 
-    def gleaner(self, n: int, rng: random.Random, timeout: float) -> tuple[Round, dict[str, int]]:
+    def gleaner(
+        self, n: int, rng: random.Random, timeout: float, source: Path | None = None
+    ) -> tuple[Round, dict[str, int]]:
+        """One Gleaner round; ``source``: run the operator of that source tree instead of
+        this one (its component folders go first on ``PYTHONPATH``)."""
         work = self.plane.workdir
         kubeconfig = self.plane.token_kubeconfig(
             OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, work / "operator.kubeconfig"
         )
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+        if source is not None:
+            folders = sorted(str(p) for p in source.iterdir() if (p / "gleaner").is_dir())
+            env["PYTHONPATH"] = os.pathsep.join([*folders, env.get("PYTHONPATH", "")])
         operator = ManagedProcess(
             "gleaner-operator",
             [
@@ -259,9 +325,10 @@ class Bench:
                 *FAST_OPERATOR_FLAGS, "--unschedulable-backoff=30s",
                 f"--http-port={free_port()}", "--http-host=127.0.0.1",
             ],
-            work / "logs" / "operator.log",
-            env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"},
+            work / "logs" / ("operator-baseline.log" if source else "operator.log"),
+            env=env,
         )  # fmt: skip
+        self.refresh_traces()
         # Not one of the plane's processes: it stops before kube-scheduler starts, and the
         # plane treats any of its own processes that exited as a failure.
         operator.start()
@@ -316,17 +383,51 @@ class Bench:
                     )
             return finished, n
 
+        print(f"  load average at the start: {_load()}", flush=True)
         began = time.time()
         start = time.monotonic()
         self.parallel(create, jobs)
         print(f"  {n} OfflineJobs created in {time.monotonic() - start:.1f} s", flush=True)
         waited = _wait(done, timeout, "jobs Running or Unschedulable")
-        seconds = time.monotonic() - start if waited is not None else float("inf")
+        print(f"  load average at the end: {_load()}", flush=True)
+        seconds = time.monotonic() - start
         ended = time.time()
-        requests = audited(work / "audit.log", OPERATOR_USER, began, ended)
+        kinds = audited_by_kind(work / "audit.log", OPERATOR_USER, began, ended)
         if unexplained:
             phases["Unschedulable without a reason"] = unexplained
-        return Round(n, phases.get("Running", 0), seconds, requests), phases
+        bound = phases.get("Running", 0)
+        return Round(n, bound, seconds, sum(kinds.values()), kinds, waited is not None), phases
+
+    def clear_jobs(self) -> None:
+        """Remove a Gleaner round's jobs and Pods (the operator has stopped), so that the
+        next round starts on an empty cluster: force-delete the Pods, drop the jobs'
+        finalizer, delete the jobs, and wait until they are gone."""
+        self.plane.kubectl(
+            "delete", "pods", "--all", "-n", JOBS_NAMESPACE, "--force", "--grace-period=0",
+            "--wait=false",
+        )  # fmt: skip
+        items = self.custom.list_namespaced_custom_object(
+            "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs"
+        )["items"]
+
+        def release(job: dict[str, Any]) -> None:
+            self.custom.patch_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs",
+                job["metadata"]["name"], {"metadata": {"finalizers": None}},
+            )  # fmt: skip
+
+        self.parallel(release, items)
+        self.plane.kubectl("delete", "offlinejobs", "--all", "-n", JOBS_NAMESPACE, "--wait=false")
+
+        def gone() -> tuple[int, int]:
+            jobs = self.custom.list_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs"
+            )["items"]
+            pods = self.core.list_namespaced_pod(JOBS_NAMESPACE).items
+            return len(items) - max(len(jobs), len(pods)), len(items)
+
+        if _wait(gone, 300, "baseline jobs and Pods removed") is None:
+            raise SystemExit("error: the baseline round's jobs and Pods were not removed")
 
     # ---- round 2: kube-scheduler -----------------------------------------------------
 
@@ -367,13 +468,14 @@ class Bench:
         self.parallel(create, pods)
         print(f"  {n} Pods created in {time.monotonic() - start:.1f} s", flush=True)
         bound = _wait(count(running=False), timeout, "Pods bound")
-        seconds = time.monotonic() - start if bound is not None else float("inf")
+        seconds = time.monotonic() - start
         ended = time.time()
         running = _wait(count(running=True), timeout, "Pods Running")
         run_seconds = time.monotonic() - start if running is not None else float("inf")
-        requests = audited(self.plane.workdir / "audit.log", SCHEDULER_USER, began, ended)
+        kinds = audited_by_kind(self.plane.workdir / "audit.log", SCHEDULER_USER, began, ended)
         bound_pods = count(running=False)()[0]
-        return Round(n, bound_pods, seconds, requests), run_seconds
+        done = Round(n, bound_pods, seconds, sum(kinds.values()), kinds, bound is not None)
+        return done, run_seconds
 
 
 def main(argv: list[str]) -> int:
@@ -407,6 +509,13 @@ def main(argv: list[str]) -> int:
         bench.install(repo)
         bench.nodes(args.n, rng)
         print(f"  cluster ready in {time.monotonic() - t0:.1f} s", flush=True)
+        baseline: tuple[Round, dict[str, int]] | None = None
+        if args.baseline is not None:
+            print(f"baseline round: the operator of {args.baseline}", flush=True)
+            same = random.Random()
+            same.setstate(rng.getstate())  # the same jobs as the round below
+            baseline = bench.gleaner(args.n, same, args.timeout, args.baseline)
+            bench.clear_jobs()
         gleaner, phases = bench.gleaner(args.n, rng, args.timeout)
         kube, kube_running = bench.kube_scheduler(args.n, rng, args.timeout)
     finally:
@@ -414,17 +523,26 @@ def main(argv: list[str]) -> int:
 
     ratio = gleaner.per_second / kube.per_second if kube.per_second else float("nan")
     print(f"machine: {platform.machine()}, {platform.node()}, python {platform.python_version()}")
-    print(f"Gleaner: {args.n} jobs, phases {dict(sorted(phases.items()))}")
+    rounds = [("Gleaner", gleaner, phases)]
+    if baseline is not None:
+        rounds.insert(0, (f"Gleaner (baseline {args.baseline})", *baseline))
+    for name, done, seen in rounds:
+        print(f"{name}: {args.n} jobs, phases {dict(sorted(seen.items()))}")
+        when = "all Running or explained in" if done.finished else "NOT all done at the timeout,"
+        print(
+            f"  {when} {done.seconds:.1f} s: "
+            f"{done.per_second:.1f} jobs bound/s (ratio {done.per_second / kube.per_second:.2f}); "
+            f"{done.requests} operator requests, {done.requests_per_bound:.2f} per bound job"
+        )
     print(
-        f"  all Running or explained in {gleaner.seconds:.1f} s: "
-        f"{gleaner.per_second:.1f} jobs bound/s; {gleaner.requests} operator requests, "
-        f"{gleaner.requests_per_bound:.2f} per bound job"
-    )
-    print(
-        f"kube-scheduler: {args.n} Pods, all bound in {kube.seconds:.1f} s "
+        f"kube-scheduler: {args.n} Pods, {'all' if kube.finished else 'NOT all'} bound in "
+        f"{kube.seconds:.1f} s "
         f"(Running in {kube_running:.1f} s): {kube.per_second:.1f} Pods bound/s; "
         f"{kube.requests} scheduler requests, {kube.requests_per_bound:.2f} per bound Pod"
     )
+    for name, done, _ in [*rounds, ("kube-scheduler", kube, {})]:
+        per = ", ".join(f"{k} {v / max(done.bound, 1):.2f}" for k, v in done.by_kind.items())
+        print(f"{name} requests per bound object: {per}")
     print(f"ratio Gleaner jobs bound/s : kube-scheduler Pods bound/s = {ratio:.2f}")
     if args.json is not None:
         args.json.write_text(
@@ -436,12 +554,24 @@ def main(argv: list[str]) -> int:
                     "kube_scheduler": asdict(kube) | {"per_second": kube.per_second},
                     "kube_running_seconds": kube_running,
                     "ratio": ratio,
+                    "baseline": None
+                    if baseline is None
+                    else {
+                        "source": str(args.baseline),
+                        "gleaner": asdict(baseline[0]) | {"per_second": baseline[0].per_second},
+                        "phases": baseline[1],
+                        "ratio": baseline[0].per_second / kube.per_second
+                        if kube.per_second
+                        else float("nan"),
+                    },
                 },
                 indent=1,
             )
         )
     unexplained = phases.get("Unschedulable without a reason", 0)
-    finished = gleaner.seconds != float("inf") and kube.seconds != float("inf")
+    finished = gleaner.finished and kube.finished
+    if baseline is not None:
+        unexplained += baseline[1].get("Unschedulable without a reason", 0)
     return 0 if finished and not unexplained else 1
 
 

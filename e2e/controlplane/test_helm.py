@@ -65,6 +65,8 @@ NOT_EXERCISED: dict[Permission, str] = {
     ("", "configmaps", "patch"): "profile on submit replacing a profile it measured with an "
     "older image (handlers/profiling.py)",
     ("gleaner.dev", "nodetraces", "get"): "the SLA monitor reads the job's node (handlers/sla.py)",
+    ("", "pods", "get"): "a restarted or newly active replica finishing a binding, and a Pod "
+    "name that is taken (handlers/scheduling.py)",
     ("", "namespaces", "list"): "kopf resolves the namespaces of operator.watchNamespace",
     ("", "namespaces", "watch"): "kopf resolves the namespaces of operator.watchNamespace",
     **{

@@ -16,3 +16,11 @@ def test_watch_timeout_goes_to_the_server_as_whole_seconds(configured: float, se
     configure_settings(settings, OperatorConfig(watch_timeout=configured))
     assert settings.watching.server_timeout == sent
     assert isinstance(settings.watching.server_timeout, int)
+
+
+def test_kopf_awaits_its_own_patch_longer_than_its_default() -> None:
+    # With kopf's 5 s, a loaded API server made kopf run the creation handler twice per job.
+    settings = kopf.OperatorSettings()
+    default = settings.persistence.consistency_timeout
+    configure_settings(settings, OperatorConfig())
+    assert settings.persistence.consistency_timeout == 30.0 > default

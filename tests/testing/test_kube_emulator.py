@@ -60,6 +60,22 @@ def test_emulator_serves_over_http_like_an_api_server(tmp_path: Path) -> None:
         assert int(patched.metadata.resource_version) > int(a.metadata.resource_version)
         api.core.patch_namespaced_pod("a", "default", {"status": {"phase": "Failed"}})
         assert api.core.read_namespaced_pod("a", "default").status.phase == "Running"
+        # A merge patch naming an older resourceVersion is refused (409), as by an API server;
+        # the current one is a precondition that holds.
+        current = api.core.read_namespaced_pod("a", "default").metadata.resource_version
+        with pytest.raises(kubernetes.client.ApiException) as err:
+            api.core.patch_namespaced_pod_status(
+                "a",
+                "default",
+                {"metadata": {"resourceVersion": patched.metadata.resource_version}},
+            )
+        assert err.value.status == 409
+        api.core.patch_namespaced_pod_status(
+            "a",
+            "default",
+            {"metadata": {"resourceVersion": current}, "status": {"phase": "Succeeded"}},
+        )
+        assert api.core.read_namespaced_pod("a", "default").status.phase == "Succeeded"
         event = api.core.create_namespaced_event(
             "default", {"metadata": {"generateName": "ev-"}, "involvedObject": {"name": "a"}}
         )

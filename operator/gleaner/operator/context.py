@@ -24,6 +24,11 @@ so a restarted operator converges from what it finds. What it does hold:
   SLA monitor and read by every scheduling pass; a copy of the ConfigMap ``gleaner-bias``
   (loaded at start and when a standby replica becomes active, written back by
   ``bias_clock``'s rule: ``gleaner.operator.handlers.bias``).
+- ``remember_bound`` / ``take_bound``: the job object the API server returned when a pass
+  recorded a placement, handed once to the Pod follower, which writes Running on it with
+  its resourceVersion as a precondition instead of reading the job again (a copy, never the
+  truth: a stale one costs a 409 and a fresh read). Bounded by the jobs waiting for their
+  Pod to run; dropped by ``forget_job``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from gleaner.clients.kube import KubeClient
 from gleaner.clients.prometheus import PrometheusClient
@@ -61,6 +67,7 @@ class OperatorContext:
     traces: TraceCache = field(default_factory=TraceCache)
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
+    _bound: dict[str, dict[str, Any]] = field(default_factory=dict)
     bias: BiasTable = field(default_factory=BiasTable)
     bias_clock: PersistClock = field(default_factory=lambda: PersistClock(60.0))
     bias_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -77,7 +84,14 @@ class OperatorContext:
             lock = self._job_locks[key] = asyncio.Lock()
         return lock
 
+    def remember_bound(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self._bound[f"{namespace}/{name}"] = body
+
+    def take_bound(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._bound.pop(f"{namespace}/{name}", None)
+
     def forget_job(self, namespace: str, name: str) -> None:
+        self._bound.pop(f"{namespace}/{name}", None)
         lock = self._job_locks.get(f"{namespace}/{name}")
         if lock is not None and not lock.locked():
             del self._job_locks[f"{namespace}/{name}"]

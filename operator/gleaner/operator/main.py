@@ -29,11 +29,13 @@ too. What is registered:
 ==========================================  ==============================================
 
 Settings: finalizer ``gleaner.dev/finalizer``; kopf's progress and diff-base kept in
-annotations prefixed ``gleaner.dev``; kopf's own Events only for warnings and errors (the
-operator posts its own: Scheduled, FailedScheduling, InvalidSpec, SLAViolation...); watch
-requests time out server-side after ``--watch-timeout`` seconds (client 30 s later); peering
-priority from ``--peering-priority`` (random per process by default: kopf pauses every
-replica of a tie, so replicas must differ; the highest live one is active).
+annotations prefixed ``gleaner.dev``; kopf awaits the version of its own patch for up to
+30 s (not 5) before it handles a job on an older copy; kopf's own Events only for warnings
+and errors (the operator posts its own: Scheduled, FailedScheduling, InvalidSpec,
+SLAViolation...); watch requests time out server-side after ``--watch-timeout`` seconds
+(client 30 s later); peering priority from ``--peering-priority`` (random per process by
+default: kopf pauses every replica of a tie, so replicas must differ; the highest live one
+is active).
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ def _phase(status: Any) -> str:
     return str((status or {}).get("phase") or "")
 
 
+KOPF_CONSISTENCY_TIMEOUT = 30.0
+"""Seconds kopf awaits the version of its own patch (kopf's default: 5)."""
+
+
 def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -88,6 +94,11 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
     )
+    # How long kopf waits for its own patch to come back through the watch before it runs
+    # a job's handlers on the copy it has. kopf's 5 s ran out under load (a burst of jobs, a
+    # busy API server), and kopf then ran the creation handler a second time on the copy
+    # without its diff-base: a second validation and a second patch for every job.
+    settings.persistence.consistency_timeout = KOPF_CONSISTENCY_TIMEOUT
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "gleaner-operator"
@@ -198,8 +209,9 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         nodetrace_event(memo.ctx, event.get("type"), dict(body))
 
     @kopf.index(*JOBS, id="profile_refs", registry=registry)
-    def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:
-        # (namespace, ConfigMap name) -> the jobs whose spec.profileFrom names it.
+    async def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:
+        # (namespace, ConfigMap name) -> the jobs whose spec.profileFrom names it. Async: kopf
+        # runs a plain function on a worker thread, for every event of every job.
         cm_name = profile_configmap_name(dict(body))
         if cm_name is None:
             return None

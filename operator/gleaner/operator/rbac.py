@@ -45,9 +45,10 @@ OPERATOR_RULES: Final[list[PolicyRule]] = [
         "resources": ["nodes"],
         "verbs": ["list", "watch"],
     },
-    # Operator creates offline Pods (<job>-<attempt>; a get first, as the name is
-    # deterministic), watches them, deletes them on job deletion and on eviction. Profile on
-    # submit patches a profiling Pod's annotation with the GPU time its node's agent reported.
+    # Operator creates offline Pods (<job>-<attempt>: a deterministic name, so a 409 or a
+    # binding found half done after a restart gets it), watches them, deletes them on job
+    # deletion and on eviction. Profile on submit patches a profiling Pod's annotation with
+    # the GPU time its node's agent reported.
     {
         "apiGroups": [""],
         "resources": ["pods"],

@@ -22,6 +22,8 @@ server does a little more, and the operator relies on some of it, so ``ApiServer
   as on a real API server);
 - the ``status`` subresource rule: a patch to ``.../status`` changes only ``status``, a patch
   to the object itself never changes ``status``;
+- a merge patch that names a ``metadata.resourceVersion`` other than the stored one is
+  refused with 409 (the precondition of the operator's status writes on a held copy);
 - equality-based ``labelSelector`` filtering of lists and watches (``k=v``, ``k==v``,
   ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``);
 - watches that lose nothing: kmock's own watch snapshots the objects and subscribes to its
@@ -41,7 +43,8 @@ returns, so that a test can hold a process's calls against its declared RBAC rul
 What it still does not do (and the tests do not rely on): no kubelet (tests move Pods
 through their phases by patching ``status.phase``), no garbage collection through
 ownerReferences (the operator deletes its Pods itself), no admission or schema validation,
-no optimistic-concurrency conflicts, no server-side apply or JSON-patch.
+no optimistic-concurrency conflicts on writes without a version, no server-side apply or
+JSON-patch.
 """
 
 from __future__ import annotations
@@ -322,6 +325,22 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         await response.write_eof()
         return response
 
+    def _check_precondition(self, request: Any, data: dict[str, Any]) -> None:
+        """A merge patch naming a ``metadata.resourceVersion`` other than the stored one is
+        a 409 Conflict, as on a real API server (the operator's status writes on a held
+        copy of a job rely on it)."""
+        wanted = (data.get("metadata") or {}).get("resourceVersion")
+        key = (request.resource, request.namespace, request.name)
+        if not wanted or key not in self.objects or self.objects[key].deleted:
+            return
+        stored = (self.objects[key].last.raw.get("metadata") or {}).get("resourceVersion")
+        if str(wanted) != str(stored):
+            raise kmock.KubernetesError(
+                status=409,
+                reason="Conflict",
+                message=f"the object has been modified (version {wanted}, now {stored})",
+            )
+
     def _check_json_patch_tests(self, request: Any, ops: list[Any]) -> None:
         """A failed ``test`` op is a 422, as on a real API server (kopf then re-reads)."""
         import jsonpatch
@@ -349,6 +368,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             data.pop("status", None)
 
     def _stamp_patch(self, request: Any, data: dict[str, Any]) -> None:
+        self._check_precondition(request, data)
         if self._has_status_subresource(request.resource):
             if request.subresource == "status":
                 for key in [k for k in data if k not in ("status", "metadata")]:

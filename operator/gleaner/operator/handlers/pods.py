@@ -61,6 +61,8 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
         ctx.kick(f"pod {namespace}/{name} deleted")
         return
 
+    if phase not in ("Running", "Succeeded", "Failed"):
+        return  # st.from_pod_phase moves no job on any other phase: no need to read it
     detail = failure_detail(pod) if phase == "Failed" else ""
 
     def follow(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
@@ -69,7 +71,9 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
             new = finished(new)  # a batch job's last requests, answered after its last tick
         return new
 
-    new = await update_status(ctx, namespace, job, follow)
+    # The copy the pass's placement write returned, once (a fresh read when there is none or
+    # the job changed since).
+    new = await update_status(ctx, namespace, job, follow, known=ctx.take_bound(namespace, job))
     if new is None:
         return
     if phase in ("Succeeded", "Failed"):

@@ -24,7 +24,10 @@ under the global scheduling lock:
    ``nextAttemptAfter``) with one call to the scheduler, which also reads the Kubernetes
    Nodes' labels (``gpuSelector.nodeSelector``) and cordons from ``ctx.nodes`` (listed
    once when the cache is not primed yet, then kept current by the Node watch); each
-   placement is recorded in the job's status first, then its Pod is created; jobs that fit
+   placement is recorded in the job's status first (judged on the job as this pass listed
+   it, with its resourceVersion as a precondition: a job changed since is read again and
+   judged afresh), then its Pod is created (create first: a 409 means it is there, and
+   reads it); jobs that fit
    nowhere become Unschedulable with the scheduler's reasons, a ``FailedScheduling`` Event
    (only when the reasons change), and a backoff before the next attempt. Jobs whose
    profile is being measured (``handlers.profiling``) take their next profiling run through
@@ -101,6 +104,10 @@ class PassResult:
     """When the next pass has work without a kick: the earliest backoff of a queued job
     that was not due yet, a retry after a job this pass marked Unschedulable, or now when
     the queue was longer than one pass takes. None: nothing waits on time."""
+
+
+def _key_of(q: QueuedJob) -> tuple[str, str]:
+    return q.job.metadata.namespace or "default", q.job.metadata.name
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -334,14 +341,16 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         async with sem:
             if q.key in run_of:
                 return await profiling.bind_run(ctx, run_of[q.key], placement)
-            return await _bind(ctx, q, placement, statuses, now, detail, why_not)
+            return await _bind(
+                ctx, q, placement, statuses, now, detail, why_not, bodies.get(_key_of(q))
+            )
 
     async def explain_one(q: QueuedJob, reason: str) -> bool:
         async with sem:
             if q.key in run_of:
                 await profiling.explain_wait(ctx, run_of[q.key], reason)
                 return True
-            return await _mark_unschedulable(ctx, q, reason, now)
+            return await _mark_unschedulable(ctx, q, reason, now, bodies.get(_key_of(q)))
 
     bound = await asyncio.gather(*(bind_one(q, p) for q, p in plan.placements))
     result.placed = sum(bound)
@@ -521,17 +530,29 @@ def _job_from_body(body: dict[str, Any]) -> OfflineJob | None:
 
 
 async def _ensure_pod(
-    ctx: OperatorContext, body: dict[str, Any], placement: Placement, attempt: int
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    placement: Placement,
+    attempt: int,
+    *,
+    look_first: bool = True,
 ) -> dict[str, Any] | None:
-    """Create the job's Pod unless it exists (deterministic name; 409 means it exists)."""
+    """Create the job's Pod unless it exists (deterministic name; 409 means it exists).
+
+    ``look_first``: GET it before creating, for a binding found half done (a restarted or
+    newly active replica, where the Pod is likely there). A placement this pass has just
+    recorded creates at once: its Pod is almost never there, and when it is (a deleted Pod
+    of the same attempt still terminating), the 409 leads to the same GET.
+    """
     job = _job_from_body(body)
     if job is None:
         return None
     manifest = build_offline_pod(job, placement, attempt)
     ns = manifest["metadata"]["namespace"]
-    existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
-    if existing is not None:
-        return existing
+    if look_first:
+        existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
+        if existing is not None:
+            return existing
     try:
         return await ctx.client.create(pods_path(ns), manifest)
     except ConflictError:
@@ -546,7 +567,10 @@ async def _bind(
     now: datetime,
     detail: str = "",
     why_not: tuple[str, ...] = (),
+    known: dict[str, Any] | None = None,
 ) -> bool:
+    """Record ``placement`` in the job's status (judged on the pass's own copy of the job,
+    ``known``, with its resourceVersion as a precondition), then create its Pod."""
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
     uid = q.job.metadata.uid
@@ -558,13 +582,16 @@ async def _bind(
         recorded["body"] = body
         return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now, detail)
 
-    new = await update_status(ctx, ns, name, record)
+    def written(body: dict[str, Any]) -> None:
+        ctx.remember_bound(ns, name, body)  # the Pod follower's copy for the Running write
+
+    new = await update_status(ctx, ns, name, record, known=known, on_written=written)
     if new is None:
         return False
     statuses[(ns, name)] = new
     if ctx.config.bind_delay > 0:
         await asyncio.sleep(ctx.config.bind_delay)
-    pod = await _ensure_pod(ctx, recorded["body"], placement, new.eviction_count)
+    pod = await _ensure_pod(ctx, recorded["body"], placement, new.eviction_count, look_first=False)
     if pod is None:
         return False
     ctx.metrics.placements.inc()
@@ -579,7 +606,11 @@ async def _bind(
 
 
 async def _mark_unschedulable(
-    ctx: OperatorContext, q: QueuedJob, reason: str, now: datetime
+    ctx: OperatorContext,
+    q: QueuedJob,
+    reason: str,
+    now: datetime,
+    known: dict[str, Any] | None = None,
 ) -> bool:
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
@@ -596,7 +627,7 @@ async def _mark_unschedulable(
         )
         return new
 
-    new = await update_status(ctx, ns, name, mark)
+    new = await update_status(ctx, ns, name, mark, known=known)
     if new is None:
         return False
     ctx.metrics.unschedulable.inc()

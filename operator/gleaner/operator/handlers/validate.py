@@ -1,8 +1,10 @@
 """OfflineJob validation: on create / resume / spec update, and when a profile ConfigMap changes.
 
 Contract: ``validate_and_queue`` reads the job's profile ConfigMap (``spec.profileFrom``)
-and validates with the pure ``validate_job``; ``apply_verdict`` writes the outcome. Invalid:
-phase Invalid, ``Valid=False`` whose message names the field (and the ConfigMap as
+and validates with the pure ``validate_job``; ``apply_verdict`` writes the outcome, judged on
+the body it was given (kopf's event, the pass's list) with that body's resourceVersion as
+a precondition (``update_status(known=...)``: a fresh read only when the job changed
+since). Invalid: phase Invalid, ``Valid=False`` whose message names the field (and the ConfigMap as
 ``<namespace>/<name>``), a Warning Event ``InvalidSpec`` only when the status changed; the
 handler returns normally so kopf does not retry. Valid: ``Valid=True``; a new or formerly
 invalid job becomes Pending; the scheduling loop is kicked. Needs a profile
@@ -73,7 +75,7 @@ async def apply_verdict(
                 return None  # a bound job keeps running; the new spec is refused for later
             return st.invalid(cur, message, now, generation)
 
-        changed = await update_status(ctx, namespace, name, mark_invalid)
+        changed = await update_status(ctx, namespace, name, mark_invalid, known=body)
         if changed is not None:
             await post_event(
                 ctx.client, namespace, name, meta.get("uid"), "Warning", "InvalidSpec", message
@@ -93,7 +95,7 @@ async def apply_verdict(
             new = profiled(new, "profile read from its ConfigMap", now)
         return new
 
-    await update_status(ctx, namespace, name, mark_valid)
+    await update_status(ctx, namespace, name, mark_valid, known=body)
     ctx.kick(f"job {namespace}/{name}")
     return "valid, needs a profile" if isinstance(verdict, NeedsProfile) else "valid"
 
