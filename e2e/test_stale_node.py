@@ -96,9 +96,11 @@ def test_stale_nodetrace_stops_placements_there(
         "the job Unschedulable because of the stale trace",
     )
 
-    # The agent comes back: fresh reports, and the demanding job goes where it fits.
+    # The agent comes back: fresh reports, and the demanding job goes where it fits. The
+    # restarted agent's first windows are short; on a loaded machine its offline-enabled time
+    # reaches the SLA later (in one full-suite run under load it was still below after 60 s).
     system.restart_agent(GONE)
-    back = system.wait_phase("needs-a-quiet-gpu", "Running", timeout=60)["status"]["placement"]
+    back = system.wait_phase("needs-a-quiet-gpu", "Running", timeout=180)["status"]["placement"]
     assert back["node"] == GONE
     [pod] = system.pods("batch", "needs-a-quiet-gpu")
     assert pod["spec"]["nodeName"] == GONE

@@ -67,6 +67,8 @@ NOT_EXERCISED: dict[Permission, str] = {
     ("gleaner.dev", "nodetraces", "get"): "the SLA monitor reads the job's node (handlers/sla.py)",
     ("", "pods", "get"): "a restarted or newly active replica finishing a binding, and a Pod "
     "name that is taken (handlers/scheduling.py)",
+    ("", "pods", "patch"): "profile on submit recording on a profiling Pod the offline GPU time "
+    "its node's agent reported (handlers/profiling.py)",
     ("", "namespaces", "list"): "kopf resolves the namespaces of operator.watchNamespace",
     ("", "namespaces", "watch"): "kopf resolves the namespaces of operator.watchNamespace",
     **{
