@@ -35,6 +35,9 @@ from gleaner.api.common import Condition, CustomResource, KubeModel
 
 MAX_GPUS_PER_NODE = 16
 MAX_MEMORY_STATES = 4096
+HOURS_PER_DAY = 24
+MAX_HOUR_MEMORY_STATES = 64
+"""States per hour slot's memory sketch (the step coarsens to fit), so ``hours`` stays small."""
 
 
 class TraceSource(StrEnum):
@@ -182,6 +185,33 @@ class MemorySketch(KubeModel):
     )
 
 
+class HourSummary(KubeModel):
+    """One hour of the day (UTC) of the node's history: the same seconds and counts as the
+    status's window, summed over the days observed (older days weigh less)."""
+
+    hour: int = Field(ge=0, lt=HOURS_PER_DAY, description="Hour of the day, UTC (0-23).")
+    window: TraceWindow = Field(
+        description="Seconds of that hour observed (after down-weighting older days); start "
+        "and end span the days folded in."
+    )
+    per_gpu: list[GpuTrace] = Field(
+        default_factory=list,
+        alias="perGPU",
+        max_length=MAX_GPUS_PER_NODE,
+        description="Per-GPU seconds and counts in that hour.",
+    )
+    pairs: list[GpuPair] = Field(
+        default_factory=list,
+        max_length=120,
+        description="Per GPU pair (gpuA < gpuB): online busy overlap and union seconds.",
+    )
+    memory: MemorySketch | None = Field(
+        default=None,
+        description=f"Harvestable-memory joint histogram in that hour (at most "
+        f"{MAX_HOUR_MEMORY_STATES} states).",
+    )
+
+
 class NodeTraceSpec(KubeModel):
     """Which node the trace describes (the object is named after it, too)."""
 
@@ -224,6 +254,12 @@ class NodeTraceStatus(KubeModel):
         alias="harvestableMemoryP10GiB",
         ge=0,
         description="10th percentile of the node's per-GPU harvestable memory, GiB.",
+    )
+    hours: list[HourSummary] | None = Field(
+        default=None,
+        max_length=HOURS_PER_DAY,
+        description="The node's history by hour of the day (UTC), at most one entry per hour; "
+        "the scheduler forecasts the hours a job will run from it. Kept across agent restarts.",
     )
     offline_jobs: int = Field(default=0, ge=0, description="Offline jobs running on the node.")
     uninstrumented_guard: UninstrumentedGuard | None = Field(

@@ -3,12 +3,17 @@
 Contract: ``load_node_summaries(config, nodetraces, now)`` returns one ``NodeSummary`` per
 node for a scheduling pass. By default they come from the NodeTrace objects the pass just
 listed (perfmodel's ``NodeTraceListSource``; a NodeTrace that does not parse is skipped with
-a warning so one broken agent cannot stop scheduling). With ``--prometheus-url`` they come
-from Prometheus instead (``gleaner.operator.sources.prometheus``, the agent metrics, else
-DCGM), read on a worker thread because that client is synchronous; agent metrics carry no
-GPU inventory, so each Prometheus summary takes its GPUs' UUIDs, products and memory from
-the node's NodeTrace when there is one (``with_inventory``: the load from Prometheus, the
-inventory from the agent's NodeTrace).
+a warning so one broken agent cannot stop scheduling). A NodeTrace with ``status.hours`` (the
+node's history by hour of the day) gives instead the time-of-day forecast of the next
+``FORECAST_HORIZON_S`` from ``now`` blended with its latest window (perfmodel's
+``node_forecast``), so a job placed in the morning is judged on the day ahead, not on the
+night behind it; unreadable hours are ignored with a warning (the latest window is used).
+With ``--prometheus-url`` they come from Prometheus instead
+(``gleaner.operator.sources.prometheus``, the agent metrics, else DCGM), read on a worker
+thread because that client is synchronous; agent metrics carry no GPU inventory, so each
+Prometheus summary takes its GPUs' UUIDs, products and memory from the node's NodeTrace when
+there is one (``with_inventory``: the load from Prometheus, the inventory from the agent's
+NodeTrace).
 
 ``uninstrumented_gpus(nodetraces)`` lists, per node, the GPUs whose agent reports a process no
 shim accounts for (``perGPU[].uninstrumentedProcesses``; none for a node that opted out):
@@ -25,11 +30,12 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gleaner.api import NodeTraceStatus
 from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
+from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace
 
 if TYPE_CHECKING:
     from gleaner.operator.config import OperatorConfig
@@ -37,16 +43,35 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 UNKNOWN_UUIDS_REASON = "GPU UUIDs unknown"
+FORECAST_HORIZON_S = timedelta(hours=2).total_seconds()
+"""How far ahead a placement's time-of-day forecast looks (the SLA is judged over it)."""
 
 
-def summaries_from_nodetraces(nodetraces: Sequence[dict[str, Any]]) -> dict[str, NodeSummary]:
+def summaries_from_nodetraces(
+    nodetraces: Sequence[dict[str, Any]], now: datetime | None = None
+) -> dict[str, NodeSummary]:
+    """One summary per parsable NodeTrace: its latest window, or with ``now`` and
+    ``status.hours`` the forecast from ``now`` (module docstring)."""
     out: dict[str, NodeSummary] = {}
     for obj in nodetraces:
+        name = (obj.get("metadata") or {}).get("name")
         try:
-            out.update(NodeTraceListSource([obj]).load())
+            loaded = NodeTraceListSource([obj]).load()
         except (TraceFormatError, ValueError) as exc:
-            name = (obj.get("metadata") or {}).get("name")
             logger.warning("NodeTrace %s skipped: %s", name, str(exc).splitlines()[0])
+            continue
+        if now is not None and (obj.get("status") or {}).get("hours"):
+            try:
+                profile = profile_from_nodetrace(obj)
+            except ValueError as exc:
+                logger.warning("NodeTrace %s: hours ignored: %s", name, str(exc).splitlines()[0])
+                profile = None
+            if profile is not None:
+                loaded = {
+                    node: node_forecast(summary, profile, now, FORECAST_HORIZON_S)
+                    for node, summary in loaded.items()
+                }
+        out.update(loaded)
     return out
 
 
@@ -118,4 +143,4 @@ async def load_node_summaries(
         )
         loaded = await asyncio.to_thread(source.load)
         return with_inventory(loaded, summaries_from_nodetraces(nodetraces))
-    return summaries_from_nodetraces(nodetraces)
+    return summaries_from_nodetraces(nodetraces, now)

@@ -62,6 +62,7 @@ from gleaner.runtime_agent.kube import (
     PodWatcher,
     ReportError,
     load_client,
+    read_hours,
     write_nodetrace,
 )
 from gleaner.runtime_agent.metrics import uninstrumented_families
@@ -252,7 +253,11 @@ class AgentDaemon:
             raise AgentError(f"unknown backend {o.backend!r} (nvidia or simulated)")
         self.inventory = inventory
         self.reports = ReportWindow(
-            window_s=o.window_s, source=source, agent_version=agent_version(), node=o.node
+            window_s=o.window_s,
+            source=source,
+            agent_version=agent_version(),
+            node=o.node,
+            inventory=inventory,
         )
         self.reports_ok = 0
         self.last_report_error: str | None = None
@@ -570,6 +575,13 @@ class AgentDaemon:
         self.reports.add(wall, self.refresh().accounting.snapshot())
         if not self.options.kube or self._api_client is None:
             return True
+        if self.reports.profile is None:
+            try:
+                stored = await asyncio.to_thread(read_hours, self._api_client, self.options.node)
+            except ReportError as exc:
+                log.warning("NodeTrace hours not read yet (tried again next report): %s", exc)
+            else:
+                self.reports.seed(stored)
         status = self.reports.status(self.inventory, self.agent.offline_jobs)
         if status is None:
             return True
