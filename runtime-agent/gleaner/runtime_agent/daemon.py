@@ -183,12 +183,23 @@ def nvidia_inventory(node: str) -> list[GpuInfo]:
     return gpus
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class AgentDaemon:
     """See the module docstring."""
 
-    def __init__(self, options: AgentOptions, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        options: AgentOptions,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] | None = None,
+    ):
         self.options = options
         self.clock = clock
+        self.wall: Callable[[], datetime] = wall or _utc_now
+        """The wall clock that labels reports and decides their hour of the day."""
         self.started = clock()
         self.sim: SimulatedNode | None = None
         self.server: ShimServer | None = None
@@ -398,7 +409,7 @@ class AgentDaemon:
         self._stopping = asyncio.Event()
         o = self.options
         if o.kube:  # first: an agent that cannot start leaves nothing behind
-            self._api_client = await asyncio.to_thread(self._cluster_client)
+            await self.connect()
         if self.server is not None:
             self._make_timers(self._loop)
             self._copy_shim()
@@ -450,6 +461,10 @@ class AgentDaemon:
             for timer in [*self._gate_timers.values(), self._memory_timer]:
                 if timer is not None:
                     timer.close()
+
+    async def connect(self) -> None:
+        """Open the cluster connection the reports go through (:meth:`run` does it first)."""
+        self._api_client = await asyncio.to_thread(self._cluster_client)
 
     def stop(self) -> None:
         if self._loop is not None and self._stopping is not None:
@@ -540,7 +555,7 @@ class AgentDaemon:
 
     async def _report_loop(self) -> None:
         o = self.options
-        self.reports.add(datetime.now(UTC), self.refresh().accounting.snapshot())
+        self.reports.add(self.wall(), self.refresh().accounting.snapshot())
         while True:
             await asyncio.sleep(o.report_interval_s)
             try:
@@ -571,7 +586,7 @@ class AgentDaemon:
 
     async def report_once(self) -> bool:
         """Snapshot now and, with Kubernetes on, write the window's NodeTrace status."""
-        wall = datetime.now(UTC)
+        wall = self.wall()
         self.reports.add(wall, self.refresh().accounting.snapshot())
         if not self.options.kube or self._api_client is None:
             return True
