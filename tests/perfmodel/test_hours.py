@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gleaner.api import NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
-from gleaner.api.nodetrace import MAX_HOUR_MEMORY_STATES
+from gleaner.api.nodetrace import MAX_HOUR_MEMORY_STATES, hour_memory_states
 from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
 from gleaner.perfmodel.hours import (
     capped_profile,
@@ -68,20 +68,25 @@ def test_hours_read_back_as_the_profile_written(days: dict[int, list[float]]) ->
             assert got.equals(want, rtol=1e-6)
 
 
-def test_each_hour_is_bounded_in_size() -> None:
+@pytest.mark.parametrize("gpus", [2, 16])
+def test_each_hour_is_bounded_in_size(gpus: int) -> None:
+    specs = [GpuSpec(i, uuid=f"GPU-{i}") for i in range(gpus)]
+    bound = hour_memory_states(gpus)
+    assert bound == (MAX_HOUR_MEMORY_STATES if gpus <= 8 else 64)
     profile = DiurnalProfile("n")
     rng = np.random.default_rng(3)
     for hour in range(HOURS):
         t = np.arange(0, 3600, 10.0) + hour * 3600
         summary = NodeSummary.from_samples(
-            "n", GPUS, t, rng.random((t.size, 2)), rng.random((t.size, 2)) * 80, step_gib=0.01
-        )
-        assert summary.memory.n_states > MAX_HOUR_MEMORY_STATES
+            "n", specs, t, rng.random((t.size, gpus)), rng.random((t.size, gpus)) * 80,
+            step_gib=0.01,
+        )  # fmt: skip
+        assert summary.memory.n_states > bound
         profile = profile.fold(hour, summary)
     hours = profile_to_hours(profile)
     assert len(hours) == HOURS
     for h in hours:
-        assert h.memory is not None and len(h.memory.states) <= MAX_HOUR_MEMORY_STATES
+        assert h.memory is not None and len(h.memory.states) <= bound
         # Coarser, never optimistic: a capped sketch's step only grows.
         assert h.memory.step_gi_b >= 0.01
 

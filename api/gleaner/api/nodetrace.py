@@ -36,8 +36,17 @@ from gleaner.api.common import Condition, CustomResource, KubeModel
 MAX_GPUS_PER_NODE = 16
 MAX_MEMORY_STATES = 4096
 HOURS_PER_DAY = 24
-MAX_HOUR_MEMORY_STATES = 64
-"""States per hour slot's memory sketch (the step coarsens to fit), so ``hours`` stays small."""
+MAX_HOUR_MEMORY_STATES = 128
+"""Most states of one hour's memory sketch (the step coarsens to fit), so ``hours`` stays
+small; nodes of more than 8 GPUs keep fewer (:func:`hour_memory_states`)."""
+HOUR_MEMORY_NUMBERS = 1024
+"""Most free-GiB numbers (states x GPUs) of one hour's memory sketch."""
+
+
+def hour_memory_states(gpus: int) -> int:
+    """Most states of one hour's memory sketch on a node of ``gpus`` GPUs: 128 up to 8
+    GPUs, 64 for 16."""
+    return min(MAX_HOUR_MEMORY_STATES, max(1, HOUR_MEMORY_NUMBERS // max(1, gpus)))
 
 
 class TraceSource(StrEnum):
@@ -208,7 +217,8 @@ class HourSummary(KubeModel):
     memory: MemorySketch | None = Field(
         default=None,
         description=f"Harvestable-memory joint histogram in that hour (at most "
-        f"{MAX_HOUR_MEMORY_STATES} states).",
+        f"{MAX_HOUR_MEMORY_STATES} states, {HOUR_MEMORY_NUMBERS} // GPUs on nodes of more "
+        "than 8 GPUs).",
     )
 
 

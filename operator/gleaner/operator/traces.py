@@ -8,6 +8,10 @@ node's history by hour of the day) gives instead the time-of-day forecast of the
 ``FORECAST_HORIZON_S`` from ``now`` blended with its latest window (perfmodel's
 ``node_forecast``), so a job placed in the morning is judged on the day ahead, not on the
 night behind it; unreadable hours are ignored with a warning (the latest window is used).
+Parsing 24 hours is most of the cost of reading a NodeTrace, and they change once an hour
+while the rest of the status changes every report: ``HourProfiles`` keeps each node's parsed
+profile until its hours change (each entry's hour, window end and seconds), so a pass parses
+only the hours that moved.
 With ``--prometheus-url`` they come from Prometheus instead
 (``gleaner.operator.sources.prometheus``, the agent metrics, else DCGM), read on a worker
 thread because that client is synchronous; agent metrics carry no GPU inventory, so each
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gleaner.api import NodeTraceStatus
 from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
+from gleaner.perfmodel.diurnal import DiurnalProfile
 from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace
 
 if TYPE_CHECKING:
@@ -47,11 +52,55 @@ FORECAST_HORIZON_S = timedelta(hours=2).total_seconds()
 """How far ahead a placement's time-of-day forecast looks (the SLA is judged over it)."""
 
 
+class HourProfiles:
+    """Each node's time-of-day profile, parsed once per change of its ``status.hours``."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, tuple[tuple[Any, ...], DiurnalProfile | None]] = {}
+
+    def profile(self, obj: Mapping[str, Any]) -> DiurnalProfile | None:
+        """The profile of NodeTrace ``obj`` (None without hours); ValueError when its hours
+        do not parse (then None until they change)."""
+        name = str((obj.get("metadata") or {}).get("name"))
+        status = obj.get("status") or {}
+        hours = status.get("hours") or []
+        key = (
+            tuple(g.get("index") for g in status.get("gpus") or []),
+            tuple(
+                (h.get("hour"), (h.get("window") or {}).get("end"),
+                 (h.get("window") or {}).get("seconds"))
+                for h in hours
+            ),
+        )  # fmt: skip
+        cached = self._by_node.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            profile = profile_from_nodetrace(obj)
+        except ValueError:
+            self._by_node[name] = (key, None)  # warned once, ignored until they change
+            raise
+        self._by_node[name] = (key, profile)
+        return profile
+
+    def retain(self, names: set[str]) -> None:
+        """Forget the nodes not in ``names`` (their NodeTraces are gone)."""
+        for name in set(self._by_node) - names:
+            del self._by_node[name]
+
+    def __len__(self) -> int:
+        return len(self._by_node)
+
+
 def summaries_from_nodetraces(
-    nodetraces: Sequence[dict[str, Any]], now: datetime | None = None
+    nodetraces: Sequence[dict[str, Any]],
+    now: datetime | None = None,
+    hours: HourProfiles | None = None,
 ) -> dict[str, NodeSummary]:
     """One summary per parsable NodeTrace: its latest window, or with ``now`` and
-    ``status.hours`` the forecast from ``now`` (module docstring)."""
+    ``status.hours`` the forecast from ``now`` (module docstring). ``hours`` keeps parsed
+    profiles from one call to the next (None: parsed afresh)."""
+    profiles = hours if hours is not None else HourProfiles()
     out: dict[str, NodeSummary] = {}
     for obj in nodetraces:
         name = (obj.get("metadata") or {}).get("name")
@@ -62,7 +111,7 @@ def summaries_from_nodetraces(
             continue
         if now is not None and (obj.get("status") or {}).get("hours"):
             try:
-                profile = profile_from_nodetrace(obj)
+                profile = profiles.profile(obj)
             except ValueError as exc:
                 logger.warning("NodeTrace %s: hours ignored: %s", name, str(exc).splitlines()[0])
                 profile = None
@@ -72,6 +121,7 @@ def summaries_from_nodetraces(
                     for node, summary in loaded.items()
                 }
         out.update(loaded)
+    profiles.retain({str((o.get("metadata") or {}).get("name")) for o in nodetraces})
     return out
 
 
@@ -133,7 +183,10 @@ def unbindable_nodes(summaries: Mapping[str, NodeSummary]) -> dict[str, str]:
 
 
 async def load_node_summaries(
-    config: OperatorConfig, nodetraces: Sequence[dict[str, Any]], now: datetime
+    config: OperatorConfig,
+    nodetraces: Sequence[dict[str, Any]],
+    now: datetime,
+    hours: HourProfiles | None = None,
 ) -> dict[str, NodeSummary]:
     if config.prometheus_url:
         from gleaner.operator.sources.prometheus import PrometheusTraceSource
@@ -143,4 +196,4 @@ async def load_node_summaries(
         )
         loaded = await asyncio.to_thread(source.load)
         return with_inventory(loaded, summaries_from_nodetraces(nodetraces))
-    return summaries_from_nodetraces(nodetraces, now)
+    return summaries_from_nodetraces(nodetraces, now, hours)

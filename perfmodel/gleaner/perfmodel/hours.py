@@ -7,8 +7,9 @@ survives restarts and the operator forecasts from the same history:
 - :func:`profile_to_hours` writes each hour slot that holds data as one
   :class:`~gleaner.api.HourSummary`, through :meth:`NodeSummary.to_nodetrace_status` (the
   same per-GPU seconds, pairs and memory sketch as the status's own window). Each slot's
-  memory sketch is first capped to ``MAX_HOUR_MEMORY_STATES`` states (the step doubles until
-  it fits, never optimistic), so ``hours`` is bounded: at most 24 entries of bounded size.
+  memory sketch is first capped to ``hour_memory_states`` states (128 up to 8 GPUs, 64 for
+  16; the step doubles until it fits, never optimistic), so ``hours`` is bounded: at most
+  24 entries of bounded size.
 - :func:`profile_from_status` reads them back, through :meth:`NodeSummary.from_nodetrace`
   with the status's GPU inventory. An entry that does not parse, or whose GPUs are not the
   node's inventory now (a GPU added or removed), is left out: that hour starts afresh.
@@ -37,7 +38,7 @@ from gleaner.api import (
     NodeTraceStatus,
     ObjectMeta,
 )
-from gleaner.api.nodetrace import MAX_HOUR_MEMORY_STATES
+from gleaner.api.nodetrace import hour_memory_states
 from gleaner.perfmodel.diurnal import (
     DEFAULT_DAY_WEIGHT,
     DEFAULT_RECENT_WEIGHT,
@@ -48,19 +49,19 @@ from gleaner.perfmodel.diurnal import (
 from gleaner.perfmodel.summary import NodeSummary, TraceFormatError
 
 
-def capped_profile(
-    profile: DiurnalProfile, max_states: int = MAX_HOUR_MEMORY_STATES
-) -> DiurnalProfile:
-    """``profile`` with every slot's memory sketch capped to ``max_states`` states."""
+def capped_profile(profile: DiurnalProfile, max_states: int | None = None) -> DiurnalProfile:
+    """``profile`` with every slot's memory sketch capped to ``max_states`` states (None:
+    ``hour_memory_states`` of the slot's GPU count)."""
     slots = tuple(
-        None if s is None else replace(s, memory=s.memory.capped(max_states)) for s in profile.slots
+        None
+        if s is None
+        else replace(s, memory=s.memory.capped(max_states or hour_memory_states(s.n_gpus)))
+        for s in profile.slots
     )
     return replace(profile, slots=slots)
 
 
-def profile_to_hours(
-    profile: DiurnalProfile, max_states: int = MAX_HOUR_MEMORY_STATES
-) -> list[HourSummary]:
+def profile_to_hours(profile: DiurnalProfile, max_states: int | None = None) -> list[HourSummary]:
     """One entry per hour slot with data, in hour order (module docstring)."""
     out: list[HourSummary] = []
     for hour, slot in enumerate(capped_profile(profile, max_states).slots):
