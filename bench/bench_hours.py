@@ -8,13 +8,16 @@ node's parsed hours until they change (``HourProfiles``). This benchmark builds 
 NodeTraces of 8 GPUs, each with 24 hours at the size bound (128 memory states per hour) and a
 latest window, as the API server returns them (JSON), and times, side by side in rounds:
 
-- ``latest window``: the pass without hours (how it read NodeTraces before);
+- ``no hours``: the same NodeTraces without ``status.hours`` (how a pass read them before);
+- ``latest window``: with hours, read without a time (no forecast; the hours are still
+  validated with the rest of the status);
 - ``hours, parsed``: every node's hours parsed in the pass (a cold cache: the operator's
   first pass, or every node's hour changed at once);
 - ``hours, kept``: the same with the hours kept from the previous pass (the usual pass).
 
-Target: a pass with the hours kept costs at most 1.5x the pass without hours (medians
-over the rounds). Returns 1 when missed. ``--nodes`` and ``--rounds`` change the size.
+Target: a pass with the hours kept costs at most 1.5x the pass over the same NodeTraces
+without hours (medians over the rounds). Returns 1 when missed. ``--nodes`` and ``--rounds``
+change the size.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def nodetrace(name: str, rng: np.random.Generator, now: datetime) -> dict[str, A
     gpus = [GpuSpec(i, uuid=f"GPU-{name}-{i}", memory_gib=80.0) for i in range(GPUS)]
     profile = DiurnalProfile(name)
     for hour in range(HOURS):
-        t = np.arange(0, 3600, 60.0) + hour * 3600
+        t = np.arange(0, 3600, 10.0) + hour * 3600
         level = rng.integers(0, hour_memory_states(GPUS), t.size)
         free = (np.arange(GPUS)[None, :] * 0.37 + level[:, None] * 1.13) % 79.0 + 0.1
         busy = rng.random((t.size, GPUS))
@@ -87,12 +90,23 @@ def main(argv: list[str]) -> int:
     now = datetime.now(UTC)
     rng = np.random.default_rng(7)
     traces = [nodetrace(f"node-{n}", rng, now) for n in range(nodes)]
-    size = statistics.mean(len(json.dumps(t["status"]["hours"])) for t in traces)
+    size = statistics.mean(
+        len(json.dumps(t["status"]["hours"], separators=(",", ":"))) for t in traces
+    )
     kept = HourProfiles()
     summaries_from_nodetraces(traces, now, kept)  # the previous pass
     # Side by side in each round, so the machine's load falls on all three alike.
-    results: dict[str, list[float]] = {"latest window": [], "hours, parsed": [], "hours, kept": []}
+    plain = [
+        {**t, "status": {k: v for k, v in t["status"].items() if k != "hours"}} for t in traces
+    ]
+    results: dict[str, list[float]] = {
+        "no hours": [],
+        "latest window": [],
+        "hours, parsed": [],
+        "hours, kept": [],
+    }
     for _ in range(rounds):
+        results["no hours"].append(_median_s(lambda: summaries_from_nodetraces(plain, now), 1))
         results["latest window"].append(_median_s(lambda: summaries_from_nodetraces(traces), 1))
         results["hours, parsed"].append(
             _median_s(lambda: summaries_from_nodetraces(traces, now, HourProfiles()), 1)
@@ -105,14 +119,14 @@ def main(argv: list[str]) -> int:
         f"{nodes} NodeTraces of {GPUS} GPUs, 24 hours each ({size / 1000:.0f} kB of hours "
         f"per node as JSON); median of {rounds} rounds, side by side"
     )
-    print(f"{'one pass reads':16s} {'seconds':>9s} {'x latest':>9s}")
-    base = medians["latest window"]
+    print(f"{'one pass reads':16s} {'seconds':>9s} {'x no hours':>11s}")
+    base = medians["no hours"]
     for name, seconds in medians.items():
-        print(f"{name:16s} {seconds:9.3f} {seconds / base:9.2f}")
+        print(f"{name:16s} {seconds:9.3f} {seconds / base:11.2f}")
     ratio = medians["hours, kept"] / base
     ok = ratio <= KEPT_RATIO_TARGET
     print(
-        f"target hours kept <= {KEPT_RATIO_TARGET}x latest window: "
+        f"target hours kept <= {KEPT_RATIO_TARGET}x no hours: "
         f"{'met' if ok else 'MISSED'} ({ratio:.2f}x)"
     )
     return 0 if ok else 1

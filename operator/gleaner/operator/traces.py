@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gleaner.api import NodeTraceStatus
+from gleaner.api.nodetrace import without_hours
 from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
 from gleaner.perfmodel.diurnal import DiurnalProfile
 from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace
@@ -164,7 +165,7 @@ def uninstrumented_gpus(nodetraces: Sequence[dict[str, Any]]) -> dict[str, dict[
     for obj in nodetraces:
         name = (obj.get("metadata") or {}).get("name")
         try:
-            status = NodeTraceStatus.model_validate(obj.get("status") or {})
+            status = NodeTraceStatus.model_validate(without_hours(obj).get("status") or {})
         except ValueError:
             continue  # summaries_from_nodetraces already warned about it
         found = status.uninstrumented_gpus()

@@ -119,10 +119,21 @@ def profile_from_nodetrace(
 ) -> DiurnalProfile | None:
     """The profile of a NodeTrace (model or the API server's dict); None when it has no
     ``status.hours`` at all."""
-    nt = trace if isinstance(trace, NodeTrace) else NodeTrace.model_validate(trace)
-    if not nt.status.hours:
+    if isinstance(trace, NodeTrace):
+        name, status = trace.spec.node_name or trace.metadata.name, trace.status
+    else:
+        raw = trace.get("status") or {}
+        if not raw.get("hours"):
+            return None
+        name = (trace.get("spec") or {}).get("nodeName") or (trace.get("metadata") or {})["name"]
+        # Only what the hours need: the rest of the status (its own memory sketch) is
+        # read by NodeSummary.from_nodetrace.
+        status = NodeTraceStatus.model_validate(
+            {"gpus": raw.get("gpus") or [], "hours": raw["hours"]}
+        )
+    if not status.hours:
         return None
-    return profile_from_status(nt.spec.node_name or nt.metadata.name, nt.status, day_weight)
+    return profile_from_status(str(name), status, day_weight)
 
 
 def node_forecast(
