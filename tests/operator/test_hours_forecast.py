@@ -88,3 +88,18 @@ def test_an_hour_that_does_not_fit_the_inventory_is_left_out() -> None:
     got = summaries_from_nodetraces([obj], DAY + timedelta(hours=6))
     # Hour 6 left out: hour 7 stands in for the whole horizon.
     assert _idle(got["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+
+
+def test_hours_that_do_not_parse_leave_the_latest_window_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    obj = _with_hours("a", {6: 0.5})
+    obj["status"]["hours"][0]["window"]["seconds"] = -1  # a server's CRD would refuse it
+    kept = HourProfiles()
+    now = DAY + timedelta(hours=6)
+    with caplog.at_level("WARNING", logger="gleaner.operator.traces"):
+        for _ in range(3):
+            got = summaries_from_nodetraces([obj], now, kept)
+            assert _idle(got["a"]) == pytest.approx(0.9)  # the latest window
+    warnings = [r for r in caplog.records if "hours ignored" in r.getMessage()]
+    assert len(warnings) == 1
