@@ -15,9 +15,9 @@ latest window, as the API server returns them (JSON), and times, side by side in
   first pass, or every node's hour changed at once);
 - ``hours, kept``: the same with the hours kept from the previous pass (the usual pass).
 
-Target: a pass with the hours kept costs at most 1.5x the pass over the same NodeTraces
-without hours (medians over the rounds). Returns 1 when missed. ``--nodes`` and ``--rounds``
-change the size.
+Target: with the hours kept, the forecast adds at most 2 ms per node to a pass over the same
+NodeTraces without hours (medians over the rounds; the ratio is printed too). Returns 1 when
+missed. ``--nodes`` and ``--rounds`` change the size.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from gleaner.perfmodel.hours import profile_to_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 
 GPUS = 8
-KEPT_RATIO_TARGET = 1.5
+KEPT_MS_PER_NODE_TARGET = 2.0
 
 
 def nodetrace(name: str, rng: np.random.Generator, now: datetime) -> dict[str, Any]:
@@ -123,10 +123,10 @@ def main(argv: list[str]) -> int:
     base = medians["no hours"]
     for name, seconds in medians.items():
         print(f"{name:16s} {seconds:9.3f} {seconds / base:11.2f}")
-    ratio = medians["hours, kept"] / base
-    ok = ratio <= KEPT_RATIO_TARGET
+    added_ms = 1000 * (medians["hours, kept"] - base) / nodes
+    ok = added_ms <= KEPT_MS_PER_NODE_TARGET
     print(
-        f"target hours kept <= {KEPT_RATIO_TARGET}x no hours: "
-        f"{'met' if ok else 'MISSED'} ({ratio:.2f}x)"
+        f"target hours kept add <= {KEPT_MS_PER_NODE_TARGET} ms per node: "
+        f"{'met' if ok else 'MISSED'} ({added_ms:.2f} ms, {medians['hours, kept'] / base:.2f}x)"
     )
     return 0 if ok else 1
