@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import Field, computed_field, model_validator
 
@@ -35,6 +36,18 @@ from gleaner.api.common import Condition, CustomResource, KubeModel
 
 MAX_GPUS_PER_NODE = 16
 MAX_MEMORY_STATES = 4096
+HOURS_PER_DAY = 24
+MAX_HOUR_MEMORY_STATES = 128
+"""Most states of one hour's memory sketch (the step coarsens to fit), so ``hours`` stays
+small; nodes of more than 8 GPUs keep fewer (:func:`hour_memory_states`)."""
+HOUR_MEMORY_NUMBERS = 1024
+"""Most free-GiB numbers (states x GPUs) of one hour's memory sketch."""
+
+
+def hour_memory_states(gpus: int) -> int:
+    """Most states of one hour's memory sketch on a node of ``gpus`` GPUs: 128 up to 8
+    GPUs, 64 for 16."""
+    return min(MAX_HOUR_MEMORY_STATES, max(1, HOUR_MEMORY_NUMBERS // max(1, gpus)))
 
 
 class TraceSource(StrEnum):
@@ -182,6 +195,34 @@ class MemorySketch(KubeModel):
     )
 
 
+class HourSummary(KubeModel):
+    """One hour of the day (UTC) of the node's history: the same seconds and counts as the
+    status's window, summed over the days observed (older days weigh less)."""
+
+    hour: int = Field(ge=0, lt=HOURS_PER_DAY, description="Hour of the day, UTC (0-23).")
+    window: TraceWindow = Field(
+        description="Seconds of that hour observed (after down-weighting older days); start "
+        "and end span the days folded in."
+    )
+    per_gpu: list[GpuTrace] = Field(
+        default_factory=list,
+        alias="perGPU",
+        max_length=MAX_GPUS_PER_NODE,
+        description="Per-GPU seconds and counts in that hour.",
+    )
+    pairs: list[GpuPair] = Field(
+        default_factory=list,
+        max_length=120,
+        description="Per GPU pair (gpuA < gpuB): online busy overlap and union seconds.",
+    )
+    memory: MemorySketch | None = Field(
+        default=None,
+        description=f"Harvestable-memory joint histogram in that hour (at most "
+        f"{MAX_HOUR_MEMORY_STATES} states, {HOUR_MEMORY_NUMBERS} // GPUs on nodes of more "
+        "than 8 GPUs).",
+    )
+
+
 class NodeTraceSpec(KubeModel):
     """Which node the trace describes (the object is named after it, too)."""
 
@@ -225,6 +266,12 @@ class NodeTraceStatus(KubeModel):
         ge=0,
         description="10th percentile of the node's per-GPU harvestable memory, GiB.",
     )
+    hours: list[HourSummary] | None = Field(
+        default=None,
+        max_length=HOURS_PER_DAY,
+        description="The node's history by hour of the day (UTC), at most one entry per hour; "
+        "the scheduler forecasts the hours a job will run from it. Kept across agent restarts.",
+    )
     offline_jobs: int = Field(default=0, ge=0, description="Offline jobs running on the node.")
     uninstrumented_guard: UninstrumentedGuard | None = Field(
         default=None,
@@ -248,6 +295,16 @@ class NodeTraceStatus(KubeModel):
     def gpu_count(self) -> int:
         """Derived, written with the status so ``kubectl get nt`` can show it."""
         return len(self.gpus)
+
+
+def without_hours(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A NodeTrace as the API server returns it, less ``status.hours``, for the readers that
+    do not forecast: validating 24 hours costs many times the rest of the status (docs/
+    benchmarks.md, "Hours of the day")."""
+    status = obj.get("status")
+    if not isinstance(status, Mapping) or "hours" not in status:
+        return dict(obj)
+    return {**obj, "status": {k: v for k, v in status.items() if k != "hours"}}
 
 
 class NodeTrace(CustomResource):

@@ -48,6 +48,7 @@ from pydantic import ValidationError
 
 from gleaner.api import NodeTrace, OfflineJob, Phase, Profile
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, SlaWindows, eviction_report_name
+from gleaner.api.nodetrace import without_hours
 from gleaner.batch.deadline import deadline_outlook
 from gleaner.dashboard.model import (
     BatchView,
@@ -242,7 +243,9 @@ def with_uninstrumented(node: NodeView, trace: Mapping[str, Any] | None) -> Node
     """``node`` with each GPU's uninstrumented processes and the guard's mode, from its raw
     NodeTrace (docs/agent.md, "Uninstrumented processes"); unchanged when it says nothing."""
     try:
-        status = NodeTrace.model_validate(trace).status if trace is not None else None
+        status = (
+            NodeTrace.model_validate(without_hours(trace)).status if trace is not None else None
+        )
     except ValidationError:
         status = None  # _summaries already warned
     if status is None or status.uninstrumented_guard is None:
@@ -797,7 +800,7 @@ def _summaries(record: ClusterRecord, warnings: list[str]) -> dict[str, NodeSumm
     for raw in record.node_traces:
         name = str((raw.get("metadata") or {}).get("name", "?"))
         try:
-            trace = NodeTrace.model_validate(raw)
+            trace = NodeTrace.model_validate(without_hours(raw))
             summary = NodeSummary.from_nodetrace(trace, labels=record.node_labels.get(name))
         except (ValidationError, ValueError) as exc:
             warnings.append(f"NodeTrace {name}: {str(exc).splitlines()[0]}")

@@ -46,6 +46,7 @@ from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
 from gleaner.operator.tracecache import TraceCache
+from gleaner.operator.traces import HourProfiles
 from gleaner.scheduler.bias import BiasTable
 
 logger = logging.getLogger("gleaner.operator")
@@ -65,6 +66,8 @@ class OperatorContext:
     nodes: NodeCache = field(default_factory=NodeCache)
     uninstrumented: dict[str, dict[int, str]] = field(default_factory=dict)
     traces: TraceCache = field(default_factory=TraceCache)
+    hours: HourProfiles = field(default_factory=HourProfiles)
+    """Each node's parsed hours of the day, kept until they change."""
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
     _bound: dict[str, dict[str, Any]] = field(default_factory=dict)

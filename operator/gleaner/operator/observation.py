@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from gleaner.api import NodeTrace
+from gleaner.api.nodetrace import without_hours
 from gleaner.perfmodel import NodeSummary, compute_factor, multi_gpu_factor
 
 
@@ -54,7 +55,7 @@ def observe_from_nodetrace(
     placed_at: datetime,
 ) -> ObservedWindow | None:
     """The observed fraction on ``gpus`` over the trace's window (see the module docstring)."""
-    nt = trace if isinstance(trace, NodeTrace) else NodeTrace.model_validate(trace)
+    nt = trace if isinstance(trace, NodeTrace) else NodeTrace.model_validate(without_hours(trace))
     window = nt.status.window
     if window is None or window.seconds <= 0 or window.end <= placed_at:
         return None

@@ -7,7 +7,8 @@ event; ``DELETED`` forgets the node. ``trace(name)`` returns the parsed ``NodeTr
 parsed at most once per ``resourceVersion``, on first use, so the SLA ticks of all the jobs
 on one node share one parse. It returns None when the watch has not delivered that node;
 the caller then GETs it, as it did before the cache existed. A body that does not parse
-raises ``ValueError`` from ``trace``, as parsing a GET answer would.
+raises ``ValueError`` from ``trace``, as parsing a GET answer would. ``status.hours`` is left
+out of the parse (the SLA monitor does not read it, and it is most of the cost).
 
 Why: the SLA monitor ticks every window for every Running job, and a GET of the node's
 NodeTrace per tick was most of the operator's API requests (docs/benchmarks.md, "Scheduling
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gleaner.api import NodeTrace
+from gleaner.api.nodetrace import without_hours
 
 
 @dataclass
@@ -49,7 +51,7 @@ class TraceCache:
         if entry is None:
             return None
         if entry.parsed is None:
-            entry.parsed = NodeTrace.model_validate(entry.body)
+            entry.parsed = NodeTrace.model_validate(without_hours(entry.body))
         return entry.parsed
 
     def __contains__(self, name: object) -> bool:

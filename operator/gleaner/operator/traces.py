@@ -3,12 +3,21 @@
 Contract: ``load_node_summaries(config, nodetraces, now)`` returns one ``NodeSummary`` per
 node for a scheduling pass. By default they come from the NodeTrace objects the pass just
 listed (perfmodel's ``NodeTraceListSource``; a NodeTrace that does not parse is skipped with
-a warning so one broken agent cannot stop scheduling). With ``--prometheus-url`` they come
-from Prometheus instead (``gleaner.operator.sources.prometheus``, the agent metrics, else
-DCGM), read on a worker thread because that client is synchronous; agent metrics carry no
-GPU inventory, so each Prometheus summary takes its GPUs' UUIDs, products and memory from
-the node's NodeTrace when there is one (``with_inventory``: the load from Prometheus, the
-inventory from the agent's NodeTrace).
+a warning so one broken agent cannot stop scheduling). A NodeTrace with ``status.hours`` (the
+node's history by hour of the day) gives instead the time-of-day forecast of the next
+``FORECAST_HORIZON_S`` from ``now`` blended with its latest window (perfmodel's
+``node_forecast``), so a job placed in the morning is judged on the day ahead, not on the
+night behind it; unreadable hours are ignored with a warning (the latest window is used).
+Parsing 24 hours is most of the cost of reading a NodeTrace, and they change once an hour
+while the rest of the status changes every report: ``HourProfiles`` keeps each node's parsed
+profile until its hours change (each entry's hour, window end and seconds), so a pass parses
+only the hours that moved.
+With ``--prometheus-url`` they come from Prometheus instead
+(``gleaner.operator.sources.prometheus``, the agent metrics, else DCGM), read on a worker
+thread because that client is synchronous; agent metrics carry no GPU inventory, so each
+Prometheus summary takes its GPUs' UUIDs, products and memory from the node's NodeTrace when
+there is one (``with_inventory``: the load from Prometheus, the inventory from the agent's
+NodeTrace).
 
 ``uninstrumented_gpus(nodetraces)`` lists, per node, the GPUs whose agent reports a process no
 shim accounts for (``perGPU[].uninstrumentedProcesses``; none for a node that opted out):
@@ -25,11 +34,14 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gleaner.api import NodeTraceStatus
+from gleaner.api.nodetrace import without_hours
 from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
+from gleaner.perfmodel.diurnal import DiurnalProfile
+from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace
 
 if TYPE_CHECKING:
     from gleaner.operator.config import OperatorConfig
@@ -37,16 +49,80 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 UNKNOWN_UUIDS_REASON = "GPU UUIDs unknown"
+FORECAST_HORIZON_S = timedelta(hours=2).total_seconds()
+"""How far ahead a placement's time-of-day forecast looks (the SLA is judged over it)."""
 
 
-def summaries_from_nodetraces(nodetraces: Sequence[dict[str, Any]]) -> dict[str, NodeSummary]:
+class HourProfiles:
+    """Each node's time-of-day profile, parsed once per change of its ``status.hours``."""
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, tuple[tuple[Any, ...], DiurnalProfile | None]] = {}
+
+    def profile(self, obj: Mapping[str, Any]) -> DiurnalProfile | None:
+        """The profile of NodeTrace ``obj`` (None without hours); ValueError when its hours
+        do not parse (then None until they change)."""
+        name = str((obj.get("metadata") or {}).get("name"))
+        status = obj.get("status") or {}
+        hours = status.get("hours") or []
+        key = (
+            tuple(g.get("index") for g in status.get("gpus") or []),
+            tuple(
+                (h.get("hour"), (h.get("window") or {}).get("end"),
+                 (h.get("window") or {}).get("seconds"))
+                for h in hours
+            ),
+        )  # fmt: skip
+        cached = self._by_node.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            profile = profile_from_nodetrace(obj)
+        except ValueError:
+            self._by_node[name] = (key, None)  # warned once, ignored until they change
+            raise
+        self._by_node[name] = (key, profile)
+        return profile
+
+    def retain(self, names: set[str]) -> None:
+        """Forget the nodes not in ``names`` (their NodeTraces are gone)."""
+        for name in set(self._by_node) - names:
+            del self._by_node[name]
+
+    def __len__(self) -> int:
+        return len(self._by_node)
+
+
+def summaries_from_nodetraces(
+    nodetraces: Sequence[dict[str, Any]],
+    now: datetime | None = None,
+    hours: HourProfiles | None = None,
+) -> dict[str, NodeSummary]:
+    """One summary per parsable NodeTrace: its latest window, or with ``now`` and
+    ``status.hours`` the forecast from ``now`` (module docstring). ``hours`` keeps parsed
+    profiles from one call to the next (None: parsed afresh)."""
+    profiles = hours if hours is not None else HourProfiles()
     out: dict[str, NodeSummary] = {}
     for obj in nodetraces:
+        name = (obj.get("metadata") or {}).get("name")
         try:
-            out.update(NodeTraceListSource([obj]).load())
+            loaded = NodeTraceListSource([obj]).load()
         except (TraceFormatError, ValueError) as exc:
-            name = (obj.get("metadata") or {}).get("name")
             logger.warning("NodeTrace %s skipped: %s", name, str(exc).splitlines()[0])
+            continue
+        if now is not None and (obj.get("status") or {}).get("hours"):
+            try:
+                profile = profiles.profile(obj)
+            except ValueError as exc:
+                logger.warning("NodeTrace %s: hours ignored: %s", name, str(exc).splitlines()[0])
+                profile = None
+            if profile is not None:
+                loaded = {
+                    node: node_forecast(summary, profile, now, FORECAST_HORIZON_S)
+                    for node, summary in loaded.items()
+                }
+        out.update(loaded)
+    profiles.retain({str((o.get("metadata") or {}).get("name")) for o in nodetraces})
     return out
 
 
@@ -89,7 +165,7 @@ def uninstrumented_gpus(nodetraces: Sequence[dict[str, Any]]) -> dict[str, dict[
     for obj in nodetraces:
         name = (obj.get("metadata") or {}).get("name")
         try:
-            status = NodeTraceStatus.model_validate(obj.get("status") or {})
+            status = NodeTraceStatus.model_validate(without_hours(obj).get("status") or {})
         except ValueError:
             continue  # summaries_from_nodetraces already warned about it
         found = status.uninstrumented_gpus()
@@ -108,7 +184,10 @@ def unbindable_nodes(summaries: Mapping[str, NodeSummary]) -> dict[str, str]:
 
 
 async def load_node_summaries(
-    config: OperatorConfig, nodetraces: Sequence[dict[str, Any]], now: datetime
+    config: OperatorConfig,
+    nodetraces: Sequence[dict[str, Any]],
+    now: datetime,
+    hours: HourProfiles | None = None,
 ) -> dict[str, NodeSummary]:
     if config.prometheus_url:
         from gleaner.operator.sources.prometheus import PrometheusTraceSource
@@ -118,4 +197,4 @@ async def load_node_summaries(
         )
         loaded = await asyncio.to_thread(source.load)
         return with_inventory(loaded, summaries_from_nodetraces(nodetraces))
-    return summaries_from_nodetraces(nodetraces)
+    return summaries_from_nodetraces(nodetraces, now, hours)

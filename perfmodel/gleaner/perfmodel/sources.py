@@ -137,11 +137,16 @@ class NodeTraceListSource:
         from pydantic import ValidationError
 
         from gleaner.api import NodeTrace as NodeTraceModel
+        from gleaner.api.nodetrace import without_hours
 
         out: dict[str, NodeSummary] = {}
         for i, obj in enumerate(self.objects):
             try:
-                nt = obj if isinstance(obj, NodeTraceModel) else NodeTraceModel.model_validate(obj)
+                nt = (
+                    obj
+                    if isinstance(obj, NodeTraceModel)
+                    else NodeTraceModel.model_validate(without_hours(obj))
+                )
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(x) for x in first["loc"])

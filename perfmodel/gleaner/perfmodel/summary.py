@@ -411,8 +411,13 @@ class NodeSummary:
     ) -> NodeSummary:
         """From a NodeTrace (model or the API server's dict). No window: window_seconds 0."""
         from gleaner.api import NodeTrace as NodeTraceModel
+        from gleaner.api.nodetrace import without_hours
 
-        nt = trace if isinstance(trace, NodeTraceModel) else NodeTraceModel.model_validate(trace)
+        nt = (
+            trace
+            if isinstance(trace, NodeTraceModel)
+            else NodeTraceModel.model_validate(without_hours(trace))
+        )
         st = nt.status
         name = nt.spec.node_name or nt.metadata.name
         inventory = sorted(st.gpus, key=lambda gi: gi.index)

@@ -62,6 +62,7 @@ from gleaner.runtime_agent.kube import (
     PodWatcher,
     ReportError,
     load_client,
+    read_hours,
     write_nodetrace,
 )
 from gleaner.runtime_agent.metrics import uninstrumented_families
@@ -182,12 +183,23 @@ def nvidia_inventory(node: str) -> list[GpuInfo]:
     return gpus
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class AgentDaemon:
     """See the module docstring."""
 
-    def __init__(self, options: AgentOptions, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        options: AgentOptions,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] | None = None,
+    ):
         self.options = options
         self.clock = clock
+        self.wall: Callable[[], datetime] = wall or _utc_now
+        """The wall clock that labels reports and decides their hour of the day."""
         self.started = clock()
         self.sim: SimulatedNode | None = None
         self.server: ShimServer | None = None
@@ -252,7 +264,11 @@ class AgentDaemon:
             raise AgentError(f"unknown backend {o.backend!r} (nvidia or simulated)")
         self.inventory = inventory
         self.reports = ReportWindow(
-            window_s=o.window_s, source=source, agent_version=agent_version(), node=o.node
+            window_s=o.window_s,
+            source=source,
+            agent_version=agent_version(),
+            node=o.node,
+            inventory=inventory,
         )
         self.reports_ok = 0
         self.last_report_error: str | None = None
@@ -393,7 +409,7 @@ class AgentDaemon:
         self._stopping = asyncio.Event()
         o = self.options
         if o.kube:  # first: an agent that cannot start leaves nothing behind
-            self._api_client = await asyncio.to_thread(self._cluster_client)
+            await self.connect()
         if self.server is not None:
             self._make_timers(self._loop)
             self._copy_shim()
@@ -445,6 +461,10 @@ class AgentDaemon:
             for timer in [*self._gate_timers.values(), self._memory_timer]:
                 if timer is not None:
                     timer.close()
+
+    async def connect(self) -> None:
+        """Open the cluster connection the reports go through (:meth:`run` does it first)."""
+        self._api_client = await asyncio.to_thread(self._cluster_client)
 
     def stop(self) -> None:
         if self._loop is not None and self._stopping is not None:
@@ -535,7 +555,7 @@ class AgentDaemon:
 
     async def _report_loop(self) -> None:
         o = self.options
-        self.reports.add(datetime.now(UTC), self.refresh().accounting.snapshot())
+        self.reports.add(self.wall(), self.refresh().accounting.snapshot())
         while True:
             await asyncio.sleep(o.report_interval_s)
             try:
@@ -566,10 +586,17 @@ class AgentDaemon:
 
     async def report_once(self) -> bool:
         """Snapshot now and, with Kubernetes on, write the window's NodeTrace status."""
-        wall = datetime.now(UTC)
+        wall = self.wall()
         self.reports.add(wall, self.refresh().accounting.snapshot())
         if not self.options.kube or self._api_client is None:
             return True
+        if self.reports.profile is None:
+            try:
+                stored = await asyncio.to_thread(read_hours, self._api_client, self.options.node)
+            except ReportError as exc:
+                log.warning("NodeTrace hours not read yet (tried again next report): %s", exc)
+            else:
+                self.reports.seed(stored)
         status = self.reports.status(self.inventory, self.agent.offline_jobs)
         if status is None:
             return True

@@ -7,6 +7,9 @@ Contract.
   raises :class:`ReportError` and nothing else when the write fails (API unreachable, or
   an answer such as 403 that no retry fixes); the caller keeps accumulating and the next
   report covers the gap (:mod:`gleaner.runtime_agent.reporting`).
+- :func:`read_hours` reads the time-of-day profile stored in the node's NodeTrace
+  (``status.hours``; ``None`` when the NodeTrace or its hours do not exist yet), so that a
+  restarted agent goes on from it; it raises :class:`ReportError` when the read fails.
 - :func:`offline_jobs_from_pods` (pure) maps Pods labelled ``OFFLINE_SELECTOR`` on the node
   to ``{gpu: "namespace/job"}`` from the label ``LABEL_JOB`` and the annotation
   ``ANNOTATION_GPUS`` (names of ``gleaner.api.contract``); finished Pods are skipped.
@@ -50,6 +53,8 @@ from gleaner.clients.kube import (
     nodetraces_path,
     pods_path,
 )
+from gleaner.perfmodel.diurnal import DiurnalProfile
+from gleaner.perfmodel.hours import profile_from_nodetrace
 
 log = logging.getLogger("gleaner.runtime_agent.kube")
 
@@ -109,6 +114,27 @@ def write_nodetrace(
             last = exc
         time.sleep(backoff_s * (2**attempt))
     raise ReportError(f"NodeTrace {node}: giving up after {attempts} attempts: {last}")
+
+
+def read_hours(
+    client: SyncKubeClient, node: str, *, timeout_s: float = 10.0
+) -> DiurnalProfile | None:
+    """The profile stored in the node's NodeTrace (see the module docstring)."""
+    try:
+        obj = client.get(nodetraces_path(node), request_timeout=timeout_s)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise ReportError(f"NodeTrace {node}: HTTP {exc.status} {exc.message}") from exc
+    except Exception as exc:  # timeouts: the API is down or stuck
+        raise ReportError(f"NodeTrace {node}: {exc}") from exc
+    if obj is None:
+        return None
+    try:
+        return profile_from_nodetrace(obj)
+    except ValueError as exc:  # a stored status this agent cannot read: start afresh
+        log.warning("NodeTrace %s: stored hours unreadable, starting afresh: %s", node, exc)
+        return None
 
 
 def _create(client: SyncKubeClient, node: str, timeout_s: float) -> None:

@@ -18,11 +18,12 @@ if TYPE_CHECKING:  # the chart tooling loads this file without Gleaner installed
 
 AGENT_RULES: Final[list[PolicyRule]] = [
     # The reporter creates its node's NodeTrace (cluster-scoped, name = node name) when the
-    # status patch answers 404 (gleaner.runtime_agent.kube).
+    # status patch answers 404, and reads it once at start to go on from the hours of the
+    # day stored in it (gleaner.runtime_agent.kube).
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["nodetraces"],
-        "verbs": ["create"],
+        "verbs": ["get", "create"],
     },
     # The reporter patches the NodeTrace status (per-GPU utilization samples).
     {

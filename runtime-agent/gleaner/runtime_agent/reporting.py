@@ -11,6 +11,18 @@ outage) loses nothing: the next one covers the gap, up to ``window_s`` back.
 clock that stepped back is held at the last snapshot's time).
 :func:`with_uninstrumented` adds what the uninstrumented-process guard sees now (per GPU)
 and whether the node enforces it, so every report says so.
+
+Hours of the day. With an ``inventory``, :meth:`ReportWindow.add` also folds each completed
+UTC hour into the node's time-of-day profile (perfmodel's ``DiurnalProfile``): the window
+from the first snapshot of an hour to the first snapshot of the next (``window_between``,
+so it is off by at most one report interval) goes to the first one's hour. A span longer
+than an hour and a report interval (the agent was stopped, or the clock jumped) folds
+nothing. The profile lives in the API server (``status.hours``), so the agent starts with
+none: :meth:`ReportWindow.seed` gives it the stored one (``None``: nothing stored), and
+hours completed before that are kept (at most a day of them) and folded in on seeding.
+:meth:`ReportWindow.status` carries ``hours`` only when a slot changed since the last
+successful report (a merge patch without ``hours`` leaves the stored ones as they are), and
+never before seeding, so a restarted agent cannot overwrite the history it has not read.
 """
 
 from __future__ import annotations
@@ -27,12 +39,19 @@ from gleaner.api import (
     UninstrumentedGuard,
     UninstrumentedProcess,
 )
+from gleaner.perfmodel import NodeSummary
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, hour_of
+from gleaner.perfmodel.hours import profile_to_hours
 from gleaner.runtime_agent.policy import (
     Totals,
     Uninstrumented,
     to_nodetrace_status,
     window_between,
+    window_summary,
 )
+
+HOUR_SLACK = timedelta(minutes=5)
+"""How much longer than an hour a span between two hour marks may be and still be folded."""
 
 
 def with_uninstrumented(
@@ -67,6 +86,15 @@ class ReportWindow:
     snapshots: deque[tuple[datetime, Totals]] = field(default_factory=deque)
     last_success: datetime | None = None
     failures: int = 0
+    inventory: Sequence[GpuInfo] = ()
+    """The node's GPUs; without them no hours are folded."""
+    profile: DiurnalProfile | None = None
+    """The node's time-of-day profile; None until :meth:`seed`."""
+    early_hours: list[tuple[int, NodeSummary]] = field(default_factory=list)
+    """Hours completed before :meth:`seed`, oldest first (at most a day)."""
+    hour_mark: tuple[datetime, Totals] | None = None
+    hour_between: list[Totals] = field(default_factory=list)
+    hours_changed: bool = False
 
     def add(self, wall: datetime, totals: Totals) -> None:
         """Record a snapshot taken at ``wall`` (call once per report interval).
@@ -77,10 +105,53 @@ class ReportWindow:
         if self.snapshots and wall < self.snapshots[-1][0]:
             wall = self.snapshots[-1][0]
         self.snapshots.append((wall, totals))
+        self._hour(wall, totals)
         horizon = wall - timedelta(seconds=self.window_s)
         # Keep the newest snapshot at or before the horizon: it starts the window.
         while len(self.snapshots) >= 2 and self.snapshots[1][0] <= horizon:
             self.snapshots.popleft()
+
+    def _hour(self, wall: datetime, totals: Totals) -> None:
+        """Fold the hour that ``wall`` completes, if it completes one (module docstring)."""
+        mark = self.hour_mark
+        if mark is None or not self.inventory:
+            self.hour_mark, self.hour_between = (wall, totals), []
+            return
+        mark_wall, mark_totals = mark
+        if _hour_start(wall) == _hour_start(mark_wall):
+            self.hour_between.append(totals)
+            return
+        if wall - mark_wall <= timedelta(hours=1) + HOUR_SLACK:
+            try:
+                window = window_between(mark_totals, totals, self.hour_between)
+                summary = window_summary(
+                    window,
+                    node=self.node,
+                    inventory=self.inventory,
+                    wall_start=mark_wall,
+                    wall_end=wall,
+                )
+            except ValueError:
+                pass  # snapshots that do not chain (a restarted accounting): fold nothing
+            else:
+                self._fold(hour_of(mark_wall), summary)
+        self.hour_mark, self.hour_between = (wall, totals), []
+
+    def _fold(self, hour: int, summary: NodeSummary) -> None:
+        if self.profile is None:
+            self.early_hours = [*self.early_hours, (hour, summary)][-HOURS:]
+            return
+        self.profile = fold_hour(self.profile, hour, summary)
+        self.hours_changed = True
+
+    def seed(self, stored: DiurnalProfile | None) -> None:
+        """Start from the profile stored in the API server (None: none is stored), then fold
+        the hours completed before it was read."""
+        profile = stored if stored is not None else DiurnalProfile(self.node)
+        self.hours_changed = bool(self.early_hours)
+        for hour, summary in self.early_hours:
+            profile = fold_hour(profile, hour, summary)
+        self.profile, self.early_hours = profile, []
 
     def status(
         self,
@@ -96,7 +167,7 @@ class ReportWindow:
             return None
         between = [totals for _, totals in list(self.snapshots)[1:-1]]
         window = window_between(start, end, between)
-        return to_nodetrace_status(
+        status = to_nodetrace_status(
             window,
             inventory=inventory,
             wall_start=start_wall,
@@ -106,9 +177,29 @@ class ReportWindow:
             agent_version=self.agent_version,
             node=self.node,
         )
+        if self.hours_changed and self.profile is not None:
+            status = status.model_copy(update={"hours": profile_to_hours(self.profile)})
+        return status
 
     def reported(self, wall: datetime) -> None:
+        """A report succeeded (its hours, if it carried them, are stored)."""
         self.last_success = wall
+        self.hours_changed = False
 
     def failed(self) -> None:
         self.failures += 1
+
+
+def fold_hour(profile: DiurnalProfile, hour: int, summary: NodeSummary) -> DiurnalProfile:
+    """``profile`` with ``summary`` folded into ``hour``; a slot of another GPU inventory
+    (a GPU added or removed since) is replaced rather than merged."""
+    try:
+        return profile.fold(hour, summary)
+    except ValueError:
+        slots = list(profile.slots)
+        slots[hour] = None
+        return DiurnalProfile(profile.node, tuple(slots), profile.day_weight).fold(hour, summary)
+
+
+def _hour_start(t: datetime) -> int:
+    return int(t.timestamp() // 3600)

@@ -317,7 +317,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         result.next_due = now  # the rest of the queue, in the next pass
     if not queue and not runs:
         return result
-    nodes = await load_node_summaries(ctx.config, traces, now)
+    nodes = await load_node_summaries(ctx.config, traces, now, ctx.hours)
     await _prime_nodes(ctx)
     run_of = {r.queued.key: r for r in runs}
     plan = plan_placements(

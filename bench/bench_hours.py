@@ -1,0 +1,132 @@
+"""What a node's hours of the day cost a scheduling pass (targets in docs/benchmarks.md).
+
+The operator's pass turns every NodeTrace into the summary it predicts from
+(``gleaner.operator.traces.summaries_from_nodetraces``). With ``status.hours`` that is the
+time-of-day forecast of the next 2 hours, and parsing 24 hours per node is far more work
+than parsing the latest window. The hours change once an hour, so the operator keeps each
+node's parsed hours until they change (``HourProfiles``). This benchmark builds ``--nodes``
+NodeTraces of 8 GPUs, each with 24 hours at the size bound (128 memory states per hour) and a
+latest window, as the API server returns them (JSON), and times, side by side in rounds:
+
+- ``no hours``: the same NodeTraces without ``status.hours`` (how a pass read them before);
+- ``latest window``: with hours, read without a time (no forecast; the hours are still
+  validated with the rest of the status);
+- ``hours, parsed``: every node's hours parsed in the pass (a cold cache: the operator's
+  first pass, or every node's hour changed at once);
+- ``hours, kept``: the same with the hours kept from the previous pass (the usual pass).
+
+Target: with the hours kept, the forecast adds at most 2 ms per node to a pass over the same
+NodeTraces without hours (medians over the rounds; the ratio is printed too). Returns 1 when
+missed. ``--nodes`` and ``--rounds`` change the size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from gleaner.api.nodetrace import hour_memory_states
+from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
+from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.summary import GpuSpec, NodeSummary
+
+GPUS = 8
+KEPT_MS_PER_NODE_TARGET = 2.0
+
+
+def nodetrace(name: str, rng: np.random.Generator, now: datetime) -> dict[str, Any]:
+    """One 8-GPU node's NodeTrace with 24 full hours, as JSON from the API server."""
+    gpus = [GpuSpec(i, uuid=f"GPU-{name}-{i}", memory_gib=80.0) for i in range(GPUS)]
+    profile = DiurnalProfile(name)
+    for hour in range(HOURS):
+        t = np.arange(0, 3600, 10.0) + hour * 3600
+        level = rng.integers(0, hour_memory_states(GPUS), t.size)
+        free = (np.arange(GPUS)[None, :] * 0.37 + level[:, None] * 1.13) % 79.0 + 0.1
+        busy = rng.random((t.size, GPUS))
+        summary = NodeSummary.from_samples(name, gpus, t, busy, free, 1.0 - busy)
+        profile = profile.fold(hour, summary)
+    t = now.timestamp() - 3600 + np.arange(0, 3600, 15.0)
+    busy = (rng.random((t.size, GPUS)) < 0.4).astype(float)
+    latest = NodeSummary.from_samples(
+        name, gpus, t, busy, rng.random((t.size, GPUS)) * 79.0, 1.0 - busy
+    )
+    status = latest.to_nodetrace_status(now=now)
+    status = status.model_copy(update={"hours": profile_to_hours(profile)})
+    obj = {
+        "apiVersion": "gleaner.dev/v1alpha1",
+        "kind": "NodeTrace",
+        "metadata": {"name": name},
+        "spec": {"nodeName": name},
+        "status": status.to_k8s(),
+    }
+    parsed: dict[str, Any] = json.loads(json.dumps(obj))
+    return parsed
+
+
+def _median_s(run: Callable[[], object], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench hours")
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="20 nodes, 3 rounds")
+    args = parser.parse_args(argv)
+    nodes, rounds = (20, 3) if args.quick else (args.nodes, args.rounds)
+    now = datetime.now(UTC)
+    rng = np.random.default_rng(7)
+    traces = [nodetrace(f"node-{n}", rng, now) for n in range(nodes)]
+    size = statistics.mean(
+        len(json.dumps(t["status"]["hours"], separators=(",", ":"))) for t in traces
+    )
+    kept = HourProfiles()
+    summaries_from_nodetraces(traces, now, kept)  # the previous pass
+    # Side by side in each round, so the machine's load falls on all three alike.
+    plain = [
+        {**t, "status": {k: v for k, v in t["status"].items() if k != "hours"}} for t in traces
+    ]
+    results: dict[str, list[float]] = {
+        "no hours": [],
+        "latest window": [],
+        "hours, parsed": [],
+        "hours, kept": [],
+    }
+    for _ in range(rounds):
+        results["no hours"].append(_median_s(lambda: summaries_from_nodetraces(plain, now), 1))
+        results["latest window"].append(_median_s(lambda: summaries_from_nodetraces(traces), 1))
+        results["hours, parsed"].append(
+            _median_s(lambda: summaries_from_nodetraces(traces, now, HourProfiles()), 1)
+        )
+        results["hours, kept"].append(
+            _median_s(lambda: summaries_from_nodetraces(traces, now, kept), 1)
+        )
+    medians = {k: statistics.median(v) for k, v in results.items()}
+    print(
+        f"{nodes} NodeTraces of {GPUS} GPUs, 24 hours each ({size / 1000:.0f} kB of hours "
+        f"per node as JSON); median of {rounds} rounds, side by side"
+    )
+    print(f"{'one pass reads':16s} {'seconds':>9s} {'x no hours':>11s}")
+    base = medians["no hours"]
+    for name, seconds in medians.items():
+        print(f"{name:16s} {seconds:9.3f} {seconds / base:11.2f}")
+    added_ms = 1000 * (medians["hours, kept"] - base) / nodes
+    ok = added_ms <= KEPT_MS_PER_NODE_TARGET
+    print(
+        f"target hours kept add <= {KEPT_MS_PER_NODE_TARGET} ms per node: "
+        f"{'met' if ok else 'MISSED'} ({added_ms:.2f} ms, {medians['hours, kept'] / base:.2f}x)"
+    )
+    return 0 if ok else 1

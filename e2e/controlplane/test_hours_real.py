@@ -1,0 +1,165 @@
+"""A node's history by hour of the day on the real control plane (docs/api.md, "Hours of the
+day"; docs/agent.md, "Reports").
+
+- The real agent daemon (nvidia backend, a synthetic 2-GPU inventory, no shim connected:
+  its GPUs idle online) reports its NodeTrace to the real kube-apiserver on test clocks, so
+  hours pass without sleeping: it stores the hours it completed in ``status.hours``; a new
+  daemon for the same node (a restart: nothing in memory) reads them back, leaves them as
+  they are until it completes an hour of its own, then adds that hour to them.
+- The operator's pass reads a NodeTrace with hours from the real API server and predicts
+  the node from the hours ahead: the same node is predicted busy at 06:00 and idle at
+  18:00 (``gleaner.operator.traces.summaries_from_nodetraces``), and from its latest window
+  without a time.
+
+Both NodeTraces report from a past day, so other tests' operators see them stale and
+place nothing there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gleaner.operator.traces import summaries_from_nodetraces
+from gleaner.perfmodel import JobProfile, predict
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
+from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.summary import GpuSpec, NodeSummary
+from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
+from gleaner.runtime_agent.kube import load_client, write_nodetrace
+from gleaner.runtime_agent.policy import InstrumentationConfig
+from gleaner.testing.controlplane import ControlPlane, get_json
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
+
+START = datetime(2026, 3, 2, 5, 50, tzinfo=UTC)
+
+
+class Clocks:
+    """The daemon's monotonic and wall clocks, moved by the test."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def mono(self) -> float:
+        return self.t
+
+    def wall(self) -> datetime:
+        return START + timedelta(seconds=self.t)
+
+
+@pytest.fixture
+def node(control_plane: ControlPlane, gleaner_crds: list[str]) -> Iterator[str]:
+    name = "hours-agent-node"
+    yield name
+    control_plane.kubectl("delete", "nt", name, "--wait=false", check=False)
+
+
+def _daemon(plane: ControlPlane, node: str, clocks: Clocks, tmp_path: Path) -> AgentDaemon:
+    options = AgentOptions(
+        backend="nvidia",
+        node=node,
+        gpus=2,
+        gpu_memory_gib=80.0,
+        kubeconfig=str(plane.admin_kubeconfig),
+        socket_dir=tmp_path,
+        shim_source=tmp_path / "absent.so",
+        nvml=False,
+        instrumentation=InstrumentationConfig(enforce=False),
+        metrics_host="127.0.0.1",
+        metrics_port=0,
+    )
+    daemon = AgentDaemon(options, clock=clocks.mono, wall=clocks.wall)
+    asyncio.run(daemon.connect())
+    return daemon
+
+
+def _report_every(daemon: AgentDaemon, clocks: Clocks, minutes: int, step_min: int = 5) -> None:
+    for _ in range(0, minutes, step_min):
+        clocks.t += 60.0 * step_min
+        assert asyncio.run(daemon.report_once())
+
+
+def _hours(plane: ControlPlane, node: str) -> dict[int, dict[str, Any]]:
+    trace = get_json(plane, "nt", node) or {}
+    return {h["hour"]: h for h in trace.get("status", {}).get("hours") or []}
+
+
+def test_a_restarted_agent_keeps_its_hours(
+    control_plane: ControlPlane, node: str, tmp_path: Path
+) -> None:
+    clocks = Clocks()
+    first = _daemon(control_plane, node, clocks, tmp_path / "a")
+    assert asyncio.run(first.report_once())  # 05:50: the first snapshot
+    _report_every(first, clocks, 10 + 60 + 5)  # to 07:05: hours 5 (10 min) and 6
+    stored = _hours(control_plane, node)
+    assert sorted(stored) == [5, 6]
+    assert stored[6]["window"]["seconds"] == pytest.approx(3600, abs=301)
+    assert stored[5]["window"]["seconds"] == pytest.approx(600, abs=301)
+    assert len(stored[6]["perGPU"]) == 2
+
+    # The agent restarts: a new daemon, nothing in memory, the clocks go on.
+    (tmp_path / "b").mkdir()
+    second = _daemon(control_plane, node, clocks, tmp_path / "b")
+    clocks.t += 60.0
+    assert asyncio.run(second.report_once())  # reads the stored hours
+    _report_every(second, clocks, 30)  # 07:36: no hour completed yet
+    assert second.reports.profile is not None and second.reports.profile.hours_known == 2
+    assert _hours(control_plane, node) == stored  # its reports left them as they were
+    trace = get_json(control_plane, "nt", node) or {}
+    assert trace["status"]["window"]["end"].startswith("2026-03-02T07:3")  # it did report
+    _report_every(second, clocks, 30)  # 08:06: hour 7 (from its restart) completed
+    after = _hours(control_plane, node)
+    assert sorted(after) == [5, 6, 7]
+    assert after[5] == stored[5] and after[6] == stored[6]
+
+
+def _hour(busy: float, hour: int) -> NodeSummary:
+    gpus = [GpuSpec(i, uuid=f"GPU-hours-{i}", product="H100", memory_gib=80.0) for i in (0, 1)]
+    t = START.replace(hour=0, minute=0).timestamp() + hour * 3600 + np.arange(0, 3600, 60.0)
+    b = np.full((t.size, 2), busy)
+    return NodeSummary.from_samples(
+        "hours-forecast-node", gpus, t, b, np.full((t.size, 2), 60.0), 1.0 - b
+    )
+
+
+@pytest.fixture
+def forecast_node(control_plane: ControlPlane, gleaner_crds: list[str]) -> Iterator[str]:
+    name = "hours-forecast-node"
+    yield name
+    control_plane.kubectl("delete", "nt", name, "--wait=false", check=False)
+
+
+def test_the_operator_predicts_a_node_from_the_hours_ahead(
+    control_plane: ControlPlane, forecast_node: str
+) -> None:
+    # Busy mornings (06-09), idle evenings; the latest hour (midnight) half busy.
+    profile = DiurnalProfile(forecast_node)
+    for hour in range(HOURS):
+        profile = profile.fold(hour, _hour(0.9 if 6 <= hour < 9 else 0.1, hour))
+    status = _hour(0.5, 0).to_nodetrace_status(source="agent")
+    status = status.model_copy(update={"hours": profile_to_hours(profile)})
+    write_nodetrace(load_client(str(control_plane.admin_kubeconfig)), forecast_node, status)
+
+    listed = get_json(control_plane, "nt", forecast_node)
+    assert listed is not None and len(listed["status"]["hours"]) == HOURS
+    job = JobProfile(100.0, 10.0, (10.0,), (100.0,))
+    day = START.replace(hour=0, minute=0)
+
+    def predicted(now: datetime | None) -> float:
+        (summary,) = summaries_from_nodetraces([listed], now).values()
+        return predict(job, 0.5, summary, [0]).throughput_fraction
+
+    morning = predicted(day + timedelta(hours=6))
+    evening = predicted(day + timedelta(hours=18))
+    latest = predicted(None)
+    # 3/4 the hours ahead, 1/4 the latest window.
+    assert morning == pytest.approx(0.75 * 0.1 + 0.25 * 0.5, abs=0.01)
+    assert evening == pytest.approx(0.75 * 0.9 + 0.25 * 0.5, abs=0.01)
+    assert latest == pytest.approx(0.5, abs=0.01)

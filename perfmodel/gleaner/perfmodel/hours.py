@@ -1,0 +1,169 @@
+"""A node's time-of-day profile as NodeTrace ``status.hours``, and back (pure).
+
+Contract (docs/api.md, "NodeTrace"; docs/perfmodel.md, "Time of day"). The agent keeps its
+node's :class:`~gleaner.perfmodel.diurnal.DiurnalProfile` in the API server, so that it
+survives restarts and the operator forecasts from the same history:
+
+- :func:`profile_to_hours` writes each hour slot that holds data as one
+  :class:`~gleaner.api.HourSummary`, through :meth:`NodeSummary.to_nodetrace_status` (the
+  same per-GPU seconds, pairs and memory sketch as the status's own window). Each slot's
+  memory sketch is first capped to ``hour_memory_states`` states (128 up to 8 GPUs, 64 for
+  16; the step doubles until it fits, never optimistic), so ``hours`` is bounded: at most
+  24 entries of bounded size.
+- :func:`profile_from_status` reads them back, through :meth:`NodeSummary.from_nodetrace`
+  with the status's GPU inventory. An entry that does not parse, or whose GPUs are not the
+  node's inventory now (a GPU added or removed), is left out: that hour starts afresh.
+  A later entry for the same hour replaces an earlier one.
+
+- :func:`node_forecast` is what a scheduler predicts from: perfmodel's
+  :func:`~gleaner.perfmodel.diurnal.forecast` of the hours ahead blended with the latest
+  report, carrying that report's GPUs, labels, event counts, offline jobs and window (only
+  the load comes from the forecast); the report unchanged when the profile cannot serve it.
+
+Reading back what was written gives the same profile (up to float rounding); the sketch cap
+is applied on writing, so :func:`capped_profile` is what a reader will see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from gleaner.api import (
+    HourSummary,
+    NodeTrace,
+    NodeTraceSpec,
+    NodeTraceStatus,
+    ObjectMeta,
+)
+from gleaner.api.nodetrace import hour_memory_states
+from gleaner.perfmodel.diurnal import (
+    DEFAULT_DAY_WEIGHT,
+    DEFAULT_RECENT_WEIGHT,
+    HOURS,
+    DiurnalProfile,
+    forecast,
+)
+from gleaner.perfmodel.summary import NodeSummary, TraceFormatError
+
+
+def capped_profile(profile: DiurnalProfile, max_states: int | None = None) -> DiurnalProfile:
+    """``profile`` with every slot's memory sketch capped to ``max_states`` states (None:
+    ``hour_memory_states`` of the slot's GPU count)."""
+    slots = tuple(
+        None
+        if s is None
+        else replace(s, memory=s.memory.capped(max_states or hour_memory_states(s.n_gpus)))
+        for s in profile.slots
+    )
+    return replace(profile, slots=slots)
+
+
+def profile_to_hours(profile: DiurnalProfile, max_states: int | None = None) -> list[HourSummary]:
+    """One entry per hour slot with data, in hour order (module docstring)."""
+    out: list[HourSummary] = []
+    for hour, slot in enumerate(capped_profile(profile, max_states).slots):
+        if slot is None or not slot.window_seconds > 0:
+            continue
+        status = slot.to_nodetrace_status()
+        if status.window is None:
+            continue
+        out.append(
+            HourSummary(
+                hour=hour,
+                window=status.window,
+                per_gpu=status.per_gpu,
+                pairs=status.pairs,
+                memory=status.memory,
+            )
+        )
+    return out
+
+
+def profile_from_status(
+    node: str,
+    status: NodeTraceStatus,
+    day_weight: float = DEFAULT_DAY_WEIGHT,
+) -> DiurnalProfile:
+    """The profile ``status.hours`` holds (empty when it holds none; module docstring)."""
+    slots: list[NodeSummary | None] = [None] * HOURS
+    inventory = sorted(status.gpus, key=lambda g: g.index)
+    indices = tuple(g.index for g in inventory)
+    for entry in status.hours or ():
+        one = NodeTrace(
+            metadata=ObjectMeta(name=node),
+            spec=NodeTraceSpec(node_name=node),
+            status=NodeTraceStatus(
+                gpus=inventory,
+                window=entry.window,
+                per_gpu=entry.per_gpu,
+                pairs=entry.pairs,
+                memory=entry.memory,
+            ),
+        )
+        try:
+            summary = NodeSummary.from_nodetrace(one)
+        except (TraceFormatError, ValueError):
+            continue
+        if summary.gpu_indices != indices or not summary.window_seconds > 0:
+            continue
+        # A stored hour is history, not a fresh report: it carries no report time.
+        slots[entry.hour] = replace(summary, last_report_time=None)
+    return DiurnalProfile(node, tuple(slots), day_weight)
+
+
+def profile_from_nodetrace(
+    trace: NodeTrace | Mapping[str, Any], day_weight: float = DEFAULT_DAY_WEIGHT
+) -> DiurnalProfile | None:
+    """The profile of a NodeTrace (model or the API server's dict); None when it has no
+    ``status.hours`` at all."""
+    if isinstance(trace, NodeTrace):
+        name, status = trace.spec.node_name or trace.metadata.name, trace.status
+    else:
+        raw = trace.get("status") or {}
+        if not raw.get("hours"):
+            return None
+        name = (trace.get("spec") or {}).get("nodeName") or (trace.get("metadata") or {})["name"]
+        # Only what the hours need: the rest of the status (its own memory sketch) is
+        # read by NodeSummary.from_nodetrace.
+        status = NodeTraceStatus.model_validate(
+            {"gpus": raw.get("gpus") or [], "hours": raw["hours"]}
+        )
+    if not status.hours:
+        return None
+    return profile_from_status(str(name), status, day_weight)
+
+
+def node_forecast(
+    recent: NodeSummary,
+    profile: DiurnalProfile,
+    start: datetime,
+    horizon_seconds: float,
+    recent_weight: float = DEFAULT_RECENT_WEIGHT,
+) -> NodeSummary:
+    """The summary to predict from for [start, start + horizon) (module docstring)."""
+    try:
+        predicted = forecast(profile, recent, start, horizon_seconds, recent_weight)
+    except ValueError:  # hours of another GPU inventory than the report's
+        return recent
+    return replace(
+        predicted,
+        gpus=recent.gpus,
+        labels=recent.labels,
+        events=recent.events,
+        offline_jobs=recent.offline_jobs,
+        window_start=recent.window_start,
+        window_end=recent.window_end,
+        last_report_time=recent.last_report_time,
+    )
+
+
+__all__ = [
+    "capped_profile",
+    "node_forecast",
+    "profile_from_nodetrace",
+    "profile_from_status",
+    "profile_to_hours",
+]

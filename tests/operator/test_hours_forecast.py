@@ -1,0 +1,105 @@
+"""The operator's pass predicts a node with ``status.hours`` from the hours ahead, parsing
+each node's hours once per change (``gleaner.operator.traces``)."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces
+from gleaner.perfmodel.diurnal import DiurnalProfile
+from gleaner.perfmodel.hours import profile_from_nodetrace, profile_to_hours
+from gleaner.perfmodel.summary import GpuSpec, NodeSummary
+from gleaner.testing.kube import nodetrace_manifest
+
+DAY = datetime(2026, 3, 2, tzinfo=UTC)
+
+
+def _with_hours(node: str, busy_by_hour: dict[int, float]) -> dict[str, Any]:
+    """``nodetrace_manifest(node)`` (offline enabled 0.9) with hours at the given busy."""
+    obj = nodetrace_manifest(node, gpus=2, offline_enabled=0.9)
+    inventory = obj["status"]["gpus"]
+    gpus = [GpuSpec(g["index"], uuid=g["uuid"], memory_gib=g["memoryGiB"]) for g in inventory]
+    profile = DiurnalProfile(node)
+    for hour, busy in busy_by_hour.items():
+        t = DAY.timestamp() + hour * 3600 + np.arange(0, 3600, 60.0)
+        b = np.full((t.size, 2), busy)
+        summary = NodeSummary.from_samples(node, gpus, t, b, np.full((t.size, 2), 60.0), 1 - b)
+        profile = profile.fold(hour, summary)
+    obj["status"]["hours"] = [h.to_k8s() for h in profile_to_hours(profile)]
+    return obj
+
+
+def _idle(summary: NodeSummary) -> float:
+    return float(summary.compute_fractions().mean())
+
+
+def test_the_pass_predicts_from_the_hours_ahead() -> None:
+    obj = _with_hours("a", {h: 0.8 if h < 12 else 0.0 for h in range(24)})
+    plain = nodetrace_manifest("b", gpus=2, offline_enabled=0.9)
+    at_night = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=2))
+    at_noon = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=14))
+    latest = summaries_from_nodetraces([obj, plain])
+    assert _idle(latest["a"]) == pytest.approx(0.9)
+    assert _idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    assert _idle(at_noon["a"]) == pytest.approx(0.75 * 1.0 + 0.25 * 0.9)
+    # A node without hours is read as before, whatever the time.
+    assert _idle(at_night["b"]) == _idle(at_noon["b"]) == pytest.approx(0.9)
+    assert at_night["a"].last_report_time == latest["a"].last_report_time
+
+
+def test_hours_are_parsed_once_per_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real = profile_from_nodetrace
+
+    def counting(obj: Any) -> DiurnalProfile | None:
+        parsed.append(obj["metadata"]["name"])
+        return real(obj)
+
+    monkeypatch.setattr("gleaner.operator.traces.profile_from_nodetrace", counting)
+    kept = HourProfiles()
+    a, b = _with_hours("a", {6: 0.5}), _with_hours("b", {6: 0.5})
+    now = DAY + timedelta(hours=6)
+    first = summaries_from_nodetraces([a, b], now, kept)
+    # Another report of both (a new latest window), same hours: nothing parsed again.
+    a2 = copy.deepcopy(a)
+    a2["status"]["perGPU"][0]["onlineBusySeconds"] = 30.0
+    summaries_from_nodetraces([a2, b], now, kept)
+    assert sorted(parsed) == ["a", "b"]
+    # Node a completes an hour: only its hours are parsed again, and they are used.
+    a3 = _with_hours("a", {6: 0.5, 7: 0.0})
+    again = summaries_from_nodetraces([a3, b], now + timedelta(hours=1), kept)
+    assert sorted(parsed) == ["a", "a", "b"]
+    assert _idle(again["a"]) > _idle(first["a"])
+    # b's NodeTrace is gone: it is forgotten.
+    summaries_from_nodetraces([a3], now, kept)
+    assert len(kept) == 1
+
+
+def test_an_hour_that_does_not_fit_the_inventory_is_left_out() -> None:
+    obj = _with_hours("a", {6: 0.0, 7: 0.8})
+    # Hour 6's memory states list one GPU of the node's two (a GPU since removed, say).
+    for state in obj["status"]["hours"][0]["memory"]["states"]:
+        state["freeGiB"] = state["freeGiB"][:1]
+    got = summaries_from_nodetraces([obj], DAY + timedelta(hours=6))
+    # Hour 6 left out: hour 7 stands in for the whole horizon.
+    assert _idle(got["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+
+
+def test_hours_that_do_not_parse_leave_the_latest_window_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    obj = _with_hours("a", {6: 0.5})
+    obj["status"]["hours"][0]["window"]["seconds"] = -1  # a server's CRD would refuse it
+    kept = HourProfiles()
+    now = DAY + timedelta(hours=6)
+    with caplog.at_level("WARNING", logger="gleaner.operator.traces"):
+        for _ in range(3):
+            got = summaries_from_nodetraces([obj], now, kept)
+            assert _idle(got["a"]) == pytest.approx(0.9)  # the latest window
+    warnings = [r for r in caplog.records if "hours ignored" in r.getMessage()]
+    assert len(warnings) == 1
