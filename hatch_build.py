@@ -55,7 +55,7 @@ def compile_gate(shim_dir: Path, into: Path) -> Path:
         raise GateBuildError(
             "could not compile the native compute gate (needs a C compiler, $CC or cc; "
             "Debian/Ubuntu: apt-get install gcc libc6-dev): "
-            + (detail[-1] if detail else f"make exited with {done.returncode}")
+            + (" / ".join(detail[-3:]) if detail else f"make exited with {done.returncode}")
         )
     return target
 

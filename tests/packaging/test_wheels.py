@@ -31,6 +31,7 @@ import sysconfig
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -176,14 +177,31 @@ NATIVE_PATH = "gleaner/runtime_agent/_native/libgleaner_gate.so"
 """Where the wheel carries the gate (``hatch_build.NATIVE_PATH``; checked below)."""
 
 
-def test_the_build_hook_and_the_binding_agree_on_where_the_gate_lies() -> None:
+def build_hook() -> ModuleType:
+    """The gleaner wheel's build hook module (hatch_build.py)."""
     pytest.importorskip("hatchling", reason="hatchling comes with gleaner[dev]")
     spec = importlib.util.spec_from_file_location("hatch_build", ROOT / "hatch_build.py")
     assert spec is not None and spec.loader is not None
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
-    assert hook.NATIVE_PATH == NATIVE_PATH
+    return hook
+
+
+def test_the_build_hook_and_the_binding_agree_on_where_the_gate_lies() -> None:
+    assert build_hook().NATIVE_PATH == NATIVE_PATH
     assert gatelib.PACKAGE_LIBRARY.as_posix().endswith("/" + NATIVE_PATH)
+
+
+def test_without_a_c_compiler_the_wheel_build_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    hook = build_hook()
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(hook.GateBuildError) as err:
+        hook.compile_gate(ROOT / "runtime-agent" / "shim", tmp_path)
+    text = str(err.value)
+    assert "C compiler" in text and "no-such-cc" in text and "\n" not in text
+    assert not (tmp_path / "libgleaner_gate.so").exists()
 
 
 @pytest.mark.slow
