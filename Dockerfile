@@ -1,12 +1,13 @@
 # syntax=docker/dockerfile:1
 # The one Gleaner image: `gleaner operator` and `gleaner agent` (entry point `gleaner`), with
-# the GPU shim at /opt/gleaner/lib/libgleaner_shim.so, which the agent copies to the node, and
-# the native compute gate the agent loads, /opt/gleaner/lib/libgleaner_gate.so.
+# the GPU shim at /opt/gleaner/lib/libgleaner_shim.so, which the agent copies to the node. The
+# native compute gate the agent loads comes inside the gleaner wheel (compiled when the wheel
+# is built, hence gcc and make in the build stage).
 #   docker build -t gleaner/gleaner:0.1.0 .
 # Pushing it, and building the same image without a Docker daemon (make image): docs/image.md.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---- build: the C shim (gcc + make) and wheels of Gleaner and its dependencies ----------
+# ---- build: the C shim (gcc + make) and wheels of Gleaner (with its native compute gate) --
 FROM ${PYTHON_IMAGE} AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev make \
@@ -17,10 +18,9 @@ COPY runtime-agent/shim runtime-agent/shim
 RUN make -C runtime-agent/shim \
  && shim="$(find runtime-agent/shim -name libgleaner_shim.so -type f | head -n 1)" \
  && test -n "$shim" \
- && install -D -m 0755 "$shim" /out/lib/libgleaner_shim.so \
- && install -D -m 0755 "$(dirname "$shim")/libgleaner_gate.so" /out/lib/libgleaner_gate.so
+ && install -D -m 0755 "$shim" /out/lib/libgleaner_shim.so
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY api api
 COPY clients clients
 COPY protocol protocol
@@ -46,7 +46,6 @@ COPY --from=build /out/wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels gleaner \
  && rm -rf /tmp/wheels
 COPY --from=build /out/lib/libgleaner_shim.so /opt/gleaner/lib/libgleaner_shim.so
-COPY --from=build /out/lib/libgleaner_gate.so /opt/gleaner/lib/libgleaner_gate.so
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 USER 65532:65532

@@ -14,8 +14,9 @@ Contract. The image holds the same things as the ``Dockerfile``'s (docs/image.md
   into Debian's ``/usr/local/lib/python3.X/dist-packages``, console scripts in
   ``/usr/local/bin`` run by ``/usr/bin/python3.X``, optionally byte-compiled (unchecked-hash
   ``.pyc``, so the layer stays reproducible).
-- layer ``shim``: the C shim at ``SHIM_PATH`` and the native compute gate the agent loads at
-  ``GATE_PATH`` (when given).
+- layer ``shim``: the C shim at ``SHIM_PATH``. The native compute gate the agent loads is not
+  here: the ``gleaner`` wheel carries it (``GATE_IN_WHEEL``, compiled when the wheel is built),
+  so the image has one copy, in the python layer; a build without it is refused.
 - config: user ``USER_ID:USER_ID``, entry point ``["gleaner"]``, command ``["--help"]``,
   ports 8080 and 9464, the Dockerfile's labels and environment.
 
@@ -28,11 +29,11 @@ annotation ``TAG``; ``--archive`` also writes it as one tar that ``podman load``
 ``crane push DIR REGISTRY/REPO:TAG`` pushes it.
 
 Usage: ``python scripts/image_build.py [--out build/image] [--tag 0.1.0] [--archive FILE]
-[--wheelhouse DIR] [--shim FILE] [--gate FILE] [--no-compile]``. Without ``--wheelhouse`` it runs
+[--wheelhouse DIR] [--shim FILE] [--no-compile]``. Without ``--wheelhouse`` it runs
 ``pip wheel`` for the repository (gleaner and gleaner-protocol with their dependencies from
-PyPI); without ``--shim`` it builds the shim and the gate library with ``make`` (``--gate``
-defaults to the ``libgleaner_gate.so`` beside the shim). Standard library only; needs
-``dpkg-query`` and a Debian Python of the wheels' version.
+PyPI; building the gleaner wheel compiles the gate, with make and a C compiler); without
+``--shim`` it builds the shim with ``make``. Standard library only; needs ``dpkg-query`` and a
+Debian Python of the wheels' version.
 """
 
 from __future__ import annotations
@@ -63,12 +64,13 @@ PYTHON_VERSION = "3.11"
 BASE_PACKAGES = (f"python{PYTHON_VERSION}", "libstdc++6", "libgcc-s1")
 """Debian packages of the image (their dependencies come with them). libstdc++ and libgcc
 are the system libraries manylinux wheels (numpy, pandas, pyarrow) may link against."""
+SITE = f"usr/local/lib/python{PYTHON_VERSION}/dist-packages"
+"""Where the wheels are installed (Debian's /usr/local scheme)."""
 USER_ID = 65532
 USER_NAME = "gleaner"
 SHIM_PATH = "opt/gleaner/lib/libgleaner_shim.so"
-GATE_LIBRARY = "libgleaner_gate.so"
-GATE_PATH = "opt/gleaner/lib/libgleaner_gate.so"
-"""Where the agent's binding looks for the native compute gate (``gatelib.IMAGE_LIBRARY``)."""
+GATE_IN_WHEEL = "gleaner/runtime_agent/_native/libgleaner_gate.so"
+"""The native compute gate inside the installed gleaner wheel (``gatelib.PACKAGE_LIBRARY``)."""
 ENTRYPOINT = ("gleaner",)
 EXPOSED_PORTS = ("8080/tcp", "9464/tcp")
 LABELS = {
@@ -399,7 +401,7 @@ def compile_entries(entries: list[Entry], site: str) -> list[Entry]:
 
 def python_entries(wheels: Sequence[Path], compile_pyc: bool) -> Installed:
     """Every wheel installed into Debian's /usr/local scheme."""
-    site = f"usr/local/lib/python{PYTHON_VERSION}/dist-packages"
+    site = SITE
     interpreter = f"/usr/bin/python{PYTHON_VERSION}"
     total = Installed()
     for wheel in sorted(wheels):
@@ -543,7 +545,6 @@ def build_image(
     tag: str,
     wheels: Sequence[Path],
     shim: Path,
-    gate: Path | None = None,
     packages: Sequence[str] = BASE_PACKAGES,
     compile_pyc: bool = True,
     mtime: int = 0,
@@ -551,10 +552,13 @@ def build_image(
     """Write the image's OCI layout to ``out``; return the manifest digest."""
     python = python_entries(wheels, compile_pyc)
     native = [Entry(SHIM_PATH, "file", 0o755, data=shim.read_bytes())]
-    if gate is not None:
-        native.append(Entry(GATE_PATH, "file", 0o755, data=gate.read_bytes()))
     if "gleaner" not in python.scripts:
         raise BuildError("no wheel installs the console script 'gleaner'")
+    if not any(e.path == f"{SITE}/{GATE_IN_WHEEL}" for e in python.entries):
+        raise BuildError(
+            f"no wheel carries the native compute gate ({GATE_IN_WHEEL}): build the gleaner "
+            "wheel from source with a C compiler and make"
+        )
     layers = [
         Layer("debian", layer_tar(debian_entries(package_closure(packages)), mtime)),
         Layer("python", layer_tar(python.entries, mtime)),
@@ -570,7 +574,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--archive", type=Path, default=None)
     parser.add_argument("--wheelhouse", type=Path, default=None)
     parser.add_argument("--shim", type=Path, default=None)
-    parser.add_argument("--gate", type=Path, default=None)
     parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args(argv)
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
@@ -582,15 +585,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else build_wheels(Path(tmp))
             )
             shim = args.shim if args.shim is not None else build_shim()
-            gate = args.gate if args.gate is not None else shim.with_name(GATE_LIBRARY)
-            if not gate.is_file():
-                raise BuildError(f"no {GATE_LIBRARY} beside {shim}: pass --gate")
             digest = build_image(
                 args.out,
                 tag=args.tag,
                 wheels=wheels,
                 shim=shim,
-                gate=gate,
                 compile_pyc=not args.no_compile,
                 mtime=mtime,
             )

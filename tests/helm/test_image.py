@@ -77,6 +77,9 @@ def test_build_context_copies_every_wheel_source_and_nothing_ignored() -> None:
         *paths, _destination = rest.split()
         copied.update(paths)
     assert sources <= copied
+    # The wheel's build hook (it compiles the native compute gate into the wheel).
+    hooks = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]
+    assert hooks["custom"]["path"] in copied
     for path in copied:
         assert (ROOT / path).exists(), f"COPY {path}: no such path"
         assert not ignored(path), f"COPY {path}: excluded by .dockerignore"

@@ -52,10 +52,12 @@ ib = load_builder()
 
 
 def make_wheel(folder: Path) -> Path:
-    """A small wheel with a package, a console script ``gleaner`` and a ``#!python`` script."""
+    """A small wheel with a package, a console script ``gleaner``, a ``#!python`` script and
+    a stand-in of the native compute gate where the gleaner wheel carries it."""
     path = folder / "fakegleaner-1.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:
         whl.writestr("fakegleaner/__init__.py", "def main() -> int:\n    return 0\n")
+        whl.writestr(ib.GATE_IN_WHEEL, b"\x7fELF gate stand-in")
         whl.writestr("fakegleaner-1.0.data/scripts/helper", "#!python\nprint('hi')\n")
         whl.writestr(
             "fakegleaner-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: fakegleaner\n"
@@ -73,11 +75,9 @@ def build(tmp: Path, name: str) -> tuple[Path, str]:
     wheel = make_wheel(tmp)
     shim = tmp / "libgleaner_shim.so"
     shim.write_bytes(b"\x7fELF stand-in")
-    gate = tmp / "libgleaner_gate.so"
-    gate.write_bytes(b"\x7fELF gate stand-in")
     out = tmp / name
     digest = ib.build_image(
-        out, tag="9.9.9", wheels=[wheel], shim=shim, gate=gate, packages=("zlib1g",), mtime=0
+        out, tag="9.9.9", wheels=[wheel], shim=shim, packages=("zlib1g",), mtime=0
     )
     return out, digest
 
@@ -210,10 +210,11 @@ def test_the_shim_layer_and_every_entry_is_root_owned_and_dated_0(image: tuple[P
     shim = all_layers[2]
     assert info(shim, ib.SHIM_PATH).mode == 0o755
     assert data(shim, ib.SHIM_PATH) == b"\x7fELF stand-in"
-    assert info(shim, ib.GATE_PATH).mode == 0o755
-    assert data(shim, ib.GATE_PATH) == b"\x7fELF gate stand-in"
-    # The agent's binding looks for the gate library where the image puts it.
-    assert str(gatelib.IMAGE_LIBRARY) == "/" + ib.GATE_PATH
+    # One copy of the native compute gate: the wheel's, in the python layer, where the
+    # agent's binding looks for it inside the installed package.
+    assert [str(k) for k in shim if str(k).endswith(gatelib.LIBRARY_NAME)] == []
+    assert data(all_layers[1], f"{ib.SITE}/{ib.GATE_IN_WHEEL}") == b"\x7fELF gate stand-in"
+    assert gatelib.PACKAGE_LIBRARY.as_posix().endswith("/" + ib.GATE_IN_WHEEL)
     for members in all_layers:
         for value in members.values():
             if isinstance(value, tarfile.TarInfo):
@@ -223,6 +224,22 @@ def test_the_shim_layer_and_every_entry_is_root_owned_and_dated_0(image: tuple[P
 def test_the_same_inputs_give_the_same_digests(image: tuple[Path, str], tmp_path: Path) -> None:
     _, again = build(tmp_path, "again")
     assert again == image[1]
+
+
+def test_an_image_without_the_native_compute_gate_is_refused(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path)
+    bare = tmp_path / "bare" / wheel.name
+    bare.parent.mkdir()
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(bare, "w") as dst:
+        for name in src.namelist():
+            if name != ib.GATE_IN_WHEEL:
+                dst.writestr(name, src.read(name))
+    shim = tmp_path / "libgleaner_shim.so"
+    shim.write_bytes(b"\x7fELF stand-in")
+    with pytest.raises(ib.BuildError, match="native compute gate"):
+        ib.build_image(
+            tmp_path / "out", tag="9.9.9", wheels=[bare], shim=shim, packages=("zlib1g",)
+        )
 
 
 def test_a_missing_debian_package_names_the_apt_command(tmp_path: Path) -> None:
@@ -259,6 +276,9 @@ def test_the_full_image_runs_gleaner_as_its_user(tmp_path: Path) -> None:
     user = ["chroot", "--userspec=65532:65532", str(rootfs)]
     done = subprocess.run([*user, "/usr/local/bin/gleaner", "--version"], capture_output=True)
     assert done.returncode == 0 and done.stdout.startswith(b"gleaner, version ")
-    imports = "import gleaner.operator.main, gleaner.runtime_agent.daemon, pandas, pyarrow"
+    imports = (
+        "import gleaner.operator.main, gleaner.runtime_agent.daemon, pandas, pyarrow\n"
+        "from gleaner.runtime_agent.gatelib import gate_library; gate_library()"
+    )
     done = subprocess.run([*user, "/usr/bin/python3.11", "-c", imports], capture_output=True)
     assert done.returncode == 0, done.stderr

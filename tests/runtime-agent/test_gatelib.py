@@ -10,16 +10,19 @@ from gleaner.runtime_agent import gatelib
 from gleaner.runtime_agent.policy import ComputeGate, GateConfig
 
 
-def test_the_environment_variable_comes_first_then_the_image_then_the_checkout(
+def test_the_environment_variable_comes_first_then_the_package_then_the_checkout(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(gatelib.ENV_LIBRARY, str(tmp_path / "mine.so"))
     found = gatelib.candidates()
     assert found[0] == tmp_path / "mine.so"
-    assert found[1] == gatelib.IMAGE_LIBRARY
+    # The copy a wheel install carries, beside the binding (hatch_build.NATIVE_PATH).
+    assert found[1] == Path(gatelib.__file__).resolve().parent / "_native" / gatelib.LIBRARY_NAME
     assert found[2].name == gatelib.LIBRARY_NAME and found[2].parent.name == "build"
+    assert found[2].parent.parent.name == "shim"  # this checkout's `make shim` build
+    assert len(found) == 3
     monkeypatch.delenv(gatelib.ENV_LIBRARY)
-    assert gatelib.candidates()[0] == gatelib.IMAGE_LIBRARY
+    assert gatelib.candidates() == found[1:]
 
 
 def test_a_missing_or_broken_library_says_where_it_looked_and_how_to_build_it(

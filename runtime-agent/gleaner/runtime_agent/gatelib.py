@@ -6,10 +6,12 @@ contract is ``runtime-agent/shim/include/gleaner_gate.h``); :class:`GateView` mi
 ``gl_gate_config``. The calls hold the GIL (``ctypes.PyDLL``). The typed Python face is
 :class:`gleaner.runtime_agent.policy.ComputeGate`; nothing else should call the library.
 
-The library is looked for, in order, at ``$GLEANER_GATE_LIBRARY``, beside the shim in the
-image (``/opt/gleaner/lib``), and in the shim's build directory of a source checkout
-(``make shim`` builds it; ``scripts/bootstrap.sh``, hence ``make simulate`` and
-``make test``, does too). :class:`GateLibraryError` says where it looked.
+The library is looked for, in order, at ``$GLEANER_GATE_LIBRARY``, inside the installed
+package (``_native/``: the ``gleaner`` wheel carries it, compiled at wheel build time by
+``hatch_build.py``; the image installs that wheel), and in the shim's build directory of a
+source checkout (``make shim`` builds it; ``scripts/bootstrap.sh``, hence ``make simulate``
+and ``make test``, does too; an editable install has no ``_native/``).
+:class:`GateLibraryError` says where it looked and how to get the library.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from pathlib import Path
 
 LIBRARY_NAME = "libgleaner_gate.so"
 ENV_LIBRARY = "GLEANER_GATE_LIBRARY"
-IMAGE_LIBRARY = Path("/opt/gleaner/lib") / LIBRARY_NAME
-"""Where the image installs it (beside the shim)."""
+PACKAGE_LIBRARY = Path(__file__).resolve().parent / "_native" / LIBRARY_NAME
+"""The copy an installed ``gleaner`` wheel carries (``hatch_build.NATIVE_PATH``)."""
+CHECKOUT_LIBRARY = Path(__file__).resolve().parents[2] / "shim" / "build" / LIBRARY_NAME
+"""``make shim``'s build in a source checkout
+(``runtime-agent/gleaner/runtime_agent/gatelib.py`` → ``runtime-agent/shim/build``)."""
 ABI = 1
 """``GL_GATE_ABI`` of the header this binding was written against."""
 
@@ -91,9 +96,9 @@ def candidates() -> list[Path]:
     env = os.environ.get(ENV_LIBRARY)
     if env:
         out.append(Path(env))
-    out.append(IMAGE_LIBRARY)
-    # runtime-agent/gleaner/runtime_agent/gatelib.py → runtime-agent/shim/build
-    out.append(Path(__file__).resolve().parents[2] / "shim" / "build" / LIBRARY_NAME)
+    out.append(PACKAGE_LIBRARY)
+    if CHECKOUT_LIBRARY.parent.parent.is_dir():  # runtime-agent/shim: a source checkout
+        out.append(CHECKOUT_LIBRARY)
     return out
 
 
@@ -122,14 +127,17 @@ def load(paths: Sequence[Path]) -> ctypes.CDLL:
         break
     if lib is None:
         raise GateLibraryError(
-            f"the native compute gate ({LIBRARY_NAME}) is not installed; build it with "
-            f"`make shim`, or name it in {ENV_LIBRARY}. Looked for: " + "; ".join(tried)
+            f"the native compute gate ({LIBRARY_NAME}) is not installed: install a gleaner "
+            "wheel built for this platform (building one from source needs a C compiler and "
+            f"make), run `make shim` in a source checkout, or name the library in "
+            f"{ENV_LIBRARY}. Looked for: " + "; ".join(tried)
         )
     _declare(lib)
     if lib.gl_gate_abi() != ABI:
         raise GateLibraryError(
             f"{LIBRARY_NAME} at {lib._name} speaks gate ABI {lib.gl_gate_abi()}, this "
-            f"Gleaner needs {ABI}: rebuild it with `make shim`"
+            f"Gleaner needs {ABI}: reinstall the gleaner wheel, or rebuild it with `make shim` in "
+            "a source checkout"
         )
     return lib
 
