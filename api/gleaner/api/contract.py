@@ -62,6 +62,7 @@ __all__ = [
     "ANNOTATION_PROFILE_IMAGE",
     "ANNOTATION_PROFILE_KV_GIB",
     "ANNOTATION_SLA_WINDOWS",
+    "ENV_GATE_LIBRARY",
     "ENV_JOB",
     "ENV_OPERATOR_BIND_DELAY",
     "ENV_ROLE",
@@ -181,6 +182,11 @@ KUBELET_POD_RESOURCES_DIR: Final = "/var/lib/kubelet/pod-resources"
 """The kubelet's PodResources API directory; the agent mounts it read-only (docs/agent.md)."""
 KUBELET_POD_RESOURCES_SOCKET: Final = f"{KUBELET_POD_RESOURCES_DIR}/kubelet.sock"
 """Its gRPC socket: which pod and container holds which device ids."""
+
+# --- The agent's process environment ---------------------------------------------------------
+ENV_GATE_LIBRARY: Final = "GLEANER_GATE_LIBRARY"
+"""A path to the native compute gate library (``libgleaner_gate.so``) to load instead of the
+one the installed package carries (docs/agent.md)."""
 
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"

@@ -22,8 +22,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from gleaner.api.contract import ENV_GATE_LIBRARY
+
 LIBRARY_NAME = "libgleaner_gate.so"
-ENV_LIBRARY = "GLEANER_GATE_LIBRARY"
+ENV_LIBRARY = ENV_GATE_LIBRARY
 PACKAGE_LIBRARY = Path(__file__).resolve().parent / "_native" / LIBRARY_NAME
 """The copy an installed ``gleaner`` wheel carries (``hatch_build.NATIVE_PATH``)."""
 CHECKOUT_LIBRARY = Path(__file__).resolve().parents[2] / "shim" / "build" / LIBRARY_NAME
