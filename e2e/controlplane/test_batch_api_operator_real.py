@@ -25,7 +25,7 @@ import yaml
 from gleaner.operator.rbac import BATCH_API_RULES, OPERATOR_RULES
 from gleaner.testing.controlplane import ControlPlane, apply, get_json
 from gleaner.testing.controlplane import poll as wait_for
-from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest
+from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest, refused_lines
 from gleaner.testing.net import free_port
 from gleaner.testing.openai_engine import batch_api_spec
 from gleaner.testing.processes import ManagedProcess
@@ -177,5 +177,5 @@ def test_a_batch_submitted_with_openai_is_placed_by_the_operator_and_cancelled(
 
     wait_for(gone, log)
     assert alice.batches.retrieve(batch.id).status == "cancelled"
-    refused = [line for line in operator.log().splitlines() if "forbidden" in line.lower()]
+    refused = refused_lines(operator.log())
     assert refused == [], "\n".join(refused)

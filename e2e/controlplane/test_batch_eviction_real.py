@@ -68,7 +68,7 @@ def operator(tenant: Tenant) -> Iterator[OperatorProcess]:
         yield op
     finally:
         op.stop()
-    refused = [line for line in op.log().splitlines() if "forbidden" in line.lower()]
+    refused = op.refused()
     assert refused == [], "\n".join(refused)
 
 

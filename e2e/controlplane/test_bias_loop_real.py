@@ -30,6 +30,7 @@ from gleaner.testing.kube import (
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
+    refused_lines,
     wait_for,
 )
 from gleaner.testing.net import free_port
@@ -67,7 +68,7 @@ def operators(tenant: Tenant, account: OperatorAccount) -> Iterator[list[Operato
         for op in started:
             op.stop()
         logs = "\n".join(op.log() for op in started)
-        refused = [line for line in logs.splitlines() if "forbidden" in line.lower()]
+        refused = refused_lines(logs)
         assert refused == [], "\n".join(refused)
 
 

@@ -40,7 +40,12 @@ from gleaner.testing.controlplane import (
     get_json,
 )
 from gleaner.testing.controlplane import poll as wait_for
-from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest, offlinejob_manifest
+from gleaner.testing.kube import (
+    FAST_OPERATOR_FLAGS,
+    nodetrace_manifest,
+    offlinejob_manifest,
+    refused_lines,
+)
 from gleaner.testing.net import free_port
 from gleaner.testing.processes import ManagedProcess
 
@@ -355,5 +360,5 @@ def exercise(plane: ControlPlane, operator: ManagedProcess, agent: ManagedProces
         return not job() and pods is not None and pods["items"] == []
 
     wait_for(deleted, log)
-    assert [line for line in operator.log().splitlines() if "forbidden" in line.lower()] == []
-    assert [line for line in agent.log().splitlines() if "forbidden" in line.lower()] == []
+    assert refused_lines(operator.log()) == []
+    assert refused_lines(agent.log()) == []

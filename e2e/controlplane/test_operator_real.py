@@ -34,6 +34,7 @@ from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
     nodetrace_manifest,
     offlinejob_manifest,
+    refused_lines,
 )
 from gleaner.testing.net import free_port
 from gleaner.testing.processes import ManagedProcess
@@ -200,5 +201,5 @@ def test_the_operator_binds_a_job_that_kwok_runs_and_deletes_it_with_chart_rbac(
         return not job() and pods is not None and pods["items"] == []
 
     wait_for(deleted, log)
-    refused = [line for line in operator.log().splitlines() if "forbidden" in line.lower()]
+    refused = refused_lines(operator.log())
     assert refused == [], "\n".join(refused)

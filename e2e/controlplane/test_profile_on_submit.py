@@ -98,7 +98,7 @@ def _operator(tenant: Tenant, extra: list[str]) -> Iterator[OperatorProcess]:
         yield op
     finally:
         op.stop()
-    refused = [line for line in op.log().splitlines() if "forbidden" in line.lower()]
+    refused = op.refused()
     assert refused == [], "\n".join(refused)
 
 

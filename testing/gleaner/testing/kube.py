@@ -731,6 +731,13 @@ class ApiClientSource(Protocol):
     def api_client(self) -> Any: ...
 
 
+def refused_lines(log: str) -> list[str]:
+    """The lines of a process log that tell of a request the API server refused
+    (RBAC's "forbidden"): a test running a component as the chart's ServiceAccount expects
+    none."""
+    return [line for line in log.splitlines() if "forbidden" in line.lower()]
+
+
 class OperatorProcess:
     """``gleaner operator`` as a subprocess with ``KUBECONFIG`` pointing at an emulator (or
     at the real control plane: any ``KubeTarget``).
@@ -768,6 +775,10 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def refused(self) -> list[str]:
+        """The requests the API server refused it, from its log (``refused_lines``)."""
+        return refused_lines(self.log())
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
