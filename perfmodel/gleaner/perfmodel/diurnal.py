@@ -220,6 +220,29 @@ def worst_hours(
     )
 
 
+def hour_busy(profile: DiurnalProfile, hour: int) -> FloatArray | None:
+    """The online-busy share per GPU the profile forecasts for ``hour`` of the day (its
+    slot alone, before the recent level is blended in); None without data for that hour."""
+    slot = profile.slots[hour]
+    if slot is None or not slot.window_seconds > 0:
+        return None
+    return np.asarray(slot.online_busy_seconds / slot.window_seconds, dtype=np.float64)
+
+
+def report_ratios(profile: DiurnalProfile, report: NodeSummary) -> list[float]:
+    """:func:`busy_ratios` of one reported window against what ``profile`` forecasts for
+    the hour of its middle: the spread a :class:`~gleaner.perfmodel.admission.LoadSpread`
+    learns. Empty without a window end or seconds, without data for that hour, or when the
+    hour's GPUs are not the report's."""
+    if report.window_end is None or not report.window_seconds > 0:
+        return []
+    middle = report.window_end - timedelta(seconds=report.window_seconds / 2)
+    expected = hour_busy(profile, hour_of(middle))
+    if expected is None or expected.shape != report.online_busy_seconds.shape:
+        return []
+    return busy_ratios(expected, report.online_busy_seconds / report.window_seconds)
+
+
 def busy_ratios(forecast_busy: npt.ArrayLike, observed_busy: npt.ArrayLike) -> list[float]:
     """forecast / observed online-busy share of past windows, one per (GPU, window): the
     spread :func:`gleaner.perfmodel.admission.load_scale` reads. An idle window (observed
@@ -244,7 +267,9 @@ __all__ = [
     "busy_ratios",
     "forecast",
     "horizon_hours",
+    "hour_busy",
     "hour_of",
+    "report_ratios",
     "scaled",
     "worst_hours",
 ]
