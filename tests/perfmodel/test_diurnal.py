@@ -219,3 +219,21 @@ def test_node_admission_is_worst_hours_over_the_reports_forecast() -> None:
     # Hours of another inventory than the report's: the report unchanged.
     other = replace(_hour(0.4, gpus=3), node="n")
     assert node_admission(other, profile, DAY0, 12 * 3600.0) is other
+
+
+def test_merging_many_hours_at_once_gives_what_merging_them_one_by_one_gives() -> None:
+    from gleaner.perfmodel.diurnal import _merge_all, _merge_pairwise
+
+    rng = np.random.default_rng(5)
+    parts = []
+    for h in range(12):
+        t = np.arange(0, 3600, 60.0)
+        b = rng.uniform(0, 1, (t.size, 2))
+        free = rng.uniform(0, 70, (t.size, 2))
+        parts.append(NodeSummary.from_samples("n", [0, 1], t + h * 3600, b, free, 1.0 - b))
+    once, pairwise = _merge_all(parts), _merge_pairwise(parts)
+    assert np.array_equal(once.memory.levels, pairwise.memory.levels)
+    assert np.array_equal(once.memory.seconds, pairwise.memory.seconds)
+    assert np.array_equal(once.online_busy_seconds, pairwise.online_busy_seconds)
+    assert once.window_seconds == pairwise.window_seconds
+    assert once.window_end == pairwise.window_end

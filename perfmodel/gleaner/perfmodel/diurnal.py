@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from gleaner.perfmodel.sketch import MemoryHistogram
+from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, MemoryHistogram
 from gleaner.perfmodel.summary import NodeSummary
 
 FloatArray = npt.NDArray[np.float64]
@@ -253,6 +253,20 @@ def busy_ratios(forecast_busy: npt.ArrayLike, observed_busy: npt.ArrayLike) -> l
 
 
 def _merge_all(parts: Sequence[NodeSummary]) -> NodeSummary:
+    """The parts merged in order; the memory sketches in one aggregation (most of the cost
+    of a merge) when they share a step and fit the state cap together, else one by one."""
+    memories = [p.memory for p in parts]
+    if len(parts) < 3 or len({m.step_gib for m in memories}) > 1:
+        return _merge_pairwise(parts)
+    if sum(m.n_states for m in memories) > DEFAULT_MAX_STATES:
+        return _merge_pairwise(parts)
+    n_gpus = memories[0].n_gpus
+    empty = MemoryHistogram.empty(n_gpus, memories[0].step_gib)
+    out = _merge_pairwise([replace(p, memory=empty) for p in parts])
+    return replace(out, memory=MemoryHistogram.merge_all(memories))
+
+
+def _merge_pairwise(parts: Sequence[NodeSummary]) -> NodeSummary:
     out = parts[0]
     for p in parts[1:]:
         out = out.merge(p)
