@@ -167,3 +167,19 @@ def test_the_spread_is_learned_from_new_report_windows() -> None:
     # Without a risk target the spread is not applied.
     plain = summaries_from_nodetraces([report(now)], now, kept, risk_target=None)
     assert _idle(plain["a"]) == pytest.approx(0.75)
+
+
+def test_the_spread_is_kept_for_a_node_whose_nodetrace_is_named_otherwise() -> None:
+    now = datetime.now(UTC)
+    obj = _with_hours("gpu-7", {h: 0.2 for h in range(24)})
+    kept = HourProfiles()
+    for i in range(3):
+        fresh = nodetrace_manifest(
+            "gpu-7", gpus=2, offline_enabled=0.6, end=now + timedelta(minutes=i)
+        )
+        status = fresh["status"] | {"hours": obj["status"]["hours"]}
+        renamed = {**obj, "metadata": {"name": "trace-of-gpu-7"}, "status": status}
+        renamed["spec"] = {**(obj.get("spec") or {}), "nodeName": "gpu-7"}
+        assert set(summaries_from_nodetraces([renamed], now, kept)) == {"gpu-7"}
+        summaries_from_nodetraces([renamed], now, kept)  # the same window again: nothing new
+    assert kept.spread.ratios("gpu-7") == pytest.approx([0.5] * 6)

@@ -156,7 +156,8 @@ def summaries_from_nodetraces(
                     for node, summary in loaded.items()
                 }
         out.update(loaded)
-    profiles.retain({str((o.get("metadata") or {}).get("name")) for o in nodetraces})
+    # Profiles are kept by NodeTrace name, the learned spread by node name (spec.nodeName).
+    profiles.retain({str((o.get("metadata") or {}).get("name")) for o in nodetraces} | set(out))
     return out
 
 
