@@ -1,12 +1,14 @@
 """What a node's hours of the day cost a scheduling pass (targets in docs/benchmarks.md).
 
 The operator's pass turns every NodeTrace into the summary it predicts from
-(``gleaner.operator.traces.summaries_from_nodetraces``). With ``status.hours`` that is the
-time-of-day forecast of the next 2 hours, and parsing 24 hours per node is far more work
-than parsing the latest window. The hours change once an hour, so the operator keeps each
-node's parsed hours until they change (``HourProfiles``). This benchmark builds ``--nodes``
-NodeTraces of 8 GPUs, each with 24 hours at the size bound (128 memory states per hour) and a
-latest window, as the API server returns them (JSON), and times, side by side in rounds:
+(``gleaner.operator.traces.summaries_from_nodetraces``). With ``status.hours`` that is what
+admission judges the next 12 hours by (each GPU's busiest hour, with the learned load
+spread, over the time-of-day forecast of those hours), and parsing 24 hours per node is
+far more work than parsing the latest window. The hours change once an hour, so the operator
+keeps each node's parsed hours until they change (``HourProfiles``). This benchmark builds
+``--nodes`` NodeTraces of 8 GPUs, each with 24 hours at the size bound (128 memory states
+per hour) and a latest window, as the API server returns them (JSON), and times, side by
+side in rounds:
 
 - ``no hours``: the same NodeTraces without ``status.hours`` (how a pass read them before);
 - ``latest window``: with hours, read without a time (no forecast; the hours are still

@@ -22,7 +22,8 @@ from gleaner.operator.bias import (
 )
 from gleaner.operator.config import DEFAULT_RISK_TARGET, OperatorConfig
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import summaries_from_nodetraces
+from gleaner.operator.traces import FORECAST_HORIZON_S, summaries_from_nodetraces
+from gleaner.perfmodel.admission import ADMISSION_HORIZON_H
 from gleaner.scheduler.bias import BiasConfig, BiasTable
 from gleaner.simulator.cluster_scenario import ClusterScenario
 from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
@@ -169,3 +170,8 @@ def test_the_operator_admits_with_the_simulators_risk_target() -> None:
     assert ClusterScenario.model_fields["risk_target"].default == DEFAULT_RISK_TARGET
     assert OperatorConfig().bias.risk_target == DEFAULT_RISK_TARGET
     assert OperatorConfig(risk_target=None).bias.risk_target is None
+
+
+def test_the_operator_admits_over_the_simulators_horizon() -> None:
+    assert ClusterScenario.model_fields["forecast_horizon_h"].default == ADMISSION_HORIZON_H
+    assert FORECAST_HORIZON_S == ADMISSION_HORIZON_H * 3600

@@ -1,4 +1,5 @@
-"""The operator's pass predicts a node with ``status.hours`` from the hours ahead, parsing
+"""The operator's pass judges a node with ``status.hours`` by the hours ahead (each GPU's
+busiest hour of the horizon with the learned load spread, the simulator's rule), parsing
 each node's hours once per change (``gleaner.operator.traces``)."""
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gleaner.api import OfflineJob
+from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces
-from gleaner.perfmodel.diurnal import DiurnalProfile
-from gleaner.perfmodel.hours import profile_from_nodetrace, profile_to_hours
+from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
+from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace, profile_to_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
-from gleaner.testing.kube import nodetrace_manifest
+from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
 
 DAY = datetime(2026, 3, 2, tzinfo=UTC)
 
@@ -42,11 +45,14 @@ def test_the_pass_predicts_from_the_hours_ahead() -> None:
     obj = _with_hours("a", {h: 0.8 if h < 12 else 0.0 for h in range(24)})
     plain = nodetrace_manifest("b", gpus=2, offline_enabled=0.9)
     at_night = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=2))
-    at_noon = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=14))
+    at_noon = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=12))
+    # From 14:00 the 12 h horizon runs into the busy hours after midnight: its busiest hour.
+    at_two = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=14))
     latest = summaries_from_nodetraces([obj, plain])
     assert _idle(latest["a"]) == pytest.approx(0.9)
     assert _idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
     assert _idle(at_noon["a"]) == pytest.approx(0.75 * 1.0 + 0.25 * 0.9)
+    assert _idle(at_two["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
     # A node without hours is read as before, whatever the time.
     assert _idle(at_night["b"]) == _idle(at_noon["b"]) == pytest.approx(0.9)
     assert at_night["a"].last_report_time == latest["a"].last_report_time
@@ -103,3 +109,77 @@ def test_hours_that_do_not_parse_leave_the_latest_window_with_one_warning(
             assert _idle(got["a"]) == pytest.approx(0.9)  # the latest window
     warnings = [r for r in caplog.records if "hours ignored" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def _queued(name: str, sla: float) -> QueuedJob:
+    job = OfflineJob.model_validate(offlinejob_manifest(name, sla=sla, gpus=1))
+    assert job.spec.profile is not None
+    return QueuedJob(job, job.spec.profile)
+
+
+def test_a_node_busy_later_in_the_horizon_is_not_admitted() -> None:
+    """Idle now and for the next hours, but busy six hours ahead: the 2 h mean admits a
+    job there, the busiest hour of the 12 h horizon (the simulator's rule) does not."""
+    now = datetime.now(UTC)
+    hour = hour_of(now)
+    busy = {hour: 0.1, (hour + 1) % 24: 0.1, (hour + 6) % 24: 0.95}
+    obj = _with_hours("a", busy)
+    obj["status"] = nodetrace_manifest("a", gpus=2, offline_enabled=0.9, end=now)["status"] | {
+        "hours": obj["status"]["hours"]
+    }
+    (report,) = summaries_from_nodetraces([obj]).values()
+    profile = profile_from_nodetrace(obj)
+    assert profile is not None
+    two_hours = {"a": node_forecast(report, profile, now, timedelta(hours=2).total_seconds())}
+    job = _queued("j", sla=0.5)
+    assert len(plan_placements([job], two_hours, {}, now).placements) == 1
+    admitted = summaries_from_nodetraces([obj], now)
+    plan = plan_placements([job], admitted, {}, now)
+    assert plan.placements == [] and len(plan.unschedulable) == 1
+    # Each GPU at its busiest hour: 3/4 the hour's 0.95, 1/4 the latest window's 0.1.
+    assert _idle(admitted["a"]) == pytest.approx(1.0 - (0.75 * 0.95 + 0.25 * 0.1))
+
+
+def test_the_spread_is_learned_from_new_report_windows() -> None:
+    """Reports busier than their hour's forecast widen the load the node is admitted by;
+    a report seen again adds nothing."""
+    now = datetime.now(UTC)
+    obj = _with_hours("a", {h: 0.2 for h in range(24)})
+    kept = HourProfiles()
+
+    def report(end: datetime) -> dict[str, Any]:
+        # Online busy 0.4 in each window: twice what the hours forecast.
+        fresh = nodetrace_manifest("a", gpus=2, offline_enabled=0.6, end=end)
+        return {**obj, "status": fresh["status"] | {"hours": obj["status"]["hours"]}}
+
+    first = summaries_from_nodetraces([report(now)], now, kept)
+    for _ in range(3):
+        summaries_from_nodetraces([report(now)], now, kept)
+    assert kept.spread.ratios("a") == pytest.approx([0.5, 0.5])  # one window, two GPUs
+    assert kept.spread.scale("a", 0.9) == 1.0  # too few windows yet
+    for i in range(1, 10):
+        summaries_from_nodetraces([report(now + timedelta(minutes=i))], now, kept)
+    assert kept.spread.scale("a", 0.9) == pytest.approx(2.0)
+    learned = summaries_from_nodetraces([report(now + timedelta(minutes=10))], now, kept)
+    # Busiest hour 0.75 * 0.2 + 0.25 * 0.4 = 0.25, scaled by 2.
+    assert _idle(first["a"]) == pytest.approx(0.75)
+    assert _idle(learned["a"]) == pytest.approx(0.5)
+    # Without a risk target the spread is not applied.
+    plain = summaries_from_nodetraces([report(now)], now, kept, risk_target=None)
+    assert _idle(plain["a"]) == pytest.approx(0.75)
+
+
+def test_the_spread_is_kept_for_a_node_whose_nodetrace_is_named_otherwise() -> None:
+    now = datetime.now(UTC)
+    obj = _with_hours("gpu-7", {h: 0.2 for h in range(24)})
+    kept = HourProfiles()
+    for i in range(3):
+        fresh = nodetrace_manifest(
+            "gpu-7", gpus=2, offline_enabled=0.6, end=now + timedelta(minutes=i)
+        )
+        status = fresh["status"] | {"hours": obj["status"]["hours"]}
+        renamed = {**obj, "metadata": {"name": "trace-of-gpu-7"}, "status": status}
+        renamed["spec"] = {**(obj.get("spec") or {}), "nodeName": "gpu-7"}
+        assert set(summaries_from_nodetraces([renamed], now, kept)) == {"gpu-7"}
+        summaries_from_nodetraces([renamed], now, kept)  # the same window again: nothing new
+    assert kept.spread.ratios("gpu-7") == pytest.approx([0.5] * 6)

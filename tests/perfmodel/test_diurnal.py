@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -16,10 +17,13 @@ from gleaner.perfmodel.diurnal import (
     busy_ratios,
     forecast,
     horizon_hours,
+    hour_busy,
     hour_of,
+    report_ratios,
     scaled,
     worst_hours,
 )
+from gleaner.perfmodel.hours import node_admission
 from gleaner.perfmodel.summary import NodeSummary
 
 DAY0 = datetime(2026, 1, 5, tzinfo=UTC)
@@ -186,3 +190,50 @@ def test_the_load_scale_is_the_spread_of_windows_above_the_forecast() -> None:
     assert load_scale(ratios[:10], 0.99) == 1.0
     # An idle window counts as barely busy, not as a division by zero.
     assert busy_ratios([0.3], [0.0]) == [pytest.approx(300.0)]
+
+
+def test_a_report_is_compared_with_the_forecast_for_the_hour_of_its_middle() -> None:
+    profile = DiurnalProfile("n").fold(6, _hour(0.2)).fold(7, _hour(0.5))
+    assert hour_busy(profile, 6) == pytest.approx([0.2, 0.2])
+    assert hour_busy(profile, 8) is None
+    report = replace(_hour(0.4, seconds=1800), window_end=DAY0 + timedelta(hours=7, minutes=10))
+    # Its middle is 06:55: hour 6's 0.2 against the 0.4 observed, per GPU.
+    assert report_ratios(profile, report) == pytest.approx([0.5, 0.5])
+    later = replace(report, window_end=DAY0 + timedelta(hours=7, minutes=20))
+    assert report_ratios(profile, later) == pytest.approx([1.25, 1.25])
+    # No hour known, no window end, or another GPU count: nothing learned.
+    assert report_ratios(profile, replace(report, window_end=DAY0 + timedelta(hours=9))) == []
+    assert report_ratios(profile, replace(report, window_end=None)) == []
+    three = replace(_hour(0.4, gpus=3), window_end=DAY0 + timedelta(hours=7))
+    assert report_ratios(profile, three) == []
+
+
+def test_node_admission_is_worst_hours_over_the_reports_forecast() -> None:
+    profile = DiurnalProfile("n").fold(6, _hour(0.2)).fold(9, _hour(0.8))
+    recent = replace(_hour(0.4), labels={"zone": "a"}, window_end=DAY0 + timedelta(hours=6))
+    got = node_admission(recent, profile, DAY0 + timedelta(hours=6), 12 * 3600.0, busy_scale=1.2)
+    want = worst_hours(profile, recent, DAY0 + timedelta(hours=6), 12 * 3600.0, busy_scale=1.2)
+    assert got.online_busy_seconds == pytest.approx(want.online_busy_seconds)
+    assert _idle(got) == pytest.approx(_idle(want))
+    assert got.labels == {"zone": "a"} and got.window_end == recent.window_end
+    # Hours of another inventory than the report's: the report unchanged.
+    other = replace(_hour(0.4, gpus=3), node="n")
+    assert node_admission(other, profile, DAY0, 12 * 3600.0) is other
+
+
+def test_merging_many_hours_at_once_gives_what_merging_them_one_by_one_gives() -> None:
+    from gleaner.perfmodel.diurnal import _merge_all, _merge_pairwise
+
+    rng = np.random.default_rng(5)
+    parts = []
+    for h in range(12):
+        t = np.arange(0, 3600, 60.0)
+        b = rng.uniform(0, 1, (t.size, 2))
+        free = rng.uniform(0, 70, (t.size, 2))
+        parts.append(NodeSummary.from_samples("n", [0, 1], t + h * 3600, b, free, 1.0 - b))
+    once, pairwise = _merge_all(parts), _merge_pairwise(parts)
+    assert np.array_equal(once.memory.levels, pairwise.memory.levels)
+    assert np.array_equal(once.memory.seconds, pairwise.memory.seconds)
+    assert np.array_equal(once.online_busy_seconds, pairwise.online_busy_seconds)
+    assert once.window_seconds == pairwise.window_seconds
+    assert once.window_end == pairwise.window_end

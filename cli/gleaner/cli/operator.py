@@ -244,7 +244,8 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     default=str(DEFAULT_RISK_TARGET),
     show_default=True,
     help="Admit a job only where a window is predicted to meet its SLA with at least this "
-    "probability (0 < p < 1); 'off': where the mean prediction meets it.",
+    "probability (0 < p < 1); on nodes that report their hours of the day, also the load "
+    "their windows may reach above the forecast; 'off': where the mean prediction meets it.",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def command(

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# The one value (perfmodel's, also the simulator's default), re-exported for the CLI.
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET as DEFAULT_RISK_TARGET
 from gleaner.scheduler.bias import BiasConfig
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
@@ -23,9 +25,6 @@ PEERING_NAME = "gleaner"
 DEFAULT_STATE_NAMESPACE = "gleaner-system"
 """Where the operator keeps its own state (the bias table) when not told otherwise."""
 
-DEFAULT_RISK_TARGET = 0.9
-"""The probability a window must meet the SLA with under risk-aware admission; the same as
-the simulator's default (``ClusterScenario.risk_target``; a test holds them equal)."""
 
 MAX_PEERING_PRIORITY = 2**31 - 1
 """Largest peering priority (kopf stores it as a JSON integer; kept within int32)."""

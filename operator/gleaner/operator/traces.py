@@ -4,10 +4,15 @@ Contract: ``load_node_summaries(config, nodetraces, now)`` returns one ``NodeSum
 node for a scheduling pass. By default they come from the NodeTrace objects the pass just
 listed (perfmodel's ``NodeTraceListSource``; a NodeTrace that does not parse is skipped with
 a warning so one broken agent cannot stop scheduling). A NodeTrace with ``status.hours`` (the
-node's history by hour of the day) gives instead the time-of-day forecast of the next
-``FORECAST_HORIZON_S`` from ``now`` blended with its latest window (perfmodel's
-``node_forecast``), so a job placed in the morning is judged on the day ahead, not on the
-night behind it; unreadable hours are ignored with a warning (the latest window is used).
+node's history by hour of the day) gives instead what the simulator's ``gleaner`` policy
+admits by: each GPU at its busiest hour of the next ``FORECAST_HORIZON_S`` from ``now``
+(perfmodel's ``ADMISSION_HORIZON_H``), blended with its latest window, its load scaled by
+the spread of past windows at the risk target (perfmodel's ``node_admission``,
+``worst_hours`` and ``LoadSpread``): a job placed in the morning is judged on the day
+ahead, not on the night behind it, and a job placed at night by the day's peak it will run
+into. The spread is learned in memory from each new report window against what the node's
+hours forecast for that hour (``HourProfiles.learn``; a restart relearns it). Unreadable
+hours are ignored with a warning (the latest window is used).
 Parsing 24 hours is most of the cost of reading a NodeTrace, and they change once an hour
 while the rest of the status changes every report: ``HourProfiles`` keeps each node's parsed
 profile until its hours change (each entry's hour, window end and seconds), so a pass parses
@@ -40,8 +45,9 @@ from typing import TYPE_CHECKING, Any
 from gleaner.api import NodeTraceStatus
 from gleaner.api.nodetrace import without_hours
 from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
-from gleaner.perfmodel.diurnal import DiurnalProfile
-from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace
+from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET, LoadSpread
+from gleaner.perfmodel.diurnal import DiurnalProfile, report_ratios
+from gleaner.perfmodel.hours import node_admission, profile_from_nodetrace
 
 if TYPE_CHECKING:
     from gleaner.operator.config import OperatorConfig
@@ -49,15 +55,30 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 UNKNOWN_UUIDS_REASON = "GPU UUIDs unknown"
-FORECAST_HORIZON_S = timedelta(hours=2).total_seconds()
-"""How far ahead a placement's time-of-day forecast looks (the SLA is judged over it)."""
+FORECAST_HORIZON_S = timedelta(hours=ADMISSION_HORIZON_H).total_seconds()
+"""How far ahead a placement's time-of-day forecast looks (the SLA is judged over it): the
+simulator's default ``forecast_horizon_h``."""
 
 
 class HourProfiles:
-    """Each node's time-of-day profile, parsed once per change of its ``status.hours``."""
+    """Each node's time-of-day profile, parsed once per change of its ``status.hours``, and
+    the load spread learned from the nodes' report windows (in memory, bounded)."""
 
     def __init__(self) -> None:
         self._by_node: dict[str, tuple[tuple[Any, ...], DiurnalProfile | None]] = {}
+        self.spread = LoadSpread()
+        self._learned: dict[str, tuple[datetime | None, float]] = {}
+
+    def learn(self, profile: DiurnalProfile, report: NodeSummary) -> None:
+        """Add the busy ratios of ``report``'s window against ``profile``'s forecast for its
+        hour to the spread, once per window (a report seen before adds nothing)."""
+        key = (report.window_end, report.window_seconds)
+        if self._learned.get(report.node) == key:
+            return
+        self._learned[report.node] = key
+        ratios = report_ratios(profile, report)
+        if ratios:
+            self.spread.add(report.node, ratios)
 
     def profile(self, obj: Mapping[str, Any]) -> DiurnalProfile | None:
         """The profile of NodeTrace ``obj`` (None without hours); ValueError when its hours
@@ -88,6 +109,9 @@ class HourProfiles:
         """Forget the nodes not in ``names`` (their NodeTraces are gone)."""
         for name in set(self._by_node) - names:
             del self._by_node[name]
+        for node in set(self._learned) - names:
+            del self._learned[node]
+        self.spread.retain(names)
 
     def __len__(self) -> int:
         return len(self._by_node)
@@ -97,10 +121,12 @@ def summaries_from_nodetraces(
     nodetraces: Sequence[dict[str, Any]],
     now: datetime | None = None,
     hours: HourProfiles | None = None,
+    risk_target: float | None = DEFAULT_RISK_TARGET,
 ) -> dict[str, NodeSummary]:
     """One summary per parsable NodeTrace: its latest window, or with ``now`` and
-    ``status.hours`` the forecast from ``now`` (module docstring). ``hours`` keeps parsed
-    profiles from one call to the next (None: parsed afresh)."""
+    ``status.hours`` what admission judges from ``now`` (module docstring), its load spread
+    at ``risk_target`` (None: none). ``hours`` keeps parsed profiles and the learned spread
+    from one call to the next (None: parsed afresh, nothing learned before)."""
     profiles = hours if hours is not None else HourProfiles()
     out: dict[str, NodeSummary] = {}
     for obj in nodetraces:
@@ -117,12 +143,21 @@ def summaries_from_nodetraces(
                 logger.warning("NodeTrace %s: hours ignored: %s", name, str(exc).splitlines()[0])
                 profile = None
             if profile is not None:
+                for summary in loaded.values():
+                    profiles.learn(profile, summary)
                 loaded = {
-                    node: node_forecast(summary, profile, now, FORECAST_HORIZON_S)
+                    node: node_admission(
+                        summary,
+                        profile,
+                        now,
+                        FORECAST_HORIZON_S,
+                        busy_scale=profiles.spread.scale(node, risk_target),
+                    )
                     for node, summary in loaded.items()
                 }
         out.update(loaded)
-    profiles.retain({str((o.get("metadata") or {}).get("name")) for o in nodetraces})
+    # Profiles are kept by NodeTrace name, the learned spread by node name (spec.nodeName).
+    profiles.retain({str((o.get("metadata") or {}).get("name")) for o in nodetraces} | set(out))
     return out
 
 
@@ -197,4 +232,4 @@ async def load_node_summaries(
         )
         loaded = await asyncio.to_thread(source.load)
         return with_inventory(loaded, summaries_from_nodetraces(nodetraces))
-    return summaries_from_nodetraces(nodetraces, now, hours)
+    return summaries_from_nodetraces(nodetraces, now, hours, config.risk_target)

@@ -26,7 +26,8 @@ and docs/scheduler.md show them in context.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,18 @@ BoolArray = npt.NDArray[np.bool_]
 
 SLA_EPS = 1e-12
 """Tolerance of both rules: a value equal to its bound up to float rounding passes."""
+
+DEFAULT_RISK_TARGET = 0.9
+"""The probability a window's online load must stay under the admission forecast with (the
+load spread of ``worst_hours``): the simulator's default ``risk_target`` and the operator's."""
+ADMISSION_HORIZON_H = 12.0
+"""The hours ahead a placement is admitted over (``worst_hours``): the simulator's default
+``forecast_horizon_h`` and the operator's."""
+SPREAD_KEPT = 512
+"""Past windows' busy ratios a :class:`LoadSpread` keeps per node (four times as many
+cluster-wide)."""
+SPREAD_MIN = 20
+"""Windows a node needs before its own spread is used (the cluster's until then)."""
 
 
 def corrected(raw: npt.ArrayLike, bias: npt.ArrayLike) -> FloatArray:
@@ -81,6 +94,54 @@ def load_scale(ratios: Sequence[float], target: float, min_samples: int = 20) ->
     the busy share of each GPU by it before the model predicts.
     """
     return 1.0 / max(1e-9, risk_factor(ratios, target, min_samples))
+
+
+class LoadSpread:
+    """The spread of past windows' online load around its forecast, learned per node.
+
+    Each node keeps its last ``kept`` busy ratios (forecast / observed busy share of a
+    window and GPU, ``gleaner.perfmodel.diurnal.busy_ratios``) and the cluster its last
+    ``4 * kept``; a node with fewer than ``min_samples`` of its own is judged by the
+    cluster's (:meth:`ratios`). :meth:`scale` is :func:`load_scale` of those ratios: what
+    ``worst_hours`` multiplies each GPU's busiest hour by. Memory is bounded by the deques.
+    """
+
+    def __init__(self, kept: int = SPREAD_KEPT, min_samples: int = SPREAD_MIN) -> None:
+        if kept < 1 or min_samples < 1:
+            raise ValueError("kept and min_samples must be >= 1")
+        self.kept = kept
+        self.min_samples = min_samples
+        self._by_node: dict[str, deque[float]] = {}
+        self._all: deque[float] = deque(maxlen=kept * 4)
+
+    def add(self, node: str, ratios: Iterable[float]) -> None:
+        """Record ``node``'s ratios of one past window (and the cluster's)."""
+        values = [float(r) for r in ratios]
+        own = self._by_node.get(node)
+        if own is None:
+            own = self._by_node[node] = deque(maxlen=self.kept)
+        own.extend(values)
+        self._all.extend(values)
+
+    def ratios(self, node: str) -> list[float]:
+        """The node's own ratios once it has ``min_samples``, else the cluster's."""
+        own = self._by_node.get(node)
+        if own is not None and len(own) >= self.min_samples:
+            return list(own)
+        return list(self._all)
+
+    def scale(self, node: str, target: float | None) -> float:
+        """How much busier than forecast ``node``'s load may be at probability ``target``
+        (:func:`load_scale`; 1 with ``target`` None or too few windows known)."""
+        if target is None:
+            return 1.0
+        return load_scale(self.ratios(node), target, self.min_samples)
+
+    def retain(self, nodes: Iterable[str]) -> None:
+        """Forget the own ratios of nodes not in ``nodes`` (the cluster's stay)."""
+        keep = set(nodes)
+        for name in set(self._by_node) - keep:
+            del self._by_node[name]
 
 
 def meet_probability(product: float, sla: float, residuals: Sequence[float]) -> float | None:

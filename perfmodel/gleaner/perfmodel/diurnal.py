@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from gleaner.perfmodel.sketch import MemoryHistogram
+from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, MemoryHistogram
 from gleaner.perfmodel.summary import NodeSummary
 
 FloatArray = npt.NDArray[np.float64]
@@ -220,6 +220,29 @@ def worst_hours(
     )
 
 
+def hour_busy(profile: DiurnalProfile, hour: int) -> FloatArray | None:
+    """The online-busy share per GPU the profile forecasts for ``hour`` of the day (its
+    slot alone, before the recent level is blended in); None without data for that hour."""
+    slot = profile.slots[hour]
+    if slot is None or not slot.window_seconds > 0:
+        return None
+    return np.asarray(slot.online_busy_seconds / slot.window_seconds, dtype=np.float64)
+
+
+def report_ratios(profile: DiurnalProfile, report: NodeSummary) -> list[float]:
+    """:func:`busy_ratios` of one reported window against what ``profile`` forecasts for
+    the hour of its middle: the spread a :class:`~gleaner.perfmodel.admission.LoadSpread`
+    learns. Empty without a window end or seconds, without data for that hour, or when the
+    hour's GPUs are not the report's."""
+    if report.window_end is None or not report.window_seconds > 0:
+        return []
+    middle = report.window_end - timedelta(seconds=report.window_seconds / 2)
+    expected = hour_busy(profile, hour_of(middle))
+    if expected is None or expected.shape != report.online_busy_seconds.shape:
+        return []
+    return busy_ratios(expected, report.online_busy_seconds / report.window_seconds)
+
+
 def busy_ratios(forecast_busy: npt.ArrayLike, observed_busy: npt.ArrayLike) -> list[float]:
     """forecast / observed online-busy share of past windows, one per (GPU, window): the
     spread :func:`gleaner.perfmodel.admission.load_scale` reads. An idle window (observed
@@ -230,6 +253,20 @@ def busy_ratios(forecast_busy: npt.ArrayLike, observed_busy: npt.ArrayLike) -> l
 
 
 def _merge_all(parts: Sequence[NodeSummary]) -> NodeSummary:
+    """The parts merged in order; the memory sketches in one aggregation (most of the cost
+    of a merge) when they share a step and fit the state cap together, else one by one."""
+    memories = [p.memory for p in parts]
+    if len(parts) < 3 or len({m.step_gib for m in memories}) > 1:
+        return _merge_pairwise(parts)
+    if sum(m.n_states for m in memories) > DEFAULT_MAX_STATES:
+        return _merge_pairwise(parts)
+    n_gpus = memories[0].n_gpus
+    empty = MemoryHistogram.empty(n_gpus, memories[0].step_gib)
+    out = _merge_pairwise([replace(p, memory=empty) for p in parts])
+    return replace(out, memory=MemoryHistogram.merge_all(memories))
+
+
+def _merge_pairwise(parts: Sequence[NodeSummary]) -> NodeSummary:
     out = parts[0]
     for p in parts[1:]:
         out = out.merge(p)
@@ -244,7 +281,9 @@ __all__ = [
     "busy_ratios",
     "forecast",
     "horizon_hours",
+    "hour_busy",
     "hour_of",
+    "report_ratios",
     "scaled",
     "worst_hours",
 ]

@@ -15,10 +15,13 @@ survives restarts and the operator forecasts from the same history:
   node's inventory now (a GPU added or removed), is left out: that hour starts afresh.
   A later entry for the same hour replaces an earlier one.
 
-- :func:`node_forecast` is what a scheduler predicts from: perfmodel's
+- :func:`node_forecast` is the mean a scheduler's forecast starts from: perfmodel's
   :func:`~gleaner.perfmodel.diurnal.forecast` of the hours ahead blended with the latest
   report, carrying that report's GPUs, labels, event counts, offline jobs and window (only
   the load comes from the forecast); the report unchanged when the profile cannot serve it.
+  :func:`node_admission` is what a scheduler admits by: each GPU at its busiest hour of the
+  horizon (``worst_hours``) with the load spread, over that mean (the operator's rule and
+  the simulator's ``gleaner`` policy's).
 
 Reading back what was written gives the same profile (up to float rounding); the sketch cap
 is applied on writing, so :func:`capped_profile` is what a reader will see.
@@ -45,6 +48,7 @@ from gleaner.perfmodel.diurnal import (
     HOURS,
     DiurnalProfile,
     forecast,
+    worst_hours,
 )
 from gleaner.perfmodel.summary import NodeSummary, TraceFormatError
 
@@ -160,8 +164,30 @@ def node_forecast(
     )
 
 
+def node_admission(
+    recent: NodeSummary,
+    profile: DiurnalProfile,
+    start: datetime,
+    horizon_seconds: float,
+    busy_scale: float = 1.0,
+    recent_weight: float = DEFAULT_RECENT_WEIGHT,
+) -> NodeSummary:
+    """What a scheduler admits a job by for [start, start + horizon): perfmodel's
+    :func:`~gleaner.perfmodel.diurnal.worst_hours` (each GPU at its busiest hour, its load
+    scaled by ``busy_scale``) over :func:`node_forecast` (the report's GPUs, labels, events,
+    jobs and window carried over); the report unchanged when the profile cannot serve it."""
+    mean = node_forecast(recent, profile, start, horizon_seconds, recent_weight)
+    try:
+        return worst_hours(
+            profile, recent, start, horizon_seconds, recent_weight, busy_scale, mean=mean
+        )
+    except ValueError:  # hours of another GPU inventory than the report's
+        return recent
+
+
 __all__ = [
     "capped_profile",
+    "node_admission",
     "node_forecast",
     "profile_from_nodetrace",
     "profile_from_status",

@@ -196,6 +196,25 @@ class MemoryHistogram:
         )
         return MemoryHistogram(rows, secs, step).capped(max_states)
 
+    @staticmethod
+    def merge_all(
+        sketches: Sequence[MemoryHistogram], max_states: int = DEFAULT_MAX_STATES
+    ) -> MemoryHistogram:
+        """The sketch of all windows together, in one aggregation: what merging them in
+        order one by one gives (each level's seconds are added in the same order), without
+        an aggregation per merge, as long as no intermediate merge would exceed
+        ``max_states`` and the steps are equal."""
+        if not sketches:
+            raise ValueError("merge_all() needs at least one sketch")
+        if len({m.n_gpus for m in sketches}) > 1:
+            raise ValueError("cannot merge sketches of different GPU counts")
+        step = max(m.step_gib for m in sketches)
+        same = [m if m.step_gib == step else m.coarsened(step) for m in sketches]
+        rows, secs = _aggregate(
+            np.concatenate([m.levels for m in same]), np.concatenate([m.seconds for m in same])
+        )
+        return MemoryHistogram(rows, secs, step).capped(max_states)
+
     def select(self, positions: Sequence[int]) -> MemoryHistogram:
         """The joint sketch of a subset of GPUs (columns in ``positions`` order)."""
         rows, secs = _aggregate(self.levels[:, list(positions)], self.seconds)

@@ -36,7 +36,6 @@ Model (docs/simulator.md has the details):
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -48,12 +47,13 @@ import numpy.typing as npt
 from gleaner.api import Phase
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import JobProfile, NodeSummary, predict
-from gleaner.perfmodel.admission import load_scale
+from gleaner.perfmodel.admission import LoadSpread, load_scale
 from gleaner.perfmodel.diurnal import (
     HOURS,
     DiurnalProfile,
     busy_ratios,
     forecast,
+    hour_busy,
     worst_hours,
 )
 from gleaner.scheduler import (
@@ -607,25 +607,13 @@ def run_policy(
 
 
 class _Profiles:
-    """Each node's time-of-day profile, and the first step not folded into it yet."""
+    """Each node's time-of-day profile, the first step not folded into it yet, and the
+    load spread learned from past SLA windows (forecast / observed busy share)."""
 
     def __init__(self, online: OnlineCluster) -> None:
         self.by_node = [DiurnalProfile(name) for name in online.node_names]
         self.next_step = 0
-        # Forecast / observed busy share of past SLA windows, per node and cluster-wide.
-        self.spread = [deque[float](maxlen=SPREAD_KEPT) for _ in online.node_names]
-        self.spread_all = deque[float](maxlen=SPREAD_KEPT * 4)
-
-    def ratios(self, node: int) -> list[float]:
-        """The node's own spread once it has enough windows, else the cluster's."""
-        own = self.spread[node]
-        return list(own) if len(own) >= SPREAD_MIN else list(self.spread_all)
-
-
-SPREAD_KEPT = 512
-"""Past windows' busy ratios kept per node (the cluster keeps four times as many)."""
-SPREAD_MIN = 20
-"""Windows a node needs before its own spread is used."""
+        self.spread = LoadSpread()
 
 
 def _fold_hours(
@@ -648,14 +636,11 @@ def _fold_hours(
         hour = hour_index % HOURS
         win = max(1, round(window_s / online.step_s))
         for n in range(len(online.node_names)):
-            slot = profiles.by_node[n].slots[hour]
-            if slot is not None and slot.window_seconds > 0:
-                expected = slot.online_busy_seconds / slot.window_seconds
+            expected = hour_busy(profiles.by_node[n], hour)
+            if expected is not None:
                 for w0 in range(start, end - win + 1, win):
                     observed = online.busy[online.rows(n), w0 : w0 + win].mean(axis=1)
-                    ratios = busy_ratios(expected, observed)
-                    profiles.spread[n].extend(ratios)
-                    profiles.spread_all.extend(ratios)
+                    profiles.spread.add(online.node_names[n], busy_ratios(expected, observed))
             summary = node_summary(online, n, start, end, eta)
             profiles.by_node[n] = profiles.by_node[n].fold(hour, summary)
         start = end
@@ -736,7 +721,7 @@ def _forecast_base(
         name: forecast(profiles.by_node[n], recent[n], at, horizon)
         for n, name in enumerate(online.node_names)
     }
-    ratios = [profiles.ratios(n) for n in range(len(online.node_names))]
+    ratios = [profiles.spread.ratios(name) for name in online.node_names]
     return _ForecastBase(at, list(profiles.by_node), recent, means, ratios)
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
+from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
 PolicyName = Literal[
@@ -137,7 +138,7 @@ class ClusterScenario(BaseModel):
         "windows at risk_target (worst_hours).",
     )
     forecast_horizon_h: float = Field(
-        default=12.0,
+        default=ADMISSION_HORIZON_H,
         gt=0,
         description="The hours ahead a placement is judged over; with judge_expected_run, the "
         "longest.",
@@ -148,7 +149,7 @@ class ClusterScenario(BaseModel):
         "(2, 4, 8, 16 h or forecast_horizon_h), not the whole forecast_horizon_h.",
     )
     risk_target: float | None = Field(
-        default=0.9,
+        default=DEFAULT_RISK_TARGET,
         gt=0,
         lt=1,
         description="Risk-aware admission: the probability a window must meet the SLA with "
