@@ -317,8 +317,17 @@ def test_a_profile_measured_with_an_older_image_is_measured_again(
     def logs() -> str:
         return f"status: {_status(tenant, 'qwen')}\n{operator.log()[-4000:]}"
 
-    cond = wait_for(partial(_profiled, tenant, "qwen"), timeout=60, message=logs)
-    assert "was measured with image vllm/vllm-openai:v0.7.0" in cond["message"]
+    # Why it is measured again: the Profiled condition says so until the first run starts,
+    # and the ProfileNeeded Event keeps it.
+    def needed() -> list[str]:
+        return [
+            e.message
+            for e in tenant.api.events()
+            if e.involved_object.name == "qwen" and e.reason == "ProfileNeeded"
+        ]
+
+    [why] = wait_for(needed, timeout=60, message=logs)
+    assert "was measured with image vllm/vllm-openai:v0.7.0" in why
     assert play_runs(tenant, "qwen", 0, logs) == 4
 
     cm = tenant.api.core.read_namespaced_config_map("qwen-profile", tenant.namespace)

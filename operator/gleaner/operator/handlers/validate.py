@@ -82,8 +82,12 @@ async def apply_verdict(
             )
         return f"invalid: {message}"
 
+    needs_runs = False  # this write starts profiling: an Event says why (below)
+
     def mark_valid(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+        nonlocal needs_runs
         new = st.valid(cur, now, generation)
+        needs_runs = isinstance(verdict, NeedsProfile) and not profiling_started(new)
         if isinstance(verdict, NeedsProfile) and not profiling_started(new):
             if new.phase in (Phase.UNSCHEDULABLE, Phase.EVICTED):
                 # Profiling runs while the job is Pending (docs/profiling.md).
@@ -95,7 +99,12 @@ async def apply_verdict(
             new = profiled(new, "profile read from its ConfigMap", now)
         return new
 
-    await update_status(ctx, namespace, name, mark_valid, known=body)
+    written = await update_status(ctx, namespace, name, mark_valid, known=body)
+    if written is not None and needs_runs and isinstance(verdict, NeedsProfile):
+        # The condition moves on with the first run; the Event keeps why it is measured.
+        await post_event(
+            ctx.client, namespace, name, meta.get("uid"), "Normal", "ProfileNeeded", verdict.message
+        )
     ctx.kick(f"job {namespace}/{name}")
     return "valid, needs a profile" if isinstance(verdict, NeedsProfile) else "valid"
 
