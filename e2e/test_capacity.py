@@ -52,8 +52,8 @@ def test_unschedulable_until_a_node_joins(
         assert reason in message
     scheduled = {c["type"]: c for c in job["status"]["conditions"]}["Scheduled"]
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
-    failed = [e for e in system.events("batch", JOB) if e["reason"] == "FailedScheduling"]
-    assert failed and failed[0]["type"] == "Warning"
+    failed = system.wait_events(JOB, "FailedScheduling")
+    assert failed[0]["type"] == "Warning"
     assert system.pods("batch", JOB) == []
     poll(
         lambda: (system.operator_metric("gleaner_operator_unschedulable_total") or 0) >= 1,

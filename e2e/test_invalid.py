@@ -73,8 +73,8 @@ def test_invalid_jobs_are_refused_and_disturb_nothing(
             assert field in status["message"], (name, field, status["message"])
         assert status.get("placement") is None
         assert system.pods("batch", name) == []
-        events = [e for e in system.events("batch", name) if e["reason"] == "InvalidSpec"]
-        assert events and events[0]["type"] == "Warning"
+        events = system.wait_events(name, "InvalidSpec")
+        assert events[0]["type"] == "Warning"
         assert fields[0] in events[0]["message"]
 
     poll(

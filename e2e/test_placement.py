@@ -178,7 +178,7 @@ def test_examples_land_where_the_scheduler_says(
         assert scheduled["status"] == "False"
         assert scheduled["reason"] == "Unschedulable"
         assert system.pods("batch", name) == []
-        assert "FailedScheduling" in [e["reason"] for e in system.events("batch", name)]
+        assert system.wait_events(name, "FailedScheduling")
 
     # NodeTraces filled in from the agents: inventory, a window, idle fractions near the
     # traces', and the offline job on each GPU the operator bound.

@@ -613,6 +613,17 @@ class GleanerSystem:
             return out
         return [e for e in out if (e.get("involvedObject") or {}).get("name") == name]
 
+    def wait_events(
+        self, name: str, reason: str, namespace: str = "batch", timeout: float = 30
+    ) -> list[dict[str, Any]]:
+        """The Events with ``reason`` about object ``name``, once there is one: the operator
+        posts an Event just after the status write a test may have waited for."""
+
+        def found() -> list[dict[str, Any]]:
+            return [e for e in self.events(namespace, name) if e["reason"] == reason]
+
+        return poll(found, timeout=timeout, what=f"a {reason} Event about {namespace}/{name}")
+
     def nodetrace(self, node: str) -> dict[str, Any] | None:
         import kubernetes
 
