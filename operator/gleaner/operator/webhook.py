@@ -11,14 +11,8 @@ Contract (docs/operator.md, "Webhook"):
 - ``WebhookServer(cert_file, key_file, host, port)`` runs that app over TLS (its own
   certificate, apart from the plain-HTTP dashboard server) on a daemon thread, and with it
   a :class:`CertificateWatch` that reloads the certificate when its files change (both in
-  ``gleaner.operator.tls``, which the Batch API's HTTPS server uses too).
-- ``CertificateWatch`` keeps a live ``ssl.SSLContext`` on the current certificate without a
-  restart: every ``interval_s`` it compares the files' bytes with the ones it loaded and, on
-  a change, loads the new pair into a scratch context first (a half-written or mismatched
-  pair never reaches the live one: logged once, retried at the next look) and then into the
-  live context, whose new handshakes use it; connections already open keep theirs. This is
-  how a rotated Secret (the chart's on upgrade, cert-manager's before expiry) takes effect:
-  the kubelet swaps the mounted files atomically (a ``subPath`` mount is never updated).
+  ``gleaner.operator.tls``, which the Batch API's HTTPS server uses too, and whose contract
+  says how a rotated certificate takes effect).
 
 Why not kopf's own admission server: kopf serves webhooks only from the operator that
 runs its handlers, while this one must answer from every replica the Service routes to
