@@ -43,6 +43,7 @@ from gleaner.testing.kube import (
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
+    serve_refusing_nothing,
     wait_for,
 )
 from gleaner.testing.net import free_port
@@ -63,13 +64,7 @@ def operator(tenant: Tenant) -> Iterator[OperatorProcess]:
     account = tenant.operator_account(OPERATOR_RULES)
     args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}"]
     args += [f"--http-port={free_port()}", "--http-host=127.0.0.1"]
-    op = OperatorProcess(account, args).start()
-    try:
-        yield op
-    finally:
-        op.stop()
-    refused = op.refused()
-    assert refused == [], "\n".join(refused)
+    yield from serve_refusing_nothing(OperatorProcess(account, args))
 
 
 def batch_job(namespace: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from gleaner.testing.kube import (
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
+    serve_refusing_nothing,
     wait_for,
 )
 from gleaner.testing.net import free_port
@@ -93,13 +94,7 @@ def _operator(tenant: Tenant, extra: list[str]) -> Iterator[OperatorProcess]:
     account = tenant.operator_account()
     args = [*FAST_OPERATOR_FLAGS, f"--peering={tenant.peering}", *extra]
     args += [f"--http-port={free_port()}", "--http-host=127.0.0.1"]
-    op = OperatorProcess(account, args).start()
-    try:
-        yield op
-    finally:
-        op.stop()
-    refused = op.refused()
-    assert refused == [], "\n".join(refused)
+    yield from serve_refusing_nothing(OperatorProcess(account, args))
 
 
 def auto_job(name: str, namespace: str) -> dict[str, Any]:

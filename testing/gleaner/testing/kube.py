@@ -807,6 +807,15 @@ class OperatorProcess:
         self.stop()
 
 
+def serve_refusing_nothing(op: OperatorProcess) -> Iterator[OperatorProcess]:
+    """A fixture's body for an operator process: started, yielded, stopped, and then no
+    request of it refused by the API server (``OperatorProcess.refused``)."""
+    with op:
+        yield op
+    refused = op.refused()
+    assert refused == [], "\n".join(refused)
+
+
 FAST_OPERATOR_FLAGS: tuple[str, ...] = (
     "--requeue-interval=1s",
     "--min-pass-interval=0.1s",
