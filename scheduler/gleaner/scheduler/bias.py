@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gleaner.api import Placement
 from gleaner.perfmodel.admission import risk_factor
 
 NODE_LEVEL = ""
@@ -189,3 +190,15 @@ class BiasTable:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed bias table: {exc}") from exc
         return cls(config, entries, residuals)
+
+
+def raw_prediction(placement: Placement) -> float:
+    """The model's uncorrected prediction for a placement (its recorded factors' product):
+    what a table is fed against, never the corrected ``throughput_fraction``."""
+    return placement.compute * placement.memory * placement.multi_gpu
+
+
+def feed(table: BiasTable, placement: Placement, cls: str, observed: float) -> bool:
+    """Learn from one observed window of a job on ``placement`` (the operator's SLA monitor
+    and the simulator's); False when ignored."""
+    return table.observe(placement.node, cls, observed, raw_prediction(placement))
