@@ -145,13 +145,13 @@ class EngineModel:
     def online_load(
         self,
         rate_per_s: FloatArray,
-        prompt_tokens: float,
+        prompt_tokens: float | FloatArray,
         output_tokens: float,
         max_seqs: int = 256,
     ) -> tuple[FloatArray, FloatArray]:
         """(busy fraction, KV tokens held) of an online engine serving ``rate_per_s``
-        requests/s of ``prompt_tokens`` prompt and ``output_tokens`` output tokens (means),
-        elementwise.
+        requests/s of ``prompt_tokens`` prompt and ``output_tokens`` output tokens (means;
+        ``rate_per_s`` and ``prompt_tokens`` elementwise, broadcast).
 
         A request is in flight for ``R = prefill(prompt) + output · decode(b, prompt +
         output/2)`` seconds, ``b`` the batch while the engine is busy. Requests in flight:
@@ -163,9 +163,10 @@ class EngineModel:
         waiting ones hold none).
         """
         rate = np.maximum(np.asarray(rate_per_s, dtype=np.float64), 0.0)
-        p, o = float(prompt_tokens), float(output_tokens)
+        p = np.asarray(prompt_tokens, dtype=np.float64)
+        o = float(output_tokens)
         context = p + o / 2.0
-        prefill = self.prefill(p)
+        prefill = (self.k1 + self.k3 + self.k4) * p + self.k2 * p * p + self.k5  # prefill(p)
         # decode(b, context) = k5 + b · per_seq (the per-request terms of one decode step)
         per_seq = self.k1 + self.k3 + (self.k2 + self.k4) * (context + 1.0)
         held = rate * (prefill + o * (self.k5 + per_seq))

@@ -8,14 +8,17 @@ objects behind the dashboard snapshot (NodeTraces, OfflineJobs, eviction reports
 
 Model (docs/simulator.md has the details):
 
-- Online: services of 1, 2 or 4 GPUs (within a node). Each service's busy fraction follows a
+- Online: services of 1, 2 or 4 GPUs (within a node). Each service's request rate follows a
   diurnal sine with its own phase and peak, multiplied by bursts (Poisson onsets, random
   factor and length) and lognormal AR(1) noise, on per-GPU time series at ``step_s``
-  (numpy, [GPUs, steps]). A service has an *alignment* ρ: ρ = 1 for tensor-parallel GPUs
-  that are busy at the same instants; ρ < 1 for GPUs behind one load balancer whose busy
-  instants only partly coincide. Within a step, GPUs a, b of one service are jointly busy
-  for ρ·min(b_a, b_b) + (1−ρ)·b_a·b_b of it; GPUs of different services independently.
-- Harvestable memory per GPU: usable − the service's fixed memory − KV growing with load.
+  (numpy, [GPUs, steps]); the busy fraction and the KV cache of each GPU are the engine
+  model's at that rate (``EngineModel.online_load``). A service has an *alignment* ρ: ρ = 1
+  for tensor-parallel GPUs that are busy at the same instants (one engine); ρ < 1 for GPUs
+  behind one load balancer (one engine each, with per-GPU rate noise) whose busy instants
+  only partly coincide. Within a step, GPUs a, b of one service are jointly busy for
+  ρ·min(b_a, b_b) + (1−ρ)·b_a·b_b of it; GPUs of different services independently.
+- Harvestable memory per GPU: usable − the service's resident memory − the KV cache the
+  engine model holds at that step's rate.
 - Ground truth of an offline job on GPU set G: per step, the fraction of time *all* of G is
   offline-enabled (the joint idle fraction above, times the gate efficiency η measured by
   the node-level simulation) times the memory factor at that step's tightest GPU. The

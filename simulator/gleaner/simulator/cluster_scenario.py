@@ -65,6 +65,11 @@ class LoadConfig(BaseModel):
     output_tokens: float = Field(
         default=OUTPUT_TOKENS_MEAN, gt=0, description="Mean output tokens of a request."
     )
+    prompt_scale: tuple[float, float] = Field(
+        default=(1.0, 1.0),
+        description="Range of each service's mean prompt length as a multiple of "
+        "prompt_tokens (drawn per service: chat and long-context services).",
+    )
     max_seqs: int = Field(default=256, ge=1, description="Most requests an engine batches.")
     diurnal_amplitude: float = Field(default=0.7, ge=0, le=1)
     phase_spread_h: float = Field(default=6.0, ge=0, description="Services' peaks spread, h.")

@@ -129,10 +129,9 @@ def generate_online(cfg: ClusterScenario, rng: np.random.Generator) -> OnlineClu
     # Busy fraction and KV cache from the engine model (requests/s in, Little's law), its
     # resident memory (weights and runtime) scaled to the service's model size.
     engine = MODELS[cfg.model]
-    busy, kv_tokens = engine.online_load(
-        rate, load.prompt_tokens, load.output_tokens, load.max_seqs
-    )
     fixed = engine.resident_gib * rng.uniform(*load.resident_scale, size=n_s)[svc]
+    prompt = load.prompt_tokens * rng.uniform(*load.prompt_scale, size=n_s)[svc]
+    busy, kv_tokens = engine.online_load(rate, prompt[:, None], load.output_tokens, load.max_seqs)
     free = np.clip(cfg.usable_gib - fixed[:, None] - engine.kv_gib(1.0) * kv_tokens, 0.0, None)
     names = [f"gpu-node-{i:04d}" for i in range(cfg.nodes)]
     return OnlineCluster(
