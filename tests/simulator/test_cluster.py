@@ -206,3 +206,22 @@ def test_a_slower_engine_makes_the_cluster_busier(monkeypatch: pytest.MonkeyPatc
     assert (slow.busy >= shipped.busy).all()
     np.testing.assert_array_equal(wide.busy, shipped.busy)
     assert float(wide.free_gib.mean()) < float(shipped.free_gib.mean()) - 0.1
+
+
+def test_longer_prompts_make_a_service_busier_on_the_same_requests() -> None:
+    """``load.prompt_scale`` draws each service's prompt length where the queue's random
+    stream has room for it: the requests and the job queue stay those of the seed."""
+
+    def run(scale: float) -> tuple[Any, float]:
+        rng = np.random.default_rng(4)
+        cfg = ClusterScenario(
+            nodes=2, duration_h=2.0, history_h=1.0, load={"prompt_scale": (scale, scale)}
+        )
+        return generate_online(cfg, rng), float(rng.random())
+
+    (short, after_short), (long, after_long) = run(1.0), run(2.0)
+    assert short.requests_per_s is not None and long.requests_per_s is not None
+    np.testing.assert_array_equal(short.requests_per_s, long.requests_per_s)
+    assert after_short == after_long
+    assert (long.busy >= short.busy).all() and float(long.busy.mean()) > float(short.busy.mean())
+    assert float(long.free_gib.mean()) < float(short.free_gib.mean())
