@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gleaner.api import Placement
-from gleaner.perfmodel.admission import risk_factor
+from gleaner.perfmodel.admission import corrected, risk_factor
 
 NODE_LEVEL = ""
 """The job-class key of a node's class-independent entry."""
@@ -160,8 +160,8 @@ class BiasTable:
         return general.ratio if general is not None else 1.0
 
     def corrected(self, node: str, job_class: str, predicted: float) -> float:
-        """``predicted`` times the factor, clipped to [0, 1]."""
-        return min(1.0, max(0.0, predicted * self.factor(node, job_class)))
+        """``predicted`` times the factor, clipped to [0, 1] (admission's ``corrected``)."""
+        return float(corrected(predicted, self.factor(node, job_class)))
 
     def nodes(self) -> set[str]:
         return {node for node, _ in self._entries}
