@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -58,3 +59,30 @@ def test_resident_memory_and_recompute_cost_are_the_engines() -> None:
         EngineModel(
             k1=0, k2=0, k3=0, k4=0, k5=0, kv_bytes_per_token=1, weights_gib=1, runtime_gib=-1
         )
+
+
+def test_online_load_follows_littles_law_over_the_iteration_latency() -> None:
+    """At a low rate one request at a time: busy = 1 - exp(-rate * R) with R a lone
+    request's prefill and decode steps; at higher rates batching shares the weight read
+    (busy grows slower than the rate), and the KV held is the requests in flight times
+    their mean context."""
+    p, o = 2747.0, 267.0
+    lone = M.prefill(p) + o * M.decode(1, p + o / 2)
+    rates = np.array([0.0, 1e-4, 0.3, 1.0, 3.0, 1e4])
+    busy, tokens = M.online_load(rates, p, o)
+    assert busy[0] == 0.0 and tokens[0] == 0.0
+    assert busy[1] == pytest.approx(1 - np.exp(-1e-4 * lone), rel=1e-3)
+    assert np.all(np.diff(busy) > 0) and busy[-1] == pytest.approx(1.0)
+    assert busy[3] > 1 - np.exp(-1.0 * lone)  # a batch's step is longer than a lone one's
+    held = -np.log1p(-busy[2])  # requests in flight at 0.3/s
+    assert held > 0.3 * lone  # batching makes each request take longer
+    assert tokens[2] == pytest.approx(held * (p + o / 2), rel=1e-6)
+    # Waiting requests beyond max_seqs hold no KV cache.
+    assert tokens[-1] == pytest.approx(256 * (p + o / 2))
+
+
+def test_online_load_moves_with_the_engine_constants() -> None:
+    rates = np.array([0.2, 0.8])
+    shipped, _ = M.online_load(rates, 2747, 267)
+    slower, _ = replace(M, k1=2 * M.k1).online_load(rates, 2747, 267)
+    assert (slower > shipped).all()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -161,19 +162,66 @@ def test_the_run_follows_the_shared_lifecycle_and_measures(run: dict[str, Any]) 
         assert ((used >= 0) & (used <= 1 + 1e-9)).all()
 
 
-def test_online_memory_is_the_engine_models() -> None:
-    """Each service's resident memory and KV cache come from the scenario's engine model:
-    with one resident scale and one KV size, free memory is exactly what the engine says."""
+def test_online_load_and_memory_are_the_engine_models() -> None:
+    """Each GPU's busy fraction and KV cache come from its request rate through the
+    scenario's engine model, its resident memory from the engine's: with one resident
+    scale, free memory is exactly what the engine says."""
     engine = MODELS["llama-3.1-8b-h100"]
-    tokens = 100_000.0
     cfg = ClusterScenario(
-        nodes=2,
-        duration_h=1.0,
-        history_h=0.5,
-        load={"resident_scale": (1.5, 1.5), "kv_tokens_at_full_load": (tokens, tokens)},
+        nodes=2, duration_h=1.0, history_h=0.5, load={"resident_scale": (1.5, 1.5)}
     )
     online = generate_online(cfg, np.random.default_rng(5))
+    assert online.requests_per_s is not None
+    load = cfg.load
+    busy, tokens = engine.online_load(
+        online.requests_per_s, load.prompt_tokens, load.output_tokens, load.max_seqs
+    )
+    np.testing.assert_allclose(online.busy, busy, rtol=1e-12)
     expected = np.clip(
-        cfg.usable_gib - 1.5 * engine.resident_gib - engine.kv_gib(tokens) * online.busy, 0.0, None
+        cfg.usable_gib - 1.5 * engine.resident_gib - engine.kv_gib(1.0) * tokens, 0.0, None
     )
     np.testing.assert_allclose(online.free_gib, expected, rtol=1e-12)
+    assert 0.0 < float(online.busy.mean()) < 1.0
+
+
+def test_a_slower_engine_makes_the_cluster_busier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same request rates on an engine with a costlier iteration (k5, the weight read)
+    or more KV bytes per token: busier GPUs, or less free memory."""
+    base = MODELS["llama-3.1-8b-h100"]
+    monkeypatch.setitem(MODELS, "slow", replace(base, k5=2 * base.k5))
+    monkeypatch.setitem(
+        MODELS, "wide-kv", replace(base, kv_bytes_per_token=4 * base.kv_bytes_per_token)
+    )
+    runs = {
+        model: generate_online(
+            ClusterScenario(nodes=2, duration_h=2.0, history_h=1.0, model=model),
+            np.random.default_rng(3),
+        )
+        for model in ("llama-3.1-8b-h100", "slow", "wide-kv")
+    }
+    shipped, slow, wide = runs["llama-3.1-8b-h100"], runs["slow"], runs["wide-kv"]
+    assert shipped.requests_per_s is not None and slow.requests_per_s is not None
+    np.testing.assert_array_equal(shipped.requests_per_s, slow.requests_per_s)
+    assert float(slow.busy.mean()) > float(shipped.busy.mean()) + 0.01
+    assert (slow.busy >= shipped.busy).all()
+    np.testing.assert_array_equal(wide.busy, shipped.busy)
+    assert float(wide.free_gib.mean()) < float(shipped.free_gib.mean()) - 0.1
+
+
+def test_longer_prompts_make_a_service_busier_on_the_same_requests() -> None:
+    """``load.prompt_scale`` draws each service's prompt length where the queue's random
+    stream has room for it: the requests and the job queue stay those of the seed."""
+
+    def run(scale: float) -> tuple[Any, float]:
+        rng = np.random.default_rng(4)
+        cfg = ClusterScenario(
+            nodes=2, duration_h=2.0, history_h=1.0, load={"prompt_scale": (scale, scale)}
+        )
+        return generate_online(cfg, rng), float(rng.random())
+
+    (short, after_short), (long, after_long) = run(1.0), run(2.0)
+    assert short.requests_per_s is not None and long.requests_per_s is not None
+    np.testing.assert_array_equal(short.requests_per_s, long.requests_per_s)
+    assert after_short == after_long
+    assert (long.busy >= short.busy).all() and float(long.busy.mean()) > float(short.busy.mean())
+    assert float(long.free_gib.mean()) < float(short.free_gib.mean())

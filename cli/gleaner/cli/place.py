@@ -178,9 +178,10 @@ def snapshot_of(
 def load_bias(path: Path, risk_target: float | None) -> BiasTable:
     """The operator's learned corrections from ``path`` (its ConfigMap, or its bias.json)."""
     from gleaner.operator.bias import from_configmap
-    from gleaner.scheduler import BiasConfig, BiasTable
+    from gleaner.scheduler import BiasTable
+    from gleaner.scheduler.risk import AdmissionRisk
 
-    config = BiasConfig(risk_target=risk_target)
+    config = AdmissionRisk(risk_target).bias_config()  # the operator's and the simulator's
     (doc,) = load_yaml(path, "bias table")[:1] or [None]
     if not isinstance(doc, dict):
         fail(f"--bias: {path} holds no bias table")

@@ -3,11 +3,12 @@
 Contract. The scheduler corrects every prediction by a learned observed/predicted ratio per
 node and job class (``gleaner.scheduler.bias.BiasTable``). In the operator:
 
-- **Feed** (:func:`feed`): each window the SLA monitor records for a Running job is fed as
-  ``observed`` against the placement's *raw* prediction (:func:`raw_prediction`:
-  ``compute * memory * multiGPU`` as recorded in ``status.placement``, never the corrected
-  ``throughputFraction``, or the correction would chase itself), under the job's class
-  (label ``gleaner.dev/job-class``; none: the node-level entry only).
+- **Feed** (:func:`feed`, the scheduler's, which the simulator feeds its table with too):
+  each window the SLA monitor records for a Running job is fed as ``observed`` against the
+  placement's *raw* prediction (:func:`raw_prediction`: ``compute * memory * multiGPU`` as
+  recorded in ``status.placement``, never the corrected ``throughputFraction``, or the
+  correction would chase itself), under the job's class (label ``gleaner.dev/job-class``;
+  none: the node-level entry only).
 - **Storage** (:func:`to_configmap`, :func:`from_configmap`): the table lives in one
   ConfigMap, ``gleaner-bias`` in the operator's namespace, key ``bias.json`` (the table's
   own ``to_json``). Its only writer is the active operator replica. Bounded: per node at most
@@ -26,9 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gleaner.api import Placement
 from gleaner.api.contract import LABEL_JOB_CLASS
-from gleaner.scheduler.bias import NODE_LEVEL, BiasConfig, BiasTable
+from gleaner.scheduler.bias import NODE_LEVEL, BiasConfig, BiasTable, feed, raw_prediction
 
 BIAS_CONFIGMAP = "gleaner-bias"
 """Name of the ConfigMap holding the operator's bias table."""
@@ -40,19 +40,9 @@ MAX_BYTES = 900 * 1024
 """Largest document written (a ConfigMap holds at most 1 MiB)."""
 
 
-def raw_prediction(placement: Placement) -> float:
-    """The model's uncorrected prediction for a placement (its recorded factors' product)."""
-    return placement.compute * placement.memory * placement.multi_gpu
-
-
 def job_class(labels: Mapping[str, str] | None) -> str:
     """The job class the table learns under (the node-level entry when unlabelled)."""
     return str((labels or {}).get(LABEL_JOB_CLASS) or NODE_LEVEL)
-
-
-def feed(table: BiasTable, placement: Placement, cls: str, observed: float) -> bool:
-    """Learn from one observed window of a job on ``placement``; False when ignored."""
-    return table.observe(placement.node, cls, observed, raw_prediction(placement))
 
 
 def document(table: BiasTable, max_bytes: int = MAX_BYTES) -> str:

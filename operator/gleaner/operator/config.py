@@ -18,6 +18,7 @@ from typing import Any
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET as DEFAULT_RISK_TARGET
 from gleaner.scheduler.bias import BiasConfig
 from gleaner.scheduler.monitor import SLAMonitorConfig
+from gleaner.scheduler.risk import AdmissionRisk
 
 PEERING_NAME = "gleaner"
 """The kopf peering object shared by all replicas (one active operator at a time)."""
@@ -130,7 +131,13 @@ class OperatorConfig:
     @property
     def bias(self) -> BiasConfig:
         """How the operator's bias table learns and corrects."""
-        return BiasConfig(risk_target=self.risk_target)
+        return self.admission_risk.bias_config()
+
+    @property
+    def admission_risk(self) -> AdmissionRisk:
+        """How the risk target enters admission (the bias table's residual quantile and the
+        load spread of nodes with hours): the scheduler's rule, the simulator's too."""
+        return AdmissionRisk(self.risk_target)
 
     @property
     def clusterwide(self) -> bool:

@@ -7,12 +7,13 @@ a warning so one broken agent cannot stop scheduling). A NodeTrace with ``status
 node's history by hour of the day) gives instead what the simulator's ``gleaner`` policy
 admits by: each GPU at its busiest hour of the next ``FORECAST_HORIZON_S`` from ``now``
 (perfmodel's ``ADMISSION_HORIZON_H``), blended with its latest window, its load scaled by
-the spread of past windows at the risk target (perfmodel's ``node_admission``,
-``worst_hours`` and ``LoadSpread``): a job placed in the morning is judged on the day
-ahead, not on the night behind it, and a job placed at night by the day's peak it will run
-into. The spread is learned in memory from each new report window against what the node's
-hours forecast for that hour (``HourProfiles.learn``; a restart relearns it). Unreadable
-hours are ignored with a warning (the latest window is used).
+the spread of past windows at the risk target (the scheduler's ``AdmissionRisk``, over
+perfmodel's ``node_admission``, ``worst_hours`` and ``LoadSpread``: the simulator's rule): a
+job placed in the morning is judged on the day ahead, not on the night behind it, and a job
+placed at night by the day's peak it will run into. The spread is learned in memory from
+each new report window against what the node's hours forecast for that hour
+(``HourProfiles.learn``; a restart relearns it). Unreadable hours are ignored with a warning
+(the latest window is used).
 Parsing 24 hours is most of the cost of reading a NodeTrace, and they change once an hour
 while the rest of the status changes every report: ``HourProfiles`` keeps each node's parsed
 profile until its hours change (each entry's hour, window end and seconds), so a pass parses
@@ -47,7 +48,8 @@ from gleaner.api.nodetrace import without_hours
 from gleaner.perfmodel import GpuSpec, NodeSummary, NodeTraceListSource, TraceFormatError
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET, LoadSpread
 from gleaner.perfmodel.diurnal import DiurnalProfile, report_ratios
-from gleaner.perfmodel.hours import node_admission, profile_from_nodetrace
+from gleaner.perfmodel.hours import profile_from_nodetrace
+from gleaner.scheduler.risk import AdmissionRisk
 
 if TYPE_CHECKING:
     from gleaner.operator.config import OperatorConfig
@@ -128,6 +130,7 @@ def summaries_from_nodetraces(
     at ``risk_target`` (None: none). ``hours`` keeps parsed profiles and the learned spread
     from one call to the next (None: parsed afresh, nothing learned before)."""
     profiles = hours if hours is not None else HourProfiles()
+    rule = AdmissionRisk(risk_target, FORECAST_HORIZON_S)
     out: dict[str, NodeSummary] = {}
     for obj in nodetraces:
         name = (obj.get("metadata") or {}).get("name")
@@ -146,13 +149,7 @@ def summaries_from_nodetraces(
                 for summary in loaded.values():
                     profiles.learn(profile, summary)
                 loaded = {
-                    node: node_admission(
-                        summary,
-                        profile,
-                        now,
-                        FORECAST_HORIZON_S,
-                        busy_scale=profiles.spread.scale(node, risk_target),
-                    )
+                    node: rule.node_summary(summary, profile, now, profiles.spread)
                     for node, summary in loaded.items()
                 }
         out.update(loaded)

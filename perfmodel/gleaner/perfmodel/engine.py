@@ -20,7 +20,9 @@ pure arithmetic over them that every modeled engine in Gleaner uses:
 - **memory an engine holds**: ``resident_gib`` = weights + ``runtime_gib`` (activations, CUDA
   graphs) before any KV cache, and ``kv_gib(tokens)`` for its KV cache
   (:attr:`EngineModel.resident_gib`, :meth:`EngineModel.kv_gib`); the cost of recomputing a
-  lost token (:meth:`EngineModel.recompute_per_token`).
+  lost token (:meth:`EngineModel.recompute_per_token`);
+- **online load** (:meth:`EngineModel.online_load`): the busy fraction and the KV tokens an
+  online engine holds at a request rate (Little's law over the latency above).
 
 :data:`LLAMA31_8B_H100` holds the shipped parameters; docs/simulator.md derives them from the
 public H100 SXM datasheet and the Llama-3.1-8B configuration and checks them against
@@ -43,6 +45,11 @@ import numpy as np
 import numpy.typing as npt
 
 GIB = float(1 << 30)
+ONLINE_LOAD_ITERATIONS = 100
+"""Most fixed-point steps of :meth:`EngineModel.online_load` (about ten reach
+:data:`ONLINE_LOAD_TOLERANCE` at the shipped parameters)."""
+ONLINE_LOAD_TOLERANCE = 1e-10
+""":meth:`EngineModel.online_load` stops when no busy fraction moved by more than this."""
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -132,6 +139,51 @@ class EngineModel:
     def resident_gib(self) -> float:
         """Memory an engine holds before any KV cache: weights + runtime, GiB."""
         return self.weights_gib + self.runtime_gib
+
+    # -- online load: request rate to busy fraction and KV in flight ------------------------
+
+    def online_load(
+        self,
+        rate_per_s: FloatArray,
+        prompt_tokens: float | FloatArray,
+        output_tokens: float,
+        max_seqs: int = 256,
+    ) -> tuple[FloatArray, FloatArray]:
+        """(busy fraction, KV tokens held) of an online engine serving ``rate_per_s``
+        requests/s of ``prompt_tokens`` prompt and ``output_tokens`` output tokens (means;
+        ``rate_per_s`` and ``prompt_tokens`` elementwise, broadcast).
+
+        A request is in flight for ``R = prefill(prompt) + output · decode(b, prompt +
+        output/2)`` seconds, ``b`` the batch while the engine is busy. Requests in flight:
+        ``N = rate · R`` (Little's law), Poisson distributed (independent arrivals, each in
+        flight for its own time); the engine is busy while one is: ``busy = 1 − e^(−N)``,
+        and ``b = N / busy`` (at least 1, at most ``max_seqs``). ``R`` is the smallest
+        fixed point, reached from below (``b = 1``). KV tokens held: ``min(N, max_seqs) ·
+        (prompt + output/2)`` (each running request's prompt and half its output on average;
+        waiting ones hold none).
+        """
+        rate = np.maximum(np.asarray(rate_per_s, dtype=np.float64), 0.0)
+        p = np.asarray(prompt_tokens, dtype=np.float64)
+        o = float(output_tokens)
+        context = p + o / 2.0
+        prefill = (self.k1 + self.k3 + self.k4) * p + self.k2 * p * p + self.k5  # prefill(p)
+        # decode(b, context) = k5 + b · per_seq (the per-request terms of one decode step)
+        per_seq = self.k1 + self.k3 + (self.k2 + self.k4) * (context + 1.0)
+        held = rate * (prefill + o * (self.k5 + per_seq))
+        busy = -np.expm1(-held)
+        for _ in range(ONLINE_LOAD_ITERATIONS):
+            batch = np.where(held > 1e-12, held / np.maximum(busy, 1e-300), 1.0)
+            batch = np.clip(batch, 1.0, float(max_seqs))
+            held = rate * (prefill + o * (self.k5 + batch * per_seq))
+            nxt = -np.expm1(-held)
+            done = held.size == 0 or float(np.max(np.abs(nxt - busy))) < ONLINE_LOAD_TOLERANCE
+            busy = nxt
+            if done:
+                break
+        busy_out: FloatArray = busy
+        # Requests beyond max_seqs wait for a slot and hold no KV cache yet.
+        tokens: FloatArray = np.minimum(held, float(max_seqs)) * context
+        return busy_out, tokens
 
     # -- offline throughput against memory ---------------------------------------------------
 

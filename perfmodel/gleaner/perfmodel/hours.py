@@ -171,12 +171,15 @@ def node_admission(
     horizon_seconds: float,
     busy_scale: float = 1.0,
     recent_weight: float = DEFAULT_RECENT_WEIGHT,
+    mean: NodeSummary | None = None,
 ) -> NodeSummary:
     """What a scheduler admits a job by for [start, start + horizon): perfmodel's
     :func:`~gleaner.perfmodel.diurnal.worst_hours` (each GPU at its busiest hour, its load
     scaled by ``busy_scale``) over :func:`node_forecast` (the report's GPUs, labels, events,
-    jobs and window carried over); the report unchanged when the profile cannot serve it."""
-    mean = node_forecast(recent, profile, start, horizon_seconds, recent_weight)
+    jobs and window carried over; ``mean``: that forecast when the caller has it already);
+    the report unchanged when the profile cannot serve it."""
+    if mean is None:
+        mean = node_forecast(recent, profile, start, horizon_seconds, recent_weight)
     try:
         return worst_hours(
             profile, recent, start, horizon_seconds, recent_weight, busy_scale, mean=mean

@@ -32,7 +32,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gleaner.perfmodel.admission import risk_factor
+from gleaner.api import Placement
+from gleaner.perfmodel.admission import corrected, risk_factor
 
 NODE_LEVEL = ""
 """The job-class key of a node's class-independent entry."""
@@ -159,8 +160,8 @@ class BiasTable:
         return general.ratio if general is not None else 1.0
 
     def corrected(self, node: str, job_class: str, predicted: float) -> float:
-        """``predicted`` times the factor, clipped to [0, 1]."""
-        return min(1.0, max(0.0, predicted * self.factor(node, job_class)))
+        """``predicted`` times the factor, clipped to [0, 1] (admission's ``corrected``)."""
+        return float(corrected(predicted, self.factor(node, job_class)))
 
     def nodes(self) -> set[str]:
         return {node for node, _ in self._entries}
@@ -189,3 +190,15 @@ class BiasTable:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed bias table: {exc}") from exc
         return cls(config, entries, residuals)
+
+
+def raw_prediction(placement: Placement) -> float:
+    """The model's uncorrected prediction for a placement (its recorded factors' product):
+    what a table is fed against, never the corrected ``throughput_fraction``."""
+    return placement.compute * placement.memory * placement.multi_gpu
+
+
+def feed(table: BiasTable, placement: Placement, cls: str, observed: float) -> bool:
+    """Learn from one observed window of a job on ``placement`` (the operator's SLA monitor
+    and the simulator's); False when ignored."""
+    return table.observe(placement.node, cls, observed, raw_prediction(placement))

@@ -8,14 +8,17 @@ objects behind the dashboard snapshot (NodeTraces, OfflineJobs, eviction reports
 
 Model (docs/simulator.md has the details):
 
-- Online: services of 1, 2 or 4 GPUs (within a node). Each service's busy fraction follows a
+- Online: services of 1, 2 or 4 GPUs (within a node). Each service's request rate follows a
   diurnal sine with its own phase and peak, multiplied by bursts (Poisson onsets, random
   factor and length) and lognormal AR(1) noise, on per-GPU time series at ``step_s``
-  (numpy, [GPUs, steps]). A service has an *alignment* ρ: ρ = 1 for tensor-parallel GPUs
-  that are busy at the same instants; ρ < 1 for GPUs behind one load balancer whose busy
-  instants only partly coincide. Within a step, GPUs a, b of one service are jointly busy
-  for ρ·min(b_a, b_b) + (1−ρ)·b_a·b_b of it; GPUs of different services independently.
-- Harvestable memory per GPU: usable − the service's fixed memory − KV growing with load.
+  (numpy, [GPUs, steps]); the busy fraction and the KV cache of each GPU are the engine
+  model's at that rate (``EngineModel.online_load``). A service has an *alignment* ρ: ρ = 1
+  for tensor-parallel GPUs that are busy at the same instants (one engine); ρ < 1 for GPUs
+  behind one load balancer (one engine each, with per-GPU rate noise) whose busy instants
+  only partly coincide. Within a step, GPUs a, b of one service are jointly busy for
+  ρ·min(b_a, b_b) + (1−ρ)·b_a·b_b of it; GPUs of different services independently.
+- Harvestable memory per GPU: usable − the service's resident memory − the KV cache the
+  engine model holds at that step's rate.
 - Ground truth of an offline job on GPU set G: per step, the fraction of time *all* of G is
   offline-enabled (the joint idle fraction above, times the gate efficiency η measured by
   the node-level simulation) times the memory factor at that step's tightest GPU. The
@@ -35,6 +38,7 @@ Model (docs/simulator.md has the details):
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -44,21 +48,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gleaner.api import Phase
+from gleaner.api import Phase, Placement
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import JobProfile, NodeSummary, predict
-from gleaner.perfmodel.admission import LoadSpread, load_scale
+from gleaner.perfmodel.admission import LoadSpread
 from gleaner.perfmodel.diurnal import (
     HOURS,
     DiurnalProfile,
     busy_ratios,
     forecast,
     hour_busy,
-    worst_hours,
 )
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
-    BiasConfig,
     BiasTable,
     EvictionReport,
     JobRequest,
@@ -71,6 +73,7 @@ from gleaner.scheduler import (
     build_eviction_report,
     decide,
 )
+from gleaner.scheduler.bias import NODE_LEVEL, feed
 from gleaner.scheduler.lifecycle import advance, may_attempt, sla_tick
 from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.measures import (
@@ -81,6 +84,7 @@ from gleaner.scheduler.measures import (
     sla_attainment,
 )
 from gleaner.scheduler.monitor import samples_needed
+from gleaner.scheduler.risk import AdmissionRisk
 from gleaner.simulator.cluster_scenario import ClusterScenario, PolicyName
 from gleaner.simulator.latency import MODELS
 from gleaner.simulator.offline import OfflineJobConfig, memory_curve
@@ -125,6 +129,9 @@ class SimJob:
     ``predicted_raw`` is the admission bound under the worst-hours forecast)."""
     decision: PlacementDecision | None = None
     """The scheduler's decision behind the latest placement (None under first-fit)."""
+    status_placement: Placement | None = None
+    """The operator's ``status.placement`` of that decision (what the bias table is fed
+    against; None under first-fit)."""
     history: SLAHistory | None = None
     sla_met: bool | None = None
     """The SLAMet the monitor last set on the current placement: the verdict of its newest
@@ -347,7 +354,7 @@ def run_policy(
     policy: PolicyName,
     eta: float,
     progress: Callable[[int], None] | None = None,
-    shared: dict[int, _ForecastBase] | None = None,
+    shared: dict[int, ForecastBase] | None = None,
 ) -> dict[str, Any]:
     """Simulate one placement policy over the whole run. ``shared`` carries the
     time-of-day forecasts (which no policy changes) from one policy's run to the next."""
@@ -359,18 +366,14 @@ def run_policy(
     sched_every = max(1, round(cfg.schedule_interval_s / step))
     mon_every = max(1, round(cfg.monitor.window_s / step))
     mon = cfg.monitor.sla_monitor()
-    risk = None if policy in ("paper", "no-risk") else cfg.risk_target
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
     if policy == "no-worst-hours" and forecast_mode == "worst-hours":
         forecast_mode = "diurnal"
-    # The risk of the worst-hours forecast is its load spread; the table then only corrects
-    # the mean model's systematic error (its ratios learn from the mean prediction), and
-    # only downwards, as under a risk target: the bound is a bound from below.
-    bias = BiasTable(
-        BiasConfig(risk_target=None, max_ratio=1.0)
-        if forecast_mode == "worst-hours"
-        else BiasConfig(risk_target=risk)
-    )
+    # The operator's rule: its bias table, fed with each window against the placement's
+    # raw prediction (the admission bound under worst-hours), and the load spread of nodes
+    # with hours at the same risk target.
+    rule = admission_rule(cfg, policy)
+    bias = BiasTable(rule.bias_config())
     sla_window_s = cfg.jobs.sla_window_s or cfg.monitor.window_s
     placer: Placer | None
     if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours"):
@@ -384,7 +387,7 @@ def run_policy(
         placer = None
     summaries: dict[str, NodeSummary] = {}
     means: dict[str, NodeSummary] = {}
-    forecasts: _Forecasts | None = None
+    forecasts: Forecasts | None = None
     profiles = _Profiles(online)
     occupied: dict[str, dict[int, str]] = {}
     gpu_job: list[SimJob | None] = [None] * online.n_gpus
@@ -445,7 +448,7 @@ def run_policy(
                     fb = _forecast_base(cfg, online, profiles, s_abs, now, eta)
                     if shared is not None:
                         shared[s_abs] = fb
-                forecasts = fb.forecasts(forecast_mode, risk)
+                forecasts = fb.forecasts(forecast_mode, rule)
                 means = forecasts.means
                 summaries = forecasts.admit(cfg.forecast_horizon_h * 3600)
             elif s_abs > start:
@@ -479,6 +482,11 @@ def run_policy(
                     job.placed_at = now
                     job.predicted = factors
                     job.predicted_raw = raw
+                    job.status_placement = (
+                        None
+                        if job.decision is None
+                        else job.decision.to_placement(EPOCH + timedelta(seconds=now))
+                    )
                     job.predicted_mean = predict(
                         job.profile, job.sla, means.get(node_name, summaries[node_name]), gpus
                     ).throughput_fraction
@@ -546,8 +554,8 @@ def run_policy(
                 met_now.extend(tick.judged)
                 job.windows_total += len(tick.judged)
                 job.windows_met += sum(tick.judged)
-                if policy != "first-fit" and job.predicted is not None:
-                    bias.observe(online.node_names[job.node or 0], "", observed, job.predicted_mean)
+                if job.status_placement is not None:
+                    feed(bias, job.status_placement, NODE_LEVEL, observed)
                 decision = tick.decision
                 if decision.evict:
                     evictions += 1
@@ -606,6 +614,13 @@ def run_policy(
     return out
 
 
+def admission_rule(cfg: ClusterScenario, policy: PolicyName) -> AdmissionRisk:
+    """The operator's risk rule (``AdmissionRisk``) a policy admits by: the scenario's
+    ``risk_target`` (none for ``paper`` and ``no-risk``) over its ``forecast_horizon_h``."""
+    risk = None if policy in ("paper", "no-risk") else cfg.risk_target
+    return AdmissionRisk(risk, cfg.forecast_horizon_h * 3600)
+
+
 class _Profiles:
     """Each node's time-of-day profile, the first step not folded into it yet, and the
     load spread learned from past SLA windows (forecast / observed busy share)."""
@@ -649,7 +664,7 @@ def _fold_hours(
 
 
 @dataclass
-class _Forecasts:
+class Forecasts:
     """Each node's forecast at one refresh: the mean over ``forecast_horizon_h`` and, for
     admission, what each horizon is judged by (cached per horizon until the next refresh)."""
 
@@ -657,25 +672,21 @@ class _Forecasts:
     at: datetime
     profiles: list[DiurnalProfile]
     recent: list[NodeSummary]
-    scales: list[float]
+    rule: AdmissionRisk
+    spread: LoadSpread
     means: dict[str, NodeSummary]
     cache: dict[float, dict[str, NodeSummary]] = field(default_factory=dict)
 
     def admit(self, horizon_s: float) -> dict[str, NodeSummary]:
         """Per node, the summary admission judges a run of ``horizon_s`` by: under
-        ``worst-hours`` each GPU's busiest hour of it with the load spread
-        (``worst_hours``; the pair overlap and memory of the mean forecast), else the mean."""
+        ``worst-hours`` the operator's (``AdmissionRisk.node_summary``: each GPU's busiest
+        hour of it with the load spread at the risk target), else the mean."""
         if self.mode != "worst-hours" or not self.means:
             return self.means
         if horizon_s not in self.cache:
             self.cache[horizon_s] = {
-                name: worst_hours(
-                    self.profiles[n],
-                    self.recent[n],
-                    self.at,
-                    horizon_s,
-                    busy_scale=self.scales[n],
-                    mean=mean,
+                name: self.rule.node_summary(
+                    self.recent[n], self.profiles[n], self.at, self.spread, horizon_s, mean
                 )
                 for n, (name, mean) in enumerate(self.means.items())
             }
@@ -683,20 +694,20 @@ class _Forecasts:
 
 
 @dataclass(frozen=True)
-class _ForecastBase:
+class ForecastBase:
     """What every policy's forecast at one refresh starts from (no policy changes it)."""
 
     at: datetime
     profiles: list[DiurnalProfile]
     recent: list[NodeSummary]
     means: dict[str, NodeSummary]
-    ratios: list[list[float]]
+    spread: LoadSpread
+    """The load spread learned by then (a copy: learning goes on)."""
 
-    def forecasts(self, mode: str, risk: float | None) -> _Forecasts:
-        """The forecasts of a policy admitting under ``mode`` with the load spread at
-        ``risk`` (None: no spread)."""
-        scales = [1.0 if risk is None else load_scale(r, risk) for r in self.ratios]
-        return _Forecasts(mode, self.at, self.profiles, self.recent, scales, self.means)
+    def forecasts(self, mode: str, rule: AdmissionRisk) -> Forecasts:
+        """The forecasts of a policy admitting under ``mode`` by ``rule`` (its risk target
+        sets the load spread; None: no spread)."""
+        return Forecasts(mode, self.at, self.profiles, self.recent, rule, self.spread, self.means)
 
 
 def _forecast_base(
@@ -706,7 +717,7 @@ def _forecast_base(
     s_abs: int,
     now: float,
     eta: float,
-) -> _ForecastBase:
+) -> ForecastBase:
     """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours blended
     with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``), and the past
     windows' busy ratios whose spread ``worst-hours`` admission scales each GPU's load by."""
@@ -714,15 +725,14 @@ def _forecast_base(
     start = max(0, s_abs - recent_steps)
     at = EPOCH + timedelta(seconds=now)
     if s_abs <= start:
-        return _ForecastBase(at, [], [], {}, [])
+        return ForecastBase(at, [], [], {}, LoadSpread())
     horizon = cfg.forecast_horizon_h * 3600
     recent = [node_summary(online, n, start, s_abs, eta) for n in range(len(online.node_names))]
     means = {
         name: forecast(profiles.by_node[n], recent[n], at, horizon)
         for n, name in enumerate(online.node_names)
     }
-    ratios = [profiles.spread.ratios(name) for name in online.node_names]
-    return _ForecastBase(at, list(profiles.by_node), recent, means, ratios)
+    return ForecastBase(at, list(profiles.by_node), recent, means, copy.deepcopy(profiles.spread))
 
 
 def _horizon_bucket(job: SimJob, cfg: ClusterScenario) -> float:
@@ -829,7 +839,7 @@ def run_cluster(
     template = make_jobs(cfg, rng)
     results: dict[str, Any] = {}
     final_jobs: dict[str, list[SimJob]] = {}
-    shared: dict[int, _ForecastBase] = {}
+    shared: dict[int, ForecastBase] = {}
     for policy in cfg.policies:
         jobs = [_fresh(j) for j in template]
         results[policy] = run_policy(cfg, online, jobs, policy, eta, progress, shared)
@@ -862,7 +872,10 @@ def total_steps(cfg: ClusterScenario) -> int:
 
 
 __all__ = [
+    "ForecastBase",
+    "Forecasts",
     "SimJob",
+    "admission_rule",
     "current_observed",
     "dashboard_point",
     "make_jobs",

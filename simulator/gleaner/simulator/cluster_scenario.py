@@ -18,6 +18,7 @@ from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET
 from gleaner.scheduler.monitor import SLAMonitorConfig
+from gleaner.simulator.workload import OUTPUT_TOKENS_MEAN, PROMPT_TOKENS_MEAN
 
 PolicyName = Literal[
     "no-harvest",
@@ -53,12 +54,33 @@ class ServiceKind(BaseModel):
 class LoadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    peak_busy: tuple[float, float] = (0.3, 0.85)
+    peak_requests_per_s: tuple[float, float] = Field(
+        default=(0.145, 0.75),
+        description="Range of each service's request rate at its daily peak, requests/s per "
+        "engine (0.145-0.75: 24-76% busy for llama-3.1-8b-h100 at the default lengths).",
+    )
+    prompt_tokens: float = Field(
+        default=PROMPT_TOKENS_MEAN, gt=0, description="Mean prompt tokens of a request."
+    )
+    output_tokens: float = Field(
+        default=OUTPUT_TOKENS_MEAN, gt=0, description="Mean output tokens of a request."
+    )
+    prompt_scale: tuple[float, float] = Field(
+        default=(1.0, 1.0),
+        description="Range of each service's mean prompt length as a multiple of "
+        "prompt_tokens (drawn per service: chat and long-context services).",
+    )
+    max_seqs: int = Field(default=256, ge=1, description="Most requests an engine batches.")
     diurnal_amplitude: float = Field(default=0.7, ge=0, le=1)
     phase_spread_h: float = Field(default=6.0, ge=0, description="Services' peaks spread, h.")
     noise_sigma: float = Field(default=0.15, ge=0)
     noise_corr_steps: float = Field(default=30.0, gt=0, description="AR(1) correlation, steps.")
-    gpu_noise_sigma: float = Field(default=0.25, ge=0, description="Per-GPU noise when ρ < 1.")
+    gpu_noise_sigma: float = Field(
+        default=0.25,
+        ge=0,
+        description="Per-GPU rate noise when ρ < 1 (each GPU its own engine behind the "
+        "service's load balancer).",
+    )
     bursts_per_day: float = Field(default=4.0, ge=0)
     burst_factor: tuple[float, float] = (1.5, 3.0)
     burst_minutes: tuple[float, float] = (5.0, 45.0)
@@ -66,11 +88,6 @@ class LoadConfig(BaseModel):
         default=(1.0, 2.22),
         description="Each service's resident memory (weights, activations, CUDA graphs) as a "
         "multiple of the engine model's (model: 18 GiB for llama-3.1-8b-h100).",
-    )
-    kv_tokens_at_full_load: tuple[float, float] = Field(
-        default=(49_152.0, 245_760.0),
-        description="KV-cache tokens a service holds at full load; bytes per token from the "
-        "engine model (6-30 GiB for llama-3.1-8b-h100).",
     )
 
 

@@ -53,7 +53,14 @@ from gleaner.simulator.request_trace import (
     read_requests,
     split_round_robin,
 )
-from gleaner.simulator.workload import ArrivalConfig, LengthConfig, Requests, generate_requests
+from gleaner.simulator.workload import (
+    OUTPUT_TOKENS_MEAN,
+    PROMPT_TOKENS_MEAN,
+    ArrivalConfig,
+    LengthConfig,
+    Requests,
+    generate_requests,
+)
 
 ComputeName = Literal["online-only", "gleaner", "gpreempt", "iteration"]
 MemoryName = Literal["none", "gleaner", "uvm", "prism", "static"]
@@ -76,10 +83,10 @@ class OnlineConfig(BaseModel):
 
     arrival: ArrivalConfig = Field(default_factory=lambda: ArrivalConfig(rate_per_s=0.3, cv=2.0))
     prompt_tokens: LengthConfig = Field(
-        default_factory=lambda: LengthConfig(mean=2747, sigma=1.0, max=32768)
+        default_factory=lambda: LengthConfig(mean=PROMPT_TOKENS_MEAN, sigma=1.0, max=32768)
     )
     output_tokens: LengthConfig = Field(
-        default_factory=lambda: LengthConfig(mean=267, sigma=1.0, max=4096)
+        default_factory=lambda: LengthConfig(mean=OUTPUT_TOKENS_MEAN, sigma=1.0, max=4096)
     )
     max_batch_tokens: int = Field(default=8192, ge=1, description="Token budget per iteration.")
     max_seqs: int = Field(default=256, ge=1)

@@ -3,8 +3,9 @@
 Contract. :class:`OnlineCluster` holds per-GPU busy fractions and harvestable memory as
 [GPUs, steps] arrays (numpy) plus the service layout (which GPUs serve one service and
 its alignment ρ). :func:`generate_online` draws it from a :class:`ClusterScenario` (the
-model in ``gleaner.simulator.cluster``'s docstring and docs/simulator.md; deterministic
-for a given generator), :func:`online_from_trace` reads it from a trace frame.
+model in ``gleaner.simulator.cluster``'s docstring and docs/simulator.md: request rates
+through the engine model's ``online_load``; deterministic for a given generator),
+:func:`online_from_trace` reads it from a trace frame.
 :func:`joint_idle` is the exact per-step fraction of time a GPU set is all idle (the
 ground truth's compute part); :func:`node_summary` is the ``NodeSummary`` a node's agent
 would report for a range of steps, times measured from ``EPOCH`` (simulated time 0).
@@ -50,6 +51,9 @@ class OnlineCluster:
     step_s: float
     t0_step: int
     """Index of simulated time 0 (steps before it are history)."""
+    requests_per_s: FloatArray | None = None
+    """[GPUs, steps] requests/s of the engine each GPU serves, which the busy fractions and
+    the KV cache come from (None: replayed from a trace)."""
 
     @property
     def n_gpus(self) -> int:
@@ -96,14 +100,14 @@ def generate_online(cfg: ClusterScenario, rng: np.random.Generator) -> OnlineClu
     svc = np.array(service, dtype=np.int64)
     load = cfg.load
     hours = (np.arange(steps) - t0) * cfg.step_s / 3600.0
-    peak = rng.uniform(*load.peak_busy, size=n_s)
+    peak = rng.uniform(*load.peak_requests_per_s, size=n_s)
     phase = rng.uniform(-load.phase_spread_h / 2, load.phase_spread_h / 2, size=n_s)
     amp = load.diurnal_amplitude
     # Peak around 14:00 local, trough at night.
     shape = (
         1.0 - amp / 2 + amp / 2 * np.sin(2 * np.pi * (hours[None, :] - 8.0 - phase[:, None]) / 24.0)
     )
-    base = peak[:, None] * shape / (1.0)
+    base = peak[:, None] * shape
     burst = np.ones((n_s, steps))
     total_h = steps * cfg.step_s / 3600.0
     for s in range(n_s):
@@ -112,24 +116,27 @@ def generate_online(cfg: ClusterScenario, rng: np.random.Generator) -> OnlineClu
             length = max(1, int(rng.uniform(*load.burst_minutes) * 60 / cfg.step_s))
             burst[s, start : start + length] *= rng.uniform(*load.burst_factor)
     noise = np.exp(_ar1(rng, n_s, steps, load.noise_sigma, load.noise_corr_steps))
-    svc_busy = np.clip(base * burst * noise, 0.0, 1.0)
-    busy = svc_busy[svc]
+    # Requests/s per engine: one engine per service (tensor parallel) or, behind a load
+    # balancer (ρ < 1), one per GPU with its own share of the rate.
+    rate = (base * burst * noise)[svc]
     rho = np.array(align)
     partial = rho[svc] < 1.0
     if partial.any() and load.gpu_noise_sigma > 0:
         extra = np.exp(
             _ar1(rng, int(partial.sum()), steps, load.gpu_noise_sigma, load.noise_corr_steps)
         )
-        busy[partial] = np.clip(busy[partial] * extra, 0.0, 1.0)
-    # Memory of each service in the engine model's terms: its resident memory (weights and
-    # runtime) scaled to the service's model size, and its KV cache growing with load.
+        rate[partial] = rate[partial] * extra
+    # Busy fraction and KV cache from the engine model (requests/s in, Little's law), its
+    # resident memory (weights and runtime) scaled to the service's model size.
     engine = MODELS[cfg.model]
     fixed = engine.resident_gib * rng.uniform(*load.resident_scale, size=n_s)[svc]
-    kv_tokens = rng.uniform(*load.kv_tokens_at_full_load, size=n_s)
-    kv = np.array([engine.kv_gib(float(x)) for x in kv_tokens])[svc]
-    free = np.clip(cfg.usable_gib - fixed[:, None] - kv[:, None] * busy, 0.0, None)
+    prompt = load.prompt_tokens * rng.uniform(*load.prompt_scale, size=n_s)[svc]
+    busy, kv_tokens = engine.online_load(rate, prompt[:, None], load.output_tokens, load.max_seqs)
+    free = np.clip(cfg.usable_gib - fixed[:, None] - engine.kv_gib(1.0) * kv_tokens, 0.0, None)
     names = [f"gpu-node-{i:04d}" for i in range(cfg.nodes)]
-    return OnlineCluster(names, g_node, busy, free, svc, rho, service_gpus, cfg.step_s, t0)
+    return OnlineCluster(
+        names, g_node, busy, free, svc, rho, service_gpus, cfg.step_s, t0, requests_per_s=rate
+    )
 
 
 def online_from_trace(frame: Any, history_h: float) -> OnlineCluster:

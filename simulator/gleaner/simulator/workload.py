@@ -23,6 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+PROMPT_TOKENS_MEAN = 2747.0
+"""Mean prompt tokens of an online request (BurstGPT's): the node level's default, and the
+cluster level's."""
+OUTPUT_TOKENS_MEAN = 267.0
+"""Mean output tokens of an online request (BurstGPT's): the node level's default, and the
+cluster level's."""
+
 
 class ArrivalConfig(BaseModel):
     """Gamma arrival process."""
