@@ -172,6 +172,9 @@ def evict(
 
 DEFAULT_MIN_STAY_SECONDS = 7200.0
 """How long a job runs on its node before a proactive move is considered (two hours)."""
+DEFAULT_MOVE_HORIZON_H = 2.0
+"""The coming hours a running job's own node is judged over before a move (the admission
+rule over that horizon; a new node is chosen by the placement rule)."""
 
 
 def should_move(
@@ -201,6 +204,7 @@ def move_phases(phase: Phase) -> tuple[Phase, Phase]:
 __all__ = [
     "BOUND_PHASES",
     "DEFAULT_MIN_STAY_SECONDS",
+    "DEFAULT_MOVE_HORIZON_H",
     "QUEUED_PHASES",
     "SAME_WINDOW_SECONDS",
     "TRANSITIONS",

@@ -139,6 +139,9 @@ class SimJob:
     truth: FloatArray | None = None
     """Per-step true throughput fraction on the current placement, from placed step on."""
     truth_step0: int = 0
+    restart_steps: int = 0
+    """Steps at the start of the current placement that a move's restart made nothing in
+    (SLA windows count them; the prediction error, which judges the model, does not)."""
     stay_observed: list[float] = field(default_factory=list)
     windows_total: int = 0
     """SLA windows judged (closed windows of ``sla_window_s``; with no longer SLA window,
@@ -423,8 +426,9 @@ def run_policy(
     def end_stay(job: SimJob, t_end: float) -> None:
         if job.placements:
             job.placements[-1]["end"] = t_end
-        if job.stay_observed and job.predicted is not None:
-            observed = float(np.mean(job.stay_observed))
+        running_part = job.stay_observed[job.restart_steps :]
+        if running_part and job.predicted is not None:
+            observed = float(np.mean(running_part))
             preds.append(
                 {
                     "predicted": job.predicted_mean,
@@ -483,6 +487,7 @@ def run_policy(
         )
         truth = _truth(online, job, s_abs, eta)
         truth[:restart_steps] = 0.0
+        job.restart_steps = restart_steps
         job.truth = truth
         job.truth_step0 = s_abs
         job.placements.append({"t": now, "node": node_name, "gpus": list(gpus), "predicted": raw})

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET
-from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS
+from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, DEFAULT_MOVE_HORIZON_H
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
 PolicyName = Literal[
@@ -163,7 +163,7 @@ class ClusterScenario(BaseModel):
         "it over the coming move_horizon_h to a node that admits it by the placement rule.",
     )
     move_horizon_h: float = Field(
-        default=ADMISSION_HORIZON_H,
+        default=DEFAULT_MOVE_HORIZON_H,
         gt=0,
         description="The hours ahead a running job's own node is judged over before a move.",
     )
