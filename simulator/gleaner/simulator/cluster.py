@@ -368,6 +368,7 @@ def run_policy(
     refresh = max(1, round(cfg.summary_refresh_s / step))
     sched_every = max(1, round(cfg.schedule_interval_s / step))
     mon_every = max(1, round(cfg.monitor.window_s / step))
+    move_every = max(1, round(cfg.move_check_s / step))
     mon = cfg.monitor.sla_monitor()
     risk = None if policy in ("paper", "no-risk") else cfg.risk_target
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
@@ -553,7 +554,7 @@ def run_policy(
                 means = summaries
         if (
             moving
-            and k % refresh == 0
+            and k % move_every == 0
             and k > 0
             and forecasts is not None
             and forecasts.means

@@ -159,8 +159,9 @@ class ClusterScenario(BaseModel):
     )
     move_before_peak: bool = Field(
         default=True,
-        description="worst-hours: each hour, move a running job whose node no longer admits "
-        "it over the coming move_horizon_h to a node that admits it by the placement rule.",
+        description="worst-hours: every move_check_s, move a running job whose node no longer "
+        "admits it over the coming move_horizon_h to a node that admits it by the placement "
+        "rule.",
     )
     move_horizon_h: float = Field(
         default=DEFAULT_MOVE_HORIZON_H,
@@ -171,6 +172,12 @@ class ClusterScenario(BaseModel):
         default=DEFAULT_MIN_STAY_SECONDS,
         ge=0,
         description="How long a job runs on its node before a move is considered, seconds.",
+    )
+    move_check_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How often running jobs are checked for a move, seconds (hourly: when "
+        "the forecast is refreshed).",
     )
     move_restart_s: float = Field(
         default=300.0, ge=0, description="What a move costs: seconds the job makes nothing."
