@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         a = summary[policy]
         dm, ds = g["met"] - a["met"], g["saved"] - a["saved"]
         verdict = "gleaner beats it" if dm >= 0 and ds >= 0 else "not beaten"
-        print(f"vs {policy}: windows met {dm:+.1f} points, GPUs saved {ds:+.1f}: {verdict}")
+        print(f"vs {policy}: windows met {dm:+.2f} points, GPUs saved {ds:+.2f}: {verdict}")
     for name, ok, value in targets:
         print(f"target {name}: {'met' if ok else 'MISSED'} ({value})")
     return 0 if all(ok for _, ok, _ in targets) else 1

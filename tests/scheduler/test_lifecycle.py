@@ -172,7 +172,7 @@ def test_should_move_only_off_a_node_that_no_longer_admits_to_one_that_does(
     placed_at: float, waited: float, here: bool, elsewhere: bool, min_stay: float
 ) -> None:
     now = placed_at + waited
-    expected = waited >= min_stay and not here and elsewhere
+    expected = now - placed_at >= min_stay and not here and elsewhere
     assert should_move(placed_at, now, here, elsewhere, min_stay) is expected
 
 
