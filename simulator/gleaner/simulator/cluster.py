@@ -17,8 +17,9 @@ Model (docs/simulator.md has the details):
   for ρ·min(b_a, b_b) + (1−ρ)·b_a·b_b of it; GPUs of different services independently.
 - Harvestable memory per GPU: usable − the service's fixed memory − KV growing with load.
 - Ground truth of an offline job on GPU set G: per step, the fraction of time *all* of G is
-  offline-enabled (the joint idle fraction above, times the gate efficiency η measured by
-  the node-level simulation) times the memory factor at that step's tightest GPU. The
+  offline-enabled (the joint idle fraction above, times the gate efficiency η at the
+  busiest GPU of G: ``GateEfficiency``, falling with load as node-level runs measure it)
+  times the memory factor at that step's tightest GPU. The
   model instead predicts from a trailing window of NodeSummaries (averages and overlap/union
   ratios), so its error is real: load drifts, and factors correlate.
 - Placement: ``gleaner`` = ``gleaner.scheduler.decide`` on a ``SchedulingSnapshot`` (the
@@ -28,7 +29,10 @@ Model (docs/simulator.md has the details):
   first node with enough free GPUs, no model; ``no-harvest`` = nothing offline.
 - Lifecycle: the operator's (``gleaner.scheduler.lifecycle``): API phases, ``sla_tick``
   each window (grace, k of n), ``evict`` (requeue with backoff away from the node, or
-  Failed) plus ``build_eviction_report``, ``may_attempt`` before a queued job is placed.
+  Failed) plus ``build_eviction_report``, ``may_attempt`` before a queued job is placed,
+  and (``gleaner`` with ``move_before_peak``) ``should_move``: every ``move_check_s`` a
+  running job whose node no longer admits it over the coming ``move_horizon_h`` moves to a
+  node that admits it (a restart of ``move_restart_s``; not an SLA eviction).
 - Measures: the dashboard's (``gleaner.scheduler.measures``, docs/dashboard.md), applied
   per step (harvested utilization, offline throughput) and per SLA window (attainment).
 """
