@@ -47,7 +47,7 @@ GATE_EFFICIENCY_BY_BUSY: tuple[tuple[float, float], ...] = (
 """(online busy fraction, gate efficiency η) of the node-level simulation's ``gleaner`` run
 on the default scenario's node (seed 7, 1200 s) at 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.25, 1.5
 and 2.0 requests per second: the busier the online engine, the more of its idle time the
-gate loses around arrivals (docs/simulator.md, "Gate efficiency and load")."""
+gate loses around arrivals (docs/simulator.md, "Cluster level": gate efficiency and load)."""
 REFERENCE_BUSY = 0.328
 """The busy fraction of the default node-level run (0.3 requests per second)."""
 
