@@ -18,6 +18,8 @@ from gleaner.scheduler.lifecycle import (
     eviction_phase,
     has_window,
     may_attempt,
+    move_phases,
+    should_move,
     sla_tick,
 )
 from gleaner.scheduler.monitor import SLAHistory, SLAMonitorConfig, backoff_seconds
@@ -157,3 +159,32 @@ def test_has_window_tolerates_rounding_only() -> None:
     history = _history().observe(120.0, 0.4)
     assert has_window(history, 120.0 + 5e-4)
     assert not has_window(history, 121.0)
+
+
+@given(
+    st.floats(min_value=0, max_value=1e5),
+    st.floats(min_value=0, max_value=1e5),
+    st.booleans(),
+    st.booleans(),
+    st.floats(min_value=0, max_value=1e4),
+)
+def test_should_move_only_off_a_node_that_no_longer_admits_to_one_that_does(
+    placed_at: float, waited: float, here: bool, elsewhere: bool, min_stay: float
+) -> None:
+    now = placed_at + waited
+    expected = now - placed_at >= min_stay and not here and elsewhere
+    assert should_move(placed_at, now, here, elsewhere, min_stay) is expected
+
+
+def test_should_move_waits_the_minimum_stay() -> None:
+    assert not should_move(0.0, 7199.0, False, True)
+    assert should_move(0.0, 7200.0, False, True)
+    with pytest.raises(ValueError):
+        should_move(0.0, 10.0, False, True, min_stay_seconds=-1.0)
+
+
+def test_a_move_passes_through_evicted_to_scheduled() -> None:
+    assert move_phases(Phase.RUNNING) == (Phase.EVICTED, Phase.SCHEDULED)
+    assert move_phases(Phase.SCHEDULED) == (Phase.EVICTED, Phase.SCHEDULED)
+    with pytest.raises(TransitionError):
+        move_phases(Phase.SUCCEEDED)

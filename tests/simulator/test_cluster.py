@@ -225,3 +225,20 @@ def test_longer_prompts_make_a_service_busier_on_the_same_requests() -> None:
     assert after_short == after_long
     assert (long.busy >= short.busy).all() and float(long.busy.mean()) > float(short.busy.mean())
     assert float(long.free_gib.mean()) < float(short.free_gib.mean())
+
+
+def test_moves_go_to_another_node_at_once_and_are_not_sla_evictions() -> None:
+    cfg = _cfg(nodes=8, duration_h=12.0, history_h=24.0, policies=["gleaner", "no-move"])
+    out = run_cluster(cfg, seed=5, gate_efficiency=0.96)
+    assert out["policies"]["no-move"]["moves"] == 0
+    moved = 0
+    for job in out["jobs"]["gleaner"]:
+        for before, after in itertools.pairwise(job.placements):
+            if before["end"] == after["t"]:  # a move: off one node and on another at once
+                moved += 1
+                assert before["node"] != after["node"]
+                assert after["t"] - before["t"] >= cfg.move_min_stay_s
+    assert moved == out["policies"]["gleaner"]["moves"] >= 1
+    assert out["policies"]["gleaner"]["evictions"] == sum(
+        j.evictions for j in out["jobs"]["gleaner"]
+    )

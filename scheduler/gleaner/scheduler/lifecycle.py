@@ -17,6 +17,13 @@ Succeeded job back to Running). The steps both drivers take, with time as an arg
 - **evict**: :func:`evict` plans the requeue (excluded node, exponential backoff) or the
   give-up after ``maxEvictions`` (:func:`gleaner.scheduler.monitor.plan_after_eviction`)
   and moves the phase to Evicted (queued again) or Failed;
+- **move**: :func:`should_move` decides a proactive migration of a Running job before a
+  forecast peak: its node no longer admits it by the admission rule over the coming
+  horizon while another node does (the caller asks the scheduler both questions), and it
+  has run on its node for at least a minimum stay (no ping-pong). :func:`move_phases` is
+  the phase path of such a move (Evicted, then Scheduled at once); it is not an SLA
+  eviction, so it does not count toward ``maxEvictions``. The simulator drives it; the
+  operator does not yet;
 - **finish**: Running → Succeeded or Failed.
 
 docs/operator.md and docs/simulator.md describe the same sequence from each side.
@@ -163,8 +170,41 @@ def evict(
     return Eviction(plan, advance(phase, eviction_phase(plan.failed)))
 
 
+DEFAULT_MIN_STAY_SECONDS = 7200.0
+"""How long a job runs on its node before a proactive move is considered (two hours)."""
+DEFAULT_MOVE_HORIZON_H = 2.0
+"""The coming hours a running job's own node is judged over before a move (the admission
+rule over that horizon; a new node is chosen by the placement rule)."""
+
+
+def should_move(
+    placed_at: float,
+    now: float,
+    admitted_here: bool,
+    admitted_elsewhere: bool,
+    min_stay_seconds: float = DEFAULT_MIN_STAY_SECONDS,
+) -> bool:
+    """Whether to move a Running job off its node before a forecast peak: its node no longer
+    admits it (``admitted_here`` false: the admission rule over the coming horizon, the job's
+    own GPUs counted free), another node does (``admitted_elsewhere``), and it has stayed
+    at least ``min_stay_seconds`` since ``placed_at``."""
+    if min_stay_seconds < 0:
+        raise ValueError("min_stay_seconds must be >= 0")
+    stayed = now - placed_at >= min_stay_seconds
+    return stayed and not admitted_here and admitted_elsewhere
+
+
+def move_phases(phase: Phase) -> tuple[Phase, Phase]:
+    """The phases a proactive move passes through from a bound ``phase``: Evicted (off the
+    old node), then Scheduled (on the new one)."""
+    off = advance(phase, P.EVICTED)
+    return off, advance(off, P.SCHEDULED)
+
+
 __all__ = [
     "BOUND_PHASES",
+    "DEFAULT_MIN_STAY_SECONDS",
+    "DEFAULT_MOVE_HORIZON_H",
     "QUEUED_PHASES",
     "SAME_WINDOW_SECONDS",
     "TRANSITIONS",
@@ -177,5 +217,7 @@ __all__ = [
     "eviction_phase",
     "has_window",
     "may_attempt",
+    "move_phases",
+    "should_move",
     "sla_tick",
 ]

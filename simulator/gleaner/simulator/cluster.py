@@ -20,8 +20,9 @@ Model (docs/simulator.md has the details):
 - Harvestable memory per GPU: usable − the service's resident memory − the KV cache the
   engine model holds at that step's rate.
 - Ground truth of an offline job on GPU set G: per step, the fraction of time *all* of G is
-  offline-enabled (the joint idle fraction above, times the gate efficiency η measured by
-  the node-level simulation) times the memory factor at that step's tightest GPU. The
+  offline-enabled (the joint idle fraction above, times the gate efficiency η at the
+  busiest GPU of G: ``GateEfficiency``, falling with load as node-level runs measure it)
+  times the memory factor at that step's tightest GPU. The
   model instead predicts from a trailing window of NodeSummaries (averages and overlap/union
   ratios), so its error is real: load drifts, and factors correlate.
 - Placement: ``gleaner`` = ``gleaner.scheduler.decide`` on a ``SchedulingSnapshot`` (the
@@ -31,7 +32,10 @@ Model (docs/simulator.md has the details):
   first node with enough free GPUs, no model; ``no-harvest`` = nothing offline.
 - Lifecycle: the operator's (``gleaner.scheduler.lifecycle``): API phases, ``sla_tick``
   each window (grace, k of n), ``evict`` (requeue with backoff away from the node, or
-  Failed) plus ``build_eviction_report``, ``may_attempt`` before a queued job is placed.
+  Failed) plus ``build_eviction_report``, ``may_attempt`` before a queued job is placed,
+  and (``gleaner`` with ``move_before_peak``) ``should_move``: every ``move_check_s`` a
+  running job whose node no longer admits it over the coming ``move_horizon_h`` moves to a
+  node that admits it (a restart of ``move_restart_s``; not an SLA eviction).
 - Measures: the dashboard's (``gleaner.scheduler.measures``, docs/dashboard.md), applied
   per step (harvested utilization, offline throughput) and per SLA window (attainment).
 """
@@ -74,7 +78,7 @@ from gleaner.scheduler import (
     decide,
 )
 from gleaner.scheduler.bias import NODE_LEVEL, feed
-from gleaner.scheduler.lifecycle import advance, may_attempt, sla_tick
+from gleaner.scheduler.lifecycle import advance, may_attempt, move_phases, should_move, sla_tick
 from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.measures import (
     harvested_utilization,
@@ -91,7 +95,10 @@ from gleaner.simulator.offline import OfflineJobConfig, memory_curve
 from gleaner.simulator.online import (
     EPOCH,
     EPOCH_SECONDS,
+    REFERENCE_BUSY,
+    GateEfficiency,
     OnlineCluster,
+    as_gate,
     generate_online,
     joint_idle,
     node_summary,
@@ -143,6 +150,9 @@ class SimJob:
     truth: FloatArray | None = None
     """Per-step true throughput fraction on the current placement, from placed step on."""
     truth_step0: int = 0
+    restart_steps: int = 0
+    """Steps at the start of the current placement that a move's restart made nothing in
+    (SLA windows count them; the prediction error, which judges the model, does not)."""
     stay_observed: list[float] = field(default_factory=list)
     windows_total: int = 0
     """SLA windows judged (closed windows of ``sla_window_s``; with no longer SLA window,
@@ -200,10 +210,12 @@ def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
     return jobs
 
 
-def _truth(online: OnlineCluster, job: SimJob, step0: int, eta: float) -> FloatArray:
-    """True throughput fraction per step from ``step0`` on, for the job's placement."""
+def _truth(online: OnlineCluster, job: SimJob, step0: int, eta: GateEfficiency) -> FloatArray:
+    """True throughput fraction per step from ``step0`` on, for the job's placement: the
+    joint idle share × η at the busiest of its GPUs (η falls with load) × the memory
+    factor at its tightest GPU."""
     t = slice(step0, online.busy.shape[1])
-    compute = joint_idle(online, job.rows, t) * eta
+    compute = joint_idle(online, job.rows, t) * eta.at(online.busy[job.rows, t]).min(axis=0)
     m = online.free_gib[job.rows, t].min(axis=0)
     prof = job.profile
     tp = np.interp(m, prof.curve_memory_gib, prof.curve_tokens_per_second)
@@ -221,17 +233,19 @@ def tp_max(prof: JobProfile) -> float:
 # -- what the dashboard would show --------------------------------------------------------
 
 
-def trailing_idle(online: OnlineCluster, window_steps: int, eta: float) -> FloatArray:
+def trailing_idle(
+    online: OnlineCluster, window_steps: int, eta: float | GateEfficiency
+) -> FloatArray:
     """[GPUs, steps + 1]: column ``s`` is each GPU's P_compute over the agent's trailing window
     of steps [max(0, s - window_steps), s), exactly what :func:`node_summary` reports
     (offline-enabled seconds over the window, clipped to [0, 1]); column 0 is 0."""
     g, steps = online.busy.shape
     cum = np.zeros((g, steps + 1))
-    np.cumsum(1.0 - online.busy, axis=1, out=cum[:, 1:])
+    np.cumsum(as_gate(eta).enabled(online.busy), axis=1, out=cum[:, 1:])
     end = np.arange(steps + 1)
     start = np.maximum(0, end - max(1, window_steps))
     count = np.maximum(1, end - start)
-    out: FloatArray = np.clip((cum[:, end] - cum[:, start]) / count * eta, 0.0, 1.0)
+    out: FloatArray = np.clip((cum[:, end] - cum[:, start]) / count, 0.0, 1.0)
     return out
 
 
@@ -272,9 +286,11 @@ def dashboard_point(
 # -- placement policies -------------------------------------------------------------------
 
 
+PlacedJob = tuple[SimJob, str, tuple[int, ...], PredictedFactors, float, PlacementDecision | None]
+"""(job, node, GPUs, predicted factors, admission bound, the scheduler's decision or None)."""
 Placer = Callable[
     [list[SimJob], dict[str, NodeSummary], dict[str, dict[int, str]], float],
-    list[tuple[SimJob, str, tuple[int, ...], PredictedFactors, float]],
+    list[PlacedJob],
 ]
 
 
@@ -284,7 +300,7 @@ def _scheduler_placer(config: SchedulerConfig, bias: BiasTable) -> Placer:
         summaries: dict[str, NodeSummary],
         occupied: dict[str, dict[int, str]],
         now: float,
-    ) -> list[tuple[SimJob, str, tuple[int, ...], PredictedFactors, float]]:
+    ) -> list[PlacedJob]:
         by_key = {j.key: j for j in pending}
         requests = [
             JobRequest(
@@ -308,13 +324,11 @@ def _scheduler_placer(config: SchedulerConfig, bias: BiasTable) -> Placer:
             bias=bias,
         )
         result = decide(snapshot, config)
-        out = []
+        out: list[PlacedJob] = []
         for d in result.placements:
             p = d.prediction
             f = PredictedFactors(p.compute, p.memory, p.multi_gpu, d.throughput_fraction)
-            # Kept for the recorded status: built from the decision as the operator does.
-            by_key[d.job].decision = d
-            out.append((by_key[d.job], d.node, tuple(d.gpus), f, p.throughput_fraction))
+            out.append((by_key[d.job], d.node, tuple(d.gpus), f, p.throughput_fraction, d))
         return out
 
     return place
@@ -325,10 +339,10 @@ def _first_fit(
     summaries: dict[str, NodeSummary],
     occupied: dict[str, dict[int, str]],
     now: float,
-) -> list[tuple[SimJob, str, tuple[int, ...], PredictedFactors, float]]:
+) -> list[PlacedJob]:
     """First node (name order) with enough free GPUs; no model, no SLA check."""
     taken = {n: set(o) for n, o in occupied.items()}
-    out = []
+    out: list[PlacedJob] = []
     for job in sorted(pending, key=lambda j: j.arrival):
         if not may_attempt(job.not_before, now):
             continue
@@ -339,7 +353,7 @@ def _first_fit(
             if len(free) >= job.gpus:
                 gpus = tuple(free[: job.gpus])
                 taken.setdefault(name, set()).update(gpus)
-                out.append((job, name, gpus, PredictedFactors(1.0, 1.0, 1.0, 1.0), 1.0))
+                out.append((job, name, gpus, PredictedFactors(1.0, 1.0, 1.0, 1.0), 1.0, None))
                 break
     return out
 
@@ -352,7 +366,7 @@ def run_policy(
     online: OnlineCluster,
     jobs: list[SimJob],
     policy: PolicyName,
-    eta: float,
+    eta: GateEfficiency,
     progress: Callable[[int], None] | None = None,
     shared: dict[int, ForecastBase] | None = None,
 ) -> dict[str, Any]:
@@ -365,10 +379,18 @@ def run_policy(
     refresh = max(1, round(cfg.summary_refresh_s / step))
     sched_every = max(1, round(cfg.schedule_interval_s / step))
     mon_every = max(1, round(cfg.monitor.window_s / step))
+    move_every = max(1, round(cfg.move_check_s / step))
     mon = cfg.monitor.sla_monitor()
     forecast_mode = "trailing" if policy in ("paper", "no-diurnal") else cfg.forecast
     if policy == "no-worst-hours" and forecast_mode == "worst-hours":
         forecast_mode = "diurnal"
+    # Proactive moves before a forecast peak need the time-of-day forecast to see one.
+    moving = (
+        cfg.move_before_peak
+        and forecast_mode == "worst-hours"
+        and policy not in ("no-move", "first-fit", "no-harvest")
+    )
+    moves = 0
     # The operator's rule: its bias table, fed with each window against the placement's
     # raw prediction (the admission bound under worst-hours), and the load spread of nodes
     # with hours at the same risk target.
@@ -376,7 +398,7 @@ def run_policy(
     bias = BiasTable(rule.bias_config())
     sla_window_s = cfg.jobs.sla_window_s or cfg.monitor.window_s
     placer: Placer | None
-    if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours"):
+    if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours", "no-move"):
         placer = _scheduler_placer(SchedulerConfig(), bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
@@ -412,8 +434,9 @@ def run_policy(
     def end_stay(job: SimJob, t_end: float) -> None:
         if job.placements:
             job.placements[-1]["end"] = t_end
-        if job.stay_observed and job.predicted is not None:
-            observed = float(np.mean(job.stay_observed))
+        running_part = job.stay_observed[job.restart_steps :]
+        if running_part and job.predicted is not None:
+            observed = float(np.mean(running_part))
             preds.append(
                 {
                     "predicted": job.predicted_mean,
@@ -430,6 +453,90 @@ def run_policy(
             for r in job.rows:
                 occ.pop(r - job.node * online.gpus_per_node, None)
         job.truth = None
+
+    def start_stay(
+        job: SimJob,
+        node_name: str,
+        gpus: tuple[int, ...],
+        factors: PredictedFactors,
+        raw: float,
+        decision: PlacementDecision | None,
+        now: float,
+        s_abs: int,
+        restart_steps: int,
+    ) -> None:
+        """Place ``job``; its first ``restart_steps`` steps make nothing (a restart). A
+        moved job (``restart_steps`` > 0) gets no new grace period: its SLA windows go on
+        from the move, the restart inside them."""
+        node = online.node_names.index(node_name)
+        job.node = node
+        job.rows = [node * online.gpus_per_node + g for g in gpus]
+        job.placed_at = now
+        job.predicted = factors
+        job.predicted_raw = raw
+        # Kept for the recorded status: built from the decision as the operator does.
+        if decision is not None:
+            job.decision = decision
+        job.status_placement = (
+            None
+            if job.decision is None
+            else job.decision.to_placement(EPOCH + timedelta(seconds=now))
+        )
+        job.predicted_mean = predict(
+            job.profile, job.sla, means.get(node_name, summaries[node_name]), gpus
+        ).throughput_fraction
+        # The simulated Pod starts at once: Scheduled, then Running.
+        job.phase = advance(advance(job.phase, Phase.SCHEDULED), Phase.RUNNING)
+        job.sla_met = None
+        job.history = SLAHistory(
+            job=job.key,
+            sla=job.sla,
+            node=node_name,
+            gpus=gpus,
+            placed_at=now - mon.grace_seconds if restart_steps > 0 else now,
+            predicted=factors.throughput_fraction,
+            max_windows=max(64, samples_needed(job.sla_window_s, mon)),
+            sla_window_seconds=job.sla_window_s,
+        )
+        truth = _truth(online, job, s_abs, eta)
+        truth[:restart_steps] = 0.0
+        job.restart_steps = restart_steps
+        job.truth = truth
+        job.truth_step0 = s_abs
+        job.placements.append({"t": now, "node": node_name, "gpus": list(gpus), "predicted": raw})
+        occupied.setdefault(node_name, {}).update({g: job.key for g in gpus})
+        for r in job.rows:
+            gpu_job[r] = job
+
+    def move_before_peak(now: float, s_abs: int) -> int:
+        """Move each running job whose node no longer admits it over the coming
+        ``move_horizon_h`` to a node that admits it by the placement rule
+        (``gleaner.scheduler.lifecycle.should_move``); returns the moves made."""
+        assert placer is not None and forecasts is not None
+        coming = forecasts.admit(cfg.move_horizon_h * 3600)
+        moved = 0
+        for job in sorted(running, key=lambda j: j.arrival):
+            if job.node is None or now - job.placed_at < cfg.move_min_stay_s:
+                continue
+            name = online.node_names[job.node]
+            free_own = {
+                n: ({g: k for g, k in o.items() if k != job.key} if n == name else o)
+                for n, o in occupied.items()
+            }
+            here = bool(placer([job], {name: coming[name]}, free_own, now))
+            if here:
+                continue
+            probe = replace(job, excluded=(*job.excluded, name))
+            found = placer([probe], summaries, occupied, now)
+            if not should_move(job.placed_at, now, here, bool(found), cfg.move_min_stay_s):
+                continue
+            _, node_name, gpus, factors, raw, placed = found[0]
+            end_stay(job, now)
+            job.phase = move_phases(job.phase)[0]
+            restart = max(1, round(cfg.move_restart_s / step))
+            start_stay(job, node_name, gpus, factors, raw, placed, now, s_abs, restart)
+            moved += 1
+        return moved
 
     for k in range(n_steps):
         now = k * step
@@ -457,6 +564,15 @@ def run_policy(
                     for n in range(len(online.node_names))
                 }
                 means = summaries
+        if (
+            moving
+            and k % move_every == 0
+            and k > 0
+            and forecasts is not None
+            and forecasts.means
+            and running
+        ):
+            moves += move_before_peak(now, s_abs)
         if k % sched_every == 0 and pending and summaries:
             ready = [j for j in pending if may_attempt(j.not_before, now)]
             groups: list[tuple[list[SimJob], dict[str, NodeSummary]]] = [(ready, summaries)]
@@ -475,42 +591,10 @@ def run_policy(
                     (by_horizon[h], forecasts.admit(h)) for h in sorted(by_horizon, reverse=True)
                 ]
             for group, admit in groups:
-                for job, node_name, gpus, factors, raw in placer(group, admit, occupied, now):
-                    node = online.node_names.index(node_name)
-                    job.node = node
-                    job.rows = [node * online.gpus_per_node + g for g in gpus]
-                    job.placed_at = now
-                    job.predicted = factors
-                    job.predicted_raw = raw
-                    job.status_placement = (
-                        None
-                        if job.decision is None
-                        else job.decision.to_placement(EPOCH + timedelta(seconds=now))
-                    )
-                    job.predicted_mean = predict(
-                        job.profile, job.sla, means.get(node_name, summaries[node_name]), gpus
-                    ).throughput_fraction
-                    # The simulated Pod starts at once: Scheduled, then Running.
-                    job.phase = advance(advance(job.phase, Phase.SCHEDULED), Phase.RUNNING)
-                    job.sla_met = None
-                    job.history = SLAHistory(
-                        job=job.key,
-                        sla=job.sla,
-                        node=node_name,
-                        gpus=gpus,
-                        placed_at=now,
-                        predicted=factors.throughput_fraction,
-                        max_windows=max(64, samples_needed(job.sla_window_s, mon)),
-                        sla_window_seconds=job.sla_window_s,
-                    )
-                    job.truth = _truth(online, job, s_abs, eta)
-                    job.truth_step0 = s_abs
-                    job.placements.append(
-                        {"t": now, "node": node_name, "gpus": list(gpus), "predicted": raw}
-                    )
-                    occupied.setdefault(node_name, {}).update({g: job.key for g in gpus})
-                    for r in job.rows:
-                        gpu_job[r] = job
+                for job, node_name, gpus, factors, raw, placed in placer(
+                    group, admit, occupied, now
+                ):
+                    start_stay(job, node_name, gpus, factors, raw, placed, now, s_abs, 0)
                     pending.remove(job)
                     running.append(job)
         # Progress of running jobs in this step.
@@ -523,7 +607,7 @@ def run_policy(
             job.done_tokens += frac * job.profile.standalone_tokens_per_second * step
             job.stay_observed.append(frac)
             # The idle fraction of each held GPU over this step (its offline-enabled share).
-            held_idle.extend((1.0 - online.busy[job.rows, s_abs]) * eta)
+            held_idle.extend(eta.enabled(online.busy[job.rows, s_abs]))
             credited.append((frac, job.gpus))
             if job.done_tokens >= job.work_tokens:
                 job.phase = advance(job.phase, Phase.SUCCEEDED)
@@ -610,6 +694,7 @@ def run_policy(
     out = _cluster_metrics(
         cfg, online, jobs, policy, offline_used, offline_equiv, sla_ok, reports, preds, evictions
     )
+    out["moves"] = moves
     out["_dashboard"] = shown
     return out
 
@@ -632,7 +717,7 @@ class _Profiles:
 
 
 def _fold_hours(
-    online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: float, window_s: float
+    online: OnlineCluster, profiles: _Profiles, s_abs: int, eta: GateEfficiency, window_s: float
 ) -> _Profiles:
     """Fold every whole clock hour that ended by step ``s_abs`` into the nodes' profiles
     (history included): what an agent's hourly summaries would have accumulated. Before an
@@ -716,7 +801,7 @@ def _forecast_base(
     profiles: _Profiles,
     s_abs: int,
     now: float,
-    eta: float,
+    eta: GateEfficiency,
 ) -> ForecastBase:
     """Per node, the time-of-day forecast for the next ``forecast_horizon_h`` hours blended
     with the last ``recent_h`` hours (``gleaner.perfmodel.diurnal.forecast``), and the past
@@ -827,25 +912,32 @@ def run_cluster(
     gate_efficiency: float,
     progress: Callable[[int], None] | None = None,
     online: OnlineCluster | None = None,
+    reference_busy: float = REFERENCE_BUSY,
 ) -> dict[str, Any]:
     """Simulate every placement policy of ``cfg`` on one online trace and job queue.
 
     ``online`` replays a given trace (``online_from_trace``) instead of generating one.
+    ``gate_efficiency`` is η measured at ``reference_busy`` (the node level's run); with
+    ``cfg.gate_by_load`` the ground truth's η follows each GPU's load from there.
     """
     rng = np.random.default_rng(seed + 7919)
     if online is None:
         online = generate_online(cfg, rng)
-    eta = cfg.gate_efficiency or gate_efficiency
+    gate = GateEfficiency(
+        cfg.gate_efficiency or gate_efficiency, reference_busy, by_load=cfg.gate_by_load
+    )
+    eta = gate.at_reference
     template = make_jobs(cfg, rng)
     results: dict[str, Any] = {}
     final_jobs: dict[str, list[SimJob]] = {}
     shared: dict[int, ForecastBase] = {}
     for policy in cfg.policies:
         jobs = [_fresh(j) for j in template]
-        results[policy] = run_policy(cfg, online, jobs, policy, eta, progress, shared)
+        results[policy] = run_policy(cfg, online, jobs, policy, gate, progress, shared)
         final_jobs[policy] = jobs
     return {
         "gate_efficiency": eta,
+        "gate": gate,
         "online": online,
         "policies": results,
         "jobs": final_jobs,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET
+from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, DEFAULT_MOVE_HORIZON_H
 from gleaner.scheduler.monitor import SLAMonitorConfig
 from gleaner.simulator.workload import OUTPUT_TOKENS_MEAN, PROMPT_TOKENS_MEAN
 
@@ -29,6 +30,7 @@ PolicyName = Literal[
     "no-diurnal",
     "no-risk",
     "no-worst-hours",
+    "no-move",
 ]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
 """The policies a scenario runs by default. ``paper`` (the paper's model: the trailing
@@ -172,6 +174,31 @@ class ClusterScenario(BaseModel):
         description="Risk-aware admission: the probability a window must meet the SLA with "
         "(the load spread of the worst-hours forecast); null: the mean rule.",
     )
+    move_before_peak: bool = Field(
+        default=True,
+        description="worst-hours: every move_check_s, move a running job whose node no longer "
+        "admits it over the coming move_horizon_h to a node that admits it by the placement "
+        "rule.",
+    )
+    move_horizon_h: float = Field(
+        default=DEFAULT_MOVE_HORIZON_H,
+        gt=0,
+        description="The hours ahead a running job's own node is judged over before a move.",
+    )
+    move_min_stay_s: float = Field(
+        default=DEFAULT_MIN_STAY_SECONDS,
+        ge=0,
+        description="How long a job runs on its node before a move is considered, seconds.",
+    )
+    move_check_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How often running jobs are checked for a move, seconds (hourly: when "
+        "the forecast is refreshed).",
+    )
+    move_restart_s: float = Field(
+        default=300.0, ge=0, description="What a move costs: seconds the job makes nothing."
+    )
     recent_h: float = Field(
         default=1.0, gt=0, description="The recent level blended into the diurnal forecast."
     )
@@ -180,6 +207,11 @@ class ClusterScenario(BaseModel):
     usable_gib: float = Field(default=76.0, gt=0)
     gate_efficiency: float | None = Field(
         default=None, gt=0, le=1, description="Enabled share of idle time (None: node level's)."
+    )
+    gate_by_load: bool = Field(
+        default=True,
+        description="Ground truth: η falls with each GPU's online load as in node-level runs "
+        "(false: the same η at every load).",
     )
     model: str = "llama-3.1-8b-h100"
     services: list[ServiceKind] = Field(

@@ -34,6 +34,66 @@ EPOCH_SECONDS = EPOCH.timestamp()
 """The simulated clock starts here: ``EPOCH_SECONDS + t`` is simulated time t on the
 scheduler's clock (epoch seconds, as on a live cluster)."""
 
+GATE_EFFICIENCY_BY_BUSY: tuple[tuple[float, float], ...] = (
+    (0.153, 0.990),
+    (0.224, 0.984),
+    (0.328, 0.973),
+    (0.445, 0.956),
+    (0.601, 0.921),
+    (0.677, 0.893),
+    (0.794, 0.809),
+    (0.817, 0.793),
+    (0.891, 0.656),
+)
+"""(online busy fraction, gate efficiency η) of the node-level simulation's ``gleaner`` run
+on the default scenario's node (seed 7, 1200 s) at 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.25, 1.5
+and 2.0 requests per second: the busier the online engine, the more of its idle time the
+gate loses around arrivals (docs/simulator.md, "Cluster level": gate efficiency and load)."""
+REFERENCE_BUSY = 0.328
+"""The busy fraction of the default node-level run (0.3 requests per second)."""
+
+
+@dataclass(frozen=True)
+class GateEfficiency:
+    """The ground truth's gate efficiency η: the share of a GPU's online-idle time the
+    compute gate lets offline work run, as a function of that GPU's online busy fraction.
+
+    ``at_reference`` is η measured at ``reference_busy`` (the node level's run, or the
+    runner's default); with ``by_load`` the curve of :data:`GATE_EFFICIENCY_BY_BUSY`,
+    scaled to pass through that point, gives η at other loads (at most 1), else η is
+    ``at_reference`` at every load. Ground truth only: the predictor sees η through the
+    offline-enabled seconds the agents report of the past."""
+
+    at_reference: float
+    reference_busy: float = REFERENCE_BUSY
+    by_load: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.at_reference <= 1.0:
+            raise ValueError("at_reference must be in (0, 1]")
+
+    def at(self, busy: npt.ArrayLike) -> FloatArray:
+        """η per element of ``busy`` (online busy fractions)."""
+        b = np.asarray(busy, dtype=np.float64)
+        if not self.by_load:
+            return np.full(b.shape, self.at_reference)
+        xs = [x for x, _ in GATE_EFFICIENCY_BY_BUSY]
+        ys = [y for _, y in GATE_EFFICIENCY_BY_BUSY]
+        rel = np.interp(b, xs, ys) / float(np.interp(self.reference_busy, xs, ys))
+        return np.asarray(np.minimum(1.0, self.at_reference * rel), dtype=np.float64)
+
+    def enabled(self, busy: npt.ArrayLike) -> FloatArray:
+        """The offline-enabled share per element of ``busy``: idle × η."""
+        b = np.asarray(busy, dtype=np.float64)
+        return np.asarray((1.0 - b) * self.at(b), dtype=np.float64)
+
+
+def as_gate(gate_efficiency: float | GateEfficiency) -> GateEfficiency:
+    """A constant η (a float) as a :class:`GateEfficiency`, or the given one."""
+    if isinstance(gate_efficiency, GateEfficiency):
+        return gate_efficiency
+    return GateEfficiency(float(gate_efficiency), by_load=False)
+
 
 @dataclass
 class OnlineCluster:
@@ -184,9 +244,14 @@ def joint_idle(online: OnlineCluster, rows: list[int], t: slice) -> FloatArray:
 
 
 def node_summary(
-    online: OnlineCluster, node: int, start: int, end: int, gate_efficiency: float
+    online: OnlineCluster,
+    node: int,
+    start: int,
+    end: int,
+    gate_efficiency: float | GateEfficiency,
 ) -> NodeSummary:
-    """The NodeSummary the node's agent would report for steps [start, end)."""
+    """The NodeSummary the node's agent would report for steps [start, end): offline-enabled
+    seconds are what the gate enabled (idle × η at each step's load)."""
     r = online.rows(node)
     b = online.busy[r, start:end].T  # [T, G]
     g = b.shape[1]
@@ -200,7 +265,7 @@ def node_summary(
     union = busy_s[:, None] + busy_s[None, :] - overlap
     np.fill_diagonal(overlap, busy_s)
     np.fill_diagonal(union, busy_s)
-    idle_s = (1.0 - b).sum(axis=0) * step * gate_efficiency
+    idle_s = as_gate(gate_efficiency).enabled(b).sum(axis=0) * step
     specs = tuple(
         GpuSpec(
             index=i,

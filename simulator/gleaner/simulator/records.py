@@ -37,7 +37,7 @@ from gleaner.perfmodel import Prediction
 from gleaner.scheduler import EvictionReport, PlacementDecision
 from gleaner.simulator.cluster import SimJob, current_observed
 from gleaner.simulator.cluster_scenario import MonitorConfig
-from gleaner.simulator.online import EPOCH, OnlineCluster, node_summary
+from gleaner.simulator.online import EPOCH, GateEfficiency, OnlineCluster, node_summary
 from gleaner.simulator.snapshot import dashboard_record
 
 WORKER_TEMPLATE: dict[str, Any] = {
@@ -59,7 +59,7 @@ def gpu_holders(online: OnlineCluster, jobs: list[SimJob]) -> dict[int, list[str
 
 
 def node_traces(
-    online: OnlineCluster, jobs: list[SimJob], window_h: float, eta: float
+    online: OnlineCluster, jobs: list[SimJob], window_h: float, eta: float | GateEfficiency
 ) -> list[NodeTrace]:
     """The NodeTraces the simulated agents publish at the end of the run: the trailing
     ``window_h`` window and, per GPU, the offline job it holds (as a live agent does)."""
@@ -211,7 +211,7 @@ def snapshot(
     }
     end = online.busy.shape[1] - online.t0_step
     return dashboard_record(
-        node_traces=node_traces(online, jobs, cfg["window_h"], cluster_raw["gate_efficiency"]),
+        node_traces=node_traces(online, jobs, cfg["window_h"], cluster_raw["gate"]),
         offline_jobs=[offline_job(j, reports, cfg["monitor"]["window_s"]) for j in jobs],
         eviction_reports=reports,
         job_series={j.key: [(t0 + t, v) for t, v in j.series] for j in jobs if j.series},

@@ -24,7 +24,7 @@ from typing import Any
 
 from gleaner.simulator.cluster import run_cluster, total_steps
 from gleaner.simulator.node import run_node
-from gleaner.simulator.online import online_from_trace
+from gleaner.simulator.online import REFERENCE_BUSY, online_from_trace
 from gleaner.simulator.scenario import Scenario
 from gleaner.simulator.sensitivity import breakeven
 from gleaner.simulator.sensitivity import sensitivity as sensitivity_rows
@@ -58,6 +58,7 @@ def run_scenario(
     results: dict[str, Any] = {"scenario": scenario.name, "description": scenario.description}
     results["seed"] = seed
     eta = DEFAULT_GATE_EFFICIENCY
+    reference_busy = REFERENCE_BUSY
     online = None
     if trace is not None and scenario.cluster is not None:
         # Read and check the trace first: a bad file fails before minutes of node-level work.
@@ -84,6 +85,7 @@ def run_scenario(
         gate = node["runs"].get("gleaner")
         if gate is not None and gate["online_busy_fraction"] < 1.0:
             eta = min(1.0, gate["offline_run_fraction"] / (1.0 - gate["online_busy_fraction"]))
+            reference_busy = gate["online_busy_fraction"]
         results["targets"] = check_targets(results)
     cluster_raw = None
     if scenario.cluster is not None:
@@ -98,7 +100,9 @@ def run_scenario(
                 }
             )
         tick = progress("cluster level", total_steps(cfg))
-        cluster_raw = run_cluster(cfg, seed, eta, progress=tick, online=online)
+        cluster_raw = run_cluster(
+            cfg, seed, eta, progress=tick, online=online, reference_busy=reference_busy
+        )
         results["cluster"] = {
             "gpus": cluster_raw["online"].n_gpus,
             "nodes": len(cluster_raw["online"].node_names),
