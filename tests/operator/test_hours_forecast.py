@@ -183,3 +183,41 @@ def test_the_spread_is_kept_for_a_node_whose_nodetrace_is_named_otherwise() -> N
         assert set(summaries_from_nodetraces([renamed], now, kept)) == {"gpu-7"}
         summaries_from_nodetraces([renamed], now, kept)  # the same window again: nothing new
     assert kept.spread.ratios("gpu-7") == pytest.approx([0.5] * 6)
+
+
+def _same(a: NodeSummary, b: NodeSummary) -> bool:
+    """The same floats, not only close ones."""
+    return (
+        a.window_seconds == b.window_seconds
+        and np.array_equal(a.online_busy_seconds, b.online_busy_seconds)
+        and np.array_equal(a.offline_enabled_seconds, b.offline_enabled_seconds)  # type: ignore[arg-type]
+        and np.array_equal(a.pair_overlap_seconds, b.pair_overlap_seconds, equal_nan=True)
+        and np.array_equal(a.pair_union_seconds, b.pair_union_seconds, equal_nan=True)
+        and np.array_equal(a.memory.levels, b.memory.levels)
+        and np.array_equal(a.memory.seconds, b.memory.seconds)
+        and a.memory.step_gib == b.memory.step_gib
+    )
+
+
+def test_kept_hours_predict_what_hours_parsed_afresh_predict() -> None:
+    """Passes every 7 minutes over a day and a half with the hours kept from pass to pass
+    (what the pass forecasts from is kept per node and hour) give the same summaries, float
+    for float, as the same passes with everything parsed and forecast afresh; an hour that
+    completes midway (new hours) is taken up at once."""
+    busy = {h: 0.1 + 0.8 * abs(12 - h) / 12 for h in range(24) if h % 5}
+    a, b = _with_hours("a", busy), _with_hours("b", {6: 0.5, 7: 0.2, 20: 0.9})
+    kept = HourProfiles()
+    start = DAY + timedelta(hours=3, minutes=1)
+    for i in range(0, 36 * 60, 7):
+        now = start + timedelta(minutes=i)
+        if i == 12 * 60 + 2:  # hour 5 of node a completes
+            a = _with_hours("a", busy | {5: 0.95})
+        got = summaries_from_nodetraces([a, b], now, kept, risk_target=None)
+        want = summaries_from_nodetraces([a, b], now, HourProfiles(), risk_target=None)
+        assert set(got) == set(want) == {"a", "b"}
+        assert all(_same(got[n], want[n]) for n in got), now
+    # On the hour too (the horizon then covers whole hours only).
+    on_hour = DAY + timedelta(days=1, hours=9)
+    got = summaries_from_nodetraces([a, b], on_hour, kept, risk_target=None)
+    want = summaries_from_nodetraces([a, b], on_hour, HourProfiles(), risk_target=None)
+    assert all(_same(got[n], want[n]) for n in got)

@@ -16,7 +16,8 @@ hours are ignored with a warning (the latest window is used).
 Parsing 24 hours is most of the cost of reading a NodeTrace, and they change once an hour
 while the rest of the status changes every report: ``HourProfiles`` keeps each node's parsed
 profile until its hours change (each entry's hour, window end and seconds), so a pass parses
-only the hours that moved.
+only the hours that moved; the profile keeps what its forecasts read from the hours ahead
+(perfmodel's ``HourStack``, per hour of the pass), so a pass only blends in the latest window.
 With ``--prometheus-url`` they come from Prometheus instead
 (``gleaner.operator.sources.prometheus``, the agent metrics, else DCGM), read on a worker
 thread because that client is synchronous; agent metrics carry no GPU inventory, so each

@@ -75,7 +75,8 @@ def risk_factor(residuals: Sequence[float], target: float, min_samples: int = 20
     """
     if not 0 < target < 1:
         raise ValueError("target must be in (0, 1)")
-    values = np.asarray([r for r in residuals if np.isfinite(r) and r >= 0], dtype=np.float64)
+    values = np.asarray(residuals, dtype=np.float64).reshape(-1)
+    values = values[np.isfinite(values) & (values >= 0)]
     if values.size < max(1, min_samples):
         return 1.0
     # "lower": a quantile that is one of the residuals, so the bound is never interpolated
