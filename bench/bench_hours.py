@@ -24,6 +24,10 @@ side in rounds:
 Target: with the hours kept, the forecast adds at most 2 ms per node to a pass over the same
 NodeTraces without hours (medians over the rounds; the ratio is printed too). Returns 1 when
 missed. ``--nodes`` and ``--rounds`` change the size.
+
+It also prints the bytes of one report's watch event with and without the hours, for a node
+at the size bound and for a realistic one: what every watcher of NodeTraces (the operator,
+``kubectl get nt -w``) receives per node every 15 s while the hours live in the NodeTrace.
 """
 
 from __future__ import annotations
@@ -48,14 +52,23 @@ GPUS = 8
 KEPT_MS_PER_NODE_TARGET = 2.0
 
 
-def nodetrace(name: str, rng: np.random.Generator, now: datetime) -> dict[str, Any]:
-    """One 8-GPU node's NodeTrace with 24 full hours, as JSON from the API server."""
+def nodetrace(
+    name: str, rng: np.random.Generator, now: datetime, realistic: bool = False
+) -> dict[str, Any]:
+    """One 8-GPU node's NodeTrace with 24 full hours, as JSON from the API server: each
+    hour at the size bound, or (``realistic``) with harvestable memory that moves in steps
+    about every minute, all GPUs together (the perfmodel benchmark's realistic trace)."""
     gpus = [GpuSpec(i, uuid=f"GPU-{name}-{i}", memory_gib=80.0) for i in range(GPUS)]
     profile = DiurnalProfile(name)
     for hour in range(HOURS):
         t = np.arange(0, 3600, 10.0) + hour * 3600
-        level = rng.integers(0, hour_memory_states(GPUS), t.size)
-        free = (np.arange(GPUS)[None, :] * 0.37 + level[:, None] * 1.13) % 79.0 + 0.1
+        if realistic:
+            steps = np.repeat(rng.normal(0, 1.5, t.size // 6 + 1), 6)[: t.size]
+            base = np.clip(30 + np.cumsum(steps) * 0.2, 4, 70)
+            free = base[:, None] + rng.choice([0.0, 0.5, 1.0], size=(1, GPUS))
+        else:
+            level = rng.integers(0, hour_memory_states(GPUS), t.size)
+            free = (np.arange(GPUS)[None, :] * 0.37 + level[:, None] * 1.13) % 79.0 + 0.1
         busy = rng.random((t.size, GPUS))
         summary = NodeSummary.from_samples(name, gpus, t, busy, free, 1.0 - busy)
         profile = profile.fold(hour, summary)
@@ -75,6 +88,17 @@ def nodetrace(name: str, rng: np.random.Generator, now: datetime) -> dict[str, A
     }
     parsed: dict[str, Any] = json.loads(json.dumps(obj))
     return parsed
+
+
+def report_bytes(obj: dict[str, Any]) -> tuple[int, int]:
+    """Bytes of the watch event every watcher of NodeTraces receives for one report of
+    ``obj`` (compact JSON, as the API server writes it), with and without its hours."""
+
+    def event(o: dict[str, Any]) -> int:
+        return len(json.dumps({"type": "MODIFIED", "object": o}, separators=(",", ":")))
+
+    plain = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "hours"}}
+    return event(obj), event(plain)
 
 
 def _median_s(run: Callable[[], object], rounds: int) -> float:
@@ -142,6 +166,14 @@ def main(argv: list[str]) -> int:
     for name, seconds in medians.items():
         added = 1000 * (seconds - base) / nodes
         print(f"{name:16s} {seconds:9.3f} {seconds / base:11.2f} {added:14.2f}")
+    print("bytes a watcher of NodeTraces receives per report (one node, one 15 s report):")
+    realistic = nodetrace("node-r", rng, now, realistic=True)
+    for label, obj in (("size bound", traces[0]), ("realistic", realistic)):
+        with_hours, without = report_bytes(obj)
+        print(
+            f"  {label:10s} with hours {with_hours / 1000:6.1f} kB, "
+            f"without {without / 1000:5.1f} kB"
+        )
     added_ms = 1000 * (medians["hours, kept"] - base) / nodes
     ok = added_ms <= KEPT_MS_PER_NODE_TARGET
     print(
