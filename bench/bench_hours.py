@@ -27,7 +27,8 @@ missed. ``--nodes`` and ``--rounds`` change the size.
 
 It also prints the bytes of one report's watch event with and without the hours, for a node
 at the size bound and for a realistic one: what every watcher of NodeTraces (the operator,
-``kubectl get nt -w``) receives per node every 15 s while the hours live in the NodeTrace.
+``kubectl get nt -w``) receives per node every 15 s when the hours live in the NodeTrace (as
+they did before NodeHistory) and now that they live in the node's NodeHistory.
 """
 
 from __future__ import annotations
@@ -166,14 +167,14 @@ def main(argv: list[str]) -> int:
     for name, seconds in medians.items():
         added = 1000 * (seconds - base) / nodes
         print(f"{name:16s} {seconds:9.3f} {seconds / base:11.2f} {added:14.2f}")
-    print("bytes a watcher of NodeTraces receives per report (one node, one 15 s report):")
+    print(
+        "bytes a watcher of NodeTraces receives per 15 s report of one node, "
+        "hours in the NodeTrace (before) and in its NodeHistory (now):"
+    )
     realistic = nodetrace("node-r", rng, now, realistic=True)
     for label, obj in (("size bound", traces[0]), ("realistic", realistic)):
         with_hours, without = report_bytes(obj)
-        print(
-            f"  {label:10s} with hours {with_hours / 1000:6.1f} kB, "
-            f"without {without / 1000:5.1f} kB"
-        )
+        print(f"  {label:10s} before {with_hours / 1000:6.1f} kB, now {without / 1000:5.1f} kB")
     added_ms = 1000 * (medians["hours, kept"] - base) / nodes
     ok = added_ms <= KEPT_MS_PER_NODE_TARGET
     print(

@@ -13,7 +13,8 @@ import pytest
 
 from gleaner.api import OfflineJob
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces
+from gleaner.operator.tracecache import HistoryCache
+from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces, with_histories
 from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
 from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace, profile_to_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
@@ -221,3 +222,23 @@ def test_kept_hours_predict_what_hours_parsed_afresh_predict() -> None:
     got = summaries_from_nodetraces([a, b], on_hour, kept, risk_target=None)
     want = summaries_from_nodetraces([a, b], on_hour, HourProfiles(), risk_target=None)
     assert all(_same(got[n], want[n]) for n in got)
+
+
+def test_the_pass_takes_each_nodes_hours_from_its_nodehistory() -> None:
+    """A node's hours come from its NodeHistory (as the watch delivered it); a node without
+    one keeps the hours an older agent kept in its NodeTrace; a deleted one is forgotten."""
+    busy = {h: 0.8 if h < 12 else 0.0 for h in range(24)}
+    legacy = _with_hours("b", busy)
+    hours = _with_hours("a", busy)["status"]["hours"]
+    plain = nodetrace_manifest("a", gpus=2, offline_enabled=0.9)
+    histories = HistoryCache()
+    history = {"metadata": {"name": "a"}, "status": {"gpus": [], "hours": hours}}
+    histories.update("ADDED", history)
+    joined = with_histories([plain, legacy], histories)
+    assert joined[0]["status"]["hours"] == hours and "hours" not in plain["status"]
+    assert joined[1] is legacy
+    at_night = summaries_from_nodetraces(joined, DAY + timedelta(hours=2))
+    assert _idle(at_night["a"]) == pytest.approx(_idle(at_night["b"]))
+    assert _idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    histories.update("DELETED", history)
+    assert with_histories([plain], histories) == [plain] and len(histories) == 0

@@ -59,3 +59,29 @@ class TraceCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+@dataclass
+class HistoryCache:
+    """node name -> the ``status`` of its NodeHistory (its hours of the day and the GPUs
+    they were recorded on), as the NodeHistory watch last delivered it (kopf's initial
+    listing included); ``DELETED`` forgets the node. The scheduling pass joins them to the
+    NodeTraces it lists (``gleaner.operator.traces.with_histories``): the hours change once
+    an hour, so they come by watch, not with every pass's listing."""
+
+    _status: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def update(self, event_type: str | None, body: dict[str, Any]) -> None:
+        name = (body.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if event_type == "DELETED":
+            self._status.pop(str(name), None)
+            return
+        self._status[str(name)] = dict(body.get("status") or {})
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self._status.get(name)
+
+    def __len__(self) -> int:
+        return len(self._status)

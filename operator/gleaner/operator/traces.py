@@ -4,7 +4,8 @@ Contract: ``load_node_summaries(config, nodetraces, now)`` returns one ``NodeSum
 node for a scheduling pass. By default they come from the NodeTrace objects the pass just
 listed (perfmodel's ``NodeTraceListSource``; a NodeTrace that does not parse is skipped with
 a warning so one broken agent cannot stop scheduling). A NodeTrace with ``status.hours`` (the
-node's history by hour of the day) gives instead what the simulator's ``gleaner`` policy
+node's history by hour of the day, which the agent keeps in the node's NodeHistory: the pass
+joins them first, ``with_histories``) gives instead what the simulator's ``gleaner`` policy
 admits by: each GPU at its busiest hour of the next ``FORECAST_HORIZON_S`` from ``now``
 (perfmodel's ``ADMISSION_HORIZON_H``), blended with its latest window, its load scaled by
 the spread of past windows at the risk target (perfmodel's ``node_admission``,
@@ -52,6 +53,7 @@ from gleaner.perfmodel.hours import node_admission, profile_from_nodetrace
 
 if TYPE_CHECKING:
     from gleaner.operator.config import OperatorConfig
+    from gleaner.operator.tracecache import HistoryCache
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +118,23 @@ class HourProfiles:
 
     def __len__(self) -> int:
         return len(self._by_node)
+
+
+def with_histories(
+    nodetraces: Sequence[dict[str, Any]], histories: HistoryCache
+) -> list[dict[str, Any]]:
+    """The NodeTraces with ``status.hours`` from each node's NodeHistory (by node name) where
+    it has one; a NodeTrace without a NodeHistory is left as it is (an older agent may still
+    keep its hours in it)."""
+    out: list[dict[str, Any]] = []
+    for obj in nodetraces:
+        name = (obj.get("spec") or {}).get("nodeName") or (obj.get("metadata") or {}).get("name")
+        history = histories.get(str(name)) if name else None
+        if history is None or not history.get("hours"):
+            out.append(obj)
+            continue
+        out.append({**obj, "status": {**(obj.get("status") or {}), "hours": history["hours"]}})
+    return out
 
 
 def summaries_from_nodetraces(

@@ -69,7 +69,12 @@ from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import load_node_summaries, unbindable_nodes, uninstrumented_gpus
+from gleaner.operator.traces import (
+    load_node_summaries,
+    unbindable_nodes,
+    uninstrumented_gpus,
+    with_histories,
+)
 from gleaner.operator.uninstrumented import REASON as UNINSTRUMENTED
 from gleaner.operator.uninstrumented import BoundJob, recovered, uninstrumented_notices
 from gleaner.operator.validation import (
@@ -317,7 +322,9 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         result.next_due = now  # the rest of the queue, in the next pass
     if not queue and not runs:
         return result
-    nodes = await load_node_summaries(ctx.config, traces, now, ctx.hours)
+    nodes = await load_node_summaries(
+        ctx.config, with_histories(traces, ctx.histories), now, ctx.hours
+    )
     await _prime_nodes(ctx)
     run_of = {r.queued.key: r for r in runs}
     plan = plan_placements(
