@@ -23,6 +23,7 @@ the pair overlap, the memory sketch) reads it unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -221,6 +222,12 @@ def horizon_hours(start: datetime, horizon_seconds: float) -> list[tuple[int, fl
     an hour of the day met twice (a horizon over a day) appears twice."""
     if not horizon_seconds > 0:
         raise ValueError("horizon_seconds must be > 0")
+    return list(_horizon_hours(start, float(horizon_seconds)))
+
+
+@functools.lru_cache(maxsize=64)
+def _horizon_hours(start: datetime, horizon_seconds: float) -> tuple[tuple[int, float], ...]:
+    # Kept: every node of a scheduling pass forecasts from the same start and horizon.
     out: list[tuple[int, float]] = []
     t = start
     end = start + timedelta(seconds=horizon_seconds)
@@ -230,7 +237,7 @@ def horizon_hours(start: datetime, horizon_seconds: float) -> list[tuple[int, fl
         seconds = min(next_hour, end.timestamp()) - ts
         out.append((hour_of(t), seconds))
         t = t + timedelta(seconds=seconds)
-    return out
+    return tuple(out)
 
 
 def forecast(
