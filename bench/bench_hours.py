@@ -16,8 +16,8 @@ side in rounds:
 - ``hours, parsed``: every node's hours parsed in the pass (a cold cache: the operator's
   first pass, or every node's hour changed at once);
 - ``hours, per pass``: the hours kept, but what each forecast reads from them laid out
-  again in every pass (each node's ``HourStack``s dropped before it: how a pass forecast
-  before they were kept per node and hour);
+  again in every pass (each node's ``HourStack``s dropped before it; the horizon's hours
+  and the spread scales stay kept): what keeping the stacks saves;
 - ``hours, kept``: the same with the hours and their stacks kept from the previous pass
   (the usual pass; the stacks change when the hour of the pass or the hours change).
 
