@@ -70,6 +70,10 @@ NOT_EXERCISED: dict[Permission, str] = {
     ("", "configmaps", "patch"): "profile on submit replacing a profile it measured with an "
     "older image (handlers/profiling.py)",
     ("gleaner.dev", "nodetraces", "get"): "the SLA monitor reads the job's node (handlers/sla.py)",
+    ("gleaner.dev", "nodehistories", "create"): "the agent writes its node's hours of the day "
+    "when an hour completes (runtime_agent/daemon.py; e2e/controlplane/test_hours_real.py)",
+    ("gleaner.dev", "nodehistories/status", "patch"): "the agent writes its node's hours of the "
+    "day when an hour completes (runtime_agent/daemon.py; e2e/controlplane/test_hours_real.py)",
     ("", "pods", "get"): "a restarted or newly active replica finishing a binding, and a Pod "
     "name that is taken (handlers/scheduling.py)",
     ("", "pods", "patch"): "profile on submit recording on a profiling Pod the offline GPU time "
@@ -213,6 +217,7 @@ def test_helm_installs_upgrades_and_uninstalls_the_chart_and_its_rbac_suffices(
     plane.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s",
         "crd/offlinejobs.gleaner.dev", "crd/nodetraces.gleaner.dev",
+        "crd/nodehistories.gleaner.dev",
         "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev",
     )  # fmt: skip
     deployment = get_json(plane, "deployment", OPERATOR_ACCOUNT, "-n", NAMESPACE)

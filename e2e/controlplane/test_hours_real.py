@@ -3,12 +3,16 @@ day"; docs/agent.md, "Reports").
 
 - The real agent daemon (nvidia backend, a synthetic 2-GPU inventory, no shim connected:
   its GPUs idle online) reports its NodeTrace to the real kube-apiserver on test clocks, so
-  hours pass without sleeping: it stores the hours it completed in ``status.hours``; a new
-  daemon for the same node (a restart: nothing in memory) reads them back, leaves them as
-  they are until it completes an hour of its own, then adds that hour to them.
-- The operator's pass reads a NodeTrace with hours from the real API server and predicts
-  the node from the hours ahead: the same node is predicted busy at 06:00 and idle at
-  18:00 (``gleaner.operator.traces.summaries_from_nodetraces``), and from its latest window
+  hours pass without sleeping: it stores the hours it completed in its node's NodeHistory
+  (``status.hours``), never in the NodeTrace; a new daemon for the same node (a restart:
+  nothing in memory) reads them back, leaves them as they are until it completes an hour of
+  its own, then adds that hour to them.
+- Hours an older agent kept in the NodeTrace are moved: a daemon finding no NodeHistory
+  reads them from the NodeTrace, writes them to a NodeHistory and clears them there.
+- The operator's pass reads a NodeTrace and a NodeHistory from the real API server, joins
+  them as its pass does (``with_histories``) and predicts the node from the hours ahead: the
+  same node is predicted busy at 06:00 and idle at 18:00
+  (``gleaner.operator.traces.summaries_from_nodetraces``), and from its latest window
   without a time.
 
 Both NodeTraces report from a past day, so other tests' operators see them stale and
@@ -26,13 +30,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gleaner.operator.traces import summaries_from_nodetraces
+from gleaner.api import NodeHistoryStatus
+from gleaner.operator.tracecache import HistoryCache
+from gleaner.operator.traces import summaries_from_nodetraces, with_histories
 from gleaner.perfmodel import JobProfile, predict
 from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
 from gleaner.perfmodel.hours import profile_to_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
-from gleaner.runtime_agent.kube import load_client, write_nodetrace
+from gleaner.runtime_agent.kube import load_client, write_nodehistory, write_nodetrace
 from gleaner.runtime_agent.policy import InstrumentationConfig
 from gleaner.testing.controlplane import ControlPlane, get_json
 
@@ -59,6 +65,7 @@ def node(control_plane: ControlPlane, gleaner_crds: list[str]) -> Iterator[str]:
     name = "hours-agent-node"
     yield name
     control_plane.kubectl("delete", "nt", name, "--wait=false", check=False)
+    control_plane.kubectl("delete", "nh", name, "--wait=false", check=False)
 
 
 def _daemon(plane: ControlPlane, node: str, clocks: Clocks, tmp_path: Path) -> AgentDaemon:
@@ -86,9 +93,9 @@ def _report_every(daemon: AgentDaemon, clocks: Clocks, minutes: int, step_min: i
         assert asyncio.run(daemon.report_once())
 
 
-def _hours(plane: ControlPlane, node: str) -> dict[int, dict[str, Any]]:
-    trace = get_json(plane, "nt", node) or {}
-    return {h["hour"]: h for h in trace.get("status", {}).get("hours") or []}
+def _hours(plane: ControlPlane, node: str, kind: str = "nh") -> dict[int, dict[str, Any]]:
+    obj = get_json(plane, kind, node) or {}
+    return {h["hour"]: h for h in obj.get("status", {}).get("hours") or []}
 
 
 def test_a_restarted_agent_keeps_its_hours(
@@ -103,6 +110,7 @@ def test_a_restarted_agent_keeps_its_hours(
     assert stored[6]["window"]["seconds"] == pytest.approx(3600, abs=301)
     assert stored[5]["window"]["seconds"] == pytest.approx(600, abs=301)
     assert len(stored[6]["perGPU"]) == 2
+    assert _hours(control_plane, node, "nt") == {}  # the 15 s reports carry none
 
     # The agent restarts: a new daemon, nothing in memory, the clocks go on.
     (tmp_path / "b").mkdir()
@@ -120,13 +128,35 @@ def test_a_restarted_agent_keeps_its_hours(
     assert after[5] == stored[5] and after[6] == stored[6]
 
 
-def _hour(busy: float, hour: int) -> NodeSummary:
+def test_hours_an_older_agent_kept_in_the_nodetrace_are_moved(
+    control_plane: ControlPlane, node: str, tmp_path: Path
+) -> None:
+    client = load_client(str(control_plane.admin_kubeconfig))
+    profile = DiurnalProfile(node)
+    for hour in (3, 4):
+        profile = profile.fold(hour, _hour(0.5, hour, node))
+    # What an older agent wrote: its hours in the NodeTrace status, no NodeHistory.
+    status = _hour(0.5, 4, node).to_nodetrace_status(source="agent")
+    status = status.model_copy(update={"hours": profile_to_hours(profile)})
+    write_nodetrace(client, node, status, clear_legacy_hours=False)
+    assert sorted(_hours(control_plane, node, "nt")) == [3, 4]
+    assert get_json(control_plane, "nh", node) is None
+
+    clocks = Clocks()
+    daemon = _daemon(control_plane, node, clocks, tmp_path)
+    assert asyncio.run(daemon.report_once())  # reads them from the NodeTrace
+    _report_every(daemon, clocks, 5)
+    moved = _hours(control_plane, node)
+    assert sorted(moved) == [3, 4]
+    assert moved[4]["window"]["seconds"] == pytest.approx(3600)
+    assert _hours(control_plane, node, "nt") == {}  # and cleared there
+
+
+def _hour(busy: float, hour: int, node: str = "hours-forecast-node") -> NodeSummary:
     gpus = [GpuSpec(i, uuid=f"GPU-hours-{i}", product="H100", memory_gib=80.0) for i in (0, 1)]
     t = START.replace(hour=0, minute=0).timestamp() + hour * 3600 + np.arange(0, 3600, 60.0)
     b = np.full((t.size, 2), busy)
-    return NodeSummary.from_samples(
-        "hours-forecast-node", gpus, t, b, np.full((t.size, 2), 60.0), 1.0 - b
-    )
+    return NodeSummary.from_samples(node, gpus, t, b, np.full((t.size, 2), 60.0), 1.0 - b)
 
 
 @pytest.fixture
@@ -134,6 +164,7 @@ def forecast_node(control_plane: ControlPlane, gleaner_crds: list[str]) -> Itera
     name = "hours-forecast-node"
     yield name
     control_plane.kubectl("delete", "nt", name, "--wait=false", check=False)
+    control_plane.kubectl("delete", "nh", name, "--wait=false", check=False)
 
 
 def test_the_operator_predicts_a_node_from_the_hours_ahead(
@@ -144,11 +175,18 @@ def test_the_operator_predicts_a_node_from_the_hours_ahead(
     for hour in range(HOURS):
         profile = profile.fold(hour, _hour(0.9 if 6 <= hour < 9 else 0.1, hour))
     status = _hour(0.5, 0).to_nodetrace_status(source="agent")
-    status = status.model_copy(update={"hours": profile_to_hours(profile)})
-    write_nodetrace(load_client(str(control_plane.admin_kubeconfig)), forecast_node, status)
+    client = load_client(str(control_plane.admin_kubeconfig))
+    write_nodetrace(client, forecast_node, status)
+    history = NodeHistoryStatus(gpus=status.gpus, hours=profile_to_hours(profile))
+    write_nodehistory(client, forecast_node, history)
 
-    listed = get_json(control_plane, "nt", forecast_node)
-    assert listed is not None and len(listed["status"]["hours"]) == HOURS
+    trace = get_json(control_plane, "nt", forecast_node)
+    stored = get_json(control_plane, "nh", forecast_node)
+    assert trace is not None and stored is not None
+    assert len(stored["status"]["hours"]) == HOURS
+    histories = HistoryCache()
+    histories.update("ADDED", stored)  # as the operator's NodeHistory watch delivers it
+    (listed,) = with_histories([trace], histories)
     job = JobProfile(100.0, 10.0, (10.0,), (100.0,))
     day = START.replace(hour=0, minute=0)
 

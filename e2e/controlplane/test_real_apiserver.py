@@ -107,11 +107,16 @@ def pod_manifest(name: str, node: str | None, **metadata: Any) -> dict[str, Any]
 def test_the_crds_install_and_are_served(
     control_plane: ControlPlane, gleaner_crds: list[str]
 ) -> None:
-    assert gleaner_crds == ["nodetraces.gleaner.dev", "offlinejobs.gleaner.dev"]
+    assert gleaner_crds == [
+        "nodehistories.gleaner.dev",
+        "nodetraces.gleaner.dev",
+        "offlinejobs.gleaner.dev",
+    ]
     resources = control_plane.kubectl("api-resources", "--api-group=gleaner.dev").stdout
     rows = {row[0]: row for row in table(resources)[1:]}
-    assert set(rows) == {"nodetraces", "offlinejobs"}
+    assert set(rows) == {"nodehistories", "nodetraces", "offlinejobs"}
     assert "nt" in rows["nodetraces"] and "oj" in rows["offlinejobs"]
+    assert "nh" in rows["nodehistories"]
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.name)

@@ -27,6 +27,7 @@ def test_prints_the_generated_manifests() -> None:
     assert [d["metadata"]["name"] for d in docs] == [
         "offlinejobs.gleaner.dev",
         "nodetraces.gleaner.dev",
+        "nodehistories.gleaner.dev",
     ]
 
 

@@ -195,7 +195,7 @@ def test_names_are_unique_and_namespaced_objects_land_in_the_release_namespace(
 def test_defaults_render_the_whole_installation(render: Render) -> None:
     by_kind = kinds(render())
     assert {k: len(v) for k, v in by_kind.items()} == {
-        "CustomResourceDefinition": 4,
+        "CustomResourceDefinition": 5,
         "ClusterKopfPeering": 1,
         "ServiceAccount": 2,
         "ClusterRole": 2,
@@ -210,6 +210,7 @@ def test_defaults_render_the_whole_installation(render: Render) -> None:
     assert crd_names == {
         "offlinejobs.gleaner.dev",
         "nodetraces.gleaner.dev",
+        "nodehistories.gleaner.dev",
         "clusterkopfpeerings.kopf.dev",
         "kopfpeerings.kopf.dev",
     }
@@ -236,7 +237,11 @@ def test_crds_off_renders_no_crd_and_kopf_switch_drops_only_kopf_crds(render: Re
         for m in render({"crds": {"kopfPeering": False}})
         if m["kind"] == "CustomResourceDefinition"
     }
-    assert names == {"offlinejobs.gleaner.dev", "nodetraces.gleaner.dev"}
+    assert names == {
+        "offlinejobs.gleaner.dev",
+        "nodetraces.gleaner.dev",
+        "nodehistories.gleaner.dev",
+    }
 
 
 def test_rendered_crds_are_the_generated_files(render: Render, chart_dir: Path) -> None:
@@ -246,7 +251,7 @@ def test_rendered_crds_are_the_generated_files(render: Render, chart_dir: Path) 
         m["metadata"]["name"]: m for m in render() if m["kind"] == "CustomResourceDefinition"
     }
     sources = sorted((chart_dir / "files" / "crds").glob("*.yaml"))
-    assert len(sources) == 2
+    assert len(sources) == 3
     for source in sources:
         expected = yaml.safe_load(source.read_text())
         got = rendered[expected["metadata"]["name"]]

@@ -13,7 +13,8 @@ import pytest
 
 from gleaner.api import OfflineJob
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces
+from gleaner.operator.tracecache import HistoryCache
+from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces, with_histories
 from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
 from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace, profile_to_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
@@ -183,3 +184,61 @@ def test_the_spread_is_kept_for_a_node_whose_nodetrace_is_named_otherwise() -> N
         assert set(summaries_from_nodetraces([renamed], now, kept)) == {"gpu-7"}
         summaries_from_nodetraces([renamed], now, kept)  # the same window again: nothing new
     assert kept.spread.ratios("gpu-7") == pytest.approx([0.5] * 6)
+
+
+def _same(a: NodeSummary, b: NodeSummary) -> bool:
+    """The same floats, not only close ones."""
+    return (
+        a.window_seconds == b.window_seconds
+        and np.array_equal(a.online_busy_seconds, b.online_busy_seconds)
+        and np.array_equal(a.offline_enabled_seconds, b.offline_enabled_seconds)  # type: ignore[arg-type]
+        and np.array_equal(a.pair_overlap_seconds, b.pair_overlap_seconds, equal_nan=True)
+        and np.array_equal(a.pair_union_seconds, b.pair_union_seconds, equal_nan=True)
+        and np.array_equal(a.memory.levels, b.memory.levels)
+        and np.array_equal(a.memory.seconds, b.memory.seconds)
+        and a.memory.step_gib == b.memory.step_gib
+    )
+
+
+def test_kept_hours_predict_what_hours_parsed_afresh_predict() -> None:
+    """Passes every 7 minutes over a day and a half with the hours kept from pass to pass
+    (what the pass forecasts from is kept per node and hour) give the same summaries, float
+    for float, as the same passes with everything parsed and forecast afresh; an hour that
+    completes midway (new hours) is taken up at once."""
+    busy = {h: 0.1 + 0.8 * abs(12 - h) / 12 for h in range(24) if h % 5}
+    a, b = _with_hours("a", busy), _with_hours("b", {6: 0.5, 7: 0.2, 20: 0.9})
+    kept = HourProfiles()
+    start = DAY + timedelta(hours=3, minutes=1)
+    for i in range(0, 36 * 60, 7):
+        now = start + timedelta(minutes=i)
+        if i == 12 * 60 + 2:  # hour 5 of node a completes
+            a = _with_hours("a", busy | {5: 0.95})
+        got = summaries_from_nodetraces([a, b], now, kept, risk_target=None)
+        want = summaries_from_nodetraces([a, b], now, HourProfiles(), risk_target=None)
+        assert set(got) == set(want) == {"a", "b"}
+        assert all(_same(got[n], want[n]) for n in got), now
+    # On the hour too (the horizon then covers whole hours only).
+    on_hour = DAY + timedelta(days=1, hours=9)
+    got = summaries_from_nodetraces([a, b], on_hour, kept, risk_target=None)
+    want = summaries_from_nodetraces([a, b], on_hour, HourProfiles(), risk_target=None)
+    assert all(_same(got[n], want[n]) for n in got)
+
+
+def test_the_pass_takes_each_nodes_hours_from_its_nodehistory() -> None:
+    """A node's hours come from its NodeHistory (as the watch delivered it); a node without
+    one keeps the hours an older agent kept in its NodeTrace; a deleted one is forgotten."""
+    busy = {h: 0.8 if h < 12 else 0.0 for h in range(24)}
+    legacy = _with_hours("b", busy)
+    hours = _with_hours("a", busy)["status"]["hours"]
+    plain = nodetrace_manifest("a", gpus=2, offline_enabled=0.9)
+    histories = HistoryCache()
+    history = {"metadata": {"name": "a"}, "status": {"gpus": [], "hours": hours}}
+    histories.update("ADDED", history)
+    joined = with_histories([plain, legacy], histories)
+    assert joined[0]["status"]["hours"] == hours and "hours" not in plain["status"]
+    assert joined[1] is legacy
+    at_night = summaries_from_nodetraces(joined, DAY + timedelta(hours=2))
+    assert _idle(at_night["a"]) == pytest.approx(_idle(at_night["b"]))
+    assert _idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    histories.update("DELETED", history)
+    assert with_histories([plain], histories) == [plain] and len(histories) == 0

@@ -16,7 +16,7 @@ from gleaner.operator.handlers.requeue import nodetrace_event
 from gleaner.operator.handlers.sla import _observe
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
-from gleaner.operator.tracecache import TraceCache
+from gleaner.operator.tracecache import HistoryCache, TraceCache
 from gleaner.testing.kube import nodetrace_manifest
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -112,3 +112,19 @@ def test_sla_observation_of_an_unwatched_missing_trace_is_none() -> None:
     client = _CountingClient({})
     assert asyncio.run(_observe(_ctx(client), "ns", "job", _placement("gone"), NOW)) is None
     assert len(client.gets) == 1
+
+
+def test_a_listing_of_nodehistories_fills_what_the_watch_has_not_delivered() -> None:
+    histories = HistoryCache()
+    listed_before = histories.listed
+    assert not listed_before
+    newer = {"metadata": {"name": "a"}, "status": {"hours": [{"hour": 5}]}}
+    histories.update("MODIFIED", newer)  # the watch was first for node a
+    listed = [
+        {"metadata": {"name": "a"}, "status": {"hours": [{"hour": 4}]}},
+        {"metadata": {"name": "b"}, "status": {"hours": [{"hour": 7}]}},
+    ]
+    histories.fill(listed)
+    assert histories.listed and len(histories) == 2
+    assert histories.get("a") == {"hours": [{"hour": 5}]}
+    assert histories.get("b") == {"hours": [{"hour": 7}]}

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gleaner.perfmodel.admission import load_scale
 from gleaner.perfmodel.diurnal import (
     HOURS,
+    STACKS_KEPT,
     DiurnalProfile,
     busy_ratios,
     forecast,
@@ -221,19 +222,97 @@ def test_node_admission_is_worst_hours_over_the_reports_forecast() -> None:
     assert node_admission(other, profile, DAY0, 12 * 3600.0) is other
 
 
-def test_merging_many_hours_at_once_gives_what_merging_them_one_by_one_gives() -> None:
-    from gleaner.perfmodel.diurnal import _merge_all, _merge_pairwise
+def _random_profile(seed: int, steps: tuple[float, ...] = (0.5,)) -> DiurnalProfile:
+    """Two days of random hours on 3 GPUs; some hours missing, some without an agent (no
+    enabled seconds), each hour's memory at one of ``steps``."""
+    rng = np.random.default_rng(seed)
+    profile = DiurnalProfile("n")
+    for day in range(2):
+        for h in range(HOURS):
+            if rng.random() < 0.15:
+                continue
+            t = np.arange(0, 3600, 120.0) + (day * HOURS + h) * 3600
+            b = rng.uniform(0, 1, (t.size, 3))
+            free = rng.uniform(0, 70, (t.size, 3))
+            enabled = None if rng.random() < 0.2 else 1.0 - b
+            step = steps[int(rng.integers(len(steps)))]
+            hour = NodeSummary.from_samples("n", [0, 1, 2], t, b, free, enabled, step_gib=step)
+            profile = profile.fold(h, hour)
+    return profile
 
-    rng = np.random.default_rng(5)
-    parts = []
-    for h in range(12):
-        t = np.arange(0, 3600, 60.0)
-        b = rng.uniform(0, 1, (t.size, 2))
-        free = rng.uniform(0, 70, (t.size, 2))
-        parts.append(NodeSummary.from_samples("n", [0, 1], t + h * 3600, b, free, 1.0 - b))
-    once, pairwise = _merge_all(parts), _merge_pairwise(parts)
-    assert np.array_equal(once.memory.levels, pairwise.memory.levels)
-    assert np.array_equal(once.memory.seconds, pairwise.memory.seconds)
-    assert np.array_equal(once.online_busy_seconds, pairwise.online_busy_seconds)
-    assert once.window_seconds == pairwise.window_seconds
-    assert once.window_end == pairwise.window_end
+
+def _one_by_one(profile: DiurnalProfile, start: datetime, horizon: float) -> NodeSummary:
+    """The forecast's seasonal part by its definition: each hour's slot scaled to the
+    seconds of the horizon it covers, merged one by one."""
+    out: NodeSummary | None = None
+    for hour, seconds in horizon_hours(start, horizon):
+        slot = profile.slots[hour]
+        if slot is None:
+            continue
+        part = scaled(slot, seconds / slot.window_seconds)
+        out = part if out is None else out.merge(part)
+    assert out is not None
+    return out
+
+
+def _same(a: NodeSummary, b: NodeSummary) -> bool:
+    """The same floats, not only close ones."""
+
+    def eq(x: np.ndarray | None, y: np.ndarray | None) -> bool:
+        return (x is None and y is None) or (
+            x is not None and y is not None and np.array_equal(x, y, equal_nan=True)
+        )
+
+    return (
+        a.window_seconds == b.window_seconds
+        and eq(a.online_busy_seconds, b.online_busy_seconds)
+        and eq(a.offline_enabled_seconds, b.offline_enabled_seconds)
+        and eq(a.pair_overlap_seconds, b.pair_overlap_seconds)
+        and eq(a.pair_union_seconds, b.pair_union_seconds)
+        and a.memory.step_gib == b.memory.step_gib
+        and eq(a.memory.levels, b.memory.levels)
+        and eq(a.memory.seconds, b.memory.seconds)
+    )
+
+
+STARTS = [
+    DAY0 + timedelta(days=2, hours=7),  # on the hour
+    DAY0 + timedelta(days=2, hours=7, minutes=17, seconds=3.25),
+    DAY0 + timedelta(days=2, hours=22, minutes=59),  # over midnight
+]
+
+
+@pytest.mark.parametrize("start", STARTS)
+@pytest.mark.parametrize("horizon", [1800.0, 12 * 3600.0, 30 * 3600.0])
+def test_the_forecast_is_the_hours_merged_one_by_one(start: datetime, horizon: float) -> None:
+    profile = _random_profile(3)
+    recent = _hour(0.3, gpus=3)
+    got = forecast(profile, recent, start, horizon, recent_weight=0.0)
+    want = _one_by_one(profile, start, horizon)
+    # The same floats: a forecast from kept hours decides what one from scratch decides.
+    assert _same(got, want)
+    assert got.last_report_time == recent.last_report_time
+    # Hours of different memory steps merge at the coarsest (up to float rounding).
+    mixed = _random_profile(4, steps=(0.5, 1.0, 2.0))
+    got = forecast(mixed, recent, start, horizon, recent_weight=0.0)
+    want = _one_by_one(mixed, start, horizon)
+    assert got.equals(want, rtol=1e-12)
+
+
+def test_kept_hour_stacks_give_what_fresh_ones_give() -> None:
+    profile = _random_profile(5)
+    recent = _hour(0.45, gpus=3)
+    # One profile forecasting at every start of two days, against a fresh copy each time
+    # (nothing kept): the kept stacks are never those of another start's hours.
+    for minutes in range(0, 2 * 24 * 60, 37):
+        at = DAY0 + timedelta(days=2, minutes=minutes)
+        fresh = DiurnalProfile("n", profile.slots, profile.day_weight)
+        for horizon in (2 * 3600.0, 12 * 3600.0):
+            assert _same(
+                forecast(profile, recent, at, horizon), forecast(fresh, recent, at, horizon)
+            )
+            kept = worst_hours(profile, recent, at, horizon, busy_scale=1.3)
+            assert _same(kept, worst_hours(fresh, recent, at, horizon, busy_scale=1.3))
+    assert 0 < len(profile._stacks) <= STACKS_KEPT
+    # A folded hour is a new profile with nothing kept.
+    assert profile.fold(3, _hour(0.9, gpus=3))._stacks == {}

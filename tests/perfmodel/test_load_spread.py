@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gleaner.perfmodel.admission import SPREAD_KEPT, SPREAD_MIN, LoadSpread, load_scale
 
@@ -49,3 +51,29 @@ def test_bad_bounds_are_refused() -> None:
         LoadSpread(kept=0)
     with pytest.raises(ValueError):
         LoadSpread(min_samples=0)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "retain", "scale"]),
+            st.sampled_from(["a", "b", "c"]),
+            st.lists(st.floats(min_value=0.05, max_value=5.0), min_size=1, max_size=15),
+        ),
+        max_size=40,
+    )
+)
+def test_a_kept_scale_is_the_scale_of_the_ratios_now(
+    ops: list[tuple[str, str, list[float]]],
+) -> None:
+    """Whatever was added and forgotten since, the scale a pass gets (kept from an earlier
+    call until the ratios it read change) is load_scale of the ratios now."""
+    spread = LoadSpread(kept=30, min_samples=10)
+    for op, node, ratios in ops:
+        if op == "add":
+            spread.add(node, ratios)
+        elif op == "retain":
+            spread.retain({node})
+        for n in ("a", "b", "c"):
+            for target in (0.5, 0.9):
+                assert spread.scale(n, target) == load_scale(spread.ratios(n), target, 10)

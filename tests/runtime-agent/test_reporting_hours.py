@@ -1,5 +1,6 @@
-"""The agent's hours of the day: each completed UTC hour folded into the node's profile, sent
-only when it changed, never before the stored history was read (``ReportWindow``)."""
+"""The agent's hours of the day: each completed UTC hour folded into the node's profile, written
+to its NodeHistory only when it changed, never before the stored history was read, and never
+with the 15 s NodeTrace reports (``ReportWindow``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gleaner.api import NodeTraceStatus
+from gleaner.api import NodeHistoryStatus, NodeTraceStatus
 from gleaner.perfmodel.diurnal import DiurnalProfile
 from gleaner.perfmodel.hours import profile_from_status
 from gleaner.runtime_agent.policy import Accounting
@@ -44,66 +45,101 @@ class Node:
     def status(self) -> NodeTraceStatus:
         status = self.reports.status(INVENTORY, {})
         assert status is not None
+        assert status.hours is None  # a report never carries the hours
         return status
+
+    def in_history(self) -> bool:
+        return self.reports.hours_in_history
+
+    def history(self) -> NodeHistoryStatus | None:
+        self.status()
+        return self.reports.history()
 
     def profile(self) -> DiurnalProfile:
         assert self.reports.profile is not None
         return self.reports.profile
 
 
-def _busy(status: NodeTraceStatus, hour: int) -> float:
+def _busy(status: NodeHistoryStatus, hour: int) -> float:
     entry = next(h for h in status.hours or () if h.hour == hour)
     return entry.per_gpu[0].online_busy_seconds / entry.window.seconds
 
 
-def test_completed_hours_wait_for_the_stored_history_then_are_sent_once() -> None:
+def test_completed_hours_wait_for_the_stored_history_then_are_written_once() -> None:
     node = Node()
     node.run(10 + 60 + 60 + 5)  # to 08:05: hours 5 (10 min), 6 and 7 completed
-    assert node.status().hours is None  # the stored history is not read yet
+    assert node.history() is None  # the stored history is not read yet
+    assert not node.reports.hours_in_history  # nor may a report clear anything
     assert [h for h, _ in node.reports.early_hours] == [5, 6, 7]
     node.reports.seed(None)  # nothing stored
-    status = node.status()
+    status = node.history()
+    assert status is not None and [g.index for g in status.gpus] == [0, 1]
     assert [h.hour for h in status.hours or ()] == [5, 6, 7]
     assert _busy(status, 6) == pytest.approx(1.0, abs=0.02)
     assert _busy(status, 7) == pytest.approx(0.0, abs=0.02)
     hours = {h.hour: h.window.seconds for h in status.hours or ()}
     assert hours[6] == pytest.approx(3600, abs=61) and hours[5] == pytest.approx(600, abs=61)
-    node.reports.reported(T0)
+    node.reports.history_stored()
     node.run(10)
-    assert node.status().hours is None  # unchanged: not sent again
+    assert node.history() is None  # unchanged: not written again
     node.run(60)  # 09:05: hour 8 completed
-    assert [h.hour for h in node.status().hours or ()] == [5, 6, 7, 8]
+    after = node.history()
+    assert after is not None and [h.hour for h in after.hours or ()] == [5, 6, 7, 8]
 
 
-def test_a_failed_report_sends_the_hours_again() -> None:
+def test_a_failed_write_writes_the_hours_again() -> None:
     node = Node()
     node.reports.seed(None)
     node.run(15)
-    assert node.status().hours is not None
-    node.reports.failed()
+    assert node.history() is not None
+    node.reports.reported(T0)  # the NodeTrace report succeeded; the NodeHistory write did not
     node.run(1)
-    assert node.status().hours is not None
-    node.reports.reported(T0)
+    assert node.history() is not None
+    node.reports.history_stored()
     node.run(1)
-    assert node.status().hours is None
+    assert node.history() is None
+
+
+def test_hours_read_from_the_nodetrace_are_moved_to_the_nodehistory() -> None:
+    """An older agent kept the hours in the NodeTrace: they are written to the NodeHistory
+    at once, and reports clear them from the NodeTrace only after that."""
+    first = Node()
+    first.reports.seed(None)
+    first.run(10 + 60 + 5)
+    stored = first.history()
+    assert stored is not None
+    second = Node(start=T0 + timedelta(days=1), busy_hour=None)
+    second.reports.seed(profile_from_status(NODE, stored), legacy=True)
+    second.run(1)
+    assert not second.in_history()
+    moved = second.history()
+    assert moved is not None and [h.hour for h in moved.hours or ()] == [5, 6]
+    second.reports.history_stored()
+    assert second.in_history()
+    # Read from the NodeHistory itself: nothing to move.
+    third = Node(start=T0 + timedelta(days=1), busy_hour=None)
+    third.reports.seed(profile_from_status(NODE, stored))
+    third.run(1)
+    assert third.in_history() and third.history() is None
 
 
 def test_a_restarted_agent_goes_on_from_the_stored_hours() -> None:
     first = Node()
     first.reports.seed(None)
     first.run(10 + 60 + 5)  # hours 5 and 6
-    stored = first.status()
+    stored = first.history()
+    assert stored is not None
     # A new agent (nothing in memory) the next day seeds from what the API server keeps.
     second = Node(start=T0 + timedelta(days=1), busy_hour=None)
     second.reports.seed(profile_from_status(NODE, stored))
     second.run(2)
-    assert second.status().hours is None  # nothing new: the stored hours are left alone
+    assert second.history() is None  # nothing new: the stored hours are left alone
     assert second.profile().hours_known == 2
     # The next day's hour 6, idle this time, is folded on top of the stored one: the
     # older day weighs 0.7 of the new one.
     second.run(8 + 60 + 5)
-    after = second.status()
-    assert after.hours is not None
+    after = second.history()
+    assert after is not None
     assert _busy(after, 6) == pytest.approx(0.7 / 1.7, abs=0.02)
 
 

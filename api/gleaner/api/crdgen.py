@@ -38,7 +38,7 @@ import yaml
 from pydantic import BaseModel
 
 from gleaner.api.common import GROUP, VERSION
-from gleaner.api.nodetrace import NodeTrace
+from gleaner.api.nodetrace import NodeHistory, NodeTrace
 from gleaner.api.offlinejob import OfflineJob
 
 HEADER = (
@@ -221,6 +221,22 @@ CRDS: tuple[CrdSpec, ...] = (
             PrinterColumn(
                 "Last-Report", "date", ".status.lastReportTime", "When the agent last reported."
             ),
+            _AGE,
+        ),
+        spec_required=False,
+    ),
+    CrdSpec(
+        model=NodeHistory,
+        kind=NodeHistory.KIND,
+        plural=NodeHistory.PLURAL,
+        singular="nodehistory",
+        short_names=("nh",),
+        scope="Cluster",
+        description="One GPU node's history by hour of the day (UTC), kept by its Gleaner "
+        "agent and written when an hour completes: what the scheduler forecasts the hours "
+        "ahead from. Named after the node.",
+        columns=(
+            PrinterColumn("Node", "string", ".spec.nodeName", "The node this history describes."),
             _AGE,
         ),
         spec_required=False,
@@ -418,7 +434,7 @@ def build_crd(spec: CrdSpec) -> dict[str, Any]:
 
 
 def build_crds() -> list[dict[str, Any]]:
-    """Every Gleaner CRD, in a fixed order (OfflineJob, NodeTrace)."""
+    """Every Gleaner CRD, in a fixed order (OfflineJob, NodeTrace, NodeHistory)."""
     return [build_crd(spec) for spec in CRDS]
 
 

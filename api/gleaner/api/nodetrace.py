@@ -269,8 +269,8 @@ class NodeTraceStatus(KubeModel):
     hours: list[HourSummary] | None = Field(
         default=None,
         max_length=HOURS_PER_DAY,
-        description="The node's history by hour of the day (UTC), at most one entry per hour; "
-        "the scheduler forecasts the hours a job will run from it. Kept across agent restarts.",
+        description="Where agents before NodeHistory kept the node's history by hour of the "
+        "day; today's agents move it to the node's NodeHistory and clear it here.",
     )
     offline_jobs: int = Field(default=0, ge=0, description="Offline jobs running on the node.")
     uninstrumented_guard: UninstrumentedGuard | None = Field(
@@ -316,3 +316,36 @@ class NodeTrace(CustomResource):
     kind: str = "NodeTrace"
     spec: NodeTraceSpec = Field(default_factory=NodeTraceSpec)
     status: NodeTraceStatus = Field(default_factory=NodeTraceStatus)
+
+
+class NodeHistoryStatus(KubeModel):
+    """The node's history by hour of the day, and the GPU inventory it was recorded on."""
+
+    model_config = KubeModel.model_config | {"extra": "ignore"}
+
+    gpus: list[GpuInfo] = Field(
+        default_factory=list,
+        max_length=MAX_GPUS_PER_NODE,
+        description="GPU inventory of the node when the hours were written.",
+    )
+    hours: list[HourSummary] | None = Field(
+        default=None,
+        max_length=HOURS_PER_DAY,
+        description="The node's history by hour of the day (UTC), at most one entry per hour; "
+        "the scheduler forecasts the hours a job will run from it. Written when an hour "
+        "completes; kept across agent restarts.",
+    )
+
+
+class NodeHistory(CustomResource):
+    """One GPU node's history by hour of the day, kept by its agent (named after the node).
+
+    Apart from the NodeTrace so that the reports every 15 s, which every NodeTrace watcher
+    receives whole, do not carry the hours, which change once an hour."""
+
+    KIND: ClassVar[str] = "NodeHistory"
+    PLURAL: ClassVar[str] = "nodehistories"
+
+    kind: str = "NodeHistory"
+    spec: NodeTraceSpec = Field(default_factory=NodeTraceSpec)
+    status: NodeHistoryStatus = Field(default_factory=NodeHistoryStatus)

@@ -41,7 +41,8 @@ def trace_options(func: F) -> F:
             "trace_path",
             type=click.Path(path_type=Path),
             help="Trace file: CSV or Parquet, or DCGM metrics saved from Prometheus "
-            "(formats in docs/formats.md).",
+            "(formats in docs/formats.md), or NodeTraces and NodeHistories saved with "
+            "kubectl get nodetraces,nodehistories -o yaml (predicted as the operator does).",
         ),
         click.option(
             "--nodes",
@@ -174,6 +175,12 @@ def load_nodes(
     except ValueError as exc:
         fail(f"--window: {exc}")
     inventory = load_inventory(nodes_path) if nodes_path is not None else {}
+    objects = nodetrace_objects(trace_path) if trace_path is not None else None
+    if objects is not None:
+        nodes = nodes_from_nodetraces(*objects, parse_time(at_text) if at_text else None)
+        if not nodes:
+            fail(f"{trace_path}: no NodeTrace could be read")
+        return apply_inventory(nodes, inventory)
     source: TraceSource
     if trace_path is not None:
         source = FileTraceSource(
@@ -198,6 +205,48 @@ def load_nodes(
     if not nodes:
         fail("the trace has no nodes")
     return apply_inventory(nodes, inventory)
+
+
+NODETRACE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def nodetrace_objects(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """(NodeTraces, NodeHistories) of a YAML or JSON file of them, as ``kubectl get
+    nodetraces,nodehistories -o yaml`` writes it (a ``List`` or separate documents); None
+    when the file holds no NodeTrace (a trace file of another format)."""
+    if path.suffix.lower() not in NODETRACE_SUFFIXES or not path.is_file():
+        return None
+    docs: list[Any] = []
+    for doc in load_yaml(path, "--trace"):
+        items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else None
+        docs.extend(items if isinstance(items, list) else [doc])
+    objects = [d for d in docs if isinstance(d, dict)]
+    traces = [d for d in objects if d.get("kind") == "NodeTrace"]
+    if not traces:
+        return None
+    return traces, [d for d in objects if d.get("kind") == "NodeHistory"]
+
+
+def nodes_from_nodetraces(
+    traces: Sequence[dict[str, Any]],
+    histories: Sequence[dict[str, Any]],
+    at: datetime | None,
+) -> dict[str, NodeSummary]:
+    """The summaries the operator's scheduling pass would predict from, at ``at`` (None: the
+    newest report): each NodeTrace with its node's hours of the day joined, judged by the
+    hours ahead where there are hours (``gleaner.operator.traces``, the same code)."""
+    from gleaner.operator.tracecache import HistoryCache
+    from gleaner.operator.traces import summaries_from_nodetraces, with_histories
+
+    cache = HistoryCache()
+    for history in histories:
+        cache.update("ADDED", history)
+    joined = with_histories(list(traces), cache)
+    if at is None:
+        reported = summaries_from_nodetraces(joined)
+        times = [s.last_report_time for s in reported.values() if s.last_report_time]
+        at = max(times) if times else datetime.now(UTC)
+    return summaries_from_nodetraces(joined, at)
 
 
 def selector_notes(

@@ -644,6 +644,15 @@ def nodetrace_status_path(name: str) -> str:
     return nodetraces_path(name) + "/status"
 
 
+def nodehistories_path(name: str | None = None) -> str:
+    base = f"/apis/{GROUP}/{VERSION}/nodehistories"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def nodehistory_status_path(name: str) -> str:
+    return nodehistories_path(name) + "/status"
+
+
 def pods_path(namespace: str | None = None, name: str | None = None) -> str:
     base = f"/api/v1/{_ns(namespace)}pods"
     return f"{base}/{quote(name)}" if name else base

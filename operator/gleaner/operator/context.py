@@ -45,7 +45,7 @@ from gleaner.operator.config import OperatorConfig
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
-from gleaner.operator.tracecache import TraceCache
+from gleaner.operator.tracecache import HistoryCache, TraceCache
 from gleaner.operator.traces import HourProfiles
 from gleaner.scheduler.bias import BiasTable
 
@@ -66,6 +66,9 @@ class OperatorContext:
     nodes: NodeCache = field(default_factory=NodeCache)
     uninstrumented: dict[str, dict[int, str]] = field(default_factory=dict)
     traces: TraceCache = field(default_factory=TraceCache)
+    histories: HistoryCache = field(default_factory=HistoryCache)
+    """Each node's NodeHistory status (hours of the day), as the NodeHistory watch
+    delivered it."""
     hours: HourProfiles = field(default_factory=HourProfiles)
     """Each node's parsed hours of the day, kept until they change."""
     prometheus: PrometheusClient | None = None

@@ -23,6 +23,7 @@ too. What is registered:
 ``@timer`` Running ``spec.batch`` jobs       ``handlers.batch``: runner progress, deadline SLA
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
 ``@on.event`` NodeTraces                    ``handlers.requeue``: trace cache, kick (load changed)
+``@on.event`` NodeHistories                 ``handlers.requeue``: hours-of-the-day cache
 ``@on.event`` Nodes                         ``handlers.nodes``: labels / cordon cache, kick
 ``@index`` jobs ``profile_refs``            (namespace, ConfigMap) -> jobs naming it in profileFrom
 ``@on.event`` ConfigMaps in the index       ``handlers.validate``: re-validate waiting users
@@ -59,7 +60,7 @@ from gleaner.operator.handlers.bias import flush_bias, load_bias
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
-from gleaner.operator.handlers.requeue import nodetrace_event
+from gleaner.operator.handlers.requeue import nodehistory_event, nodetrace_event
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
 from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
@@ -75,6 +76,7 @@ logger = logging.getLogger("gleaner.operator")
 
 JOBS = (GROUP, VERSION, "offlinejobs")
 NODETRACES = (GROUP, VERSION, "nodetraces")
+NODEHISTORIES = (GROUP, VERSION, "nodehistories")
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
 
@@ -207,6 +209,12 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
     ) -> None:
         nodetrace_event(memo.ctx, event.get("type"), dict(body))
+
+    @kopf.on.event(*NODEHISTORIES, id="nodehistory", registry=registry)
+    async def nodehistory_event_handler(
+        event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
+    ) -> None:
+        nodehistory_event(memo.ctx, event.get("type"), dict(body))
 
     @kopf.index(*JOBS, id="profile_refs", registry=registry)
     async def profile_refs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str] | None:

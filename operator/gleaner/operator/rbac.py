@@ -38,6 +38,13 @@ OPERATOR_RULES: Final[list[PolicyRule]] = [
         "resources": ["nodetraces"],
         "verbs": ["get", "list", "watch"],
     },
+    # The scheduling pass reads each node's hours of the day from its NodeHistory, kept
+    # current by a kopf watch (gleaner.operator.tracecache.HistoryCache).
+    {
+        "apiGroups": ["gleaner.dev"],
+        "resources": ["nodehistories"],
+        "verbs": ["list", "watch"],
+    },
     # Node labels (gpuSelector.nodeSelector) and cordons for placement: the scheduling pass
     # lists Nodes once, then a kopf watch keeps the cache current (gleaner.operator.nodes).
     {

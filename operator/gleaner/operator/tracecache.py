@@ -59,3 +59,41 @@ class TraceCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+@dataclass
+class HistoryCache:
+    """node name -> the ``status`` of its NodeHistory (its hours of the day and the GPUs
+    they were recorded on), as the NodeHistory watch last delivered it (kopf's initial
+    listing included); ``DELETED`` forgets the node. The scheduling pass joins them to the
+    NodeTraces it lists (``gleaner.operator.traces.with_histories``): the hours change once
+    an hour, so they come by watch, not with every pass's listing."""
+
+    _status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    listed: bool = False
+    """The pass has listed the NodeHistories once (``fill``): the first pass after a start
+    must not run on the hours the watch has not delivered yet."""
+
+    def update(self, event_type: str | None, body: dict[str, Any]) -> None:
+        name = (body.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if event_type == "DELETED":
+            self._status.pop(str(name), None)
+            return
+        self._status[str(name)] = dict(body.get("status") or {})
+
+    def fill(self, listed: list[dict[str, Any]]) -> None:
+        """A listing of the NodeHistories, for the nodes the watch has not delivered yet (what
+        it delivered is as new or newer)."""
+        for body in listed:
+            name = (body.get("metadata") or {}).get("name")
+            if name and str(name) not in self._status:
+                self._status[str(name)] = dict(body.get("status") or {})
+        self.listed = True
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self._status.get(name)
+
+    def __len__(self) -> int:
+        return len(self._status)

@@ -4,7 +4,8 @@ Contract: ``load_node_summaries(config, nodetraces, now)`` returns one ``NodeSum
 node for a scheduling pass. By default they come from the NodeTrace objects the pass just
 listed (perfmodel's ``NodeTraceListSource``; a NodeTrace that does not parse is skipped with
 a warning so one broken agent cannot stop scheduling). A NodeTrace with ``status.hours`` (the
-node's history by hour of the day) gives instead what the simulator's ``gleaner`` policy
+node's history by hour of the day, which the agent keeps in the node's NodeHistory: the pass
+joins them first, ``with_histories``) gives instead what the simulator's ``gleaner`` policy
 admits by: each GPU at its busiest hour of the next ``FORECAST_HORIZON_S`` from ``now``
 (perfmodel's ``ADMISSION_HORIZON_H``), blended with its latest window, its load scaled by
 the spread of past windows at the risk target (the scheduler's ``AdmissionRisk``, over
@@ -17,7 +18,8 @@ each new report window against what the node's hours forecast for that hour
 Parsing 24 hours is most of the cost of reading a NodeTrace, and they change once an hour
 while the rest of the status changes every report: ``HourProfiles`` keeps each node's parsed
 profile until its hours change (each entry's hour, window end and seconds), so a pass parses
-only the hours that moved.
+only the hours that moved; the profile keeps what its forecasts read from the hours ahead
+(perfmodel's ``HourStack``, per hour of the pass), so a pass only blends in the latest window.
 With ``--prometheus-url`` they come from Prometheus instead
 (``gleaner.operator.sources.prometheus``, the agent metrics, else DCGM), read on a worker
 thread because that client is synchronous; agent metrics carry no GPU inventory, so each
@@ -53,6 +55,7 @@ from gleaner.scheduler.risk import AdmissionRisk
 
 if TYPE_CHECKING:
     from gleaner.operator.config import OperatorConfig
+    from gleaner.operator.tracecache import HistoryCache
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +120,23 @@ class HourProfiles:
 
     def __len__(self) -> int:
         return len(self._by_node)
+
+
+def with_histories(
+    nodetraces: Sequence[dict[str, Any]], histories: HistoryCache
+) -> list[dict[str, Any]]:
+    """The NodeTraces with ``status.hours`` from each node's NodeHistory (by node name) where
+    it has one; a NodeTrace without a NodeHistory is left as it is (an older agent may still
+    keep its hours in it)."""
+    out: list[dict[str, Any]] = []
+    for obj in nodetraces:
+        name = (obj.get("spec") or {}).get("nodeName") or (obj.get("metadata") or {}).get("name")
+        history = histories.get(str(name)) if name else None
+        if history is None or not history.get("hours"):
+            out.append(obj)
+            continue
+        out.append({**obj, "status": {**(obj.get("status") or {}), "hours": history["hours"]}})
+    return out
 
 
 def summaries_from_nodetraces(

@@ -75,7 +75,8 @@ def risk_factor(residuals: Sequence[float], target: float, min_samples: int = 20
     """
     if not 0 < target < 1:
         raise ValueError("target must be in (0, 1)")
-    values = np.asarray([r for r in residuals if np.isfinite(r) and r >= 0], dtype=np.float64)
+    values = np.asarray(residuals, dtype=np.float64).reshape(-1)
+    values = values[np.isfinite(values) & (values >= 0)]
     if values.size < max(1, min_samples):
         return 1.0
     # "lower": a quantile that is one of the residuals, so the bound is never interpolated
@@ -113,6 +114,11 @@ class LoadSpread:
         self.min_samples = min_samples
         self._by_node: dict[str, deque[float]] = {}
         self._all: deque[float] = deque(maxlen=kept * 4)
+        # scale() per (node, target), kept until the ratios it read change: a scheduling
+        # pass asks it for every node, and most nodes report nothing new between passes.
+        self._scales: dict[tuple[str, float], tuple[tuple[int, int], float]] = {}
+        self._added: dict[str, int] = {}
+        self._added_all = 0
 
     def add(self, node: str, ratios: Iterable[float]) -> None:
         """Record ``node``'s ratios of one past window (and the cluster's)."""
@@ -122,6 +128,8 @@ class LoadSpread:
             own = self._by_node[node] = deque(maxlen=self.kept)
         own.extend(values)
         self._all.extend(values)
+        self._added[node] = self._added.get(node, 0) + 1
+        self._added_all += 1
 
     def ratios(self, node: str) -> list[float]:
         """The node's own ratios once it has ``min_samples``, else the cluster's."""
@@ -135,13 +143,26 @@ class LoadSpread:
         (:func:`load_scale`; 1 with ``target`` None or too few windows known)."""
         if target is None:
             return 1.0
-        return load_scale(self.ratios(node), target, self.min_samples)
+        own = self._by_node.get(node)
+        if own is not None and len(own) >= self.min_samples:
+            version = (self._added.get(node, 0), -1)  # its own ratios only
+        else:
+            version = (-1, self._added_all)  # the cluster's
+        kept = self._scales.get((node, target))
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        scale = load_scale(self.ratios(node), target, self.min_samples)
+        self._scales[(node, target)] = (version, scale)
+        return scale
 
     def retain(self, nodes: Iterable[str]) -> None:
         """Forget the own ratios of nodes not in ``nodes`` (the cluster's stay)."""
         keep = set(nodes)
         for name in set(self._by_node) - keep:
             del self._by_node[name]
+            self._added.pop(name, None)
+        for key in [k for k in self._scales if k[0] not in keep]:
+            del self._scales[key]
 
 
 def meet_probability(product: float, sla: float, residuals: Sequence[float]) -> float | None:

@@ -23,15 +23,16 @@ the pair overlap, the memory sketch) reads it unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
 
-from gleaner.perfmodel.sketch import DEFAULT_MAX_STATES, MemoryHistogram
+from gleaner.perfmodel.sketch import MemoryHistogram, MemoryStack
 from gleaner.perfmodel.summary import NodeSummary
 
 FloatArray = npt.NDArray[np.float64]
@@ -41,6 +42,9 @@ DEFAULT_DAY_WEIGHT = 0.7
 """Weight of the previous days' hour when a new day's hour is folded in."""
 DEFAULT_RECENT_WEIGHT = 0.25
 """Share of the recent level in a forecast that has hour slots for its horizon."""
+STACKS_KEPT = 4
+"""Hour sequences whose :class:`HourStack` a profile keeps (two per start hour: a start on
+the hour and one within it cover different hours)."""
 
 
 def scaled(summary: NodeSummary, factor: float) -> NodeSummary:
@@ -73,6 +77,9 @@ class DiurnalProfile:
     node: str
     slots: tuple[NodeSummary | None, ...] = (None,) * HOURS
     day_weight: float = DEFAULT_DAY_WEIGHT
+    _stacks: dict[tuple[int, ...], HourStack] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if len(self.slots) != HOURS:
@@ -100,12 +107,127 @@ class DiurnalProfile:
         """How many hour slots hold data."""
         return sum(1 for s in self.slots if s is not None and s.window_seconds > 0)
 
+    def forget_stacks(self) -> None:
+        """Drop the kept :class:`HourStack`s (the next forecasts build them again; what
+        keeping them saves is measured by ``python -m bench hours``)."""
+        self._stacks.clear()
+
+    def stack(self, hours: Sequence[int]) -> HourStack:
+        """The :class:`HourStack` of ``hours`` (hours of the day, in horizon order), built
+        on first use and kept with the profile (which never changes): the last
+        ``STACKS_KEPT`` sequences, so every start within an hour shares one."""
+        key = tuple(hours)
+        stack = self._stacks.get(key)
+        if stack is None:
+            stack = HourStack.of(self, key)
+            if len(self._stacks) >= STACKS_KEPT:
+                del self._stacks[next(iter(self._stacks))]
+            self._stacks[key] = stack
+        return stack
+
+
+@dataclass(frozen=True, eq=False)
+class HourStack:
+    """A profile's slots for one sequence of hours, laid out once for :func:`forecast` and
+    :func:`worst_hours`: what stays the same for every start within one hour (the slots,
+    their shares, their memory states), apart from what changes with the start (how many
+    seconds of the horizon each hour covers) and with each report (the recent level).
+
+    :meth:`seasonal` is the time-weighted merge of the slots, what merging each slot scaled
+    to its seconds one by one gives (``NodeSummary.merge`` of :func:`scaled` slots), with
+    the durations added in the same order; the memory sketch is
+    :meth:`~gleaner.perfmodel.sketch.MemoryStack.weighted`."""
+
+    hours: tuple[int, ...]
+    present: tuple[int, ...]
+    """Positions in ``hours`` whose slot holds data."""
+    slots: tuple[NodeSummary, ...]
+    """Those slots, in order."""
+    busy_share: FloatArray
+    """[present, G] each slot's online-busy share."""
+    enabled_share: FloatArray
+    """[present, G] each slot's offline-enabled share (its estimate without an agent)."""
+    template: NodeSummary | None
+    """The slots merged as they are: the fields scaling leaves alone (GPUs, labels,
+    report times, events, offline jobs)."""
+    memory: MemoryStack | None
+
+    @classmethod
+    def of(cls, profile: DiurnalProfile, hours: tuple[int, ...]) -> HourStack:
+        present = tuple(
+            i
+            for i, h in enumerate(hours)
+            if (s := profile.slots[h]) is not None and s.window_seconds > 0
+        )
+        slots = tuple(profile.slots[hours[i]] for i in present)
+        known = tuple(s for s in slots if s is not None)
+        if not known:
+            empty = np.zeros((0, 0))
+            return cls(hours, (), (), empty, empty, None, None)
+        busy = np.array([s.online_busy_seconds / s.window_seconds for s in known])
+        enabled = np.array([s.enabled_or_estimate() / s.window_seconds for s in known])
+        blank = MemoryHistogram.empty(known[0].n_gpus, known[0].memory.step_gib)
+        template = known[0] if len(known) == 1 else replace(known[0], memory=blank)
+        for s in known[1:]:
+            template = template.merge(replace(s, memory=blank))
+        return cls(
+            hours,
+            present,
+            known,
+            busy,
+            enabled,
+            template,
+            MemoryStack.of([s.memory for s in known]),
+        )
+
+    def seasonal(self, seconds: Sequence[float]) -> NodeSummary | None:
+        """The present slots, slot i scaled to ``seconds[i]`` of the horizon, merged in
+        order (None without any)."""
+        if self.template is None or self.memory is None:
+            return None
+        factors = [sec / s.window_seconds for sec, s in zip(seconds, self.slots, strict=True)]
+        first, f = self.slots[0], factors[0]
+        window = first.window_seconds * f
+        busy = first.online_busy_seconds * f
+        enabled = (
+            None if first.offline_enabled_seconds is None else first.offline_enabled_seconds * f
+        )
+        overlap = first.pair_overlap_seconds * f
+        union = first.pair_union_seconds * f
+        for s, f in zip(self.slots[1:], factors[1:], strict=True):
+            w = s.window_seconds * f
+            b = s.online_busy_seconds * f
+            e = None if s.offline_enabled_seconds is None else s.offline_enabled_seconds * f
+            # NodeSummary.merge's rule: a side without enabled seconds adds its estimate.
+            if enabled is not None or e is not None:
+                mine = enabled if enabled is not None else np.maximum(0.0, window - busy)
+                enabled = mine + (e if e is not None else np.maximum(0.0, w - b))
+            window = window + w
+            busy = busy + b
+            overlap = overlap + s.pair_overlap_seconds * f
+            union = union + s.pair_union_seconds * f
+        return replace(
+            self.template,
+            window_seconds=window,
+            online_busy_seconds=busy,
+            offline_enabled_seconds=enabled,
+            pair_overlap_seconds=overlap,
+            pair_union_seconds=union,
+            memory=self.memory.weighted(factors),
+        )
+
 
 def horizon_hours(start: datetime, horizon_seconds: float) -> list[tuple[int, float]]:
     """(hour of day, seconds of the horizon in it) for [start, start + horizon), in order;
     an hour of the day met twice (a horizon over a day) appears twice."""
     if not horizon_seconds > 0:
         raise ValueError("horizon_seconds must be > 0")
+    return list(_horizon_hours(start, float(horizon_seconds)))
+
+
+@functools.lru_cache(maxsize=64)
+def _horizon_hours(start: datetime, horizon_seconds: float) -> tuple[tuple[int, float], ...]:
+    # Kept: every node of a scheduling pass forecasts from the same start and horizon.
     out: list[tuple[int, float]] = []
     t = start
     end = start + timedelta(seconds=horizon_seconds)
@@ -115,7 +237,7 @@ def horizon_hours(start: datetime, horizon_seconds: float) -> list[tuple[int, fl
         seconds = min(next_hour, end.timestamp()) - ts
         out.append((hour_of(t), seconds))
         t = t + timedelta(seconds=seconds)
-    return out
+    return tuple(out)
 
 
 def forecast(
@@ -134,14 +256,11 @@ def forecast(
     """
     if not 0 <= recent_weight <= 1:
         raise ValueError("recent_weight must be in [0, 1]")
-    parts: list[NodeSummary] = []
-    for hour, seconds in horizon_hours(start, horizon_seconds):
-        slot = profile.slots[hour]
-        if slot is not None and slot.window_seconds > 0:
-            parts.append(scaled(slot, seconds / slot.window_seconds))
-    if not parts or recent_weight >= 1:
+    pieces = horizon_hours(start, horizon_seconds)
+    stack = profile.stack([hour for hour, _ in pieces])
+    seasonal = stack.seasonal([pieces[i][1] for i in stack.present])
+    if seasonal is None or recent_weight >= 1:
         return recent
-    seasonal = _merge_all(parts)
     if recent_weight <= 0 or not recent.window_seconds > 0:
         return replace(seasonal, last_report_time=recent.last_report_time or start)
     weight = seasonal.window_seconds * recent_weight / (1.0 - recent_weight)
@@ -189,19 +308,16 @@ def worst_hours(
     has_recent = recent.window_seconds > 0
     recent_busy, recent_enabled = fractions(recent) if has_recent else fractions(whole)
     w = recent_weight if has_recent else 0.0
-    hour_busy: list[FloatArray] = []
-    hour_enabled: list[FloatArray] = []
-    for hour, _ in horizon_hours(start, horizon_seconds):
-        slot = profile.slots[hour]
-        if slot is None or not slot.window_seconds > 0:
-            hour_busy.append(recent_busy)
-            hour_enabled.append(recent_enabled)
-            continue
-        slot_busy, slot_enabled = fractions(slot)
-        hour_busy.append((1.0 - w) * slot_busy + w * recent_busy)
-        hour_enabled.append((1.0 - w) * slot_enabled + w * recent_enabled)
-    busy = np.max(hour_busy, axis=0)
-    enabled = np.min(hour_enabled, axis=0)
+    stack = profile.stack([hour for hour, _ in horizon_hours(start, horizon_seconds)])
+    busy, enabled = recent_busy, recent_enabled
+    if stack.present:  # the hours without a slot are the recent level itself
+        slot_busy = (1.0 - w) * stack.busy_share + w * recent_busy
+        slot_enabled = (1.0 - w) * stack.enabled_share + w * recent_enabled
+        busy = np.max(slot_busy, axis=0)
+        enabled = np.min(slot_enabled, axis=0)
+        if len(stack.present) < len(stack.hours):
+            busy = np.maximum(busy, recent_busy)
+            enabled = np.minimum(enabled, recent_enabled)
     scaled_busy = np.minimum(1.0, busy * busy_scale)
     idle = 1.0 - busy
     enabled = np.where(idle > 0, enabled * (1.0 - scaled_busy) / np.maximum(idle, 1e-12), 0.0)
@@ -252,32 +368,13 @@ def busy_ratios(forecast_busy: npt.ArrayLike, observed_busy: npt.ArrayLike) -> l
     return [float(x) for x in np.ravel(np.maximum(f, 0.0) / o)]
 
 
-def _merge_all(parts: Sequence[NodeSummary]) -> NodeSummary:
-    """The parts merged in order; the memory sketches in one aggregation (most of the cost
-    of a merge) when they share a step and fit the state cap together, else one by one."""
-    memories = [p.memory for p in parts]
-    if len(parts) < 3 or len({m.step_gib for m in memories}) > 1:
-        return _merge_pairwise(parts)
-    if sum(m.n_states for m in memories) > DEFAULT_MAX_STATES:
-        return _merge_pairwise(parts)
-    n_gpus = memories[0].n_gpus
-    empty = MemoryHistogram.empty(n_gpus, memories[0].step_gib)
-    out = _merge_pairwise([replace(p, memory=empty) for p in parts])
-    return replace(out, memory=MemoryHistogram.merge_all(memories))
-
-
-def _merge_pairwise(parts: Sequence[NodeSummary]) -> NodeSummary:
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.merge(p)
-    return out
-
-
 __all__ = [
     "DEFAULT_DAY_WEIGHT",
     "DEFAULT_RECENT_WEIGHT",
     "HOURS",
+    "STACKS_KEPT",
     "DiurnalProfile",
+    "HourStack",
     "busy_ratios",
     "forecast",
     "horizon_hours",

@@ -36,6 +36,7 @@ from typing import Any
 
 from gleaner.api import (
     HourSummary,
+    NodeHistoryStatus,
     NodeTrace,
     NodeTraceSpec,
     NodeTraceStatus,
@@ -88,10 +89,11 @@ def profile_to_hours(profile: DiurnalProfile, max_states: int | None = None) -> 
 
 def profile_from_status(
     node: str,
-    status: NodeTraceStatus,
+    status: NodeTraceStatus | NodeHistoryStatus,
     day_weight: float = DEFAULT_DAY_WEIGHT,
 ) -> DiurnalProfile:
-    """The profile ``status.hours`` holds (empty when it holds none; module docstring)."""
+    """The profile ``status.hours`` holds, over ``status.gpus`` (a NodeHistory's, or an
+    older agent's NodeTrace's); empty when it holds none (module docstring)."""
     slots: list[NodeSummary | None] = [None] * HOURS
     inventory = sorted(status.gpus, key=lambda g: g.index)
     indices = tuple(g.index for g in inventory)

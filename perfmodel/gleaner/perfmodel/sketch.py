@@ -43,13 +43,13 @@ DEFAULT_MAX_STATES = 4096
 _EPS = 1e-9
 
 
-def _aggregate(levels: IntArray, weights: FloatArray) -> tuple[IntArray, FloatArray]:
-    """Distinct rows of ``levels`` (lexicographic order) with their summed weights."""
+def _unique_rows(levels: IntArray) -> tuple[IntArray, IntArray]:
+    """Distinct rows of ``levels`` (lexicographic order) and, per input row, its distinct row."""
     n, g = levels.shape
     if n == 0:
-        return levels.reshape(0, g), weights.reshape(0)
+        return levels.reshape(0, g), np.zeros(0, dtype=np.int64)
     if g == 0:
-        return np.zeros((1, 0), dtype=np.int64), np.array([float(weights.sum())])
+        return np.zeros((1, 0), dtype=np.int64), np.zeros(n, dtype=np.int64)
     lo = levels.min(axis=0)
     span = levels.max(axis=0) - lo + 1
     # Encode each row as one integer when it fits: one 1-D sort instead of a row sort.
@@ -59,12 +59,22 @@ def _aggregate(levels: IntArray, weights: FloatArray) -> tuple[IntArray, FloatAr
             mult[j] = mult[j + 1] * span[j + 1]
         keys = (levels - lo) @ mult
         uniq, inverse = np.unique(keys, return_inverse=True)
-        sums = np.bincount(inverse.ravel(), weights=weights, minlength=uniq.size)
         rows = (uniq[:, None] // mult[None, :]) % span[None, :] + lo[None, :]
-        return rows.astype(np.int64), sums.astype(np.float64)
+        return rows.astype(np.int64), inverse.ravel().astype(np.int64)
     rows, inverse = np.unique(levels, axis=0, return_inverse=True)
-    sums = np.bincount(inverse.ravel(), weights=weights, minlength=rows.shape[0])
-    return rows.astype(np.int64), sums.astype(np.float64)
+    return rows.astype(np.int64), inverse.ravel().astype(np.int64)
+
+
+def _aggregate(levels: IntArray, weights: FloatArray) -> tuple[IntArray, FloatArray]:
+    """Distinct rows of ``levels`` (lexicographic order) with their summed weights."""
+    n, g = levels.shape
+    if n == 0:
+        return levels.reshape(0, g), weights.reshape(0)
+    if g == 0:
+        return np.zeros((1, 0), dtype=np.int64), np.array([float(weights.sum())])
+    rows, inverse = _unique_rows(levels)
+    sums = np.bincount(inverse, weights=weights, minlength=rows.shape[0])
+    return rows, sums.astype(np.float64)
 
 
 def floor_levels(free_gib: npt.ArrayLike, step_gib: float) -> IntArray:
@@ -165,13 +175,15 @@ class MemoryHistogram:
         """Re-floor to a coarser ``step_gib`` (>= the current step)."""
         if step_gib < self.step_gib * (1 - 1e-12):
             raise ValueError(f"cannot refine a sketch from step {self.step_gib} to {step_gib}")
+        rows, secs = _aggregate(self._levels_at(step_gib), self.seconds)
+        return MemoryHistogram(rows, secs, float(step_gib))
+
+    def _levels_at(self, step_gib: float) -> IntArray:
+        """Each state's levels re-floored to ``step_gib`` (>= the current step), not merged."""
         ratio = step_gib / self.step_gib
         if abs(ratio - round(ratio)) < 1e-9:
-            levels = self.levels // round(ratio)
-        else:
-            levels = floor_levels(self.levels.astype(np.float64) * self.step_gib, step_gib)
-        rows, secs = _aggregate(levels, self.seconds)
-        return MemoryHistogram(rows, secs, float(step_gib))
+            return self.levels // round(ratio)
+        return floor_levels(self.levels.astype(np.float64) * self.step_gib, step_gib)
 
     def capped(self, max_states: int = DEFAULT_MAX_STATES) -> MemoryHistogram:
         """Double the step until at most ``max_states`` states remain."""
@@ -260,3 +272,48 @@ class MemoryHistogram:
         cum = np.cumsum(weights[order])
         i = int(np.searchsorted(cum, q * cum[-1] - 1e-12 * cum[-1], side="left"))
         return float(values[order][min(i, values.size - 1)])
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryStack:
+    """Sketches laid out once on the states they hold together, so that weighted sums of
+    them need no aggregation: :meth:`weighted` is :meth:`MemoryHistogram.merge_all` of the
+    sketches with their seconds multiplied by one factor each, computed from the layout.
+
+    Built by :meth:`of` (one aggregation); each :meth:`weighted` is one ``bincount`` per
+    sketch. The seconds of every state are added in the order ``merge_all`` adds them, so
+    where ``merge_all`` of the scaled sketches keeps one step (equal steps, at most
+    ``max_states`` states together) both give the same floats, not only close ones."""
+
+    rows: IntArray
+    """[n_states, n_gpus] the states of all sketches at their coarsest step, in order."""
+    step_gib: float
+    index: tuple[IntArray, ...]
+    """Per sketch, the row of each of its states in ``rows``."""
+    seconds: tuple[FloatArray, ...]
+    """Per sketch, its seconds per state (its own order)."""
+
+    @classmethod
+    def of(cls, sketches: Sequence[MemoryHistogram]) -> MemoryStack:
+        if not sketches:
+            raise ValueError("MemoryStack.of() needs at least one sketch")
+        if len({m.n_gpus for m in sketches}) > 1:
+            raise ValueError("cannot stack sketches of different GPU counts")
+        step = max(m.step_gib for m in sketches)
+        levels = [m.levels if m.step_gib == step else m._levels_at(step) for m in sketches]
+        rows, inverse = _unique_rows(np.concatenate(levels))
+        bounds = np.cumsum([m.n_states for m in sketches])[:-1]
+        index = tuple(np.split(inverse, bounds))
+        return cls(rows, float(step), index, tuple(m.seconds for m in sketches))
+
+    def weighted(
+        self, factors: Sequence[float], max_states: int = DEFAULT_MAX_STATES
+    ) -> MemoryHistogram:
+        """All sketches together, sketch i's seconds multiplied by ``factors[i]`` > 0."""
+        if len(factors) != len(self.seconds):
+            raise ValueError(f"{len(self.seconds)} sketches, {len(factors)} factors")
+        n = self.rows.shape[0]
+        total = np.zeros(n)
+        for index, seconds, factor in zip(self.index, self.seconds, factors, strict=True):
+            total = total + np.bincount(index, weights=seconds * factor, minlength=n)
+        return MemoryHistogram(self.rows, total, self.step_gib).capped(max_states)

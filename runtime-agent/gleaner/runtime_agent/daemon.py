@@ -63,6 +63,7 @@ from gleaner.runtime_agent.kube import (
     ReportError,
     load_client,
     read_hours,
+    write_nodehistory,
     write_nodetrace,
 )
 from gleaner.runtime_agent.metrics import uninstrumented_families
@@ -592,11 +593,14 @@ class AgentDaemon:
             return True
         if self.reports.profile is None:
             try:
-                stored = await asyncio.to_thread(read_hours, self._api_client, self.options.node)
+                stored, legacy = await asyncio.to_thread(
+                    read_hours, self._api_client, self.options.node
+                )
             except ReportError as exc:
-                log.warning("NodeTrace hours not read yet (tried again next report): %s", exc)
+                log.warning("hours of the day not read yet (tried again next report): %s", exc)
             else:
-                self.reports.seed(stored)
+                self.reports.seed(stored, legacy)
+        await self._write_history()
         status = self.reports.status(self.inventory, self.agent.offline_jobs)
         if status is None:
             return True
@@ -611,6 +615,7 @@ class AgentDaemon:
                 status,
                 attempts=self.options.report_attempts,
                 backoff_s=self.options.report_backoff_s,
+                clear_legacy_hours=self.reports.hours_in_history,
             )
         except ReportError as exc:
             self.reports.failed()
@@ -621,6 +626,26 @@ class AgentDaemon:
         self.reports_ok += 1
         self.last_report_error = None
         return True
+
+    async def _write_history(self) -> None:
+        """Write the node's NodeHistory when an hour completed (or the hours were read from
+        the NodeTrace); a failed write is tried again with the next report."""
+        history = self.reports.history()
+        if history is None or self._api_client is None:
+            return
+        try:
+            await asyncio.to_thread(
+                write_nodehistory,
+                self._api_client,
+                self.options.node,
+                history,
+                attempts=self.options.report_attempts,
+                backoff_s=self.options.report_backoff_s,
+            )
+        except ReportError as exc:
+            log.warning("NodeHistory write failed (tried again next report): %s", exc)
+            return
+        self.reports.history_stored()
 
     def _copy_shim(self) -> None:
         src, dest = self.options.shim_source, self.options.shim_dest_dir

@@ -7,9 +7,15 @@ Contract.
   raises :class:`ReportError` and nothing else when the write fails (API unreachable, or
   an answer such as 403 that no retry fixes); the caller keeps accumulating and the next
   report covers the gap (:mod:`gleaner.runtime_agent.reporting`).
-- :func:`read_hours` reads the time-of-day profile stored in the node's NodeTrace
-  (``status.hours``; ``None`` when the NodeTrace or its hours do not exist yet), so that a
-  restarted agent goes on from it; it raises :class:`ReportError` when the read fails.
+- :func:`write_nodehistory` creates-or-patches the node's NodeHistory status (the hours
+  of the day and the inventory they were recorded on) the same way, with the same retries;
+  the agent writes it only when an hour completes, so the 15 s NodeTrace reports, which
+  every NodeTrace watcher receives whole, stay small.
+- :func:`read_hours` reads the time-of-day profile stored in the node's NodeHistory
+  (``status.hours``), so that a restarted agent goes on from it; without a NodeHistory, the
+  hours an agent before NodeHistory kept in the NodeTrace's ``status.hours`` (``legacy``
+  True: the caller copies them to the NodeHistory); ``None`` when neither holds any. It
+  raises :class:`ReportError` when a read fails.
 - :func:`offline_jobs_from_pods` (pure) maps Pods labelled ``OFFLINE_SELECTOR`` on the node
   to ``{gpu: "namespace/job"}`` from the label ``LABEL_JOB`` and the annotation
   ``ANNOTATION_GPUS`` (names of ``gleaner.api.contract``); finished Pods are skipped.
@@ -23,8 +29,8 @@ Contract.
   when there is neither). Both calls above run in threads of their own, never on the
   agent's event loop, so a slow API server cannot delay a gate.
 
-RBAC: ``gleaner.runtime_agent.rbac.AGENT_RULES`` (nodetraces get/create/patch, nodetraces/status
-patch, pods list/watch).
+RBAC: ``gleaner.runtime_agent.rbac.AGENT_RULES`` (nodetraces get/create, nodetraces/status
+patch, nodehistories get/create, nodehistories/status patch, pods list/watch).
 """
 
 from __future__ import annotations
@@ -36,7 +42,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gleaner.api import NodeTrace, NodeTraceSpec, NodeTraceStatus, ObjectMeta
+from gleaner.api import (
+    NodeHistory,
+    NodeHistoryStatus,
+    NodeTrace,
+    NodeTraceSpec,
+    NodeTraceStatus,
+    ObjectMeta,
+)
 from gleaner.api.contract import (
     ANNOTATION_GPUS,
     LABEL_JOB,
@@ -49,6 +62,8 @@ from gleaner.clients.kube import (
     ConflictError,
     KubeError,
     SyncKubeClient,
+    nodehistories_path,
+    nodehistory_status_path,
     nodetrace_status_path,
     nodetraces_path,
     pods_path,
@@ -59,6 +74,9 @@ from gleaner.perfmodel.hours import profile_from_nodetrace
 log = logging.getLogger("gleaner.runtime_agent.kube")
 
 NULLABLE_STATUS_KEYS = ("window", "memory", "idleFraction", "harvestableMemoryP10GiB")
+LEGACY_HOURS_KEY = "hours"
+"""Where agents before NodeHistory kept the hours in the NodeTrace status: a report clears
+it (``clear_legacy_hours``) once the hours are in the NodeHistory."""
 RETRIED_STATUSES = frozenset({0, 409, 429})
 """Worth another try: unreachable (0), a conflict, throttling; 5xx too (see below)."""
 
@@ -75,11 +93,14 @@ def load_client(kubeconfig: str | None = None) -> SyncKubeClient:
     return SyncKubeClient.from_config(kubeconfig, retries=1)
 
 
-def status_patch(status: NodeTraceStatus) -> dict[str, Any]:
-    """The merge patch body: the status, with absent optional fields cleared explicitly."""
+def status_patch(status: NodeTraceStatus, clear_legacy_hours: bool = True) -> dict[str, Any]:
+    """The merge patch body: the status, with absent optional fields cleared explicitly
+    (and the hours an older agent kept in the NodeTrace, with ``clear_legacy_hours``)."""
     body = status.to_k8s()
     for key in NULLABLE_STATUS_KEYS:
         body.setdefault(key, None)
+    if clear_legacy_hours:
+        body[LEGACY_HOURS_KEY] = None
     return {"status": body}
 
 
@@ -91,17 +112,62 @@ def write_nodetrace(
     attempts: int = 5,
     backoff_s: float = 0.2,
     timeout_s: float = 10.0,
+    clear_legacy_hours: bool = True,
 ) -> None:
     """Create-or-patch the node's NodeTrace status (see the module docstring)."""
-    body = status_patch(status)
+    _write_status(
+        client,
+        f"NodeTrace {node}",
+        nodetrace_status_path(node),
+        lambda: _create(client, nodetraces_path(), _bare(NodeTrace, node), timeout_s),
+        status_patch(status, clear_legacy_hours),
+        attempts=attempts,
+        backoff_s=backoff_s,
+        timeout_s=timeout_s,
+    )
+
+
+def write_nodehistory(
+    client: SyncKubeClient,
+    node: str,
+    status: NodeHistoryStatus,
+    *,
+    attempts: int = 5,
+    backoff_s: float = 0.2,
+    timeout_s: float = 10.0,
+) -> None:
+    """Create-or-patch the node's NodeHistory status (see the module docstring)."""
+    _write_status(
+        client,
+        f"NodeHistory {node}",
+        nodehistory_status_path(node),
+        lambda: _create(client, nodehistories_path(), _bare(NodeHistory, node), timeout_s),
+        {"status": status.to_k8s()},
+        attempts=attempts,
+        backoff_s=backoff_s,
+        timeout_s=timeout_s,
+    )
+
+
+def _write_status(
+    client: SyncKubeClient,
+    what: str,
+    status_path: str,
+    create: Callable[[], None],
+    body: dict[str, Any],
+    *,
+    attempts: int,
+    backoff_s: float,
+    timeout_s: float,
+) -> None:
     last: Exception | None = None
     missing = False
     for attempt in range(attempts):
         try:
             if missing:
-                _create(client, node, timeout_s)
+                create()
                 missing = False
-            client.patch(nodetrace_status_path(node), body, request_timeout=timeout_s)
+            client.patch(status_path, body, request_timeout=timeout_s)
             return
         except KubeError as exc:
             last = exc
@@ -109,40 +175,56 @@ def write_nodetrace(
                 missing = True  # create it first, at once
                 continue
             if exc.status not in RETRIED_STATUSES and not 500 <= exc.status < 600:
-                raise ReportError(f"NodeTrace {node}: HTTP {exc.status} {exc.message}") from exc
+                raise ReportError(f"{what}: HTTP {exc.status} {exc.message}") from exc
         except Exception as exc:  # timeouts: the API is down or stuck
             last = exc
         time.sleep(backoff_s * (2**attempt))
-    raise ReportError(f"NodeTrace {node}: giving up after {attempts} attempts: {last}")
+    raise ReportError(f"{what}: giving up after {attempts} attempts: {last}")
 
 
 def read_hours(
     client: SyncKubeClient, node: str, *, timeout_s: float = 10.0
-) -> DiurnalProfile | None:
-    """The profile stored in the node's NodeTrace (see the module docstring)."""
+) -> tuple[DiurnalProfile | None, bool]:
+    """(the stored profile, whether it came from the NodeTrace: ``legacy``); see the module
+    docstring."""
+    history = _get(client, nodehistories_path(node), f"NodeHistory {node}", timeout_s)
+    if history is not None:
+        return _profile(history, f"NodeHistory {node}"), False
+    trace = _get(client, nodetraces_path(node), f"NodeTrace {node}", timeout_s)
+    profile = None if trace is None else _profile(trace, f"NodeTrace {node}")
+    return profile, profile is not None
+
+
+def _get(client: SyncKubeClient, path: str, what: str, timeout_s: float) -> Any:
     try:
-        obj = client.get(nodetraces_path(node), request_timeout=timeout_s)
+        return client.get(path, request_timeout=timeout_s)
     except KubeError as exc:
         if exc.status == 404:
             return None
-        raise ReportError(f"NodeTrace {node}: HTTP {exc.status} {exc.message}") from exc
+        raise ReportError(f"{what}: HTTP {exc.status} {exc.message}") from exc
     except Exception as exc:  # timeouts: the API is down or stuck
-        raise ReportError(f"NodeTrace {node}: {exc}") from exc
-    if obj is None:
-        return None
+        raise ReportError(f"{what}: {exc}") from exc
+
+
+def _profile(obj: Mapping[str, Any], what: str) -> DiurnalProfile | None:
     try:
         return profile_from_nodetrace(obj)
     except ValueError as exc:  # a stored status this agent cannot read: start afresh
-        log.warning("NodeTrace %s: stored hours unreadable, starting afresh: %s", node, exc)
+        log.warning("%s: stored hours unreadable, starting afresh: %s", what, exc)
         return None
 
 
-def _create(client: SyncKubeClient, node: str, timeout_s: float) -> None:
-    """Create the node's NodeTrace (no status); one that exists already is fine."""
-    obj = NodeTrace(metadata=ObjectMeta(name=node), spec=NodeTraceSpec(node_name=node)).to_k8s()
+def _bare(kind: type[NodeTrace] | type[NodeHistory], node: str) -> dict[str, Any]:
+    """The object named after ``node``, without a status (the status is patched)."""
+    obj = kind(metadata=ObjectMeta(name=node), spec=NodeTraceSpec(node_name=node)).to_k8s()
     obj.pop("status", None)
+    return obj
+
+
+def _create(client: SyncKubeClient, path: str, obj: dict[str, Any], timeout_s: float) -> None:
+    """Create the object (no status); one that exists already is fine."""
     with contextlib.suppress(ConflictError):  # created meanwhile, fine
-        client.create(nodetraces_path(), obj, request_timeout=timeout_s)
+        client.create(path, obj, request_timeout=timeout_s)
 
 
 def offline_jobs_from_pods(pods: Sequence[Mapping[str, Any]], node: str) -> dict[int, str]:

@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # the chart tooling loads this file without Gleaner installed
 
 AGENT_RULES: Final[list[PolicyRule]] = [
     # The reporter creates its node's NodeTrace (cluster-scoped, name = node name) when the
-    # status patch answers 404, and reads it once at start to go on from the hours of the
-    # day stored in it (gleaner.runtime_agent.kube).
+    # status patch answers 404, and reads it once at start for the hours of the day an
+    # older agent kept there, when the node has no NodeHistory yet (gleaner.runtime_agent.kube).
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["nodetraces"],
@@ -29,6 +29,20 @@ AGENT_RULES: Final[list[PolicyRule]] = [
     {
         "apiGroups": ["gleaner.dev"],
         "resources": ["nodetraces/status"],
+        "verbs": ["patch"],
+    },
+    # The reporter creates its node's NodeHistory (cluster-scoped, name = node name) when
+    # the status patch answers 404, and reads it once at start to go on from the hours of
+    # the day stored in it (gleaner.runtime_agent.kube).
+    {
+        "apiGroups": ["gleaner.dev"],
+        "resources": ["nodehistories"],
+        "verbs": ["get", "create"],
+    },
+    # The reporter patches the NodeHistory status when an hour of the day completes.
+    {
+        "apiGroups": ["gleaner.dev"],
+        "resources": ["nodehistories/status"],
         "verbs": ["patch"],
     },
     # Agent lists and watches the offline/online Pods on its node (field selector

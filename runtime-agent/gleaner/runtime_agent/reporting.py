@@ -17,12 +17,16 @@ UTC hour into the node's time-of-day profile (perfmodel's ``DiurnalProfile``): t
 from the first snapshot of an hour to the first snapshot of the next (``window_between``,
 so it is off by at most one report interval) goes to the first one's hour. A span longer
 than an hour and a report interval (the agent was stopped, or the clock jumped) folds
-nothing. The profile lives in the API server (``status.hours``), so the agent starts with
-none: :meth:`ReportWindow.seed` gives it the stored one (``None``: nothing stored), and
+nothing. The profile lives in the API server (the node's NodeHistory, ``status.hours``),
+so the agent starts with none: :meth:`ReportWindow.seed` gives it the stored one (``None``:
+nothing stored; ``legacy``: read from where an older agent kept it, the NodeTrace), and
 hours completed before that are kept (at most a day of them) and folded in on seeding.
-:meth:`ReportWindow.status` carries ``hours`` only when a slot changed since the last
-successful report (a merge patch without ``hours`` leaves the stored ones as they are), and
-never before seeding, so a restarted agent cannot overwrite the history it has not read.
+:meth:`ReportWindow.history` is the NodeHistory status to write, only when a slot changed
+(or the hours were read from the NodeTrace) since the last successful write
+(:meth:`ReportWindow.history_stored`), and never before seeding, so a restarted agent
+cannot overwrite the history it has not read. :meth:`ReportWindow.status` never carries
+hours; ``hours_in_history`` says when a report may clear an older agent's hours from the
+NodeTrace (they are read and stored in the NodeHistory).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from datetime import datetime, timedelta
 
 from gleaner.api import (
     GpuInfo,
+    NodeHistoryStatus,
     NodeTraceStatus,
     TraceSource,
     UninstrumentedGuard,
@@ -95,6 +100,8 @@ class ReportWindow:
     hour_mark: tuple[datetime, Totals] | None = None
     hour_between: list[Totals] = field(default_factory=list)
     hours_changed: bool = False
+    legacy_hours: bool = False
+    """The hours were read from the NodeTrace and are not in the NodeHistory yet."""
 
     def add(self, wall: datetime, totals: Totals) -> None:
         """Record a snapshot taken at ``wall`` (call once per report interval).
@@ -144,11 +151,12 @@ class ReportWindow:
         self.profile = fold_hour(self.profile, hour, summary)
         self.hours_changed = True
 
-    def seed(self, stored: DiurnalProfile | None) -> None:
-        """Start from the profile stored in the API server (None: none is stored), then fold
-        the hours completed before it was read."""
+    def seed(self, stored: DiurnalProfile | None, legacy: bool = False) -> None:
+        """Start from the profile stored in the API server (None: none is stored; ``legacy``:
+        read from the NodeTrace), then fold the hours completed before it was read."""
         profile = stored if stored is not None else DiurnalProfile(self.node)
-        self.hours_changed = bool(self.early_hours)
+        self.legacy_hours = legacy and stored is not None
+        self.hours_changed = bool(self.early_hours) or self.legacy_hours
         for hour, summary in self.early_hours:
             profile = fold_hour(profile, hour, summary)
         self.profile, self.early_hours = profile, []
@@ -177,14 +185,29 @@ class ReportWindow:
             agent_version=self.agent_version,
             node=self.node,
         )
-        if self.hours_changed and self.profile is not None:
-            status = status.model_copy(update={"hours": profile_to_hours(self.profile)})
         return status
 
-    def reported(self, wall: datetime) -> None:
-        """A report succeeded (its hours, if it carried them, are stored)."""
-        self.last_success = wall
+    def history(self) -> NodeHistoryStatus | None:
+        """The NodeHistory status to write: the hours and the inventory, when they changed
+        since the last :meth:`history_stored` (None: nothing to write)."""
+        if not self.hours_changed or self.profile is None:
+            return None
+        return NodeHistoryStatus(gpus=list(self.inventory), hours=profile_to_hours(self.profile))
+
+    def history_stored(self) -> None:
+        """The last :meth:`history` is stored in the NodeHistory."""
         self.hours_changed = False
+        self.legacy_hours = False
+
+    @property
+    def hours_in_history(self) -> bool:
+        """The hours are read and none are only in the NodeTrace: a report may clear those
+        an older agent kept there."""
+        return self.profile is not None and not self.legacy_hours
+
+    def reported(self, wall: datetime) -> None:
+        """A report succeeded."""
+        self.last_success = wall
 
     def failed(self) -> None:
         self.failures += 1

@@ -53,6 +53,7 @@ from gleaner.clients.kube import (
     ConflictError,
     KubeError,
     configmaps_path,
+    nodehistories_path,
     nodes_path,
     nodetraces_path,
     offlinejobs_path,
@@ -69,7 +70,12 @@ from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
 from gleaner.operator.placement import QueuedJob, plan_placements
-from gleaner.operator.traces import load_node_summaries, unbindable_nodes, uninstrumented_gpus
+from gleaner.operator.traces import (
+    load_node_summaries,
+    unbindable_nodes,
+    uninstrumented_gpus,
+    with_histories,
+)
 from gleaner.operator.uninstrumented import REASON as UNINSTRUMENTED
 from gleaner.operator.uninstrumented import BoundJob, recovered, uninstrumented_notices
 from gleaner.operator.validation import (
@@ -81,6 +87,18 @@ from gleaner.operator.validation import (
 from gleaner.scheduler.explain import chosen_summary
 
 logger = logging.getLogger(__name__)
+
+
+async def _list_histories(ctx: OperatorContext) -> None:
+    """List the NodeHistories once, so the first pass after a start judges nodes by their
+    hours even before the NodeHistory watch delivered them; tried again next pass when the
+    list fails (a cluster without the NodeHistory CRD: no hours, nothing to wait for)."""
+    try:
+        ctx.histories.fill(await ctx.client.list(nodehistories_path()))
+    except KubeError as exc:
+        if exc.status == 404:
+            ctx.histories.listed = True
+        logger.warning("NodeHistories not listed (hours of the day not used yet): %s", exc)
 
 BIND_CONCURRENCY = 16
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
@@ -317,7 +335,11 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         result.next_due = now  # the rest of the queue, in the next pass
     if not queue and not runs:
         return result
-    nodes = await load_node_summaries(ctx.config, traces, now, ctx.hours)
+    if not ctx.histories.listed:
+        await _list_histories(ctx)
+    nodes = await load_node_summaries(
+        ctx.config, with_histories(traces, ctx.histories), now, ctx.hours
+    )
     await _prime_nodes(ctx)
     run_of = {r.queued.key: r for r in runs}
     plan = plan_placements(
