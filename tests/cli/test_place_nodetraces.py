@@ -99,3 +99,18 @@ def test_hours_an_older_agent_kept_in_the_nodetrace_are_read_too(
     trace["status"]["hours"] = history["status"]["hours"]
     placed = _place(tmp_path, [trace], capsys)
     assert placed["placements"] == [] and len(placed["unschedulable"]) == 1
+
+
+def test_a_broken_yaml_file_is_reported_as_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``.yaml`` trace that does not parse names the line and column, instead of being
+    read as a CSV trace with missing columns."""
+    path = tmp_path / "nodetraces.yaml"
+    path.write_text("kind: NodeTrace\n  bad: [\n")
+    rc = main(
+        ["place", "--jobs", "examples/mistral-7b-profile-configmap.yaml", "--trace", str(path)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "not valid YAML: line 2, column 6" in err and "missing column" not in err

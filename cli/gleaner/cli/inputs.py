@@ -214,10 +214,21 @@ def nodetrace_objects(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     """(NodeTraces, NodeHistories) of a YAML or JSON file of them, as ``kubectl get
     nodetraces,nodehistories -o yaml`` writes it (a ``List`` or separate documents); None
     when the file holds no NodeTrace (a trace file of another format)."""
+    import yaml
+
     if path.suffix.lower() not in NODETRACE_SUFFIXES or not path.is_file():
         return None
+    if path.suffix.lower() != ".json":
+        parsed = load_yaml(path, "--trace")
+    else:
+        try:
+            parsed = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            # Not one JSON document (e.g. Prometheus answers saved one object per line): the
+            # file is read as a trace of another format, whose reader says what is wrong.
+            return None
     docs: list[Any] = []
-    for doc in load_yaml(path, "--trace"):
+    for doc in parsed:
         items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else None
         docs.extend(items if isinstance(items, list) else [doc])
     objects = [d for d in docs if isinstance(d, dict)]
