@@ -193,8 +193,11 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     async def job_event_handler(
         event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any
     ) -> None:
-        outcome = await job_event(memo.ctx, event.get("type"), dict(body))
-        if outcome not in ("unchanged", "queued for validation"):
+        kind = event.get("type")
+        outcome = await job_event(memo.ctx, kind, dict(body))
+        if kind is None:  # kopf's initial listing: a (re)started operator found the job
+            logger.info("resumed: %s", outcome)
+        elif outcome not in ("unchanged", "queued for validation"):
             logger.info("%s", outcome)
 
     @kopf.on.event("v1", "pods", id="follow", labels={LABEL_ROLE: ROLE_OFFLINE}, registry=registry)
