@@ -512,6 +512,7 @@ def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) 
     recorded = cluster.wait_phase("r0", "Scheduled")["placement"]
     for name in names[1:]:
         cluster.api.create_job(offlinejob_manifest(name, namespace=cluster.ns))
+
     def finalized(name: str) -> bool:
         return FINALIZER in (cluster.job(name)["metadata"].get("finalizers") or [])
 
