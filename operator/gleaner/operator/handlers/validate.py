@@ -1,4 +1,4 @@
-"""OfflineJob validation: on create / resume / spec update, and when a profile ConfigMap changes.
+"""OfflineJob validation: a bound job's edited spec, a profile ConfigMap change, the pass.
 
 Contract: ``validate_and_queue`` reads the job's profile ConfigMap (``spec.profileFrom``)
 and validates with the pure ``validate_job``; ``apply_verdict`` writes the outcome, judged on
@@ -7,7 +7,8 @@ a precondition (``update_status(known=...)``: a fresh read only when the job cha
 since). Invalid: phase Invalid, ``Valid=False`` whose message names the field (and the ConfigMap as
 ``<namespace>/<name>``), a Warning Event ``InvalidSpec`` only when the status changed; the
 handler returns normally so kopf does not retry. Valid: ``Valid=True``; a new or formerly
-invalid job becomes Pending; the scheduling loop is kicked. Needs a profile
+invalid job becomes Pending; the scheduling loop is kicked (``valid_status``, which the
+pass also folds into a new job's placement write, ``handlers.scheduling``). Needs a profile
 (``profileFrom.auto`` and no ConfigMap): valid and Pending too, with ``Profiled=False`` (the
 pass measures it, ``handlers.profiling``). Running jobs keep running: a spec change applies
 to the job's next attempt.
