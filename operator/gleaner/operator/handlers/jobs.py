@@ -25,16 +25,20 @@ request:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from gleaner.api.contract import FINALIZER
-from gleaner.clients.kube import ConflictError, NotFoundError, offlinejobs_path
+from gleaner.clients.kube import ConflictError, KubeError, NotFoundError, offlinejobs_path
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.delete import delete_job_pods
 from gleaner.operator.handlers.validate import WAITING_PHASES, spec_judged, validate_and_queue
 
 logger = logging.getLogger(__name__)
+
+DELETION_RETRY_MAX = 30.0
+"""Seconds between two tries, at most, of a job's deletion that failed."""
 
 
 def _meta(body: dict[str, Any]) -> dict[str, Any]:
@@ -66,9 +70,7 @@ async def job_event(ctx: OperatorContext, event_type: str | None, body: dict[str
     if meta.get("deletionTimestamp"):
         if FINALIZER not in finalizers:
             return "being deleted"
-        deleted = await delete_job_pods(ctx, namespace, name)
-        await _release(ctx, namespace, name, body)
-        return f"deleted {deleted} pod(s)"
+        return await _finalize(ctx, namespace, name, body)
     if FINALIZER not in finalizers:
         try:
             await ctx.client.patch(
@@ -77,12 +79,31 @@ async def job_event(ctx: OperatorContext, event_type: str | None, body: dict[str
             )
         except NotFoundError:
             return "gone"
+        except KubeError as exc:  # the job's next event (the pass writes one) adds it
+            logger.warning("%s/%s: finalizer not added yet: %s", namespace, name, exc)
     if spec_judged(body):
         return "unchanged"
     if waits_for_placement(body):
         ctx.kick(f"job {namespace}/{name}")
         return "queued for validation"
     return await validate_and_queue(ctx, body)
+
+
+async def _finalize(ctx: OperatorContext, namespace: str, name: str, body: dict[str, Any]) -> str:
+    """Delete the job's Pods, then remove the finalizer; retried until done (kopf does not
+    retry an event handler, and a job being deleted may get no further event)."""
+    delay = 1.0
+    while True:
+        try:
+            deleted = await delete_job_pods(ctx, namespace, name)
+            await _release(ctx, namespace, name, body)
+            return f"deleted {deleted} pod(s)"
+        except (KubeError, TimeoutError) as exc:
+            logger.warning(
+                "%s/%s: deletion not finished, again in %.0f s: %s", namespace, name, delay, exc
+            )
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, DELETION_RETRY_MAX)
 
 
 async def _release(ctx: OperatorContext, namespace: str, name: str, body: dict[str, Any]) -> None:
