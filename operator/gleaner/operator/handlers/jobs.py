@@ -11,7 +11,9 @@ request:
   job's Pods are deleted (``handlers.delete``), then the finalizer is removed (a merge
   patch with the job's ``resourceVersion`` as a precondition: a conflict reads the job
   again), so the job goes;
-- otherwise the finalizer is added when it is missing (one metadata patch per job, once);
+- otherwise the finalizer is added when it is missing (one metadata patch per job, once;
+  the scheduling pass places only jobs that carry it, so its copy of the job is the one
+  after this patch);
 - a spec the operator has not judged yet (``metadata.generation`` differs from the
   ``Valid`` condition's ``observedGeneration``, or no ``Valid`` condition): a job waiting
   for a placement (no phase yet, Pending, Invalid, Unschedulable, Evicted) is left to the

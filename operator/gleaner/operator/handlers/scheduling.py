@@ -48,7 +48,7 @@ from pydantic import ValidationError
 
 from gleaner.api import API_VERSION, ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.api.common import find_condition
-from gleaner.api.contract import LABEL_JOB, OFFLINE_SELECTOR
+from gleaner.api.contract import FINALIZER, LABEL_JOB, OFFLINE_SELECTOR
 from gleaner.clients.kube import (
     ConflictError,
     KubeError,
@@ -530,6 +530,12 @@ async def _build_queue(
     configmaps: dict[tuple[str, str], dict[str, Any] | None] = {}
     for key, status in statuses.items():
         body = bodies[key]
+        if FINALIZER not in (_meta(body).get("finalizers") or []):
+            # Not seen by the job handler yet: it adds the finalizer, whose echo kicks a
+            # pass. Placing the job now would write on a copy that the finalizer's patch
+            # is about to make stale (a 409 and a fresh read per job), and create Pods for
+            # a job whose deletion would not wait for them.
+            continue
         judged = spec_judged(body)
         if judged and (
             status.phase not in st.QUEUED_PHASES or not _is_valid(status) or not _due(status, now)
