@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -344,11 +344,10 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         explanation = plan.explanations.get(q.key)
         why_not = plan.runner_ups.get(q.key, ())
         detail = "" if explanation is None else chosen_summary(explanation, why_not)
-        events: list[JobEvent] = []
         async with sem:
             if q.key in run_of:
                 return await profiling.bind_run(ctx, run_of[q.key], placement)
-            bound = await _bind(
+            return await _bind(
                 ctx,
                 q,
                 placement,
@@ -358,12 +357,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
                 why_not,
                 bodies.get(_key_of(q)),
                 fresh.get(_key_of(q)),
-                events,
             )
-        # Outside the bind slots: the next placement's writes need not wait for the Events.
-        for event in events:
-            await post_event(ctx.client, *event)
-        return bound
 
     async def explain_one(q: QueuedJob, reason: str) -> bool:
         async with sem:
@@ -499,17 +493,6 @@ def _occupied(
             for gpu in status.placement.gpu_indices:
                 occupied.setdefault(status.placement.node, {})[gpu] = f"{ns}/{name}"
     return occupied
-
-
-class JobEvent(NamedTuple):
-    """An Event about a job, as ``post_event`` takes it (after the client)."""
-
-    namespace: str
-    name: str
-    uid: str | None
-    type: str
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -648,12 +631,10 @@ async def _bind(
     why_not: tuple[str, ...] = (),
     known: dict[str, Any] | None = None,
     judged: Judged | None = None,
-    events: list[JobEvent] | None = None,
 ) -> bool:
     """Record ``placement`` in the job's status (judged on the pass's own copy of the job,
     ``known``, with its resourceVersion as a precondition), then create its Pod. With
-    ``judged``, the same write records the pass's validation (``Valid=True``). The Events
-    (Scheduled, NotChosen) go to ``events`` for the caller to post, else are posted here."""
+    ``judged``, the same write records the pass's validation (``Valid=True``)."""
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
     uid = q.job.metadata.uid
@@ -686,15 +667,10 @@ async def _bind(
     created = q.job.metadata.creation_timestamp
     if created is not None:
         ctx.metrics.queue_latency.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
-    to_post = [JobEvent(ns, name, uid, "Normal", "Scheduled", new.message)]
+    await post_event(ctx.client, ns, name, uid, "Normal", "Scheduled", new.message)
     if why_not:
         # "Why not node X", as `gleaner place --explain` words it.
-        to_post.append(JobEvent(ns, name, uid, "Normal", "NotChosen", "; ".join(why_not)))
-    if events is not None:
-        events.extend(to_post)
-    else:
-        for event in to_post:
-            await post_event(ctx.client, *event)
+        await post_event(ctx.client, ns, name, uid, "Normal", "NotChosen", "; ".join(why_not))
     return True
 
 
