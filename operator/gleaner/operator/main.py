@@ -53,7 +53,12 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from gleaner.api import GROUP, VERSION
-from gleaner.api.contract import KOPF_ANNOTATION_PREFIX, LABEL_ROLE, ROLE_OFFLINE
+from gleaner.api.contract import (
+    KOPF_ANNOTATION_PREFIX,
+    KOPF_FINALIZER,
+    LABEL_ROLE,
+    ROLE_OFFLINE,
+)
 from gleaner.clients.kube import Credentials, KubeClient, SyncKubeClient
 from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.config import OperatorConfig
@@ -90,9 +95,6 @@ def _always(_: dict[str, Any]) -> bool:
 def _is_batch(body: dict[str, Any]) -> bool:
     return is_batch_job(body.get("spec"))
 
-
-KOPF_FINALIZER = "kopf.gleaner.dev/unused"
-"""kopf's own finalizer name: no handler of the operator makes kopf add it."""
 
 KOPF_CONSISTENCY_TIMEOUT = 30.0
 """Seconds kopf awaits the version of its own patch (kopf's default: 5)."""
