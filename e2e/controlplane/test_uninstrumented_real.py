@@ -215,9 +215,15 @@ def test_no_offline_job_goes_on_the_gpu_of_an_uninstrumented_deployment(
     assert reason in pair["status"]["message"], pair["status"]
     messages = [c.get("message", "") for c in pair["status"]["conditions"]]
     assert any(reason in m for m in messages), messages
-    failed = [e for e in events(control_plane, "OfflineJob", "pair", namespace)
-              if e["reason"] == "FailedScheduling"]  # fmt: skip
-    assert failed and reason in failed[-1]["message"]
+
+    # The Event is posted just after the status write: wait for it rather than read once.
+    def failed_scheduling() -> list[dict[str, Any]] | None:
+        found = [e for e in events(control_plane, "OfflineJob", "pair", namespace)
+                 if e["reason"] == "FailedScheduling"]  # fmt: skip
+        return found or None
+
+    failed = wait_for(failed_scheduling, log, timeout=60)
+    assert reason in failed[-1]["message"]
     described = control_plane.kubectl("describe", "oj", "pair", "-n", namespace).stdout
     assert reason in described
 

@@ -242,3 +242,28 @@ def test_the_pass_takes_each_nodes_hours_from_its_nodehistory() -> None:
     assert _idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
     histories.update("DELETED", history)
     assert with_histories([plain], histories) == [plain] and len(histories) == 0
+
+
+def test_a_nodetrace_is_parsed_once_per_resource_version() -> None:
+    now = datetime.now(UTC)
+    profiles = HourProfiles()
+    first = nodetrace_manifest("n1", gpus=2, offline_enabled=0.9, end=now)
+    first["metadata"]["resourceVersion"] = "5"
+    before = summaries_from_nodetraces([first], now, profiles)["n1"]
+    # The same version is the same object: its summary is reused, whatever the body says.
+    same = nodetrace_manifest("n1", gpus=2, offline_enabled=0.1, end=now)
+    same["metadata"]["resourceVersion"] = "5"
+    assert summaries_from_nodetraces([same], now, profiles)["n1"] is before
+    # A new version is parsed again.
+    newer = copy.deepcopy(same)
+    newer["metadata"]["resourceVersion"] = "6"
+    after = summaries_from_nodetraces([newer], now, profiles)["n1"]
+    assert after is not before
+    assert after.offline_enabled_seconds is not None
+    assert before.offline_enabled_seconds is not None
+    assert after.offline_enabled_seconds[0] < before.offline_enabled_seconds[0]
+    # Without a version nothing is kept, and a NodeTrace that is gone is forgotten.
+    del newer["metadata"]["resourceVersion"]
+    assert summaries_from_nodetraces([newer], now, profiles)["n1"] is not after
+    summaries_from_nodetraces([], now, profiles)
+    assert summaries_from_nodetraces([same], now, profiles)["n1"] is not before

@@ -5,6 +5,7 @@ from __future__ import annotations
 import kopf
 import pytest
 
+from gleaner.api.contract import FINALIZER
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.main import configure_settings
 
@@ -24,3 +25,11 @@ def test_kopf_awaits_its_own_patch_longer_than_its_default() -> None:
     default = settings.persistence.consistency_timeout
     configure_settings(settings, OperatorConfig())
     assert settings.persistence.consistency_timeout == 30.0 > default
+
+
+def test_kopf_never_manages_the_operators_own_finalizer() -> None:
+    # kopf removes its finalizer name from every object no kopf handler needs it on: were it
+    # the operator's, kopf would strip it from every job and deletion would not wait for Pods.
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, OperatorConfig())
+    assert settings.persistence.finalizer != FINALIZER

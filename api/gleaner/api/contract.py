@@ -71,6 +71,7 @@ __all__ = [
     "EVICTION_REPORT_SELECTOR",
     "FINALIZER",
     "KOPF_ANNOTATION_PREFIX",
+    "KOPF_FINALIZER",
     "KUBELET_POD_RESOURCES_DIR",
     "KUBELET_POD_RESOURCES_SOCKET",
     "LABEL_ATTEMPT",
@@ -133,7 +134,10 @@ ANNOTATION_INJECTED: Final = f"{_PREFIX}injected"
 
 # --- OfflineJobs ----------------------------------------------------------------------------
 FINALIZER: Final = f"{_PREFIX}finalizer"
-"""Finalizer kopf puts on OfflineJobs so deleting one first deletes its Pods."""
+"""Finalizer the operator puts on OfflineJobs so deleting one first deletes its Pods."""
+KOPF_FINALIZER: Final = f"kopf.{GROUP}/unused"
+"""kopf's own finalizer name: not ``FINALIZER`` (kopf strips its name from objects no kopf
+handler needs it on); no handler of the operator makes kopf add it."""
 KOPF_ANNOTATION_PREFIX: Final = GROUP
 """Prefix of kopf's progress/diff-base annotations on the operator's objects."""
 ANNOTATION_SLA_WINDOWS: Final = f"{_PREFIX}sla-windows"

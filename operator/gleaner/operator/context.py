@@ -29,6 +29,10 @@ so a restarted operator converges from what it finds. What it does hold:
   its resourceVersion as a precondition instead of reading the job again (a copy, never the
   truth: a stale one costs a 409 and a fresh read). Bounded by the jobs waiting for their
   Pod to run; dropped by ``forget_job``.
+- ``running``: the Running jobs as the OfflineJob watch last delivered them (``keep_job``),
+  which the SLA monitor and the batch-progress loop tick over (``handlers.running``)
+  instead of a kopf timer per job. A copy for choosing whom to observe; every write is
+  still judged on the job as the API server holds it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class OperatorContext:
     _job_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     scheduling_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     loop_task: asyncio.Task[None] | None = None
+    side_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    """The loops over Running jobs (SLA monitor, batch progress), cancelled at cleanup."""
     kick_reasons: set[str] = field(default_factory=set)
     nodes: NodeCache = field(default_factory=NodeCache)
     uninstrumented: dict[str, dict[int, str]] = field(default_factory=dict)
@@ -78,6 +84,8 @@ class OperatorContext:
     bias_clock: PersistClock = field(default_factory=lambda: PersistClock(60.0))
     bias_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while the table is loaded or written (a load must not race a write)."""
+    running: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """namespace/name -> the body of each Running job, as the watch delivered it."""
 
     def __post_init__(self) -> None:
         self.bias = BiasTable(self.config.bias)
@@ -96,8 +104,19 @@ class OperatorContext:
     def take_bound(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._bound.pop(f"{namespace}/{name}", None)
 
+    def keep_job(self, body: dict[str, Any], *, gone: bool = False) -> None:
+        """Keep ``body`` in ``running`` while its phase is Running (``gone``: deleted)."""
+        meta = body.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+        phase = (body.get("status") or {}).get("phase")
+        if gone or meta.get("deletionTimestamp") or phase != "Running":
+            self.running.pop(key, None)
+        else:
+            self.running[key] = body
+
     def forget_job(self, namespace: str, name: str) -> None:
         self._bound.pop(f"{namespace}/{name}", None)
+        self.running.pop(f"{namespace}/{name}", None)
         lock = self._job_locks.get(f"{namespace}/{name}")
         if lock is not None and not lock.locked():
             del self._job_locks[f"{namespace}/{name}"]

@@ -13,14 +13,15 @@ too. What is registered:
 ``@on.startup``                             settings (below), the bias table (loaded from
                                             its ConfigMap), scheduling loop (which also
                                             wakes itself when a job's backoff passes),
+                                            one SLA loop and one batch-progress loop
+                                            over all Running jobs (``handlers.running``),
                                             readiness
 ``@on.login``                               in-cluster service account, else KUBECONFIG
-``@on.cleanup``                             stop the loop, write the bias table if it
+``@on.cleanup``                             stop the loops, write the bias table if it
                                             changed, close the API client
-``@on.create/resume/update(spec)`` jobs     ``handlers.validate``: validate, queue / Invalid
-``@on.delete`` jobs (finalizer)             ``handlers.delete``: delete the job's Pods
-``@timer`` Running jobs, every SLA window   ``handlers.sla``: observe, keep / evict
-``@timer`` Running ``spec.batch`` jobs       ``handlers.batch``: runner progress, deadline SLA
+``@on.event`` jobs                          ``handlers.jobs``: finalizer, deletion (Pods,
+                                            then the finalizer), new spec to the pass or
+                                            validated, Running jobs for the loops
 ``@on.event`` offline Pods                  ``handlers.pods``: Pod phase -> job phase
 ``@on.event`` NodeTraces                    ``handlers.requeue``: trace cache, kick (load changed)
 ``@on.event`` NodeHistories                 ``handlers.requeue``: hours-of-the-day cache
@@ -29,8 +30,11 @@ too. What is registered:
 ``@on.event`` ConfigMaps in the index       ``handlers.validate``: re-validate waiting users
 ==========================================  ==============================================
 
-Settings: finalizer ``gleaner.dev/finalizer``; kopf's progress and diff-base kept in
-annotations prefixed ``gleaner.dev``; kopf awaits the version of its own patch for up to
+No kopf handler of OfflineJobs keeps state on the job: kopf adds no finalizer, progress or
+diff-base and makes no patch of its own. Settings: kopf's own finalizer name is not
+``gleaner.dev/finalizer`` (the operator manages that one, ``handlers.jobs``); kopf's
+progress and diff-base storage (unused by these handlers) would be annotations prefixed
+``gleaner.dev``; kopf awaits the version of its own patch for up to
 30 s (not 5) before it handles a job on an older copy; kopf's own Events only for warnings
 and errors (the operator posts its own: Scheduled, FailedScheduling, InvalidSpec,
 SLAViolation...); watch requests time out server-side after ``--watch-timeout`` seconds
@@ -49,21 +53,27 @@ from typing import TYPE_CHECKING, Any
 
 import kopf
 
-from gleaner.api import GROUP, VERSION, Phase
-from gleaner.api.contract import FINALIZER, KOPF_ANNOTATION_PREFIX, LABEL_ROLE, ROLE_OFFLINE
+from gleaner.api import GROUP, VERSION
+from gleaner.api.contract import (
+    KOPF_ANNOTATION_PREFIX,
+    KOPF_FINALIZER,
+    LABEL_ROLE,
+    ROLE_OFFLINE,
+)
 from gleaner.clients.kube import Credentials, KubeClient, SyncKubeClient
 from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.batch import PROGRESS_INTERVAL, is_batch_job, track_batch
 from gleaner.operator.handlers.bias import flush_bias, load_bias
-from gleaner.operator.handlers.delete import delete_job_pods
+from gleaner.operator.handlers.jobs import job_event
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
 from gleaner.operator.handlers.requeue import nodehistory_event, nodetrace_event
+from gleaner.operator.handlers.running import running_loop
 from gleaner.operator.handlers.scheduling import scheduling_loop
 from gleaner.operator.handlers.sla import monitor_sla
-from gleaner.operator.handlers.validate import revalidate_profile_users, validate_and_queue
+from gleaner.operator.handlers.validate import revalidate_profile_users
 from gleaner.operator.http import Health, build_app, serve_in_thread
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.validation import profile_configmap_name
@@ -80,8 +90,12 @@ NODEHISTORIES = (GROUP, VERSION, "nodehistories")
 KopfLogger = logging.Logger | logging.LoggerAdapter[Any]
 
 
-def _phase(status: Any) -> str:
-    return str((status or {}).get("phase") or "")
+def _always(_: dict[str, Any]) -> bool:
+    return True
+
+
+def _is_batch(body: dict[str, Any]) -> bool:
+    return is_batch_job(body.get("spec"))
 
 
 KOPF_CONSISTENCY_TIMEOUT = 30.0
@@ -89,7 +103,10 @@ KOPF_CONSISTENCY_TIMEOUT = 30.0
 
 
 def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
-    settings.persistence.finalizer = FINALIZER
+    # kopf's finalizer is NOT ours: the operator adds and removes gleaner.dev/finalizer
+    # itself (handlers.jobs), and kopf removes its own finalizer name from every object
+    # no kopf handler needs it on, which is every object now.
+    settings.persistence.finalizer = KOPF_FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=KOPF_ANNOTATION_PREFIX
     )
@@ -146,6 +163,16 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
             logger.info("peering %r with priority %d", config.peering, config.peering_priority)
         await load_bias(ctx)
         ctx.loop_task = asyncio.create_task(scheduling_loop(ctx), name="gleaner-scheduling")
+        ctx.side_tasks = [
+            asyncio.create_task(
+                running_loop(ctx, config.sla.window_seconds, _always, monitor_sla, "SLA"),
+                name="gleaner-sla",
+            ),
+            asyncio.create_task(
+                running_loop(ctx, PROGRESS_INTERVAL, _is_batch, track_batch, "batch progress"),
+                name="gleaner-batch",
+            ),
+        ]
         ctx.health.started = True
 
     @kopf.on.login(registry=registry)
@@ -157,48 +184,25 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         ctx: OperatorContext = memo.ctx
-        if ctx.loop_task is not None:
-            ctx.loop_task.cancel()
+        for task in [*([ctx.loop_task] if ctx.loop_task else []), *ctx.side_tasks]:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await ctx.loop_task
+                await task
         await flush_bias(ctx, final=True)
         await ctx.client.close()
 
-    # Handlers return None: kopf would store a returned value in the status, which the
-    # CRD's schema does not allow. Outcomes go to the log instead.
-    @kopf.on.create(*JOBS, id="validate", registry=registry)
-    @kopf.on.resume(*JOBS, id="validate", registry=registry)
-    @kopf.on.update(*JOBS, id="validate", field="spec", registry=registry)
-    async def job_changed(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
-        logger.info("validated: %s", await validate_and_queue(memo.ctx, dict(body)))
-
-    @kopf.on.delete(*JOBS, id="cleanup", registry=registry)
-    async def job_deleted(
-        name: str, namespace: str | None, memo: kopf.Memo, logger: KopfLogger, **_: Any
+    # One handler for every event of a job (no kopf state machine: no progress or diff-base
+    # stored, no kopf patch); see handlers.jobs.
+    @kopf.on.event(*JOBS, id="job", registry=registry)
+    async def job_event_handler(
+        event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any
     ) -> None:
-        deleted = await delete_job_pods(memo.ctx, namespace or "default", name)
-        logger.info("deleted %d pod(s)", deleted)
-
-    @kopf.timer(
-        *JOBS,
-        id="sla",
-        interval=config.sla.window_seconds,
-        initial_delay=config.sla.window_seconds,
-        when=lambda status, **_: _phase(status) == Phase.RUNNING.value,
-        registry=registry,
-    )
-    async def sla_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
-        logger.debug("SLA: %s", await monitor_sla(memo.ctx, dict(body)))
-
-    @kopf.timer(
-        *JOBS,
-        id="batch",
-        interval=PROGRESS_INTERVAL,
-        when=lambda status, spec, **_: _phase(status) == Phase.RUNNING.value and is_batch_job(spec),
-        registry=registry,
-    )
-    async def batch_tick(body: kopf.Body, memo: kopf.Memo, logger: KopfLogger, **_: Any) -> None:
-        logger.debug("batch: %s", await track_batch(memo.ctx, dict(body)))
+        kind = event.get("type")
+        outcome = await job_event(memo.ctx, kind, dict(body))
+        if kind is None:  # kopf's initial listing: a (re)started operator found the job
+            logger.info("resumed: %s", outcome)
+        elif outcome not in ("unchanged", "queued for validation"):
+            logger.info("%s", outcome)
 
     @kopf.on.event("v1", "pods", id="follow", labels={LABEL_ROLE: ROLE_OFFLINE}, registry=registry)
     async def pod_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -332,15 +336,14 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
 class QuietRoutine(logging.Filter):
     """Drops kopf's success lines of the handlers that run for every object, all the time.
 
-    The ``requeue`` and ``sla`` timers fire for every waiting / running job each interval,
+    ``job`` runs for every OfflineJob change (each status write comes back as one),
     ``nodetrace`` for every agent report, ``follow`` and ``nodes`` for every Pod and Node
     change: at INFO their successes would be most of the log. Their failures and retries,
     and every other line, stay; ``--verbose`` shows everything.
     """
 
     ROUTINE = frozenset(
-        [f"Timer {name!r} succeeded." for name in ("requeue", "sla")]
-        + [f"Handler {name!r} succeeded." for name in ("nodetrace", "follow", "nodes")]
+        f"Handler {name!r} succeeded." for name in ("job", "nodetrace", "follow", "nodes")
     )
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -66,11 +66,13 @@ simulator's default ``forecast_horizon_h``."""
 
 
 class HourProfiles:
-    """Each node's time-of-day profile, parsed once per change of its ``status.hours``, and
-    the load spread learned from the nodes' report windows (in memory, bounded)."""
+    """Each node's time-of-day profile, parsed once per change of its ``status.hours``, each
+    NodeTrace's summaries, parsed once per ``resourceVersion``, and the load spread learned
+    from the nodes' report windows (in memory, bounded by the NodeTraces that exist)."""
 
     def __init__(self) -> None:
         self._by_node: dict[str, tuple[tuple[Any, ...], DiurnalProfile | None]] = {}
+        self._parsed: dict[str, tuple[str, dict[str, NodeSummary]]] = {}
         self.spread = LoadSpread()
         self._learned: dict[str, tuple[datetime | None, float]] = {}
 
@@ -110,10 +112,26 @@ class HourProfiles:
         self._by_node[name] = (key, profile)
         return profile
 
+    def summaries(self, obj: Mapping[str, Any]) -> dict[str, NodeSummary]:
+        """NodeTrace ``obj``'s latest window, summarized (``TraceFormatError`` or
+        ``ValueError`` when it does not parse); kept while its ``resourceVersion`` is the same
+        (summaries are immutable, so every pass may share them)."""
+        meta = obj.get("metadata") or {}
+        name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+        cached = self._parsed.get(name)
+        if version and cached is not None and cached[0] == version:
+            return dict(cached[1])
+        loaded = NodeTraceListSource([obj]).load()
+        if version:
+            self._parsed[name] = (version, dict(loaded))
+        return loaded
+
     def retain(self, names: set[str]) -> None:
         """Forget the nodes not in ``names`` (their NodeTraces are gone)."""
         for name in set(self._by_node) - names:
             del self._by_node[name]
+        for name in set(self._parsed) - names:
+            del self._parsed[name]
         for node in set(self._learned) - names:
             del self._learned[node]
         self.spread.retain(names)
@@ -155,7 +173,7 @@ def summaries_from_nodetraces(
     for obj in nodetraces:
         name = (obj.get("metadata") or {}).get("name")
         try:
-            loaded = NodeTraceListSource([obj]).load()
+            loaded = profiles.summaries(obj)
         except (TraceFormatError, ValueError) as exc:
             logger.warning("NodeTrace %s skipped: %s", name, str(exc).splitlines()[0])
             continue

@@ -15,7 +15,8 @@ server does a little more, and the operator relies on some of it, so ``ApiServer
 (a subclass, as kmock's docs invite) adds, honestly and minimally:
 
 - ``metadata.uid``, ``creationTimestamp``, ``generation`` and ``namespace`` on create, and a
-  name from ``generateName`` (kopf posts Events with ``generateName``);
+  name from ``generateName`` (kopf posts Events with ``generateName``); ``generation`` + 1
+  on a merge patch of the object's ``spec`` (the operator judges a spec by its generation);
 - a cluster-wide, increasing ``metadata.resourceVersion`` on every create and patch, merge
   or JSON patch (kopf waits for the patched version to come back through its watch, and
   guards finalizer patches with a JSON-patch ``test`` of the version, which fails with 422
@@ -380,6 +381,10 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         data.setdefault("metadata", {})
         if data["metadata"] is None:
             data["metadata"] = {}
+        ref = (request.resource, request.namespace, request.name)
+        if request.subresource is None and "spec" in data and ref in self.objects:
+            stored = self.objects[ref].last.raw.get("metadata") or {}
+            data["metadata"]["generation"] = int(stored.get("generation") or 0) + 1
         data["metadata"]["resourceVersion"] = self._next_resource_version()
 
     async def _serve_list(self, request: Any) -> Any:

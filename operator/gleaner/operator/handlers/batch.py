@@ -1,7 +1,8 @@
 """Following a ``spec.batch`` job: its runner's progress into status, its deadline into SLA.
 
-Contract (docs/batch.md, "Progress and deadlines in the cluster"). Each tick (a kopf timer
-on Running jobs that have ``spec.batch``, every :data:`PROGRESS_INTERVAL` seconds):
+Contract (docs/batch.md, "Progress and deadlines in the cluster"). Each tick (one loop over
+the Running jobs that have ``spec.batch``, ``handlers.running``, every
+:data:`PROGRESS_INTERVAL` seconds):
 
 1. reads the runner's ``GET /progress`` at the current Pod's IP (``gleaner.clients.http``);
    no IP yet or no answer: nothing changes this tick;

@@ -1,11 +1,11 @@
 """OfflineJob deletion (behind the ``gleaner.dev/finalizer``): delete the job's Pods.
 
 Contract: lists the job's offline Pods by label and deletes each (already gone is fine),
-then lets kopf remove the finalizer. Owner references would garbage-collect them too on a
-real cluster; deleting explicitly makes the GPUs free at once and does not depend on the
-garbage collector. Eviction-report ConfigMaps are kept (they have no owner) for
-``gleaner report evictions``. The job's per-job metric series are removed. The scheduling
-loop is kicked: GPUs were freed.
+then the caller (``handlers.jobs``) removes the finalizer. Owner references would
+garbage-collect them too on a real cluster; deleting explicitly makes the GPUs free at
+once and does not depend on the garbage collector. Eviction-report ConfigMaps are kept
+(they have no owner) for ``gleaner report evictions``. The job's per-job metric series are
+removed. The scheduling loop is kicked: GPUs were freed.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from pydantic import ValidationError
 
 from gleaner.api import API_VERSION, ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.api.common import find_condition
-from gleaner.api.contract import LABEL_JOB, OFFLINE_SELECTOR
+from gleaner.api.contract import FINALIZER, LABEL_JOB, OFFLINE_SELECTOR
 from gleaner.clients.kube import (
     ConflictError,
     KubeError,
@@ -65,7 +65,12 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event, post_object_event
 from gleaner.operator.handlers import profiling
 from gleaner.operator.handlers.bias import flush_bias, load_bias
-from gleaner.operator.handlers.validate import apply_verdict
+from gleaner.operator.handlers.validate import (
+    WAITING_PHASES,
+    apply_verdict,
+    spec_judged,
+    valid_status,
+)
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
@@ -322,7 +327,8 @@ async def _pass(ctx: OperatorContext) -> PassResult:
 
     # 5. place the queue.
     needs_profile: list[OfflineJob] = []
-    queue = await _build_queue(ctx, bodies, statuses, now, needs_profile)
+    fresh: dict[tuple[str, str], Judged] = {}
+    queue = await _build_queue(ctx, bodies, statuses, now, needs_profile, fresh)
     # Profile on submit: runs to place go through the same decide() call.
     runs, retry = await profiling.advance_profiles(
         ctx, needs_profile, list(pods_by_key.values()), traces, now
@@ -364,7 +370,15 @@ async def _pass(ctx: OperatorContext) -> PassResult:
             if q.key in run_of:
                 return await profiling.bind_run(ctx, run_of[q.key], placement)
             return await _bind(
-                ctx, q, placement, statuses, now, detail, why_not, bodies.get(_key_of(q))
+                ctx,
+                q,
+                placement,
+                statuses,
+                now,
+                detail,
+                why_not,
+                bodies.get(_key_of(q)),
+                fresh.get(_key_of(q)),
             )
 
     async def explain_one(q: QueuedJob, reason: str) -> bool:
@@ -372,7 +386,9 @@ async def _pass(ctx: OperatorContext) -> PassResult:
             if q.key in run_of:
                 await profiling.explain_wait(ctx, run_of[q.key], reason)
                 return True
-            return await _mark_unschedulable(ctx, q, reason, now, bodies.get(_key_of(q)))
+            return await _mark_unschedulable(
+                ctx, q, reason, now, bodies.get(_key_of(q)), fresh.get(_key_of(q))
+            )
 
     bound = await asyncio.gather(*(bind_one(q, p) for q, p in plan.placements))
     result.placed = sum(bound)
@@ -501,20 +517,54 @@ def _occupied(
     return occupied
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A job this pass validated (its spec was not judged yet): the verdict is written with
+    the job's placement or Unschedulable reason, in the same status write."""
+
+    verdict: ValidJob
+    generation: int | None
+
+    def apply(
+        self, body: dict[str, Any], cur: OfflineJobStatus, now: datetime
+    ) -> OfflineJobStatus | None:
+        """``cur`` judged valid; None when the spec changed since it was judged."""
+        if _meta(body).get("generation") != self.generation:
+            return None
+        return valid_status(cur, self.verdict, now, self.generation)[0]
+
+
 async def _build_queue(
     ctx: OperatorContext,
     bodies: dict[tuple[str, str], dict[str, Any]],
     statuses: dict[tuple[str, str], OfflineJobStatus],
     now: datetime,
     needs_profile: list[OfflineJob],
+    fresh: dict[tuple[str, str], Judged],
 ) -> list[QueuedJob]:
-    """The jobs to place; those whose profile is to be measured go to ``needs_profile``."""
+    """The jobs to place; those whose profile is to be measured go to ``needs_profile``.
+
+    A waiting job whose spec is not judged yet (new, or edited) is validated here: valid,
+    queued and due, it is placed with the rest and ``fresh`` says so (its ``Valid`` is
+    written with the placement); otherwise its verdict is written now (``apply_verdict``).
+    """
     queue: list[QueuedJob] = []
     configmaps: dict[tuple[str, str], dict[str, Any] | None] = {}
     for key, status in statuses.items():
-        if status.phase not in st.QUEUED_PHASES or not _is_valid(status) or not _due(status, now):
-            continue
         body = bodies[key]
+        if FINALIZER not in (_meta(body).get("finalizers") or []):
+            # Not seen by the job handler yet: it adds the finalizer, whose echo kicks a
+            # pass. Placing the job now would write on a copy that the finalizer's patch
+            # is about to make stale (a 409 and a fresh read per job), and create Pods for
+            # a job whose deletion would not wait for them.
+            continue
+        judged = spec_judged(body)
+        if judged and (
+            status.phase not in st.QUEUED_PHASES or not _is_valid(status) or not _due(status, now)
+        ):
+            continue
+        if not judged and status.phase not in WAITING_PHASES:
+            continue  # a bound or finished job: its event handler validates it
         cm_name = profile_configmap_name(body)
         cm = None
         if cm_name:
@@ -524,6 +574,18 @@ async def _build_queue(
                 )
             cm = configmaps[(key[0], cm_name)]
         verdict = validate_job(body, cm)
+        if not judged:
+            if (
+                isinstance(verdict, ValidJob)
+                and status.phase in st.QUEUED_PHASES
+                and _due(status, now)
+            ):
+                fresh[key] = Judged(verdict, _meta(body).get("generation"))
+                job = verdict.job.model_copy(update={"status": status})
+                queue.append(QueuedJob(job, verdict.profile))
+            else:
+                await apply_verdict(ctx, body, verdict)
+            continue
         if isinstance(verdict, ValidJob):
             # validate_job parses metadata and spec only; the scheduler also reads the
             # status (excludedNodes after an eviction, evictionCount, nextAttemptAfter).
@@ -590,9 +652,11 @@ async def _bind(
     detail: str = "",
     why_not: tuple[str, ...] = (),
     known: dict[str, Any] | None = None,
+    judged: Judged | None = None,
 ) -> bool:
     """Record ``placement`` in the job's status (judged on the pass's own copy of the job,
-    ``known``, with its resourceVersion as a precondition), then create its Pod."""
+    ``known``, with its resourceVersion as a precondition), then create its Pod. With
+    ``judged``, the same write records the pass's validation (``Valid=True``)."""
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
     uid = q.job.metadata.uid
@@ -601,6 +665,11 @@ async def _bind(
     def record(body: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
         if _meta(body).get("uid") != uid or cur.phase not in st.QUEUED_PHASES:
             return None  # replaced or moved on since the pass read it
+        if judged is not None:
+            valid = judged.apply(body, cur, now)
+            if valid is None:
+                return None  # its spec changed since this pass judged it: the next pass
+            cur = valid
         recorded["body"] = body
         return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now, detail)
 
@@ -633,6 +702,7 @@ async def _mark_unschedulable(
     reason: str,
     now: datetime,
     known: dict[str, Any] | None = None,
+    judged: Judged | None = None,
 ) -> bool:
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
@@ -640,9 +710,14 @@ async def _mark_unschedulable(
     retry_at = datetime.now(UTC) + timedelta(seconds=ctx.config.unschedulable_backoff)
     changed_reasons: dict[str, bool] = {}
 
-    def mark(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
+    def mark(body: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
         if cur.phase not in st.QUEUED_PHASES:
             return None
+        if judged is not None:
+            valid = judged.apply(body, cur, now)
+            if valid is None:
+                return None  # its spec changed since this pass judged it: the next pass
+            cur = valid
         new = st.unschedulable(cur, [reason], now, retry_at)
         changed_reasons["changed"] = (
             cur.phase is not Phase.UNSCHEDULABLE or cur.message != new.message

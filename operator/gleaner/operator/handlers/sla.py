@@ -1,6 +1,7 @@
 """The SLA monitor: one tick per Running job per window; keep, or evict and requeue.
 
-Contract. Each tick (a kopf timer on Running OfflineJobs, every ``--sla-window``):
+Contract. Each tick (``handlers.running``: one loop over the Running OfflineJobs, every
+``--sla-window``):
 
 1. observes the job's throughput fraction for the latest window
    (``gleaner.operator.observation``: the NodeTrace of its node as the watch delivered it,

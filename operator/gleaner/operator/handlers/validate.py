@@ -1,4 +1,4 @@
-"""OfflineJob validation: on create / resume / spec update, and when a profile ConfigMap changes.
+"""OfflineJob validation: a bound job's edited spec, a profile ConfigMap change, the pass.
 
 Contract: ``validate_and_queue`` reads the job's profile ConfigMap (``spec.profileFrom``)
 and validates with the pure ``validate_job``; ``apply_verdict`` writes the outcome, judged on
@@ -7,7 +7,8 @@ a precondition (``update_status(known=...)``: a fresh read only when the job cha
 since). Invalid: phase Invalid, ``Valid=False`` whose message names the field (and the ConfigMap as
 ``<namespace>/<name>``), a Warning Event ``InvalidSpec`` only when the status changed; the
 handler returns normally so kopf does not retry. Valid: ``Valid=True``; a new or formerly
-invalid job becomes Pending; the scheduling loop is kicked. Needs a profile
+invalid job becomes Pending; the scheduling loop is kicked (``valid_status``, which the
+pass also folds into a new job's placement write, ``handlers.scheduling``). Needs a profile
 (``profileFrom.auto`` and no ConfigMap): valid and Pending too, with ``Profiled=False`` (the
 pass measures it, ``handlers.profiling``). Running jobs keep running: a spec change applies
 to the job's next attempt.
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from gleaner.api import OfflineJobStatus, Phase
+from gleaner.api import ConditionType, OfflineJobStatus, Phase
 from gleaner.clients.kube import configmaps_path, offlinejobs_path
 from gleaner.operator import status as st
 from gleaner.operator.autoprofile import profiled, profiling, profiling_started
@@ -46,6 +47,35 @@ from gleaner.operator.validation import (
 
 WAITING_PHASES = frozenset({Phase.PENDING, Phase.INVALID, Phase.UNSCHEDULABLE, Phase.EVICTED})
 """Phases a (re-)validation may move: bound and finished jobs keep their state."""
+
+
+def spec_judged(body: dict[str, Any]) -> bool:
+    """Whether the job's ``Valid`` condition judged its current spec: the condition's
+    ``observedGeneration`` is the job's ``metadata.generation``."""
+    generation = (body.get("metadata") or {}).get("generation")
+    for cond in (body.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == ConditionType.VALID.value:
+            return generation is not None and cond.get("observedGeneration") == generation
+    return False
+
+
+def valid_status(
+    cur: OfflineJobStatus, verdict: ValidJob | NeedsProfile, now: datetime, generation: int | None
+) -> tuple[OfflineJobStatus, bool]:
+    """The status of a job judged valid (``Valid=True`` for ``generation``); the flag says
+    that this status starts profiling (the caller posts ``ProfileNeeded``)."""
+    new = st.valid(cur, now, generation)
+    needs_runs = isinstance(verdict, NeedsProfile) and not profiling_started(new)
+    if isinstance(verdict, NeedsProfile) and not profiling_started(new):
+        if new.phase in (Phase.UNSCHEDULABLE, Phase.EVICTED):
+            # Profiling runs while the job is Pending (docs/profiling.md).
+            new = st.transition(new, Phase.PENDING, "waiting for its profile")
+        new = profiling(new, verdict.message, now)  # the pass starts the runs
+    elif isinstance(verdict, ValidJob) and profiling_started(new):
+        # The ConfigMap appeared while profiling (written by the user, or stored by a
+        # replica that stopped before it could say so): the profile is there.
+        new = profiled(new, "profile read from its ConfigMap", now)
+    return new, needs_runs
 
 
 async def validate_and_queue(ctx: OperatorContext, body: dict[str, Any]) -> str:
@@ -86,17 +116,7 @@ async def apply_verdict(
 
     def mark_valid(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
         nonlocal needs_runs
-        new = st.valid(cur, now, generation)
-        needs_runs = isinstance(verdict, NeedsProfile) and not profiling_started(new)
-        if isinstance(verdict, NeedsProfile) and not profiling_started(new):
-            if new.phase in (Phase.UNSCHEDULABLE, Phase.EVICTED):
-                # Profiling runs while the job is Pending (docs/profiling.md).
-                new = st.transition(new, Phase.PENDING, "waiting for its profile")
-            new = profiling(new, verdict.message, now)  # the pass starts the runs
-        elif isinstance(verdict, ValidJob) and profiling_started(new):
-            # The ConfigMap appeared while profiling (written by the user, or stored by a
-            # replica that stopped before it could say so): the profile is there.
-            new = profiled(new, "profile read from its ConfigMap", now)
+        new, needs_runs = valid_status(cur, verdict, now, generation)
         return new
 
     written = await update_status(ctx, namespace, name, mark_valid, known=body)
