@@ -393,7 +393,8 @@ void gl_online_launched(void *stream, int is_graph) {
   pthread_mutex_unlock(&trk_mu);
   if (became_busy) {
     gl_agent_start();
-    gl_fg_online_busy(); /* the offline gates close on this, without the agent */
+    /* The offline gates close on this, without the agent. */
+    gl_fg_online_busy(now, gap && gap <= gl_cfg.max_gap_ns ? gap : 0);
     send_edge(GL_MSG_ONLINE_BUSY, now);
     if (gap && gap <= gl_cfg.max_gap_ns) {
       gl_decode_gap g = {GL_GPU_ALL, 0, now, gap};
@@ -453,6 +454,7 @@ static void *tracker_main(void *unused) {
       busy = 0;
       last_idle_ns = now;
       pthread_mutex_unlock(&trk_mu);
+      gl_fg_online_idle(now);
       send_edge(GL_MSG_ONLINE_IDLE, now);
       pthread_mutex_lock(&trk_mu);
       continue;

@@ -108,7 +108,8 @@ static uint64_t on_next_ns; /* guarded by on_mu */
 static dev_t on_dev;
 static ino_t on_ino;
 
-void gl_fg_online_busy(void) {
+/* The online mapping, (re)mapped at most once a second; NULL without a segment. */
+static gl_fg_segment *online_segment(void) {
   if (pthread_mutex_trylock(&on_mu) == 0) {
     uint64_t now = gl_now_ns();
     if (now >= on_next_ns) {
@@ -136,7 +137,26 @@ void gl_fg_online_busy(void) {
     }
     pthread_mutex_unlock(&on_mu);
   }
-  gl_fg_segment *s = atomic_load(&on_seg);
+  return atomic_load(&on_seg);
+}
+
+/* One edge into the ring (see gleaner_fastgate.h), then wake the native loop. */
+static void ring_push(gl_fg_segment *s, uint16_t kind, uint64_t mask, uint64_t now, uint64_t gap) {
+  uint32_t ticket = __atomic_fetch_add(&s->edge_head, 1, __ATOMIC_ACQ_REL);
+  gl_fg_edge *e = &s->edge[ticket & (GL_FG_RING - 1)];
+  e->kind = kind;
+  e->pid = (uint32_t)getpid();
+  e->mask = mask;
+  e->t_ns = now;
+  e->request = 0; /* the shim sees no request identities: anonymous busy periods */
+  e->gap_ns = gap;
+  __atomic_store_n(&e->commit, ticket + 1, __ATOMIC_RELEASE);
+  if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) == GL_FG_LOOP_RUNNING)
+    futex(&s->edge_head, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+void gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
+  gl_fg_segment *s = online_segment();
   if (!s)
     return;
   uint64_t mask = atomic_load(&on_mask);
@@ -145,6 +165,15 @@ void gl_fg_online_busy(void) {
       __atomic_fetch_add(&s->slot[k].busy_seq, 1, __ATOMIC_SEQ_CST);
   __atomic_fetch_add(&s->wake, 1, __ATOMIC_SEQ_CST);
   futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
+  if (gap_ns)
+    ring_push(s, GL_FG_EDGE_GAP, mask, now, gap_ns);
+  ring_push(s, GL_FG_EDGE_BUSY, mask, now, 0);
+}
+
+void gl_fg_online_idle(uint64_t now) {
+  gl_fg_segment *s = online_segment();
+  if (s)
+    ring_push(s, GL_FG_EDGE_IDLE, atomic_load(&on_mask), now, 0);
 }
 
 /* --- offline --------------------------------------------------------------------- */
@@ -165,6 +194,15 @@ static const char *fg_unfit(const gl_fg_segment *s, uint64_t now, char *buf, siz
   if (now > hb && now - hb > stale) {
     snprintf(buf, cap, "agent heartbeat in shared memory stale (%llu ms old)",
              (unsigned long long)((now - hb) / 1000000ull));
+    return buf;
+  }
+  uint32_t loop = __atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE);
+  if (loop == GL_FG_LOOP_STOPPED)
+    return "the agent's native gate loop stopped";
+  uint64_t beat = __atomic_load_n(&s->loop_beat_ns, __ATOMIC_ACQUIRE);
+  if (loop == GL_FG_LOOP_RUNNING && now > beat && now - beat > stale) {
+    snprintf(buf, cap, "native gate loop heartbeat in shared memory stale (%llu ms old)",
+             (unsigned long long)((now - beat) / 1000000ull));
     return buf;
   }
   return NULL;

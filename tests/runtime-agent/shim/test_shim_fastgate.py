@@ -27,7 +27,8 @@ from gleaner.protocol import node as pn
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent import fastgate as fg
 from gleaner.runtime_agent.daemon import AgentDaemon
-from gleaner.runtime_agent.policy import InstrumentationConfig
+from gleaner.runtime_agent.gatelib import GateLoop
+from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig
 from gleaner.testing.shim import (
     FAKE_GPU_UUID,
     SHIM_DIR,
@@ -96,13 +97,17 @@ def _status(agent: AgentStub, words: str, after: int = 0, timeout: float = 10.0)
 
 
 def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
-    fields = ["magic", "version", "nslots", "agent_pid", "wake", "heartbeat_ns", "stale_ns"]
-    slot = ["uuid", "index", "busy_seq", "open_seq"]
+    fields = ["magic", "version", "nslots", "agent_pid", "wake", "loop_state", "heartbeat_ns"]
+    fields += ["stale_ns", "loop_beat_ns", "edge_head", "edge_tail", "slot", "edge"]
+    slot = ["uuid", "index", "busy_seq", "open_seq", "open_gen"]
+    edge = ["commit", "kind", "pid", "mask", "t_ns", "request", "gap_ns"]
     lines = ['#include "gleaner_fastgate.h"', "#include <stddef.h>", "#include <stdio.h>"]
     lines += ["int main(void) {", '  printf("size %zu\\n", sizeof(gl_fg_segment));']
     lines += [f'  printf("{f} %zu\\n", offsetof(gl_fg_segment, {f}));' for f in fields]
     lines += [f'  printf("slot.{f} %zu\\n", offsetof(gl_fg_slot, {f}));' for f in slot]
-    lines += ['  printf("slot %zu\\n", offsetof(gl_fg_segment, slot));']
+    lines += [f'  printf("edge.{f} %zu\\n", offsetof(gl_fg_edge, {f}));' for f in edge]
+    lines += ['  printf("version_value %u\\n", GL_FG_VERSION);']
+    lines += ['  printf("ring %u\\n", GL_FG_RING);']
     lines += ['  printf("magic_value %u\\n", GL_FG_MAGIC);', "  return 0;", "}"]
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
@@ -116,8 +121,9 @@ def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
         assert c[f] == getattr(fg.SegmentLayout, f).offset, f
     for f in slot:
         assert c[f"slot.{f}"] == getattr(fg.Slot, f).offset, f
-    assert c["slot"] == fg.SegmentLayout.slot.offset
-    assert c["magic_value"] == fg.MAGIC
+    for f in edge:
+        assert c[f"edge.{f}"] == getattr(fg.Edge, f).offset, f
+    assert (c["magic_value"], c["version_value"], c["ring"]) == (fg.MAGIC, fg.VERSION, fg.RING)
 
 
 def test_an_online_edge_in_shared_memory_closes_the_offline_gate_without_the_agent(
@@ -253,6 +259,44 @@ def test_the_online_shim_bumps_the_segment(tmp_path: Path, sock_path: Path) -> N
         stub.wait_for(p.OnlineBusy)
         assert seg.busy_seq(GPU) == before[1] + 1  # bumped before the frame went
         assert seg.busy_seq(0) == before[0]  # its UUID names one GPU
+        # The edge is in the ring too, for the native gate loop; then the idle edge.
+        busy = seg.edge(0)
+        assert (busy.commit, busy.kind, busy.mask, busy.request) == (1, fg.EDGE_BUSY, 0b10, 0)
+        assert busy.pid == sp.proc.pid and busy.t_ns > 0
+        stub.wait_for(p.OnlineIdle)
+        idle = seg.edge(1)
+        assert (idle.commit, idle.kind, idle.mask, idle.pid) == (2, fg.EDGE_IDLE, 0b10, sp.proc.pid)
+        assert idle.t_ns >= busy.t_ns
+
+
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_native_gate_loop_that_dies_or_stops_closes_the_gate_and_says_why(
+    tmp_path: Path, sock_path: Path, stub: AgentStub, how: str
+) -> None:
+    with (
+        _segment(sock_path, stale_s=0.5) as (seg, _),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(sp)
+            stub.wait_for(p.Hello)
+            assert sp.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            mark = stub.mark()
+            if how == "killed":
+                loop.test_kill()  # dies without a word: only its beat stops
+                words = "native gate loop heartbeat in shared memory stale"
+            else:
+                loop.stop()
+                words = "native gate loop stopped"
+            st = _status(stub, words, after=mark)
+            assert st.code == p.StatusCode.NO_AGENT
+            assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+            sp.send("launch 1")
+            assert sp.no_reply_within(0.3), "work ran without the native gate loop"
+        finally:
+            loop.close()
 
 
 def test_without_a_segment_the_socket_path_alone_gates(

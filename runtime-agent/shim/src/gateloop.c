@@ -1,0 +1,385 @@
+/*
+ * gateloop.c - the native gate loop (contract: include/gleaner_gateloop.h).
+ *
+ * One thread runs the compute gate of every node GPU (gate.c: the one gate rule) on the
+ * online edges the shims put in the shared-memory segment's ring, and writes its decisions
+ * back into the segment for the offline shims' watch threads: busy edge to decision without
+ * the agent's Python event loop. Linked into libgleaner_gate.so with gate.c.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gleaner_gateloop.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define UNCOMMITTED_POLL_NS 100000L /* re-look at an entry being written after 100 us */
+
+struct gl_loop {
+  gl_fg_segment *seg;
+  uint32_t n;
+  gl_gate *gate[GL_FG_SLOTS];
+  uint32_t seen[GL_FG_SLOTS]; /* busy edges consumed per slot (what open_seq is set to) */
+  uint32_t nsrc[GL_FG_SLOTS];
+  uint32_t src[GL_FG_SLOTS][GL_LOOP_MAX_SOURCES]; /* busy sources (pids) per slot */
+  uint8_t held[GL_FG_SLOTS];                     /* held by the agent (gl_loop_hold) */
+  double lost_until;                             /* > 0: every gate held until then */
+  uint32_t tail;
+  uint64_t uncommitted_since;
+  gl_loop_stats st;
+  pthread_mutex_t mu;
+  pthread_t thread;
+  atomic_int stop, kill, alive, joined;
+};
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
+  return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+static void wake_watchers(gl_fg_segment *s) {
+  __atomic_fetch_add(&s->wake, 1, __ATOMIC_SEQ_CST);
+  futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* Carry out the gate's answer `rc` for slot k (lock held). */
+static void act(gl_loop *l, uint32_t k, int rc) {
+  gl_fg_slot *slot = &l->seg->slot[k];
+  uint32_t gen = __atomic_load_n(&slot->open_gen, __ATOMIC_RELAXED);
+  int open = rc == GL_GATE_ENABLE;
+  if (rc == GL_GATE_NONE || rc == GL_GATE_BAD_TIME)
+    return;
+  if (rc == GL_GATE_NO_MEMORY) {
+    /* The gate could not record a request: close (its own state may be behind). */
+    gl_gate_force_disable(l->gate[k], gl_gate_state(l->gate[k])->now);
+    open = 0;
+  }
+  if (open)
+    __atomic_store_n(&slot->open_seq, l->seen[k], __ATOMIC_RELEASE);
+  if ((gen & 1u) != (uint32_t)open)
+    __atomic_store_n(&slot->open_gen, gen + 1, __ATOMIC_RELEASE);
+  l->st.decisions++;
+  /* A busy disable needs no wakeup: the online shim's busy_seq bump already woke the
+   * watchers, which closed on it. */
+  if (rc != GL_GATE_DISABLE)
+    wake_watchers(l->seg);
+}
+
+static void apply_hold(gl_loop *l, uint32_t k, double t) {
+  int held = l->held[k] || l->lost_until > 0;
+  act(l, k, gl_gate_hold(l->gate[k], t, held));
+}
+
+static void lost(gl_loop *l, uint64_t count, double t) {
+  l->st.lost_edges += count;
+  l->lost_until = t + GL_LOOP_LOST_HOLD_S;
+  for (uint32_t k = 0; k < l->n; k++)
+    apply_hold(l, k, t);
+}
+
+static int src_index(const gl_loop *l, uint32_t k, uint32_t pid) {
+  for (uint32_t i = 0; i < l->nsrc[k]; i++)
+    if (l->src[k][i] == pid)
+      return (int)i;
+  return -1;
+}
+
+static size_t req_name(char *out, uint32_t pid, uint64_t request) {
+  out[0] = 'r'; /* never a NUL first byte: the gate's anonymous names start with one */
+  memcpy(out + 1, &pid, sizeof pid);
+  memcpy(out + 1 + sizeof pid, &request, sizeof request);
+  return 1 + sizeof pid + sizeof request;
+}
+
+static void apply_edge(gl_loop *l, const gl_fg_edge *e) {
+  double t = (double)e->t_ns / 1e9;
+  char name[16];
+  size_t len = e->request ? req_name(name, e->pid, e->request) : 0;
+  for (uint32_t k = 0; k < l->n; k++) {
+    if (!(e->mask & (1ull << k)))
+      continue;
+    gl_gate *g = l->gate[k];
+    int at = src_index(l, k, e->pid);
+    if (e->kind == GL_FG_EDGE_BUSY) {
+      l->seen[k]++;
+      int was_busy = l->nsrc[k] > 0;
+      if (at < 0 && l->nsrc[k] < GL_LOOP_MAX_SOURCES)
+        l->src[k][l->nsrc[k]++] = e->pid;
+      if (was_busy && !e->request)
+        continue; /* already busy; an anonymous edge tells the gate nothing new */
+      act(l, k, gl_gate_online_busy(g, t, e->request ? name : NULL, len));
+    } else if (e->kind == GL_FG_EDGE_IDLE) {
+      if (at >= 0)
+        l->src[k][at] = l->src[k][--l->nsrc[k]];
+      if (l->nsrc[k] > 0) {
+        if (e->request)
+          act(l, k, gl_gate_request_done(g, t, name, len));
+      } else {
+        if (e->request)
+          act(l, k, gl_gate_finish(g, t, name, len));
+        act(l, k, gl_gate_online_idle(g, t));
+      }
+    } else if (e->kind == GL_FG_EDGE_GAP) {
+      act(l, k, gl_gate_decode_gap(g, (double)e->gap_ns / 1e9, t, 1));
+    }
+  }
+}
+
+/* Consume every committed entry (lock held). */
+static void drain(gl_loop *l, uint64_t now) {
+  gl_fg_segment *s = l->seg;
+  for (;;) {
+    uint32_t head = __atomic_load_n(&s->edge_head, __ATOMIC_ACQUIRE);
+    uint32_t behind = head - l->tail;
+    if (behind == 0) {
+      l->uncommitted_since = 0;
+      return;
+    }
+    if (behind > GL_FG_RING) { /* the writers lapped the loop */
+      l->tail = head;
+      __atomic_store_n(&s->edge_tail, l->tail, __ATOMIC_RELEASE);
+      lost(l, behind, (double)now / 1e9);
+      continue;
+    }
+    gl_fg_edge *slot = &s->edge[l->tail & (GL_FG_RING - 1)];
+    if (__atomic_load_n(&slot->commit, __ATOMIC_ACQUIRE) != l->tail + 1) {
+      if (!l->uncommitted_since)
+        l->uncommitted_since = now;
+      if (now - l->uncommitted_since < GL_LOOP_COMMIT_WAIT_NS)
+        return; /* being written: look again shortly */
+      l->uncommitted_since = 0;
+      l->tail++;
+      lost(l, 1, (double)now / 1e9);
+      continue;
+    }
+    l->uncommitted_since = 0;
+    gl_fg_edge e = *slot;
+    if (__atomic_load_n(&slot->commit, __ATOMIC_ACQUIRE) != l->tail + 1) {
+      l->tail++; /* overwritten while copied: the writers lapped the loop */
+      lost(l, 1, (double)now / 1e9);
+      continue;
+    }
+    l->tail++;
+    __atomic_store_n(&s->edge_tail, l->tail, __ATOMIC_RELEASE);
+    l->st.edges++;
+    apply_edge(l, &e);
+  }
+}
+
+/* Tick every gate whose deadline came; the earliest deadline left (seconds; INFINITY). */
+static double tick(gl_loop *l, double t) {
+  if (l->lost_until > 0 && t >= l->lost_until) {
+    l->lost_until = 0;
+    for (uint32_t k = 0; k < l->n; k++) {
+      /* Busy edges of the lost entries are counted again from the segment. */
+      l->seen[k] = __atomic_load_n(&l->seg->slot[k].busy_seq, __ATOMIC_ACQUIRE);
+      apply_hold(l, k, t);
+    }
+  }
+  double next = l->lost_until > 0 ? l->lost_until : INFINITY;
+  for (uint32_t k = 0; k < l->n; k++) {
+    double d = gl_gate_next_deadline(l->gate[k]);
+    if (d <= t) {
+      act(l, k, gl_gate_tick(l->gate[k], t));
+      d = gl_gate_next_deadline(l->gate[k]);
+    }
+    if (d < next)
+      next = d;
+  }
+  return next;
+}
+
+static void *loop_main(void *arg) {
+  gl_loop *l = arg;
+  gl_fg_segment *s = l->seg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  /* As the shims' watch thread: the lowest real-time priority where allowed. */
+  struct sched_param prio = {.sched_priority = 1};
+  (void)pthread_setschedparam(pthread_self(), SCHED_FIFO, &prio);
+  for (;;) {
+    if (atomic_load(&l->kill)) {
+      atomic_store(&l->alive, 0); /* died: no word, the beat stops */
+      return NULL;
+    }
+    if (atomic_load(&l->stop))
+      break;
+    uint64_t now = mono_ns();
+    __atomic_store_n(&s->loop_beat_ns, now, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&l->mu);
+    l->st.wakeups++;
+    drain(l, now);
+    double next = tick(l, (double)now / 1e9);
+    int pending = l->uncommitted_since != 0;
+    uint32_t tail = l->tail;
+    pthread_mutex_unlock(&l->mu);
+    uint64_t wait = GL_FG_LOOP_BEAT_NS;
+    if (pending) {
+      wait = UNCOMMITTED_POLL_NS;
+    } else if (next < INFINITY) {
+      double left = next * 1e9 - (double)now;
+      if (left < (double)wait)
+        wait = left > 0 ? (uint64_t)left + 1 : 0;
+    }
+    if (wait == 0)
+      continue;
+    struct timespec to = {(time_t)(wait / 1000000000ull), (long)(wait % 1000000000ull)};
+    if (pending)
+      nanosleep(&to, NULL);
+    else
+      futex(&s->edge_head, FUTEX_WAIT, tail, &to); /* returns at once if an edge came */
+  }
+  __atomic_store_n(&s->loop_state, GL_FG_LOOP_STOPPED, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&l->mu);
+  l->st.state = GL_FG_LOOP_STOPPED;
+  pthread_mutex_unlock(&l->mu);
+  wake_watchers(s);
+  atomic_store(&l->alive, 0);
+  return NULL;
+}
+
+EXPORT int gl_loop_abi(void) { return GL_LOOP_ABI; }
+
+EXPORT gl_loop *gl_loop_start(gl_fg_segment *seg, const gl_gate_config *c) {
+  if (!seg || gl_gate_config_error(c) || seg->nslots == 0 || seg->nslots > GL_FG_SLOTS) {
+    errno = EINVAL;
+    return NULL;
+  }
+  gl_loop *l = calloc(1, sizeof *l);
+  if (!l)
+    return NULL;
+  l->seg = seg;
+  l->n = seg->nslots;
+  pthread_mutex_init(&l->mu, NULL);
+  uint64_t now = mono_ns();
+  for (uint32_t k = 0; k < l->n; k++) {
+    l->gate[k] = gl_gate_new(seg->slot[k].index, c, (double)now / 1e9);
+    if (!l->gate[k]) {
+      gl_loop_free(l);
+      errno = ENOMEM;
+      return NULL;
+    }
+    /* Edges before the loop: counted as seen (a running online burst still holds its
+     * sources' next idle edge back from nothing: the gate starts closed). */
+    l->seen[k] = __atomic_load_n(&seg->slot[k].busy_seq, __ATOMIC_ACQUIRE);
+  }
+  l->tail = __atomic_load_n(&seg->edge_head, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&seg->edge_tail, l->tail, __ATOMIC_RELEASE);
+  __atomic_store_n(&seg->loop_beat_ns, now, __ATOMIC_RELEASE);
+  __atomic_store_n(&seg->loop_state, GL_FG_LOOP_RUNNING, __ATOMIC_RELEASE);
+  l->st.state = GL_FG_LOOP_RUNNING;
+  atomic_store(&l->alive, 1);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  int rc = pthread_create(&l->thread, &attr, loop_main, l);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    __atomic_store_n(&seg->loop_state, GL_FG_LOOP_STOPPED, __ATOMIC_RELEASE);
+    atomic_store(&l->alive, 0);
+    atomic_store(&l->joined, 1);
+    gl_loop_free(l);
+    errno = rc;
+    return NULL;
+  }
+  return l;
+}
+
+EXPORT void gl_loop_stop(gl_loop *l) {
+  if (!l || atomic_exchange(&l->joined, 1))
+    return;
+  atomic_store(&l->stop, 1);
+  futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL);
+  pthread_join(l->thread, NULL);
+  /* A killed thread left loop_state RUNNING; a stopped loop says so either way. */
+  __atomic_store_n(&l->seg->loop_state, GL_FG_LOOP_STOPPED, __ATOMIC_RELEASE);
+  l->st.state = GL_FG_LOOP_STOPPED;
+}
+
+EXPORT void gl_loop_free(gl_loop *l) {
+  if (!l)
+    return;
+  gl_loop_stop(l);
+  for (uint32_t k = 0; k < GL_FG_SLOTS; k++)
+    gl_gate_free(l->gate[k]);
+  pthread_mutex_destroy(&l->mu);
+  free(l);
+}
+
+EXPORT int gl_loop_stats_read(gl_loop *l, gl_loop_stats *out, uint32_t k, gl_gate_view *view) {
+  if (k >= l->n)
+    return 0;
+  double now = (double)mono_ns() / 1e9;
+  pthread_mutex_lock(&l->mu);
+  if (out)
+    *out = l->st;
+  if (view) {
+    *view = *gl_gate_state(l->gate[k]);
+    view->enabled_s = gl_gate_enabled_seconds(l->gate[k], now);
+    view->busy_s = gl_gate_busy_seconds(l->gate[k], now);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return 1;
+}
+
+static double now_for(gl_loop *l, uint32_t k) {
+  double now = (double)mono_ns() / 1e9, last = gl_gate_state(l->gate[k])->now;
+  return now > last ? now : last;
+}
+
+EXPORT int gl_loop_hold(gl_loop *l, uint32_t k, int held) {
+  if (k >= l->n)
+    return GL_GATE_NONE;
+  pthread_mutex_lock(&l->mu);
+  l->held[k] = held != 0;
+  int eff = l->held[k] || l->lost_until > 0;
+  int rc = gl_gate_hold(l->gate[k], now_for(l, k), eff);
+  act(l, k, rc);
+  pthread_mutex_unlock(&l->mu);
+  futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL); /* a new deadline, maybe */
+  return rc;
+}
+
+EXPORT int gl_loop_force_disable(gl_loop *l, uint32_t k) {
+  if (k >= l->n)
+    return GL_GATE_NONE;
+  pthread_mutex_lock(&l->mu);
+  int rc = gl_gate_force_disable(l->gate[k], now_for(l, k));
+  act(l, k, rc);
+  pthread_mutex_unlock(&l->mu);
+  futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL);
+  return rc;
+}
+
+EXPORT size_t gl_loop_drain_finished(gl_loop *l, uint32_t k, uint32_t *out, size_t cap) {
+  if (k >= l->n)
+    return 0;
+  pthread_mutex_lock(&l->mu);
+  size_t n = gl_gate_drain_finished(l->gate[k], out, cap);
+  pthread_mutex_unlock(&l->mu);
+  return n;
+}
+
+EXPORT void gl_loop_test_kill(gl_loop *l) {
+  atomic_store(&l->kill, 1);
+  futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+EXPORT int gl_loop_alive(gl_loop *l) { return atomic_load(&l->alive); }

@@ -1,0 +1,177 @@
+"""The native gate loop (libgleaner_gate.so's gl_loop_*) driven through the shared-memory
+segment: online edges written as an online shim writes them go in, the loop's decisions
+(open_gen, open_seq) come out; its heartbeat, its death and its stop are visible in the
+segment. No shim here: the offline shim's side is tests/runtime-agent/shim.
+
+Waits poll for the expected state with generous timeouts; nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gleaner.runtime_agent import fastgate as fg
+from gleaner.runtime_agent.gatelib import GateLoop
+from gleaner.runtime_agent.policy import GateConfig
+
+COOL_S = 0.02
+"""The cooldown floor: short, so enables come quickly; it is a floor, not a timing assertion."""
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.002)
+
+
+@pytest.fixture
+def seg(tmp_path: Path) -> Iterator[fg.GateSegment]:
+    s = fg.GateSegment.create(fg.segment_path(tmp_path), [(0, "GPU-a"), (3, "GPU-b")])
+    try:
+        yield s
+    finally:
+        s.retire()
+
+
+def _loop(seg: fg.GateSegment, **cfg: float) -> GateLoop:
+    config = GateConfig(cool_floor_s=cfg.get("floor", COOL_S), request_timeout_s=None)
+    return GateLoop(seg.address, config.native())
+
+
+def _open(seg: fg.GateSegment, gpu: int) -> bool:
+    return seg.open_gen(gpu) % 2 == 1
+
+
+def test_the_loop_opens_after_the_cooldown_and_closes_on_a_busy_edge(
+    seg: fg.GateSegment,
+) -> None:
+    loop = _loop(seg)
+    try:
+        assert seg.loop_state == fg.LOOP_RUNNING
+        _wait(lambda: _open(seg, 0) and _open(seg, 3))  # idle since start: cooldown, then open
+        seg.online_edge(3)
+        _wait(lambda: not _open(seg, 3))
+        assert _open(seg, 0), "an edge on GPU 3 closed GPU 0"
+        assert seg.busy_seq(3) == 1
+        seg.online_idle(3)
+        _wait(lambda: _open(seg, 3))
+        # The enable counts every busy edge the loop consumed: the offline shim may open.
+        assert seg.open_seq(3) == seg.busy_seq(3) == 1
+        st, view = loop.stats(1)
+        assert st.edges == 2 and st.lost_edges == 0
+        assert view.gpu == 3 and view.preemptions == 1 and view.enabled == 1
+        assert view.enabled_s > 0 and view.busy_s >= 0
+    finally:
+        loop.close()
+    assert seg.loop_state == fg.LOOP_STOPPED
+
+
+def test_a_busy_edge_not_yet_consumed_keeps_open_seq_behind(seg: fg.GateSegment) -> None:
+    """An edge bumped in the segment before its ring entry is consumed: open_seq != busy_seq
+    at the loop's enable, so an offline shim would refuse it."""
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 0))
+        seg.online_edge(0)  # bump, then the ring entry
+        _wait(lambda: not _open(seg, 0))
+        seg._view.slot[0].busy_seq += 1  # a second edge's bump; its entry is not written yet
+        seg.online_idle(0)
+        _wait(lambda: _open(seg, 0))
+        assert seg.open_seq(0) == 1 != seg.busy_seq(0)
+    finally:
+        loop.close()
+
+
+def test_at_most_one_preemption_per_request(seg: fg.GateSegment) -> None:
+    """A named request preempted once holds the gate closed until it finishes, however many
+    busy periods it has; its idle gaps raise the cooldown (2 x the largest gap)."""
+    loop = _loop(seg)
+    pid, req = 4242, 17
+    try:
+        _wait(lambda: _open(seg, 0))
+        for _ in range(5):
+            seg.online_edge(0, pid=pid, request=req)
+            seg.online_idle(0, pid=pid)
+            time.sleep(COOL_S * 3)  # longer than the floor: only the preemption holds the gate
+        _wait(lambda: loop.stats(0)[0].edges == 10)
+        assert not _open(seg, 0)
+        seg.online_idle(0, pid=pid, request=req)  # the request finished
+        _wait(lambda: _open(seg, 0))
+        _, view = loop.stats(0)
+        assert view.preemptions == 1 and view.max_preemptions_per_request == 1
+        assert view.g_max_s >= COOL_S * 2  # the gaps between its busy periods
+        assert loop.drain_finished(0) == [1]
+    finally:
+        loop.close()
+
+
+def test_a_second_source_keeps_the_gpu_busy(seg: fg.GateSegment) -> None:
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 0))
+        seg.online_edge(0, pid=1)
+        seg.online_edge(0, pid=2)
+        seg.online_idle(0, pid=1)
+        _wait(lambda: loop.stats(0)[0].edges == 3)
+        time.sleep(COOL_S * 5)
+        assert not _open(seg, 0), "opened while another source was busy"
+        seg.online_idle(0, pid=2)
+        _wait(lambda: _open(seg, 0))
+        assert loop.stats(0)[1].preemptions == 1
+    finally:
+        loop.close()
+
+
+def test_hold_and_force_disable_close_without_a_preemption(seg: fg.GateSegment) -> None:
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 3))
+        loop.hold(1, True)
+        assert not _open(seg, 3)
+        time.sleep(COOL_S * 5)
+        assert not _open(seg, 3), "opened while held"
+        loop.hold(1, False)
+        _wait(lambda: _open(seg, 3))
+        loop.force_disable(1)
+        assert not _open(seg, 3)
+        _wait(lambda: _open(seg, 3))  # a cooldown later
+        assert loop.stats(1)[1].preemptions == 0
+    finally:
+        loop.close()
+
+
+def test_the_loop_beats_and_a_killed_loop_stops_beating(seg: fg.GateSegment) -> None:
+    loop = _loop(seg)
+    try:
+        first = seg.loop_beat_ns
+        _wait(lambda: seg.loop_beat_ns > first)  # it beats with no edges at all
+        loop.test_kill()
+        _wait(lambda: not loop.alive)
+        beat = seg.loop_beat_ns
+        time.sleep(0.2)  # four beat intervals
+        assert seg.loop_beat_ns == beat
+        assert seg.loop_state == fg.LOOP_RUNNING  # died without a word: only the beat says so
+    finally:
+        loop.close()
+    assert seg.loop_state == fg.LOOP_STOPPED
+
+
+def test_an_entry_never_committed_is_lost_and_holds_every_gate(seg: fg.GateSegment) -> None:
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 0) and _open(seg, 3))
+        seg._view.edge_head += 1  # a writer took a ticket and died before its commit
+        _wait(lambda: loop.stats(0)[0].lost_edges == 1)
+        assert not _open(seg, 0) and not _open(seg, 3)
+        seg.online_edge(0)  # later entries are consumed again
+        seg.online_idle(0)
+        _wait(lambda: loop.stats(0)[0].edges == 2)
+        _wait(lambda: _open(seg, 0) and _open(seg, 3))  # after the hold
+    finally:
+        loop.close()
