@@ -208,6 +208,17 @@ static const char *fg_unfit(const gl_fg_segment *s, uint64_t now, char *buf, siz
   return NULL;
 }
 
+/* While a native gate loop runs: the node index of a GPU of `mask` whose loop gate is
+ * closed (open_gen even), or -1 (all open, or no loop: the agent's socket alone decides). */
+static int loop_closed_gpu(const gl_fg_segment *s, uint64_t mask) {
+  if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) != GL_FG_LOOP_RUNNING)
+    return -1;
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
+    if ((mask & (1ull << k)) && !(__atomic_load_n(&s->slot[k].open_gen, __ATOMIC_ACQUIRE) & 1u))
+      return s->slot[k].index;
+  return -1;
+}
+
 int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
   int st = atomic_load(&fg_state);
   *code = GL_STATUS_NO_AGENT; /* the fail-closed reasons */
@@ -232,6 +243,12 @@ int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
       *code = GL_STATUS_GATED_BY_AGENT;
       return 0;
     }
+  int closed = loop_closed_gpu(s, mask);
+  if (closed >= 0) {
+    snprintf(why, cap, "the native gate loop holds GPU %d closed", closed);
+    *code = GL_STATUS_GATED_BY_AGENT;
+    return 0;
+  }
   return 1;
 }
 
@@ -307,6 +324,16 @@ static void *watch_main(void *unused) {
       }
       if (moved && gl_agent_gate_open())
         gl_agent_fast_close(GL_STATUS_GATED_BY_AGENT, "online busy (shared-memory gate)", 0);
+      /* A native gate loop's decisions: open when it opened every GPU of this process (and
+       * the agent's last word was open; gl_agent_fast_open checks the rest), close when it
+       * closed one without a busy edge (a hold, a reclamation). */
+      if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) == GL_FG_LOOP_RUNNING) {
+        int closed = loop_closed_gpu(s, mask);
+        if (closed < 0 && !gl_agent_gate_open())
+          gl_agent_fast_open();
+        else if (closed >= 0 && gl_agent_gate_open())
+          gl_agent_fast_close(GL_STATUS_GATED_BY_AGENT, "closed by the native gate loop", 0);
+      }
       uint64_t left = next_check > now ? next_check - now : 1000000ull;
       struct timespec to = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
       long rc = futex(&s->wake, FUTEX_WAIT, w, &to);

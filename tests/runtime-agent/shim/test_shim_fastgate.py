@@ -406,3 +406,44 @@ def test_an_enable_the_agent_decided_before_reading_a_bumped_edges_frame_is_refu
     finally:
         online.close()
         seg.close()
+
+
+def _enables(sp: ShimProcess) -> list[dict[str, str]]:
+    return [c for c in sp.rm_calls("control") if c.get("enable") == "1"]
+
+
+def test_the_native_gate_loop_reopens_the_offline_gate_without_the_agent(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """Agent's word once (open), then only shared memory: online edges close and reopen the
+    gate through the loop; a loop hold closes it without a busy edge."""
+    with (
+        AgentStub(sock_path, gate_open=True) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(sp)
+            stub.wait_for(p.Hello)
+            assert sp.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            frames = len(stub.all_of(p.GateAck))
+            off, on = len(_disables(sp)), len(_enables(sp))
+            for i in range(1, 4):
+                seg.online_edge(GPU)
+                assert wait_until(lambda n=i: len(_disables(sp)) == off + n, timeout=10)
+                sp.send("launch 1")
+                assert sp.no_reply_within(0.2), "work ran while online was busy"
+                seg.online_idle(GPU)
+                assert sp.reply(timeout=10)["rc"] == "0"  # reopened by the loop's word
+                assert wait_until(lambda n=i: len(_enables(sp)) == on + n, timeout=10)
+            assert len(stub.all_of(p.GateAck)) == frames, "the agent was asked"
+            loop.hold(1, True)  # slot 1: GPU 3
+            assert wait_until(lambda: len(_disables(sp)) == off + 4, timeout=10)
+            sp.send("launch 1")
+            assert sp.no_reply_within(0.2), "work ran while the loop held the gate"
+            loop.hold(1, False)
+            assert sp.reply(timeout=10)["rc"] == "0"
+        finally:
+            loop.close()
