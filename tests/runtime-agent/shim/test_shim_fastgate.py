@@ -432,12 +432,12 @@ def test_the_native_gate_loop_reopens_the_offline_gate_without_the_agent(
             off, on = len(_disables(sp)), len(_enables(sp))
             for i in range(1, 4):
                 seg.online_edge(GPU)
-                assert wait_until(lambda n=i: len(_disables(sp)) == off + n, timeout=10)
+                assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
                 sp.send("launch 1")
                 assert sp.no_reply_within(0.2), "work ran while online was busy"
                 seg.online_idle(GPU)
                 assert sp.reply(timeout=10)["rc"] == "0"  # reopened by the loop's word
-                assert wait_until(lambda n=i: len(_enables(sp)) == on + n, timeout=10)
+                assert wait_until(lambda: len(_enables(sp)) == on + i, timeout=10)  # noqa: B023
             assert len(stub.all_of(p.GateAck)) == frames, "the agent was asked"
             loop.hold(1, True)  # slot 1: GPU 3
             assert wait_until(lambda: len(_disables(sp)) == off + 4, timeout=10)
