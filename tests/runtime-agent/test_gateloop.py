@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from gleaner.runtime_agent import fastgate as fg
-from gleaner.runtime_agent.gatelib import GateLoop
-from gleaner.runtime_agent.policy import GateConfig
+from gleaner.runtime_agent.core import replay_accounting
+from gleaner.runtime_agent.gatelib import ACCT_REQUEST, GateLoop
+from gleaner.runtime_agent.policy import Accounting, GateConfig
 
 COOL_S = 0.02
 """The cooldown floor: short, so enables come quickly; it is a floor, not a timing assertion."""
@@ -106,7 +107,8 @@ def test_at_most_one_preemption_per_request(seg: fg.GateSegment) -> None:
         _, view = loop.stats(0)
         assert view.preemptions == 1 and view.max_preemptions_per_request == 1
         assert view.g_max_s >= COOL_S * 2  # the gaps between its busy periods
-        assert loop.drain_finished(0) == [1]
+        requests = [(g, v) for op, _, g, v in loop.drain_log() if op == ACCT_REQUEST]
+        assert requests == [(0, 1.0)]
     finally:
         loop.close()
 
@@ -173,5 +175,36 @@ def test_an_entry_never_committed_is_lost_and_holds_every_gate(seg: fg.GateSegme
         seg.online_idle(0)
         _wait(lambda: loop.stats(0)[0].edges == 2)
         _wait(lambda: _open(seg, 0) and _open(seg, 3))  # after the hold
+    finally:
+        loop.close()
+
+
+def test_the_accounting_log_replayed_gives_the_gates_own_totals(seg: fg.GateSegment) -> None:
+    """The agent replays the loop's log into its Accounting in batches: busy and enabled
+    seconds and preemptions come out as the loop's gates counted them."""
+    start = time.monotonic()
+    loop = _loop(seg)
+    acc = Accounting([0, 3], start=start)
+    try:
+        for i in range(20):
+            seg.online_edge(0 if i % 2 else 3, pid=7)
+            time.sleep(0.003)
+            seg.online_idle(0 if i % 2 else 3, pid=7)
+            time.sleep(0.03)
+            if i % 5 == 4:  # a batch
+                replay_accounting(acc, loop.drain_log())
+        _wait(lambda: loop.stats(0)[0].edges == 40)
+        loop.stop()
+        replay_accounting(acc, loop.drain_log())
+        t0 = time.monotonic()
+        views = {gpu: loop.stats(k)[1] for k, gpu in enumerate((0, 3))}
+        t1 = time.monotonic()
+        tot = acc.snapshot(t1)
+        for gpu, view in views.items():
+            g = tot.gpus[gpu]
+            assert abs(g.offline_enabled_s - view.enabled_s) <= t1 - t0 + 1e-9, gpu
+            assert abs(g.online_busy_s - view.busy_s) <= t1 - t0 + 1e-9, gpu
+            assert g.preemptions == view.preemptions > 0
+            assert g.online_busy_s > 0 and g.offline_enabled_s > 0
     finally:
         loop.close()

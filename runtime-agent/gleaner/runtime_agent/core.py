@@ -50,6 +50,7 @@ from typing import Protocol
 
 from gleaner.api import GpuInfo
 from gleaner.api.units import GIB
+from gleaner.runtime_agent.gatelib import ACCT_BUSY, ACCT_ENABLED, ACCT_PREEMPTION, ACCT_REQUEST
 from gleaner.runtime_agent.policy import (
     Accounting,
     ComputeGate,
@@ -78,9 +79,24 @@ from gleaner.runtime_agent.policy.reclaim import Selector
 ACCOUNTING_BATCH = 256
 """Deferred accounting entries replayed at once (see the module docstring)."""
 
-_BUSY, _ENABLED, _PREEMPTION, _REQUEST = range(4)
+_BUSY, _ENABLED, _PREEMPTION, _REQUEST = ACCT_BUSY, ACCT_ENABLED, ACCT_PREEMPTION, ACCT_REQUEST
 """Deferred accounting operations: set_online_busy, set_offline_enabled, add_preemption,
-add_online_request."""
+add_online_request (the codes of the native gate loop's log, which is replayed the same way)."""
+
+
+def replay_accounting(acc: Accounting, entries: Sequence[tuple[int, float, int, float]]) -> None:
+    """Apply accounting entries (operation, time, GPU, level or count), in order: the agent's
+    deferred ones and the native gate loop's log (:meth:`GateLoop.drain_log
+    <gleaner.runtime_agent.gatelib.GateLoop.drain_log>`)."""
+    for op, t, gpu, value in entries:
+        if op == _BUSY:
+            acc.set_online_busy(t, gpu, value)
+        elif op == _ENABLED:
+            acc.set_offline_enabled(t, gpu, value)
+        elif op == _PREEMPTION:
+            acc.add_preemption(gpu)
+        else:
+            acc.add_online_request(gpu, int(value))
 
 
 class Sink(Protocol):
@@ -231,16 +247,7 @@ class NodeAgent:
     def flush_accounting(self) -> None:
         """Apply the deferred accounting entries, in order."""
         entries, self._deferred = self._deferred, []
-        acc = self._accounting
-        for op, t, gpu, value in entries:
-            if op == _BUSY:
-                acc.set_online_busy(t, gpu, value)
-            elif op == _ENABLED:
-                acc.set_offline_enabled(t, gpu, value)
-            elif op == _PREEMPTION:
-                acc.add_preemption(gpu)
-            else:
-                acc.add_online_request(gpu, int(value))
+        replay_accounting(self._accounting, entries)
 
     # -- online events --------------------------------------------------------------------
 

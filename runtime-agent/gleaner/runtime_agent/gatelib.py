@@ -197,8 +197,24 @@ class LoopStatsC(ctypes.Structure):
         ("lost_edges", ctypes.c_uint64),
         ("wakeups", ctypes.c_uint64),
         ("decisions", ctypes.c_uint64),
+        ("log_dropped", ctypes.c_uint64),
         ("state", ctypes.c_uint32),
         ("reserved", ctypes.c_uint32),
+    ]
+
+
+ACCT_BUSY, ACCT_ENABLED, ACCT_PREEMPTION, ACCT_REQUEST = 1, 2, 3, 4
+"""``GL_LOOP_ACCT_*``: what an accounting entry of the loop records."""
+
+
+class LoopAcctC(ctypes.Structure):
+    """``gl_loop_acct``: one accounting entry."""
+
+    _fields_ = [
+        ("t", ctypes.c_double),
+        ("value", ctypes.c_double),
+        ("gpu", ctypes.c_int32),
+        ("op", ctypes.c_uint32),
     ]
 
 
@@ -225,7 +241,7 @@ def loop_library() -> ctypes.CDLL:
         ),
         "gl_loop_hold": (i, [p, u32, i]),
         "gl_loop_force_disable": (i, [p, u32]),
-        "gl_loop_drain_finished": (sz, [p, u32, ctypes.POINTER(ctypes.c_uint32), sz]),
+        "gl_loop_drain_log": (sz, [p, ctypes.POINTER(LoopAcctC), sz]),
         "gl_loop_test_kill": (None, [p]),
         "gl_loop_alive": (i, [p]),
     }
@@ -251,6 +267,7 @@ class GateLoop:
             err = ctypes.get_errno()
             raise GateLibraryError(f"the native gate loop could not start ({os.strerror(err)})")
         self._handle: int | None = handle
+        self._buf = (LoopAcctC * 1024)()
 
     def _h(self) -> int:
         if self._handle is None:
@@ -273,11 +290,16 @@ class GateLoop:
         """Close slot ``slot``'s gate without a preemption; the gate's answer."""
         return int(self._lib.gl_loop_force_disable(self._h(), slot))
 
-    def drain_finished(self, slot: int, cap: int = 256) -> list[int]:
-        """Preemption counts of slot ``slot``'s finished requests, oldest first."""
-        out = (ctypes.c_uint32 * cap)()
-        n = self._lib.gl_loop_drain_finished(self._h(), slot, out, cap)
-        return [int(x) for x in out[:n]]
+    def drain_log(self) -> list[tuple[int, float, int, float]]:
+        """The accounting entries since the last drain, oldest first: (op, time, GPU, value)
+        with op one of ``ACCT_*`` (see ``gl_loop_acct``)."""
+        out: list[tuple[int, float, int, float]] = []
+        buf = self._buf
+        while True:
+            n = self._lib.gl_loop_drain_log(self._h(), buf, len(buf))
+            out += [(int(a.op), float(a.t), int(a.gpu), float(a.value)) for a in buf[:n]]
+            if n < len(buf):
+                return out
 
     @property
     def alive(self) -> bool:

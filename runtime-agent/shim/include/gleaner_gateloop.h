@@ -20,8 +20,10 @@
  *     that GPU it consumed (each bumped busy_seq once before its ring entry, so an edge whose
  *     entry is not consumed yet keeps open_seq != busy_seq and the offline shim refuses),
  *     then open_gen += 1 (odd: open); a disable makes open_gen even; then wake += 1 and
- *     FUTEX_WAKE on wake. Accounting (edges, preemptions, open and busy seconds per GPU) is
- *     read by the agent in batches with gl_loop_stats.
+ *     FUTEX_WAKE on wake. Accounting is kept as a log of level changes and counts (busy and
+ *     enabled levels per GPU, preemptions, finished requests: gl_loop_acct) that the agent
+ *     drains in batches (gl_loop_drain_log) and replays; counters and a gate's state are
+ *     read with gl_loop_stats_read.
  * Lost edges (the ring overran, or an entry stayed uncommitted for GL_LOOP_COMMIT_WAIT_NS:
  * its writer died mid-entry) are counted; every gate is then held closed for
  * GL_LOOP_LOST_HOLD_S and the loop's busy sources are forgotten (their next edges rebuild
@@ -43,13 +45,30 @@
 #define GL_LOOP_LOST_HOLD_S 1.0            /* gates held closed after lost edges */
 #define GL_LOOP_MAX_SOURCES 64             /* busy sources tracked per GPU */
 
+#define GL_LOOP_LOG_CAP 65536u /* accounting entries kept until drained */
+
 typedef struct gl_loop gl_loop;
+
+/* One accounting entry, in the order the loop made the change (the agent replays them). */
+enum {
+  GL_LOOP_ACCT_BUSY = 1,       /* value: the GPU's online busy level from t (0 or 1) */
+  GL_LOOP_ACCT_ENABLED = 2,    /* value: the GPU's offline enabled level from t (0 or 1) */
+  GL_LOOP_ACCT_PREEMPTION = 3, /* a preemption at t */
+  GL_LOOP_ACCT_REQUEST = 4,    /* a request finished; value: its preemptions */
+};
+typedef struct gl_loop_acct {
+  double t; /* CLOCK_MONOTONIC seconds */
+  double value;
+  int32_t gpu; /* the node index */
+  uint32_t op; /* GL_LOOP_ACCT_* */
+} gl_loop_acct;
 
 typedef struct gl_loop_stats {
   uint64_t edges;       /* ring entries consumed */
   uint64_t lost_edges;  /* ring entries lost (overrun or never committed) */
   uint64_t wakeups;     /* times the thread woke */
   uint64_t decisions;   /* enables and disables carried out */
+  uint64_t log_dropped; /* accounting entries dropped: the log was full (not drained) */
   uint32_t state;       /* GL_FG_LOOP_* as the thread last stored it */
   uint32_t reserved;
 } gl_loop_stats;
@@ -68,8 +87,8 @@ int gl_loop_stats_read(gl_loop *l, gl_loop_stats *out, uint32_t k, gl_gate_view 
 int gl_loop_hold(gl_loop *l, uint32_t k, int held);
 /* Close slot k's gate without a preemption (memory reclamation); the gate's answer. */
 int gl_loop_force_disable(gl_loop *l, uint32_t k);
-/* Copy up to `cap` preemption counts of slot k's finished requests (oldest first). */
-size_t gl_loop_drain_finished(gl_loop *l, uint32_t k, uint32_t *out, size_t cap);
+/* Move up to `cap` accounting entries, oldest first, into `out`; returns how many. */
+size_t gl_loop_drain_log(gl_loop *l, gl_loop_acct *out, size_t cap);
 /* Test hook: the thread ends at its next wakeup without a word (loop_state stays RUNNING,
  * the beat stops), as a loop that died or hangs. */
 void gl_loop_test_kill(gl_loop *l);

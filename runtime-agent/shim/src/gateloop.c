@@ -38,6 +38,8 @@ struct gl_loop {
   uint32_t tail;
   uint64_t uncommitted_since;
   gl_loop_stats st;
+  gl_loop_acct *log; /* GL_LOOP_LOG_CAP entries, a ring */
+  size_t log_first, log_n;
   pthread_mutex_t mu;
   pthread_t thread;
   atomic_int stop, kill, alive, joined;
@@ -58,6 +60,29 @@ static void wake_watchers(gl_fg_segment *s) {
   futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+static void log_acct(gl_loop *l, uint32_t k, uint32_t op, double t, double value) {
+  if (l->log_n == GL_LOOP_LOG_CAP) {
+    l->st.log_dropped++;
+    return;
+  }
+  gl_loop_acct *a = &l->log[(l->log_first + l->log_n++) % GL_LOOP_LOG_CAP];
+  a->t = t;
+  a->value = value;
+  a->gpu = l->seg->slot[k].index;
+  a->op = op;
+}
+
+/* Finished requests of slot k into the log (lock held). */
+static void log_finished(gl_loop *l, uint32_t k) {
+  const gl_gate_view *v = gl_gate_state(l->gate[k]);
+  while (v->finished) {
+    uint32_t n[32];
+    size_t got = gl_gate_drain_finished(l->gate[k], n, 32);
+    for (size_t i = 0; i < got; i++)
+      log_acct(l, k, GL_LOOP_ACCT_REQUEST, v->now, (double)n[i]);
+  }
+}
+
 /* Carry out the gate's answer `rc` for slot k (lock held). */
 static void act(gl_loop *l, uint32_t k, int rc) {
   gl_fg_slot *slot = &l->seg->slot[k];
@@ -70,6 +95,10 @@ static void act(gl_loop *l, uint32_t k, int rc) {
     gl_gate_force_disable(l->gate[k], gl_gate_state(l->gate[k])->now);
     open = 0;
   }
+  double t = gl_gate_state(l->gate[k])->now;
+  log_acct(l, k, GL_LOOP_ACCT_ENABLED, t, open ? 1.0 : 0.0);
+  if (rc == GL_GATE_DISABLE)
+    log_acct(l, k, GL_LOOP_ACCT_PREEMPTION, t, 1.0);
   if (open)
     __atomic_store_n(&slot->open_seq, l->seen[k], __ATOMIC_RELEASE);
   if ((gen & 1u) != (uint32_t)open)
@@ -124,6 +153,8 @@ static void apply_edge(gl_loop *l, const gl_fg_edge *e) {
       if (was_busy && !e->request)
         continue; /* already busy; an anonymous edge tells the gate nothing new */
       act(l, k, gl_gate_online_busy(g, t, e->request ? name : NULL, len));
+      if (!was_busy)
+        log_acct(l, k, GL_LOOP_ACCT_BUSY, gl_gate_state(g)->now, 1.0);
     } else if (e->kind == GL_FG_EDGE_IDLE) {
       if (at >= 0)
         l->src[k][at] = l->src[k][--l->nsrc[k]];
@@ -133,8 +164,10 @@ static void apply_edge(gl_loop *l, const gl_fg_edge *e) {
       } else {
         if (e->request)
           act(l, k, gl_gate_finish(g, t, name, len));
+        log_acct(l, k, GL_LOOP_ACCT_BUSY, t > gl_gate_state(g)->now ? t : gl_gate_state(g)->now, 0.0);
         act(l, k, gl_gate_online_idle(g, t));
       }
+      log_finished(l, k);
     } else if (e->kind == GL_FG_EDGE_GAP) {
       act(l, k, gl_gate_decode_gap(g, (double)e->gap_ns / 1e9, t, 1));
     }
@@ -197,6 +230,7 @@ static double tick(gl_loop *l, double t) {
     double d = gl_gate_next_deadline(l->gate[k]);
     if (d <= t) {
       act(l, k, gl_gate_tick(l->gate[k], t));
+      log_finished(l, k);
       d = gl_gate_next_deadline(l->gate[k]);
     }
     if (d < next)
@@ -268,10 +302,17 @@ EXPORT gl_loop *gl_loop_start(gl_fg_segment *seg, const gl_gate_config *c) {
   l->seg = seg;
   l->n = seg->nslots;
   pthread_mutex_init(&l->mu, NULL);
+  l->log = calloc(GL_LOOP_LOG_CAP, sizeof *l->log);
+  if (!l->log) {
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    return NULL;
+  }
   uint64_t now = mono_ns();
   for (uint32_t k = 0; k < l->n; k++) {
     l->gate[k] = gl_gate_new(seg->slot[k].index, c, (double)now / 1e9);
     if (!l->gate[k]) {
+      atomic_store(&l->joined, 1); /* no thread yet */
       gl_loop_free(l);
       errno = ENOMEM;
       return NULL;
@@ -320,6 +361,7 @@ EXPORT void gl_loop_free(gl_loop *l) {
   for (uint32_t k = 0; k < GL_FG_SLOTS; k++)
     gl_gate_free(l->gate[k]);
   pthread_mutex_destroy(&l->mu);
+  free(l->log);
   free(l);
 }
 
@@ -368,11 +410,13 @@ EXPORT int gl_loop_force_disable(gl_loop *l, uint32_t k) {
   return rc;
 }
 
-EXPORT size_t gl_loop_drain_finished(gl_loop *l, uint32_t k, uint32_t *out, size_t cap) {
-  if (k >= l->n)
-    return 0;
+EXPORT size_t gl_loop_drain_log(gl_loop *l, gl_loop_acct *out, size_t cap) {
   pthread_mutex_lock(&l->mu);
-  size_t n = gl_gate_drain_finished(l->gate[k], out, cap);
+  size_t n = l->log_n < cap ? l->log_n : cap;
+  for (size_t i = 0; i < n; i++)
+    out[i] = l->log[(l->log_first + i) % GL_LOOP_LOG_CAP];
+  l->log_first = (l->log_first + n) % GL_LOOP_LOG_CAP;
+  l->log_n -= n;
   pthread_mutex_unlock(&l->mu);
   return n;
 }
