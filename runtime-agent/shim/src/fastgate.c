@@ -5,8 +5,12 @@
  * Contract:
  * - Online: gl_fg_online_busy() runs on every busy edge, before the ONLINE_BUSY frame: it
  *   adds one to the busy_seq of the process's GPUs and wakes the watchers (FUTEX_WAKE on
- *   the segment's wake word). It never waits: a trylock guards the (re)mapping, done at
- *   most once a second; without a segment it does nothing (the socket frame still goes).
+ *   the segment's wake word), then puts the edge (and the decode gap before it) into the
+ *   edge ring for the agent's native gate loop; gl_fg_online_idle() puts an idle edge there.
+ *   Both say whether a native gate loop runs and beats: then the ring replaces the socket
+ *   frames of those edges (cuda_hook.c sends none). They never wait: a trylock guards the
+ *   (re)mapping, done at most once a second; without a segment they do nothing (the socket
+ *   frames go).
  * - Offline: gl_fg_watch_start() starts one watch thread. It maps the segment read-only
  *   (re-mapping when the agent replaced the file), sleeps in FUTEX_WAIT on the wake word,
  *   and when a busy_seq of its GPUs moved it closes the gate itself (agent.c
@@ -155,10 +159,19 @@ static void ring_push(gl_fg_segment *s, uint16_t kind, uint64_t mask, uint64_t n
     futex(&s->edge_head, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-void gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
+/* A native gate loop runs and beats: the ring replaces the socket's edge frames. */
+static int loop_live(const gl_fg_segment *s, uint64_t now) {
+  if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != GL_FG_MAGIC ||
+      __atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) != GL_FG_LOOP_RUNNING)
+    return 0;
+  uint64_t beat = __atomic_load_n(&s->loop_beat_ns, __ATOMIC_ACQUIRE);
+  return now <= beat || now - beat <= __atomic_load_n(&s->stale_ns, __ATOMIC_RELAXED);
+}
+
+int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
   gl_fg_segment *s = online_segment();
   if (!s)
-    return;
+    return 0;
   uint64_t mask = atomic_load(&on_mask);
   for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
     if (mask & (1ull << k))
@@ -168,12 +181,15 @@ void gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
   if (gap_ns)
     ring_push(s, GL_FG_EDGE_GAP, mask, now, gap_ns);
   ring_push(s, GL_FG_EDGE_BUSY, mask, now, 0);
+  return loop_live(s, now);
 }
 
-void gl_fg_online_idle(uint64_t now) {
+int gl_fg_online_idle(uint64_t now) {
   gl_fg_segment *s = online_segment();
-  if (s)
-    ring_push(s, GL_FG_EDGE_IDLE, atomic_load(&on_mask), now, 0);
+  if (!s)
+    return 0;
+  ring_push(s, GL_FG_EDGE_IDLE, atomic_load(&on_mask), now, 0);
+  return loop_live(s, now);
 }
 
 /* --- offline --------------------------------------------------------------------- */

@@ -447,3 +447,40 @@ def test_the_native_gate_loop_reopens_the_offline_gate_without_the_agent(
             assert sp.reply(timeout=10)["rc"] == "0"
         finally:
             loop.close()
+
+
+def test_with_a_native_gate_loop_the_online_shim_sends_edges_only_through_the_segment(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    env = {"GLEANER_FAKE_KERNEL_US": "2000"}
+    with (
+        AgentStub(sock_path) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            sp.cmd("open")
+            stub.wait_for(p.Hello)
+            time.sleep(1.2)  # the online shim looks for the segment at most once a second
+            sp.cmd("launch 1")  # maps the segment on this edge
+            assert wait_until(lambda: loop.stats(1)[0].edges >= 2, timeout=10)  # busy, idle
+            assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
+            frames = len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle))
+            edges = loop.stats(1)[0].edges
+            sp.cmd("launch 1")
+            assert wait_until(lambda: loop.stats(1)[0].edges >= edges + 2, timeout=10)
+            assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
+            assert loop.stats(1)[1].gpu == GPU
+            time.sleep(0.2)  # a frame that would come has come by now (false passes only)
+            assert len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle)) == frames
+            # The loop gone, frames come again (the agent's socket path decides).
+            loop.stop()
+            sp.cmd("launch 1")
+            stub.wait_for(p.OnlineBusy, timeout=10, after=0)
+            assert wait_until(
+                lambda: len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle)) > frames,
+                timeout=10,
+            )
+        finally:
+            loop.close()
