@@ -104,6 +104,7 @@ from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.fastgate import DEFAULT_STALE_S, GateSegment, segment_path
+from gleaner.runtime_agent.gatelib import GateLibraryError, GateLoop
 from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
 from gleaner.runtime_agent.policy.instrumented import Role
@@ -245,10 +246,18 @@ class ShimServer:
         restore_timeout_s: float = 5.0,
         gate_segment: bool = True,
         gate_stale_s: float = DEFAULT_STALE_S,
+        gate_loop: bool = False,
     ) -> None:
         self.agent = agent
         self.path = Path(socket_dir) / SOCKET_NAME
         self.gate_segment = gate_segment
+        self.gate_loop = gate_loop
+        self.loop: GateLoop | None = None
+        """The native gate loop (docs/shim.md, "The native gate loop") on the segment, when
+        ``gate_loop`` and the segment exists; None otherwise (``loop_error`` says why)."""
+        self.loop_error: str | None = None
+        self._slot = {g.index: k for k, g in enumerate(agent.inventory)}
+        """GPU → its slot in the segment (the inventory's order, as created)."""
         self.gate_stale_s = gate_stale_s
         self.segment: GateSegment | None = None
         """The shared-memory gate segment (docs/shim.md, "The native gate path"), once
@@ -322,6 +331,16 @@ class ShimServer:
                 # The socket path alone still gates (every GATE goes out as before).
                 self.segment_error = str(exc)
                 log.warning("no shared-memory gate segment (%s): busy edges take the socket", exc)
+        if self.gate_loop and self.segment is None:
+            self.loop_error = "no shared-memory gate segment"
+        elif self.gate_loop and self.segment is not None:
+            try:
+                self.loop = GateLoop(self.segment.address, self.agent.gate_config.native())
+            except GateLibraryError as exc:
+                self.loop_error = str(exc)
+                log.warning("no native gate loop (%s): the agent's event loop gates", exc)
+            else:
+                self.agent.native = self
         self._loop.add_reader(lst.fileno(), self._accept)
 
     def close(self) -> None:
@@ -339,14 +358,36 @@ class ShimServer:
             self._sequence_timer = self._sequence_timer_at = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        if self.loop is not None:
+            self.loop.stop()  # the segment says it stopped: offline gates close
+            self.agent.absorb_native(self.loop.drain_log())
+            self.loop.close()
+            self.loop = None
         if self.segment is not None:
             self.segment.retire()
             self.segment = None
 
     def beat(self) -> None:
-        """The segment's heartbeat (the daemon calls it every ``BEAT_INTERVAL_S``)."""
+        """The segment's heartbeat (the daemon calls it every ``BEAT_INTERVAL_S``); with a
+        native gate loop, also its accounting, drained in one batch."""
         if self.segment is not None:
             self.segment.beat()
+        loop = self.loop
+        if loop is not None:
+            self.agent.absorb_native(loop.drain_log())
+            if not loop.alive and not self.loop_error:
+                self.loop_error = "the native gate loop stopped: offline GPU work is held"
+                log.error("%s", self.loop_error)
+
+    # -- NativeGates ------------------------------------------------------------------------
+
+    def hold(self, gpu: int, held: bool) -> None:
+        if self.loop is not None:
+            self.loop.hold(self._slot[gpu], held)
+
+    def force_disable(self, gpu: int) -> None:
+        if self.loop is not None:
+            self.loop.force_disable(self._slot[gpu])
 
     def _saw_busy(self, gpus: Sequence[int]) -> None:
         """A busy frame: every bump up to its own is in the segment now (shims bump first)."""
@@ -361,8 +402,9 @@ class ShimServer:
         would be let through, and offline work would run beside that online burst.)"""
         seg = self.segment
         if seg is not None:
-            for g in gpus:
-                seg.allow(g, self._seen_seq.get(g, 0))
+            if self.loop is None:  # a native gate loop owns open_seq
+                for g in gpus:
+                    seg.allow(g, self._seen_seq.get(g, 0))
             seg.beat()
 
     # -- Sink -----------------------------------------------------------------------------

@@ -420,11 +420,13 @@ def running_agent(
     nvml: bool = True,
     ready_timeout: float = 30.0,
     instrumentation: InstrumentationConfig | None = None,
+    gate_loop: bool = False,
 ) -> Iterator[AgentDaemon]:
     """The real agent (nvidia backend, ``gpus`` synthetic GPUs, no cluster, no shim to
     copy) on a thread, its socket ``sock_path`` and metrics on a free loopback port; yields
     once both are up, stops it on exit. ``instrumentation``: the uninstrumented-process
-    guard's settings (the default's, enforced, when None)."""
+    guard's settings (the default's, enforced, when None). ``gate_loop``: run the native gate
+    loop."""
     options = AgentOptions(
         backend="nvidia",
         node=node,
@@ -438,6 +440,7 @@ def running_agent(
         shim_source=sock_path.parent / "absent.so",
         nvml=nvml,
         instrumentation=instrumentation or InstrumentationConfig(),
+        gate_loop=gate_loop,
     )
     d = AgentDaemon(options)
     failed: list[BaseException] = []

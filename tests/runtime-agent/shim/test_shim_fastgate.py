@@ -484,3 +484,41 @@ def test_with_a_native_gate_loop_the_online_shim_sends_edges_only_through_the_se
             )
         finally:
             loop.close()
+
+
+def test_the_real_agent_with_a_native_gate_loop_gates_without_frames_and_accounts(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """``gleaner agent --native-gate-loop``: online edges only in shared memory; the offline
+    shim closes and reopens at the loop's word, the agent sends no GATE for them, and its
+    accounting (read from the loop in batches) has the busy time and the preemptions."""
+    guard = InstrumentationConfig(enforce=False)
+    with running_agent(sock_path, node="fg-loop", instrumentation=guard, gate_loop=True) as d:
+        assert wait_until(lambda: (d.health()["gate_loop"] or {}).get("running") is True)
+        seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
+        try:
+            with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+                _setup(sp)
+                assert sp.cmd("launch 1", timeout=10)["rc"] == "0"  # the agent's enable
+                time.sleep(0.3)  # mapped by the watch thread
+                commands = d.agent.gate_commands
+                off = len(_disables(sp))
+                for i in range(1, 4):
+                    seg.online_edge(GPU, pid=99)
+                    assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
+                    sp.send("launch 1")
+                    assert sp.no_reply_within(0.1), "work ran while online was busy"
+                    time.sleep(0.05)
+                    seg.online_idle(GPU, pid=99)
+                    assert sp.reply(timeout=10)["rc"] == "0"
+                assert d.agent.gate_commands == commands, "the agent's event loop gated"
+                assert wait_until(lambda: d.health()["gate_loop"]["edges"] >= 6, timeout=10)
+                # Accounting: drained every beat, replayed into the agent's totals.
+                assert wait_until(
+                    lambda: d.agent.accounting.snapshot().gpus[GPU].preemptions == 3, timeout=10
+                )
+                totals = d.agent.accounting.snapshot().gpus[GPU]
+                assert totals.online_busy_s >= 3 * 0.05
+                assert totals.offline_enabled_s > 0
+        finally:
+            seg.close()
