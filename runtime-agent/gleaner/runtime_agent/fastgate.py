@@ -106,6 +106,7 @@ class SegmentLayout(ctypes.Structure):
         ("edge_tail", ctypes.c_uint32),
         ("reserved1", ctypes.c_uint64),
         ("slot", Slot * SLOTS),
+        ("open_at_ns", ctypes.c_uint64 * SLOTS),
         ("edge", Edge * RING),
     ]
 
@@ -213,6 +214,10 @@ class GateSegment:
     def loop_beat_ns(self) -> int:
         return int(self._view.loop_beat_ns)
 
+    def open_at_ns(self, gpu: int) -> int:
+        """The native loop's pending enable of ``gpu`` (``CLOCK_MONOTONIC`` ns; 0: none)."""
+        return int(self._view.open_at_ns[self._slots[gpu]])
+
     def open_gen(self, gpu: int) -> int:
         """The native loop's decisions on ``gpu`` (odd: its gate is open)."""
         return int(self._view.slot[self._slots[gpu]].open_gen)
@@ -280,7 +285,7 @@ class GateSegment:
         e.request = request
         e.gap_ns = gap_ns
         e.commit = (ticket + 1) & 0xFFFFFFFF  # last: the loop reads only committed entries
-        if v.loop_state == LOOP_RUNNING:
+        if kind == EDGE_IDLE and v.loop_state == LOOP_RUNNING:  # only idle edges wake it
             self._futex_wake(SegmentLayout.edge_head.offset)
 
     def _futex_wake(self, offset: int) -> None:

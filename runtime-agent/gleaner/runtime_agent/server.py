@@ -620,7 +620,7 @@ class ShimServer:
             return False
         if self.on_event is not None:
             self.on_event()
-        if proc.offline and not proc.polled:
+        if proc.offline and not proc.polled and self.loop is None:
             self._poll_instead(proc)
         return True
 

@@ -10,13 +10,19 @@
  *   online   slot busy_seq += 1 at every busy edge, then wake += 1 and FUTEX_WAKE on wake;
  *            then (version 2) every busy, idle and decode-gap edge into the edge ring: take a
  *            ticket (edge_head += 1), fill edge[ticket % GL_FG_RING], store its commit
- *            (ticket + 1) last, FUTEX_WAKE on edge_head;
+ *            (ticket + 1) last; after an idle edge, FUTEX_WAKE on edge_head (a busy edge
+ *            waits in the ring for the loop's next wakeup: the offline gates closed on
+ *            busy_seq already);
  *   loop     (the native gate loop, include/gleaner_gateloop.h, when the agent runs one)
  *            loop_state, loop_beat_ns (at least every GL_FG_LOOP_BEAT_NS), edge_tail, and a
  *            slot's open_seq and open_gen (odd: the loop's gate for that GPU is open) at every
- *            decision, then wake += 1 and FUTEX_WAKE on wake;
+ *            decision, and open_at_ns (a pending enable: the gate opens then unless an edge
+ *            comes first; open_seq is stored before it), then wake += 1 and FUTEX_WAKE on
+ *            wake;
  *   offline  reads only: a watch thread waits on wake and closes its own gate when a
  *            busy_seq of its GPUs moved, refuses an enable while busy_seq != open_seq, and
+ *            while a loop runs opens at the loop's word (open_gen odd, or open_at_ns passed:
+ *            it waits for that time itself), and
  *            fails closed when the heartbeat is older than stale_ns, and while a loop runs
  *            (loop_state RUNNING) when the loop's beat is older than stale_ns, or when the
  *            loop stopped (loop_state STOPPED).
@@ -74,13 +80,14 @@ typedef struct gl_fg_segment {
   uint32_t edge_tail;    /* edges the loop consumed */
   uint64_t reserved1;
   gl_fg_slot slot[GL_FG_SLOTS];
+  uint64_t open_at_ns[GL_FG_SLOTS]; /* the loop's pending enable per slot (0: none) */
   gl_fg_edge edge[GL_FG_RING];
 } gl_fg_segment;
 
 _Static_assert(sizeof(gl_fg_slot) == 64, "gl_fg_slot is one cache line");
 _Static_assert(sizeof(gl_fg_edge) == 48, "gl_fg_edge layout");
 _Static_assert((GL_FG_RING & (GL_FG_RING - 1)) == 0, "GL_FG_RING is a power of two");
-_Static_assert(sizeof(gl_fg_segment) == 64 + 64 * GL_FG_SLOTS + 48 * GL_FG_RING,
+_Static_assert(sizeof(gl_fg_segment) == 64 + 72 * GL_FG_SLOTS + 48 * GL_FG_RING,
                "gl_fg_segment layout");
 
 #endif /* GLEANER_FASTGATE_H */

@@ -15,7 +15,9 @@
  *     last one: gl_gate_online_idle; a named request that finished while others are busy:
  *     gl_gate_request_done), a gap edge is gl_gate_decode_gap;
  *   - ticks each gate at its gl_gate_next_deadline (FUTEX_WAIT on edge_head with that
- *     timeout, at most GL_FG_LOOP_BEAT_NS);
+ *     timeout, at most GL_FG_LOOP_BEAT_NS), after consuming the ring: online shims wake it
+ *     only for idle edges, so a busy edge is read at the next wakeup, always before a
+ *     decision (and one written after that read leaves open_seq behind busy_seq);
  *   - carries out each decision in the slot: an enable stores open_seq = the busy edges of
  *     that GPU it consumed (each bumped busy_seq once before its ring entry, so an edge whose
  *     entry is not consumed yet keeps open_seq != busy_seq and the offline shim refuses),

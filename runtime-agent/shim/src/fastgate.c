@@ -155,7 +155,10 @@ static void ring_push(gl_fg_segment *s, uint16_t kind, uint64_t mask, uint64_t n
   e->request = 0; /* the shim sees no request identities: anonymous busy periods */
   e->gap_ns = gap;
   __atomic_store_n(&e->commit, ticket + 1, __ATOMIC_RELEASE);
-  if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) == GL_FG_LOOP_RUNNING)
+  /* Only an idle edge wakes the loop: it starts a cooldown. A busy edge closed the offline
+   * gates already (busy_seq), and the loop reads it, with its time, before it next decides
+   * (an enable it decides without it leaves open_seq behind busy_seq: refused). */
+  if (kind == GL_FG_EDGE_IDLE && __atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) == GL_FG_LOOP_RUNNING)
     futex(&s->edge_head, FUTEX_WAKE, INT_MAX, NULL);
 }
 
@@ -226,13 +229,28 @@ static const char *fg_unfit(const gl_fg_segment *s, uint64_t now, char *buf, siz
 
 /* While a native gate loop runs: the node index of a GPU of `mask` whose loop gate is
  * closed (open_gen even), or -1 (all open, or no loop: the agent's socket alone decides). */
-static int loop_closed_gpu(const gl_fg_segment *s, uint64_t mask) {
+static int loop_closed_gpu(const gl_fg_segment *s, uint64_t mask, uint64_t now) {
   if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) != GL_FG_LOOP_RUNNING)
     return -1;
-  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
-    if ((mask & (1ull << k)) && !(__atomic_load_n(&s->slot[k].open_gen, __ATOMIC_ACQUIRE) & 1u))
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++) {
+    if (!(mask & (1ull << k)) || (__atomic_load_n(&s->slot[k].open_gen, __ATOMIC_ACQUIRE) & 1u))
+      continue;
+    uint64_t at = __atomic_load_n(&s->open_at_ns[k], __ATOMIC_ACQUIRE);
+    if (!at || now < at)
       return s->slot[k].index;
+  }
   return -1;
+}
+
+/* The earliest pending enable of `mask` still ahead of `now` (0: none). */
+static uint64_t loop_next_open(const gl_fg_segment *s, uint64_t mask, uint64_t now) {
+  uint64_t next = 0;
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++) {
+    uint64_t at = (mask & (1ull << k)) ? __atomic_load_n(&s->open_at_ns[k], __ATOMIC_ACQUIRE) : 0;
+    if (at > now && (!next || at < next))
+      next = at;
+  }
+  return next;
 }
 
 int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
@@ -259,7 +277,7 @@ int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
       *code = GL_STATUS_GATED_BY_AGENT;
       return 0;
     }
-  int closed = loop_closed_gpu(s, mask);
+  int closed = loop_closed_gpu(s, mask, gl_now_ns());
   if (closed >= 0) {
     snprintf(why, cap, "the native gate loop holds GPU %d closed", closed);
     *code = GL_STATUS_GATED_BY_AGENT;
@@ -343,14 +361,19 @@ static void *watch_main(void *unused) {
       /* A native gate loop's decisions: open when it opened every GPU of this process (and
        * the agent's last word was open; gl_agent_fast_open checks the rest), close when it
        * closed one without a busy edge (a hold, a reclamation). */
+      uint64_t wake_at = next_check;
       if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) == GL_FG_LOOP_RUNNING) {
-        int closed = loop_closed_gpu(s, mask);
+        uint64_t t = gl_now_ns();
+        int closed = loop_closed_gpu(s, mask, t);
         if (closed < 0 && !gl_agent_gate_open())
           gl_agent_fast_open();
         else if (closed >= 0 && gl_agent_gate_open())
           gl_agent_fast_close(GL_STATUS_GATED_BY_AGENT, "closed by the native gate loop", 0);
+        uint64_t open_at = loop_next_open(s, mask, t); /* wake for it: the loop will not */
+        if (open_at && open_at < wake_at)
+          wake_at = open_at;
       }
-      uint64_t left = next_check > now ? next_check - now : 1000000ull;
+      uint64_t left = wake_at > now ? wake_at - now : 1000000ull;
       struct timespec to = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
       long rc = futex(&s->wake, FUTEX_WAIT, w, &to);
       if (rc != 0 && errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) {

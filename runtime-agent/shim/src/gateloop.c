@@ -34,6 +34,8 @@ struct gl_loop {
   uint32_t nsrc[GL_FG_SLOTS];
   uint32_t src[GL_FG_SLOTS][GL_LOOP_MAX_SOURCES]; /* busy sources (pids) per slot */
   uint8_t held[GL_FG_SLOTS];                     /* held by the agent (gl_loop_hold) */
+  uint64_t open_at[GL_FG_SLOTS];                 /* the pending enable published per slot */
+  int published;                                 /* an open_at changed since the last wake */
   double lost_until;                             /* > 0: every gate held until then */
   uint32_t tail;
   uint64_t uncommitted_since;
@@ -60,6 +62,8 @@ static void wake_watchers(gl_fg_segment *s) {
   futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+static void act(gl_loop *l, uint32_t k, int rc);
+
 static void log_acct(gl_loop *l, uint32_t k, uint32_t op, double t, double value) {
   if (l->log_n == GL_LOOP_LOG_CAP) {
     l->st.log_dropped++;
@@ -83,6 +87,58 @@ static void log_finished(gl_loop *l, uint32_t k) {
   }
 }
 
+/* Whether a tick at the gate's next deadline enables it when no event comes first: closed,
+ * idle, not held, and no request in flight it preempted (then the deadline is when such a
+ * request is forgotten, and a later one may still hold the gate). */
+static int enables_at_deadline(const gl_gate *g) {
+  const gl_gate_view *v = gl_gate_state(g);
+  if (v->enabled || v->busy || v->held)
+    return 0;
+  const char *name;
+  size_t len;
+  uint32_t pre;
+  for (size_t i = 0; gl_gate_inflight_at(g, i, &name, &len, &pre); i++)
+    if (pre)
+      return 0;
+  return 1;
+}
+
+/* Publish slot k's pending enable (or that there is none) in the segment (lock held). The
+ * offline watch threads open at that time themselves, unless a busy edge came (busy_seq !=
+ * open_seq); the loop records the enable when it next wakes (catch_up), at that time. */
+static int publish(gl_loop *l, uint32_t k) {
+  double d = gl_gate_next_deadline(l->gate[k]);
+  uint64_t at = 0;
+  if (d < INFINITY && enables_at_deadline(l->gate[k])) {
+    double ns = ceil(d * 1e9);
+    at = ns < 1 ? 1 : (uint64_t)ns;
+  }
+  if (at == l->open_at[k])
+    return 0;
+  if (at)
+    __atomic_store_n(&l->seg->slot[k].open_seq, l->seen[k], __ATOMIC_RELEASE);
+  __atomic_store_n(&l->seg->open_at_ns[k], at, __ATOMIC_RELEASE);
+  l->open_at[k] = at;
+  /* A new pending enable wakes the watchers (they wait for its time). A withdrawn one
+   * needs no wakeup here: they read it again when they wake, and the reasons to withdraw
+   * one woke them already (a busy edge) or wake them (gl_loop_hold, gl_loop_force_disable). */
+  if (at)
+    l->published = 1;
+  return 1;
+}
+
+/* Record every deadline up to t at its own time: the enables the watch threads carried out
+ * at the published times (lock held). */
+static void catch_up(gl_loop *l, double t) {
+  for (uint32_t k = 0; k < l->n; k++) {
+    double d = gl_gate_next_deadline(l->gate[k]);
+    if (d <= t) {
+      act(l, k, gl_gate_tick(l->gate[k], d));
+      log_finished(l, k);
+    }
+  }
+}
+
 /* Carry out the gate's answer `rc` for slot k (lock held). */
 static void act(gl_loop *l, uint32_t k, int rc) {
   gl_fg_slot *slot = &l->seg->slot[k];
@@ -103,11 +159,13 @@ static void act(gl_loop *l, uint32_t k, int rc) {
     __atomic_store_n(&slot->open_seq, l->seen[k], __ATOMIC_RELEASE);
   if ((gen & 1u) != (uint32_t)open)
     __atomic_store_n(&slot->open_gen, gen + 1, __ATOMIC_RELEASE);
+  (void)publish(l, k); /* after open_gen: an enable is never seen as neither open nor pending */
   l->st.decisions++;
   /* A busy disable needs no wakeup: the online shim's busy_seq bump already woke the
-   * watchers, which closed on it. */
-  if (rc != GL_GATE_DISABLE)
-    wake_watchers(l->seg);
+   * watchers, which closed on it. An enable the watchers carried out already at its
+   * published time needs none either. */
+  if (rc == GL_GATE_DISABLE_QUIET || rc == GL_GATE_NO_MEMORY)
+    l->published = 1;
 }
 
 static void apply_hold(gl_loop *l, uint32_t k, double t) {
@@ -138,6 +196,7 @@ static size_t req_name(char *out, uint32_t pid, uint64_t request) {
 
 static void apply_edge(gl_loop *l, const gl_fg_edge *e) {
   double t = (double)e->t_ns / 1e9;
+  catch_up(l, t);
   char name[16];
   size_t len = e->request ? req_name(name, e->pid, e->request) : 0;
   for (uint32_t k = 0; k < l->n; k++) {
@@ -215,7 +274,8 @@ static void drain(gl_loop *l, uint64_t now) {
   }
 }
 
-/* Tick every gate whose deadline came; the earliest deadline left (seconds; INFINITY). */
+/* Record every deadline up to t, publish the pending enables; the earliest deadline the loop
+ * must wake for itself (seconds; INFINITY): one the watch threads cannot carry out. */
 static double tick(gl_loop *l, double t) {
   if (l->lost_until > 0 && t >= l->lost_until) {
     l->lost_until = 0;
@@ -225,16 +285,17 @@ static double tick(gl_loop *l, double t) {
       apply_hold(l, k, t);
     }
   }
+  catch_up(l, t);
   double next = l->lost_until > 0 ? l->lost_until : INFINITY;
   for (uint32_t k = 0; k < l->n; k++) {
+    (void)publish(l, k);
     double d = gl_gate_next_deadline(l->gate[k]);
-    if (d <= t) {
-      act(l, k, gl_gate_tick(l->gate[k], t));
-      log_finished(l, k);
-      d = gl_gate_next_deadline(l->gate[k]);
-    }
-    if (d < next)
+    if (!l->open_at[k] && d < next)
       next = d;
+  }
+  if (l->published) {
+    l->published = 0;
+    wake_watchers(l->seg);
   }
   return next;
 }
@@ -242,6 +303,7 @@ static double tick(gl_loop *l, double t) {
 static void *loop_main(void *arg) {
   gl_loop *l = arg;
   gl_fg_segment *s = l->seg;
+  pthread_setname_np(pthread_self(), "gleaner-gate");
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -390,10 +452,15 @@ EXPORT int gl_loop_hold(gl_loop *l, uint32_t k, int held) {
   if (k >= l->n)
     return GL_GATE_NONE;
   pthread_mutex_lock(&l->mu);
+  catch_up(l, now_for(l, k));
   l->held[k] = held != 0;
   int eff = l->held[k] || l->lost_until > 0;
   int rc = gl_gate_hold(l->gate[k], now_for(l, k), eff);
   act(l, k, rc);
+  if (publish(l, k) || l->published) {
+    l->published = 0;
+    wake_watchers(l->seg);
+  }
   pthread_mutex_unlock(&l->mu);
   futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL); /* a new deadline, maybe */
   return rc;
@@ -403,8 +470,13 @@ EXPORT int gl_loop_force_disable(gl_loop *l, uint32_t k) {
   if (k >= l->n)
     return GL_GATE_NONE;
   pthread_mutex_lock(&l->mu);
+  catch_up(l, now_for(l, k));
   int rc = gl_gate_force_disable(l->gate[k], now_for(l, k));
   act(l, k, rc);
+  if (publish(l, k) || l->published) {
+    l->published = 0;
+    wake_watchers(l->seg);
+  }
   pthread_mutex_unlock(&l->mu);
   futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL);
   return rc;

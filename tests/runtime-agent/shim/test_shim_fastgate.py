@@ -98,7 +98,7 @@ def _status(agent: AgentStub, words: str, after: int = 0, timeout: float = 10.0)
 
 def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
     fields = ["magic", "version", "nslots", "agent_pid", "wake", "loop_state", "heartbeat_ns"]
-    fields += ["stale_ns", "loop_beat_ns", "edge_head", "edge_tail", "slot", "edge"]
+    fields += ["stale_ns", "loop_beat_ns", "edge_head", "edge_tail", "slot", "open_at_ns", "edge"]
     slot = ["uuid", "index", "busy_seq", "open_seq", "open_gen"]
     edge = ["commit", "kind", "pid", "mask", "t_ns", "request", "gap_ns"]
     lines = ['#include "gleaner_fastgate.h"', "#include <stddef.h>", "#include <stdio.h>"]
