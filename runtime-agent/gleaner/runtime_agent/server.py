@@ -29,7 +29,9 @@ the hot path. What offline processes send after their HELLO (GATE_ACK, channel
 and memory tables, STATUS, HEARTBEAT, FD_PASS, their disconnect) needs no prompt reaction,
 so those connections are not watched by the loop: a poll reads them every
 ``offline_poll_s`` (20 ms), which spares the loop two wakeups per gate cycle (the acks).
-Online and framework connections, and every connection until its HELLO, are event-driven.
+Online and framework connections, and every connection until its HELLO, are event-driven;
+so are offline ones while a native gate loop runs (they are quiet then, and the poll would
+be the event loop's main cost).
 
 The native gate path. :meth:`ShimServer.start` also creates the shared-memory gate segment
 (:class:`~gleaner.runtime_agent.fastgate.GateSegment`, ``<socket dir>/gate.shm``): online
@@ -39,6 +41,13 @@ segment's ``busy_seq`` of its GPUs; before every enable it sends (GATE, or an op
 HELLO_ACK) it stores that as the GPUs' ``open_seq`` and beats the heartbeat, so a shim
 refuses an enable decided before a busy edge whose frame this loop has not read yet; :meth:`beat` is
 the daemon's periodic heartbeat; :meth:`close` retires the segment.
+
+The native gate loop (``gate_loop``; docs/shim.md, "The native gate loop"): :meth:`start`
+starts :class:`~gleaner.runtime_agent.gatelib.GateLoop` on the segment and becomes the
+agent's :class:`~gleaner.runtime_agent.core.NativeGates` (holds and reclamation closes go
+to the loop too); the loop owns ``open_seq``; :meth:`beat` also drains the loop's accounting
+log into the agent (``NodeAgent.absorb_native``) and notes a loop that stopped
+(``loop_error``); :meth:`close` stops the loop before it retires the segment.
 
 Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
 connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation sees pressure;
