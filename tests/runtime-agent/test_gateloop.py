@@ -8,6 +8,7 @@ Waits poll for the expected state with generous timeouts; nothing asserts a dura
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,10 +16,13 @@ from pathlib import Path
 import pytest
 
 from gleaner.runtime_agent import fastgate as fg
-from gleaner.runtime_agent.core import replay_accounting
+from gleaner.runtime_agent.core import NodeAgent, replay_accounting
 from gleaner.runtime_agent.gatelib import ACCT_REQUEST, GateLoop
 from gleaner.runtime_agent.policy import Accounting, GateConfig
+from gleaner.runtime_agent.simulated import synthetic_inventory
 
+INVENTORY = synthetic_inventory("n", 4, 80)[::3]
+"""GPUs 0 and 3."""
 COOL_S = 0.02
 """The cooldown floor: short, so enables come quickly; it is a floor, not a timing assertion."""
 
@@ -208,3 +212,81 @@ def test_the_accounting_log_replayed_gives_the_gates_own_totals(seg: fg.GateSegm
             assert g.online_busy_s > 0 and g.offline_enabled_s > 0
     finally:
         loop.close()
+
+
+# -- the loop against the agent's own rule -------------------------------------------------
+
+
+def _reference_catch_up(agent: NodeAgent, t: float) -> None:
+    """Every gate deadline up to ``t``, each at its own time (the loop's catch-up)."""
+    for gpu in agent.gpus:
+        while (d := agent.gate_deadline(gpu)) is not None and d <= t:
+            agent.tick_gate(d, gpu)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_loop_decides_and_accounts_as_the_agents_own_gates(tmp_path: Path, seed: int) -> None:
+    """Random edges (three sources, named and anonymous requests, decode gaps, one or both
+    GPUs) through the ring; the same edges into a NodeAgent (the agent's rule without the
+    loop). Their accounting, the loop's replayed from its log, is the same."""
+    rng = random.Random(seed)
+    gpus = [(0, "GPU-a"), (3, "GPU-b")]
+    seg = fg.GateSegment.create(fg.segment_path(tmp_path), gpus)
+    timeout = None if seed % 2 else 0.02
+    config = GateConfig(cool_floor_s=0.001, cool_ceiling_s=0.05, request_timeout_s=timeout)
+    start_ns = time.monotonic_ns()
+    loop = GateLoop(seg.address, config.native())
+    try:
+        start = loop.stats(0)[1].idle_since  # the gates' start (no edge yet)
+        agent = NodeAgent(node="n", inventory=INVENTORY, start=start, gate_config=config)
+        # Edge times from 1000 s ahead: the loop's own clock never reaches them, so every
+        # deadline among them is met by catching up at the next edge, in both.
+        t_ns = start_ns + 1_000_000_000_000
+        pushed = 0
+        for _ in range(300):
+            t_ns += rng.randrange(0, 6_000_000)
+            t = t_ns / 1e9
+            which = rng.choice([[0], [3], [0, 3]])
+            mask = sum(1 << k for k, (g, _) in enumerate(gpus) if g in which)
+            pid = rng.randint(1, 3)
+            request = rng.choice([0, 0, 1, 2, 3])
+            kind = rng.random()
+            _reference_catch_up(agent, t)
+            name = f"{pid}/{request}" if request else None
+            if kind < 0.45:
+                gap_ns = rng.choice([0, 0, rng.randrange(1, 20_000_000)])
+                if gap_ns:
+                    seg._push(fg.EDGE_GAP, mask, t_ns, pid, 0, gap_ns)
+                seg._push(fg.EDGE_BUSY, mask, t_ns, pid, request, 0)
+                for g in which:
+                    if gap_ns:
+                        agent.decode_gap(t, g, gap_ns / 1e9)
+                    agent.online_busy(t, g, str(pid), name)
+                pushed += 2 if gap_ns else 1
+            else:
+                seg._push(fg.EDGE_IDLE, mask, t_ns, pid, request, 0)
+                for g in which:
+                    agent.online_idle(t, g, str(pid), (name,) if name else ())
+                pushed += 1
+        log: list[tuple[int, float, int, float]] = []
+        _wait(lambda: loop.stats(0)[0].edges == pushed)
+        loop.stop()
+        log += loop.drain_log()
+        assert loop.stats(0)[0].lost_edges == 0
+    finally:
+        loop.close()
+        seg.retire()
+    end = t_ns / 1e9
+    acc = Accounting([0, 3], start=start)
+    replay_accounting(acc, log)
+    mine, ref = acc.snapshot(end), agent.accounting.snapshot(end)
+    for gpu in (0, 3):
+        a, b = mine.gpus[gpu], ref.gpus[gpu]
+        assert a.preemptions == b.preemptions, gpu
+        assert a.online_requests == b.online_requests, gpu
+        assert a.request_preemptions == b.request_preemptions, gpu
+        assert a.max_preemptions_per_request == b.max_preemptions_per_request <= 1, gpu
+        assert a.online_busy_s == pytest.approx(b.online_busy_s, abs=1e-9), gpu
+        assert a.offline_enabled_s == pytest.approx(b.offline_enabled_s, abs=1e-9), gpu
+    assert mine.pairs[(0, 3)].overlap_s == pytest.approx(ref.pairs[(0, 3)].overlap_s, abs=1e-9)
+    assert sum(mine.gpus[g].preemptions for g in (0, 3)) > 0  # the sequence exercised it

@@ -274,9 +274,10 @@ class GateSegment:
     def _push(
         self, kind: int, mask: int, t_ns: int, pid: int | None, request: int, gap_ns: int
     ) -> None:
+        # One writer: the entry is whole before the ticket is taken, so the loop never sees
+        # it half written (the shims, many writers, take the ticket first and commit last).
         v = self._view
         ticket = int(v.edge_head)
-        v.edge_head = (ticket + 1) & 0xFFFFFFFF
         e = v.edge[ticket % RING]
         e.kind = kind
         e.pid = os.getpid() if pid is None else pid
@@ -284,7 +285,8 @@ class GateSegment:
         e.t_ns = t_ns
         e.request = request
         e.gap_ns = gap_ns
-        e.commit = (ticket + 1) & 0xFFFFFFFF  # last: the loop reads only committed entries
+        e.commit = (ticket + 1) & 0xFFFFFFFF
+        v.edge_head = (ticket + 1) & 0xFFFFFFFF
         if kind == EDGE_IDLE and v.loop_state == LOOP_RUNNING:  # only idle edges wake it
             self._futex_wake(SegmentLayout.edge_head.offset)
 
