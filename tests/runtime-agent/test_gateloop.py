@@ -101,12 +101,12 @@ def test_at_most_one_preemption_per_request(seg: fg.GateSegment) -> None:
     try:
         _wait(lambda: _open(seg, 0))
         for _ in range(5):
-            seg.online_edge(0, pid=pid, request=req)
-            seg.online_idle(0, pid=pid)
+            seg.online_edge(0, source=pid, request=req)
+            seg.online_idle(0, source=pid)
             time.sleep(COOL_S * 3)  # longer than the floor: only the preemption holds the gate
         _wait(lambda: loop.stats(0)[0].edges == 10)
         assert not _open(seg, 0)
-        seg.online_idle(0, pid=pid, request=req)  # the request finished
+        seg.online_idle(0, source=pid, request=req)  # the request finished
         _wait(lambda: _open(seg, 0))
         _, view = loop.stats(0)
         assert view.preemptions == 1 and view.max_preemptions_per_request == 1
@@ -121,13 +121,13 @@ def test_a_second_source_keeps_the_gpu_busy(seg: fg.GateSegment) -> None:
     loop = _loop(seg)
     try:
         _wait(lambda: _open(seg, 0))
-        seg.online_edge(0, pid=1)
-        seg.online_edge(0, pid=2)
-        seg.online_idle(0, pid=1)
+        seg.online_edge(0, source=1)
+        seg.online_edge(0, source=2)
+        seg.online_idle(0, source=1)
         _wait(lambda: loop.stats(0)[0].edges == 3)
         time.sleep(COOL_S * 5)
         assert not _open(seg, 0), "opened while another source was busy"
-        seg.online_idle(0, pid=2)
+        seg.online_idle(0, source=2)
         _wait(lambda: _open(seg, 0))
         assert loop.stats(0)[1].preemptions == 1
     finally:
@@ -191,9 +191,9 @@ def test_the_accounting_log_replayed_gives_the_gates_own_totals(seg: fg.GateSegm
     acc = Accounting([0, 3], start=start)
     try:
         for i in range(20):
-            seg.online_edge(0 if i % 2 else 3, pid=7)
+            seg.online_edge(0 if i % 2 else 3, source=7)
             time.sleep(0.003)
-            seg.online_idle(0 if i % 2 else 3, pid=7)
+            seg.online_idle(0 if i % 2 else 3, source=7)
             time.sleep(0.03)
             if i % 5 == 4:  # a batch
                 replay_accounting(acc, loop.drain_log())
@@ -290,3 +290,22 @@ def test_the_loop_decides_and_accounts_as_the_agents_own_gates(tmp_path: Path, s
         assert a.offline_enabled_s == pytest.approx(b.offline_enabled_s, abs=1e-9), gpu
     assert mine.pairs[(0, 3)].overlap_s == pytest.approx(ref.pairs[(0, 3)].overlap_s, abs=1e-9)
     assert sum(mine.gpus[g].preemptions for g in (0, 3)) > 0  # the sequence exercised it
+
+
+def test_a_source_that_goes_away_ends_its_busy_period(seg: fg.GateSegment) -> None:
+    """An online process that disconnects while busy sends no idle edge: the agent drops
+    its source, and the GPU opens after the cooldown (other sources still count)."""
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 0))
+        seg.online_edge(0, source=11)
+        seg.online_edge(0, source=12)
+        _wait(lambda: loop.stats(0)[0].edges == 2)
+        loop.drop_source(11)
+        time.sleep(COOL_S * 5)
+        assert not _open(seg, 0), "opened while source 12 was busy"
+        loop.drop_source(12)
+        _wait(lambda: _open(seg, 0))
+        assert loop.stats(0)[1].busy == 0
+    finally:
+        loop.close()

@@ -80,7 +80,7 @@ class Edge(ctypes.Structure):
         ("commit", ctypes.c_uint32),
         ("kind", ctypes.c_uint16),
         ("reserved0", ctypes.c_uint16),
-        ("pid", ctypes.c_uint32),
+        ("source", ctypes.c_uint32),
         ("reserved1", ctypes.c_uint32),
         ("mask", ctypes.c_uint64),
         ("t_ns", ctypes.c_uint64),
@@ -241,12 +241,13 @@ class GateSegment:
         gpu: int | None = None,
         *,
         t_ns: int | None = None,
-        pid: int | None = None,
+        source: int | None = None,
         request: int = 0,
         gap_ns: int = 0,
     ) -> None:
         """What an online shim does at a busy edge (``gpu`` None: every GPU): bump, wake,
-        then the decode gap before it (``gap_ns`` > 0) and the edge into the ring."""
+        then the decode gap before it (``gap_ns`` > 0) and the edge into the ring, from
+        busy source ``source`` (the connection's id; None: this process's pid)."""
         v = self._view
         mask = self._mask(gpu)
         for k in range(int(v.nslots)):
@@ -256,23 +257,23 @@ class GateSegment:
         self._futex_wake(SegmentLayout.wake.offset)
         t = time.monotonic_ns() if t_ns is None else t_ns
         if gap_ns:
-            self._push(EDGE_GAP, mask, t, pid, 0, gap_ns)
-        self._push(EDGE_BUSY, mask, t, pid, request, 0)
+            self._push(EDGE_GAP, mask, t, source, 0, gap_ns)
+        self._push(EDGE_BUSY, mask, t, source, request, 0)
 
     def online_idle(
         self,
         gpu: int | None = None,
         *,
         t_ns: int | None = None,
-        pid: int | None = None,
+        source: int | None = None,
         request: int = 0,
     ) -> None:
         """What an online shim does at an idle edge (``request``: the request that finished)."""
         t = time.monotonic_ns() if t_ns is None else t_ns
-        self._push(EDGE_IDLE, self._mask(gpu), t, pid, request, 0)
+        self._push(EDGE_IDLE, self._mask(gpu), t, source, request, 0)
 
     def _push(
-        self, kind: int, mask: int, t_ns: int, pid: int | None, request: int, gap_ns: int
+        self, kind: int, mask: int, t_ns: int, source: int | None, request: int, gap_ns: int
     ) -> None:
         # One writer: the entry is whole before the ticket is taken, so the loop never sees
         # it half written (the shims, many writers, take the ticket first and commit last).
@@ -280,7 +281,7 @@ class GateSegment:
         ticket = int(v.edge_head)
         e = v.edge[ticket % RING]
         e.kind = kind
-        e.pid = os.getpid() if pid is None else pid
+        e.source = os.getpid() if source is None else source
         e.mask = mask
         e.t_ns = t_ns
         e.request = request

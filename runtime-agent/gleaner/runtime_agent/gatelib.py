@@ -242,6 +242,7 @@ def loop_library() -> ctypes.CDLL:
         "gl_loop_hold": (i, [p, u32, i]),
         "gl_loop_force_disable": (i, [p, u32]),
         "gl_loop_drain_log": (sz, [p, ctypes.POINTER(LoopAcctC), sz]),
+        "gl_loop_drop_source": (None, [p, u32]),
         "gl_loop_test_kill": (None, [p]),
         "gl_loop_alive": (i, [p]),
     }
@@ -300,6 +301,10 @@ class GateLoop:
             out += [(int(a.op), float(a.t), int(a.gpu), float(a.value)) for a in buf[:n]]
             if n < len(buf):
                 return out
+
+    def drop_source(self, source: int) -> None:
+        """Online connection ``source`` went away: its busy periods end now."""
+        self._lib.gl_loop_drop_source(self._h(), source)
 
     @property
     def alive(self) -> bool:

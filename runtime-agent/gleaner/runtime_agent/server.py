@@ -779,6 +779,8 @@ class ShimServer:
             self.instrumentation.apply(now)  # a lost online shim closes its GPUs at once
         if proc.role == p.Role.ONLINE:
             self.agent.drop_source(self.clock(), proc.source)
+            if self.loop is not None:  # its busy periods in the loop end too
+                self.loop.drop_source(proc.conn_id)
         if proc.role == p.Role.OFFLINE:
             self._refresh_jobs()
             self.agent.drop_quarantine(proc.source)  # its quarantined pages went with it
@@ -962,7 +964,12 @@ class ShimServer:
             self._allow(proc.gpus)
         self._send(
             proc,
-            p.HelloAck(accepted=accepted, gate_open=proc.gate_open, gate_mode=p.GateMode.SHIM),
+            p.HelloAck(
+                accepted=accepted,
+                gate_open=proc.gate_open,
+                gate_mode=p.GateMode.SHIM,
+                source_id=proc.conn_id,  # its edges in the segment's ring carry it
+            ),
         )
         self.sequence.offline_joined(
             proc.conn_id, proc.gpus if proc.offline else (), proc.gate_open

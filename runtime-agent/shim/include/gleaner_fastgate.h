@@ -58,7 +58,7 @@ typedef struct gl_fg_edge {
   uint32_t commit; /* the edge's ticket + 1, stored last (release) */
   uint16_t kind;   /* GL_FG_EDGE_* */
   uint16_t reserved0;
-  uint32_t pid; /* the online process (its busy source) */
+  uint32_t source; /* the busy source: the online connection's id (HELLO_ACK source_id) */
   uint32_t reserved1;
   uint64_t mask;    /* the slots the edge is on */
   uint64_t t_ns;    /* CLOCK_MONOTONIC */

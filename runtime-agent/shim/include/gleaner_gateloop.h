@@ -9,7 +9,8 @@
  *   - beats: stores loop_beat_ns (CLOCK_MONOTONIC) at least every GL_FG_LOOP_BEAT_NS, and
  *     loop_state = RUNNING at start; offline shims fail closed when the beat is older than
  *     the segment's stale_ns, or when loop_state is STOPPED;
- *   - consumes the edge ring in ticket order: a busy edge makes its process a busy source of
+ *   - consumes the edge ring in ticket order: a busy edge makes its source (the online
+ *     connection's id, HELLO_ACK source_id) a busy source of
  *     the edge's GPUs (a GPU is busy while any source is; the first busy edge of a period, or
  *     a named request's, goes to gl_gate_online_busy), an idle edge removes the source (the
  *     last one: gl_gate_online_idle; a named request that finished while others are busy:
@@ -91,6 +92,9 @@ int gl_loop_hold(gl_loop *l, uint32_t k, int held);
 int gl_loop_force_disable(gl_loop *l, uint32_t k);
 /* Move up to `cap` accounting entries, oldest first, into `out`; returns how many. */
 size_t gl_loop_drain_log(gl_loop *l, gl_loop_acct *out, size_t cap);
+/* An online connection went away: its busy periods end now (the last source of a GPU:
+ * gl_gate_online_idle), as if it had sent its idle edges; its ring entries are read first. */
+void gl_loop_drop_source(gl_loop *l, uint32_t source);
 /* Test hook: the thread ends at its next wakeup without a word (loop_state stays RUNNING,
  * the beat stops), as a loop that died or hangs. */
 void gl_loop_test_kill(gl_loop *l);

@@ -43,6 +43,9 @@ static int started;            /* guarded by start_mu */
 static uint32_t tx_seq;        /* guarded by send_mu */
 static _Atomic int gate_open;  /* offline: written with the registry lock held */
 static _Atomic int agent_open; /* offline: the agent's last word (GATE, HELLO_ACK) was open */
+static _Atomic uint32_t source_id; /* online: the busy-source id HELLO_ACK gave (0: none yet) */
+
+uint32_t gl_agent_source_id(void) { return atomic_load(&source_id); }
 static _Atomic int gate_mode = GL_GATE_MODE_SHIM;
 static _Atomic int heartbeat_ms = 1000;
 
@@ -607,6 +610,7 @@ static int handle_frame(const gl_header *h, const char *payload) {
       return -1;
     gl_hello_ack a;
     memcpy(&a, payload, sizeof a);
+    atomic_store(&source_id, (uint32_t)a.source_id); /* a new connection: a new id */
     if (a.heartbeat_ms >= 10)
       atomic_store(&heartbeat_ms, (int)a.heartbeat_ms);
     atomic_store(&gate_mode, a.gate_mode == GL_GATE_MODE_AGENT ? GL_GATE_MODE_AGENT : GL_GATE_MODE_SHIM);

@@ -145,11 +145,12 @@ static gl_fg_segment *online_segment(void) {
 }
 
 /* One edge into the ring (see gleaner_fastgate.h), then wake the native loop. */
-static void ring_push(gl_fg_segment *s, uint16_t kind, uint64_t mask, uint64_t now, uint64_t gap) {
+static void ring_push(gl_fg_segment *s, uint32_t source, uint16_t kind, uint64_t mask, uint64_t now,
+                      uint64_t gap) {
   uint32_t ticket = __atomic_fetch_add(&s->edge_head, 1, __ATOMIC_ACQ_REL);
   gl_fg_edge *e = &s->edge[ticket & (GL_FG_RING - 1)];
   e->kind = kind;
-  e->pid = (uint32_t)getpid();
+  e->source = source;
   e->mask = mask;
   e->t_ns = now;
   e->request = 0; /* the shim sees no request identities: anonymous busy periods */
@@ -181,17 +182,24 @@ int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
       __atomic_fetch_add(&s->slot[k].busy_seq, 1, __ATOMIC_SEQ_CST);
   __atomic_fetch_add(&s->wake, 1, __ATOMIC_SEQ_CST);
   futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
+  /* The ring only with the agent's source id: its disconnect then ends the source's busy
+   * period in the loop (a process that dies busy leaves no idle edge). Before the id
+   * (HELLO_ACK), the frames alone carry the edges. */
+  uint32_t source = gl_agent_source_id();
+  if (!source)
+    return 0;
   if (gap_ns)
-    ring_push(s, GL_FG_EDGE_GAP, mask, now, gap_ns);
-  ring_push(s, GL_FG_EDGE_BUSY, mask, now, 0);
+    ring_push(s, source, GL_FG_EDGE_GAP, mask, now, gap_ns);
+  ring_push(s, source, GL_FG_EDGE_BUSY, mask, now, 0);
   return loop_live(s, now);
 }
 
 int gl_fg_online_idle(uint64_t now) {
   gl_fg_segment *s = online_segment();
-  if (!s)
+  uint32_t source = gl_agent_source_id();
+  if (!s || !source)
     return 0;
-  ring_push(s, GL_FG_EDGE_IDLE, atomic_load(&on_mask), now, 0);
+  ring_push(s, source, GL_FG_EDGE_IDLE, atomic_load(&on_mask), now, 0);
   return loop_live(s, now);
 }
 

@@ -32,7 +32,7 @@ struct gl_loop {
   gl_gate *gate[GL_FG_SLOTS];
   uint32_t seen[GL_FG_SLOTS]; /* busy edges consumed per slot (what open_seq is set to) */
   uint32_t nsrc[GL_FG_SLOTS];
-  uint32_t src[GL_FG_SLOTS][GL_LOOP_MAX_SOURCES]; /* busy sources (pids) per slot */
+  uint32_t src[GL_FG_SLOTS][GL_LOOP_MAX_SOURCES]; /* busy sources per slot */
   uint8_t held[GL_FG_SLOTS];                     /* held by the agent (gl_loop_hold) */
   uint64_t open_at[GL_FG_SLOTS];                 /* the pending enable published per slot */
   int published;                                 /* an open_at changed since the last wake */
@@ -182,35 +182,35 @@ static void lost(gl_loop *l, uint64_t count, double t) {
     apply_hold(l, k, t);
 }
 
-static int src_index(const gl_loop *l, uint32_t k, uint32_t pid) {
+static int src_index(const gl_loop *l, uint32_t k, uint32_t source) {
   for (uint32_t i = 0; i < l->nsrc[k]; i++)
-    if (l->src[k][i] == pid)
+    if (l->src[k][i] == source)
       return (int)i;
   return -1;
 }
 
-static size_t req_name(char *out, uint32_t pid, uint64_t request) {
+static size_t req_name(char *out, uint32_t source, uint64_t request) {
   out[0] = 'r'; /* never a NUL first byte: the gate's anonymous names start with one */
-  memcpy(out + 1, &pid, sizeof pid);
-  memcpy(out + 1 + sizeof pid, &request, sizeof request);
-  return 1 + sizeof pid + sizeof request;
+  memcpy(out + 1, &source, sizeof source);
+  memcpy(out + 1 + sizeof source, &request, sizeof request);
+  return 1 + sizeof source + sizeof request;
 }
 
 static void apply_edge(gl_loop *l, const gl_fg_edge *e) {
   double t = (double)e->t_ns / 1e9;
   catch_up(l, t);
   char name[16];
-  size_t len = e->request ? req_name(name, e->pid, e->request) : 0;
+  size_t len = e->request ? req_name(name, e->source, e->request) : 0;
   for (uint32_t k = 0; k < l->n; k++) {
     if (!(e->mask & (1ull << k)))
       continue;
     gl_gate *g = l->gate[k];
-    int at = src_index(l, k, e->pid);
+    int at = src_index(l, k, e->source);
     if (e->kind == GL_FG_EDGE_BUSY) {
       l->seen[k]++;
       int was_busy = l->nsrc[k] > 0;
       if (at < 0 && l->nsrc[k] < GL_LOOP_MAX_SOURCES)
-        l->src[k][l->nsrc[k]++] = e->pid;
+        l->src[k][l->nsrc[k]++] = e->source;
       if (was_busy && !e->request)
         continue; /* already busy; an anonymous edge tells the gate nothing new */
       act(l, k, gl_gate_online_busy(g, t, e->request ? name : NULL, len));
@@ -493,6 +493,34 @@ EXPORT size_t gl_loop_drain_log(gl_loop *l, gl_loop_acct *out, size_t cap) {
   l->log_n -= n;
   pthread_mutex_unlock(&l->mu);
   return n;
+}
+
+EXPORT void gl_loop_drop_source(gl_loop *l, uint32_t source) {
+  pthread_mutex_lock(&l->mu);
+  double t = (double)mono_ns() / 1e9;
+  for (uint32_t k = 0; k < l->n; k++)
+    if (t < gl_gate_state(l->gate[k])->now)
+      t = gl_gate_state(l->gate[k])->now;
+  drain(l, mono_ns()); /* its edges already in the ring first */
+  catch_up(l, t);
+  int woke = 0;
+  for (uint32_t k = 0; k < l->n; k++) {
+    int at = src_index(l, k, source);
+    if (at < 0)
+      continue;
+    l->src[k][at] = l->src[k][--l->nsrc[k]];
+    if (l->nsrc[k] == 0) {
+      log_acct(l, k, GL_LOOP_ACCT_BUSY, t, 0.0);
+      act(l, k, gl_gate_online_idle(l->gate[k], t));
+      log_finished(l, k);
+    }
+    woke |= publish(l, k);
+  }
+  if (woke || l->published) {
+    l->published = 0;
+    wake_watchers(l->seg);
+  }
+  pthread_mutex_unlock(&l->mu);
 }
 
 EXPORT void gl_loop_test_kill(gl_loop *l) {

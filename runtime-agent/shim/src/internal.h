@@ -97,6 +97,7 @@ GL_HIDDEN void gl_agent_fast_close(uint32_t code, const char *why, int fail);
 GL_HIDDEN void gl_agent_resync(const char *why);
 
 /* --- fastgate.c --- */
+GL_HIDDEN uint32_t gl_agent_source_id(void); /* online: this connection's busy-source id, 0: none */
 GL_HIDDEN void gl_agent_fast_open(void); /* offline: open at the native loop's word, if the agent's last word was open */
 GL_HIDDEN int gl_fg_online_busy(uint64_t now, uint64_t gap_ns); /* online: a busy edge (and the
                                                                  decode gap before it), before its frame */

@@ -157,6 +157,7 @@ class AgentStub:
                         gate_open=self.gate_open,
                         gate_mode=self.gate_mode,
                         heartbeat_ms=self.heartbeat_ms,
+                        source_id=idx + 1,  # as the agent numbers its connections
                     )
                     try:
                         p.send_message(c, ack)

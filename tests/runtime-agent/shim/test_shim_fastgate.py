@@ -100,7 +100,7 @@ def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
     fields = ["magic", "version", "nslots", "agent_pid", "wake", "loop_state", "heartbeat_ns"]
     fields += ["stale_ns", "loop_beat_ns", "edge_head", "edge_tail", "slot", "open_at_ns", "edge"]
     slot = ["uuid", "index", "busy_seq", "open_seq", "open_gen"]
-    edge = ["commit", "kind", "pid", "mask", "t_ns", "request", "gap_ns"]
+    edge = ["commit", "kind", "source", "mask", "t_ns", "request", "gap_ns"]
     lines = ['#include "gleaner_fastgate.h"', "#include <stddef.h>", "#include <stdio.h>"]
     lines += ["int main(void) {", '  printf("size %zu\\n", sizeof(gl_fg_segment));']
     lines += [f'  printf("{f} %zu\\n", offsetof(gl_fg_segment, {f}));' for f in fields]
@@ -259,14 +259,28 @@ def test_the_online_shim_bumps_the_segment(tmp_path: Path, sock_path: Path) -> N
         stub.wait_for(p.OnlineBusy)
         assert seg.busy_seq(GPU) == before[1] + 1  # bumped before the frame went
         assert seg.busy_seq(0) == before[0]  # its UUID names one GPU
-        # The edge is in the ring too, for the native gate loop; then the idle edge.
-        busy = seg.edge(0)
-        assert (busy.commit, busy.kind, busy.mask, busy.request) == (1, fg.EDGE_BUSY, 0b10, 0)
-        assert busy.pid == sp.proc.pid and busy.t_ns > 0
-        stub.wait_for(p.OnlineIdle)
-        idle = seg.edge(1)
-        assert (idle.commit, idle.kind, idle.mask, idle.pid) == (2, fg.EDGE_IDLE, 0b10, sp.proc.pid)
+        # The edges go into the ring too, for the native gate loop, once the shim has its
+        # source id (HELLO_ACK, which the first launch may precede): busy, then idle.
+        head = _launch_until_ringed(sp, stub, seg)
+        busy, idle = seg.edge(head - 2), seg.edge(head - 1)
+        assert (busy.commit, busy.kind, busy.mask, busy.request) == (head - 1, fg.EDGE_BUSY, 2, 0)
+        assert busy.source == 1 and busy.t_ns > 0  # the connection's id (HELLO_ACK)
+        assert (idle.commit, idle.kind, idle.mask, idle.source) == (head, fg.EDGE_IDLE, 2, 1)
         assert idle.t_ns >= busy.t_ns
+
+
+def _launch_until_ringed(sp: ShimProcess, stub: AgentStub, seg: fg.GateSegment) -> int:
+    """Launch (one busy period each) until the online shim's edges are in the ring; the
+    ring's head then."""
+    for _ in range(50):
+        mark = stub.mark()
+        sp.cmd("launch 1")
+        stub.wait_for(p.OnlineIdle, after=mark, timeout=10)
+        head = int(seg._view.edge_head)
+        if head >= 2:
+            return head
+        time.sleep(0.05)
+    raise AssertionError("the online shim never wrote its edges into the ring")
 
 
 @pytest.mark.parametrize("how", ["killed", "stopped"])
@@ -504,12 +518,12 @@ def test_the_real_agent_with_a_native_gate_loop_gates_without_frames_and_account
                 commands = d.agent.gate_commands
                 off = len(_disables(sp))
                 for i in range(1, 4):
-                    seg.online_edge(GPU, pid=99)
+                    seg.online_edge(GPU, source=99)
                     assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
                     sp.send("launch 1")
                     assert sp.no_reply_within(0.1), "work ran while online was busy"
                     time.sleep(0.05)
-                    seg.online_idle(GPU, pid=99)
+                    seg.online_idle(GPU, source=99)
                     assert sp.reply(timeout=10)["rc"] == "0"
                 assert d.agent.gate_commands == commands, "the agent's event loop gated"
                 assert wait_until(lambda: d.health()["gate_loop"]["edges"] >= 6, timeout=10)
