@@ -536,3 +536,48 @@ def test_the_real_agent_with_a_native_gate_loop_gates_without_frames_and_account
                 assert totals.offline_enabled_s > 0
         finally:
             seg.close()
+
+
+def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """An online connection that goes away busy ends its busy period (the gate reopens); a
+    loop that dies closes the offline gate, and the agent says why in /healthz."""
+    guard = InstrumentationConfig(enforce=False)
+    with running_agent(sock_path, node="fg-loop2", instrumentation=guard, gate_loop=True) as d:
+        assert wait_until(lambda: (d.health()["gate_loop"] or {}).get("running") is True)
+        seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
+        online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+                _setup(sp)
+                assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
+                time.sleep(0.3)  # mapped by the watch thread
+                online.connect(str(sock_path))
+                p.send_message(online, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
+                online.settimeout(10)
+                got = p.recv_messages(online, p.FrameDecoder()) or []
+                ack = next(m for m in got if isinstance(m, p.HelloAck))
+                assert ack.source_id > 0
+                off = len(_disables(sp))
+                seg.online_edge(GPU, source=ack.source_id)
+                assert wait_until(lambda: len(_disables(sp)) == off + 1, timeout=10)
+                sp.send("launch 1")
+                assert sp.no_reply_within(0.2), "work ran while online was busy"
+                online.close()  # gone while busy: no idle edge ever comes
+                assert sp.reply(timeout=10)["rc"] == "0"
+                # The loop dies: the shim closes on its stale beat, the agent says why.
+                assert d.server is not None and d.server.loop is not None
+                d.server.loop.test_kill()
+                assert wait_until(lambda: len(_disables(sp)) == off + 2, timeout=10)
+                sp.send("launch 1")
+                assert sp.no_reply_within(0.3), "work ran without the native gate loop"
+                assert wait_until(
+                    lambda: "native gate loop heartbeat" in str(d.health()["offline_held"]),
+                    timeout=10,
+                )
+                health = d.health()["gate_loop"]
+                assert health["running"] is False and "stopped" in health["error"]
+        finally:
+            online.close()
+            seg.close()
