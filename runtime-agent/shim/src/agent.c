@@ -687,6 +687,8 @@ static int handle_frame(const gl_header *h, const char *payload) {
 }
 
 static void agent_down(const char *why) {
+  /* The id named the old connection: a restarted agent may give it to another process. */
+  atomic_store(&source_id, 0);
   pthread_mutex_lock(&send_mu);
   if (sock >= 0) {
     close(sock);
