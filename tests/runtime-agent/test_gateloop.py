@@ -309,3 +309,61 @@ def test_a_source_that_goes_away_ends_its_busy_period(seg: fg.GateSegment) -> No
         assert loop.stats(0)[1].busy == 0
     finally:
         loop.close()
+
+
+def _lose_busy_entry(seg: fg.GateSegment, gpu: int, source: int) -> None:
+    """An online shim's busy edge whose ring entry is lost: its busy word set, busy_seq
+    bumped, a ticket taken and never committed (a writer that died mid-entry)."""
+    seg.set_busy_word(source, gpu)
+    v = seg._view
+    k = next(k for k in range(v.nslots) if v.slot[k].index == gpu)
+    v.slot[k].busy_seq += 1
+    v.edge_head += 1
+
+
+HOLD_S = 1.0
+"""``GL_LOOP_LOST_HOLD_S``: every gate is held this long after a lost entry."""
+
+
+def test_a_lost_busy_entry_keeps_its_gpu_closed_until_the_idle_edge(seg: fg.GateSegment) -> None:
+    """The ring lost the busy edge; the connection's busy word did not: once the lost-entry
+    hold ends, the other GPU reopens, the busy one stays closed (and its enable is never
+    published) until the connection's idle edge."""
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 0) and _open(seg, 3))
+        _lose_busy_entry(seg, 0, source=21)
+        _wait(lambda: loop.stats(0)[0].lost_edges == 1)
+        _wait(lambda: _open(seg, 3))  # the hold ended: GPU 3 was never busy
+        deadline = time.monotonic() + HOLD_S
+        while time.monotonic() < deadline:  # well past the cooldown after the hold
+            assert not _open(seg, 0) and seg.open_at_ns(0) == 0, "opened while online was busy"
+            time.sleep(0.01)
+        stats, view = loop.stats(0)
+        assert view.busy == 1 and stats.busy_from_words == 1
+        seg.set_busy_word(21, 0, busy=False)  # the shim: the word first, then the entry
+        seg.online_idle(0, source=21)
+        _wait(lambda: _open(seg, 0))
+    finally:
+        loop.close()
+
+
+def test_a_source_that_dies_busy_holds_its_gpu_until_the_agent_drops_it(
+    seg: fg.GateSegment,
+) -> None:
+    """A process that died busy leaves its busy word set (and here its entry lost too): the
+    GPU stays closed until the agent drops the connection, which frees the word."""
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 0))
+        _lose_busy_entry(seg, 0, source=31)
+        _wait(lambda: loop.stats(0)[0].lost_edges == 1)
+        _wait(lambda: loop.stats(0)[0].busy_from_words == 1)
+        time.sleep(HOLD_S + COOL_S * 5)
+        assert not _open(seg, 0)
+        assert seg.busy_word(31) == 1
+        loop.drop_source(31)
+        assert seg.busy_word(31) is None
+        _wait(lambda: _open(seg, 0))
+    finally:
+        loop.close()

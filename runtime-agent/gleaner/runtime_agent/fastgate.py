@@ -18,9 +18,11 @@ UUID and index). The agent, single writer of its fields, then:
 - :meth:`GateSegment.retire` zeroes the magic (shims close their gates) and removes the file.
 
 Online shims bump ``busy_seq`` and wake the offline shims' watch threads themselves, and
-(version 2) put every busy, idle and decode-gap edge into the segment's edge ring, which the
-native gate loop (:class:`gleaner.runtime_agent.gatelib.GateLoop`) consumes; the agent's
-policy still hears every edge over the socket (docs/shim.md, "The native gate path").
+put every busy, idle and decode-gap edge into the segment's edge ring, which the native gate
+loop (:class:`gleaner.runtime_agent.gatelib.GateLoop`) consumes, and (version 3) keep a busy
+word per connection that the ring cannot lose (set before a busy edge, cleared before an
+idle edge's entry; docs/shim.md, "The native gate loop"). :meth:`GateSegment.set_busy_word`
+does what a shim does to its word, for tests.
 :meth:`GateSegment.online_edge`, :meth:`GateSegment.online_idle` and
 :meth:`GateSegment.online_gap` do what an online shim does, for tests and the benchmark
 (one writer at a time: Python's increment is not an atomic read-modify-write).
@@ -44,11 +46,13 @@ from gleaner.protocol.node import GATE_SEGMENT_NAME
 
 MAGIC = 0x47464C47
 """``GL_FG_MAGIC`` ("GLFG")."""
-VERSION = 2
+VERSION = 3
 SLOTS = 64
 UUID_LEN = 48
 RING = 4096
 """``GL_FG_RING``: edges in the ring."""
+SOURCES = 64
+"""``GL_FG_SOURCES``: online connections' busy words."""
 EDGE_BUSY, EDGE_IDLE, EDGE_GAP = 1, 2, 3
 LOOP_NONE, LOOP_RUNNING, LOOP_STOPPED = 0, 1, 2
 """``GL_FG_LOOP_*``: the native gate loop's state in the segment."""
@@ -89,6 +93,15 @@ class Edge(ctypes.Structure):
     ]
 
 
+class Source(ctypes.Structure):
+    """``gl_fg_source``: one online connection's busy word (``state``: id << 32 | busy)."""
+
+    _fields_ = [
+        ("state", ctypes.c_uint64),
+        ("mask", ctypes.c_uint64),
+    ]
+
+
 class SegmentLayout(ctypes.Structure):
     """``gl_fg_segment``: the header, then ``SLOTS`` slots."""
 
@@ -107,6 +120,7 @@ class SegmentLayout(ctypes.Structure):
         ("reserved1", ctypes.c_uint64),
         ("slot", Slot * SLOTS),
         ("open_at_ns", ctypes.c_uint64 * SLOTS),
+        ("source", Source * SOURCES),
         ("edge", Edge * RING),
     ]
 
@@ -271,6 +285,22 @@ class GateSegment:
         """What an online shim does at an idle edge (``request``: the request that finished)."""
         t = time.monotonic_ns() if t_ns is None else t_ns
         self._push(EDGE_IDLE, self._mask(gpu), t, source, request, 0)
+
+    def set_busy_word(self, source: int, gpu: int | None = None, *, busy: bool = True) -> None:
+        """What an online shim does to its busy word (tests: claimed on first use; ``gpu``
+        None: every GPU): set before a busy edge, cleared before an idle edge's entry."""
+        v = self._view
+        entry = next((e for e in v.source if e.state >> 32 == source), None)
+        if entry is None:
+            entry = next(e for e in v.source if e.state == 0)
+            entry.state = source << 32
+            entry.mask = self._mask(gpu)
+        entry.state = source << 32 | int(busy)
+
+    def busy_word(self, source: int) -> int | None:
+        """The busy bit of ``source``'s word (None: it has none, or it was freed)."""
+        entry = next((e for e in self._view.source if e.state >> 32 == source), None)
+        return None if entry is None else int(entry.state & 1)
 
     def _push(
         self, kind: int, mask: int, t_ns: int, source: int | None, request: int, gap_ns: int

@@ -199,7 +199,7 @@ class LoopStatsC(ctypes.Structure):
         ("decisions", ctypes.c_uint64),
         ("log_dropped", ctypes.c_uint64),
         ("state", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("busy_from_words", ctypes.c_uint32),
     ]
 
 

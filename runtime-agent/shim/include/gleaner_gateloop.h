@@ -29,8 +29,11 @@
  *     read with gl_loop_stats_read.
  * Lost edges (the ring overran, or an entry stayed uncommitted for GL_LOOP_COMMIT_WAIT_NS:
  * its writer died mid-entry) are counted; every gate is then held closed for
- * GL_LOOP_LOST_HOLD_S and the loop's busy sources are forgotten (their next edges rebuild
- * them).
+ * GL_LOOP_LOST_HOLD_S. At every wakeup, once the ring is read, the online connections' busy
+ * words (gl_fg_source) are checked against the loop's busy sources: a connection busy by its
+ * word but not in the loop's sources (its busy entry was lost) becomes a busy source of its
+ * GPUs, so a lost busy edge never lets a busy GPU open; it stays one until its idle edge or
+ * gl_loop_drop_source, which also frees its word.
  * Every other call (hold, force_disable, stats) takes the loop's lock, which the thread holds
  * while it handles a batch of edges: none waits for more than one batch. The loop never calls
  * into Python; the calls below release the GIL (ctypes.CDLL).
@@ -73,7 +76,7 @@ typedef struct gl_loop_stats {
   uint64_t decisions;   /* enables and disables carried out */
   uint64_t log_dropped; /* accounting entries dropped: the log was full (not drained) */
   uint32_t state;       /* GL_FG_LOOP_* as the thread last stored it */
-  uint32_t reserved;
+  uint32_t busy_from_words; /* busy sources taken from a busy word, not a ring entry */
 } gl_loop_stats;
 
 int gl_loop_abi(void);
@@ -93,7 +96,8 @@ int gl_loop_force_disable(gl_loop *l, uint32_t k);
 /* Move up to `cap` accounting entries, oldest first, into `out`; returns how many. */
 size_t gl_loop_drain_log(gl_loop *l, gl_loop_acct *out, size_t cap);
 /* An online connection went away: its busy periods end now (the last source of a GPU:
- * gl_gate_online_idle), as if it had sent its idle edges; its ring entries are read first. */
+ * gl_gate_online_idle), as if it had sent its idle edges; its ring entries are read first,
+ * and its busy words are freed (a process that died busy holds its GPUs closed until then). */
 void gl_loop_drop_source(gl_loop *l, uint32_t source);
 /* Test hook: the thread ends at its next wakeup without a word (loop_state stays RUNNING,
  * the beat stops), as a loop that died or hangs. */

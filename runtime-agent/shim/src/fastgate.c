@@ -172,25 +172,96 @@ static int loop_live(const gl_fg_segment *s, uint64_t now) {
   return now <= beat || now - beat <= __atomic_load_n(&s->stale_ns, __ATOMIC_RELAXED);
 }
 
+/* Test fault: a busy edge's ring entry is never written (GLEANER_NODE_SHIM_FAULT_RING_LOSE_BUSY). */
+static int fault_lose_busy(void) {
+  static _Atomic int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char *f = getenv(GLEANER_NODE_ENV_SHIM_FAULT);
+    v = f && strcmp(f, GLEANER_NODE_SHIM_FAULT_RING_LOSE_BUSY) == 0;
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
+/* This connection's busy word: claimed once per source id and segment, then found without a
+ * lock (word_key: source << 32 | entry + 1, zeroed while word_seg changes). */
+static gl_fg_segment *_Atomic word_seg;
+static _Atomic uint64_t word_key;
+
+/* This connection's busy word in `s` (see gleaner_fastgate.h); NULL without one (the table
+ * is full, the agent freed it: the connection went away and this id is never claimed again,
+ * or another thread is claiming: this edge goes as a frame). Never waits. */
+static gl_fg_source *busy_word(gl_fg_segment *s, uint32_t source) {
+  gl_fg_segment *seen = atomic_load(&word_seg);
+  uint64_t key = atomic_load(&word_key);
+  if (seen == s && atomic_load(&word_seg) == s && key >> 32 == source && (key & 0xffffffffu))
+    return &s->source[(key & 0xffffffffu) - 1];
+  if (pthread_mutex_trylock(&on_mu) != 0)
+    return NULL;
+  gl_fg_source *w = NULL;
+  key = atomic_load(&word_key);
+  if (atomic_load(&word_seg) == s && key >> 32 == source) {
+    w = (key & 0xffffffffu) ? &s->source[(key & 0xffffffffu) - 1] : NULL; /* claimed, or none free */
+  } else {
+    atomic_store(&word_key, 0);
+    atomic_store(&word_seg, s);
+    uint64_t mine = (uint64_t)source << 32;
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < GL_FG_SOURCES && !w; i++) {
+      uint64_t free_state = 0;
+      if (__atomic_compare_exchange_n(&s->source[i].state, &free_state, mine, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&s->source[i].mask, atomic_load(&on_mask), __ATOMIC_RELEASE);
+        w = &s->source[i];
+        at = i + 1;
+      }
+    }
+    if (!w)
+      gl_log(1, "no free busy word in the shared-memory gate: online edges go as frames");
+    atomic_store(&word_key, mine | at);
+  }
+  pthread_mutex_unlock(&on_mu);
+  return w;
+}
+
+/* Set (busy) or clear this connection's busy word; 0 when the word is not its own any more. */
+static int set_busy(gl_fg_source *w, uint32_t source, int busy) {
+  uint64_t old = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if (old >> 32 != source)
+      return 0;
+    uint64_t next = ((uint64_t)source << 32) | (busy ? 1u : 0u);
+    if (__atomic_compare_exchange_n(&w->state, &old, next, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+      return 1;
+  }
+}
+
 int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
   gl_fg_segment *s = online_segment();
   if (!s)
     return 0;
   uint64_t mask = atomic_load(&on_mask);
+  /* The ring only with the agent's source id and this connection's busy word: its disconnect
+   * then ends the source's busy period in the loop (a process that dies busy leaves no idle
+   * edge), and a busy edge lost from the ring still holds the GPUs (the word). Without
+   * either (before HELLO_ACK, a full table), the frames alone carry the edges. */
+  uint32_t source = gl_agent_source_id();
+  gl_fg_source *w = source ? busy_word(s, source) : NULL;
+  int ring = w && set_busy(w, source, 1);
   for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
     if (mask & (1ull << k))
       __atomic_fetch_add(&s->slot[k].busy_seq, 1, __ATOMIC_SEQ_CST);
   __atomic_fetch_add(&s->wake, 1, __ATOMIC_SEQ_CST);
   futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
-  /* The ring only with the agent's source id: its disconnect then ends the source's busy
-   * period in the loop (a process that dies busy leaves no idle edge). Before the id
-   * (HELLO_ACK), the frames alone carry the edges. */
-  uint32_t source = gl_agent_source_id();
-  if (!source)
+  if (!ring)
     return 0;
   if (gap_ns)
     ring_push(s, source, GL_FG_EDGE_GAP, mask, now, gap_ns);
-  ring_push(s, source, GL_FG_EDGE_BUSY, mask, now, 0);
+  if (fault_lose_busy())
+    (void)__atomic_fetch_add(&s->edge_head, 1, __ATOMIC_ACQ_REL); /* a ticket never committed */
+  else
+    ring_push(s, source, GL_FG_EDGE_BUSY, mask, now, 0);
   return loop_live(s, now);
 }
 
@@ -198,6 +269,10 @@ int gl_fg_online_idle(uint64_t now) {
   gl_fg_segment *s = online_segment();
   uint32_t source = gl_agent_source_id();
   if (!s || !source)
+    return 0;
+  /* The word first: a loop that read the idle entry never sees this connection busy after. */
+  gl_fg_source *w = busy_word(s, source);
+  if (!w || !set_busy(w, source, 0))
     return 0;
   ring_push(s, source, GL_FG_EDGE_IDLE, atomic_load(&on_mask), now, 0);
   return loop_live(s, now);
@@ -235,11 +310,17 @@ static const char *fg_unfit(const gl_fg_segment *s, uint64_t now, char *buf, siz
   return NULL;
 }
 
-/* While a native gate loop runs: the node index of a GPU of `mask` whose loop gate is
- * closed (open_gen even), or -1 (all open, or no loop: the agent's socket alone decides). */
+/* While a native gate loop runs: the node index of a GPU of `mask` that an online busy word
+ * says is busy, or whose loop gate is closed (open_gen even), or -1 (all open, or no loop: the agent's socket alone decides). */
 static int loop_closed_gpu(const gl_fg_segment *s, uint64_t mask, uint64_t now) {
   if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) != GL_FG_LOOP_RUNNING)
     return -1;
+  /* An online connection's busy word: busy, whatever the loop read from the ring (a lost
+   * busy entry never opens a busy GPU). */
+  uint64_t busy = gl_fg_busy_mask(s) & mask;
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
+    if (busy & (1ull << k))
+      return s->slot[k].index;
   for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++) {
     if (!(mask & (1ull << k)) || (__atomic_load_n(&s->slot[k].open_gen, __ATOMIC_ACQUIRE) & 1u))
       continue;
@@ -287,7 +368,7 @@ int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
     }
   int closed = loop_closed_gpu(s, mask, gl_now_ns());
   if (closed >= 0) {
-    snprintf(why, cap, "the native gate loop holds GPU %d closed", closed);
+    snprintf(why, cap, "the native gate loop holds GPU %d closed (or it is busy online)", closed);
     *code = GL_STATUS_GATED_BY_AGENT;
     return 0;
   }

@@ -276,9 +276,39 @@ static void drain(gl_loop *l, uint64_t now) {
   }
 }
 
+/* The busy words (gleaner_fastgate.h gl_fg_source) against the loop's busy sources, at t
+ * (lock held, the ring read up to its last committed entry): a connection whose word is busy
+ * on a GPU where the loop does not count it lost its busy entry (or is writing it now): it
+ * becomes a busy source there, as its busy edge would have made it, until its idle edge or
+ * its disconnect. The word is state the ring cannot lose: a lost busy edge never lets the
+ * loop enable a GPU that is busy online. */
+static void busy_words(gl_loop *l, double t) {
+  for (uint32_t i = 0; i < GL_FG_SOURCES; i++) {
+    uint64_t state = __atomic_load_n(&l->seg->source[i].state, __ATOMIC_ACQUIRE);
+    if (!(state & 1u))
+      continue;
+    uint32_t source = (uint32_t)(state >> 32);
+    uint64_t mask = __atomic_load_n(&l->seg->source[i].mask, __ATOMIC_ACQUIRE);
+    for (uint32_t k = 0; k < l->n; k++) {
+      if (!(mask & (1ull << k)) || src_index(l, k, source) >= 0 || l->nsrc[k] >= GL_LOOP_MAX_SOURCES)
+        continue;
+      int was_busy = l->nsrc[k] > 0;
+      l->src[k][l->nsrc[k]++] = source;
+      l->st.busy_from_words++;
+      if (was_busy)
+        continue;
+      act(l, k, gl_gate_online_busy(l->gate[k], t, NULL, 0));
+      log_acct(l, k, GL_LOOP_ACCT_BUSY, gl_gate_state(l->gate[k])->now, 1.0);
+    }
+  }
+}
+
 /* Record every deadline up to t, publish the pending enables; the earliest deadline the loop
  * must wake for itself (seconds; INFINITY): one the watch threads cannot carry out. */
 static double tick(gl_loop *l, double t) {
+  catch_up(l, t);
+  if (!l->uncommitted_since)
+    busy_words(l, t); /* before any enable it publishes or a lost-edge hold ends */
   if (l->lost_until > 0 && t >= l->lost_until) {
     l->lost_until = 0;
     for (uint32_t k = 0; k < l->n; k++) {
@@ -287,7 +317,6 @@ static double tick(gl_loop *l, double t) {
       apply_hold(l, k, t);
     }
   }
-  catch_up(l, t);
   double next = l->lost_until > 0 ? l->lost_until : INFINITY;
   for (uint32_t k = 0; k < l->n; k++) {
     (void)publish(l, k);
@@ -503,6 +532,14 @@ EXPORT void gl_loop_drop_source(gl_loop *l, uint32_t source) {
       t = gl_gate_state(l->gate[k])->now;
   drain(l, mono_ns()); /* its edges already in the ring first */
   catch_up(l, t);
+  /* Its busy words go: nothing else clears a word of a process that died busy. */
+  for (uint32_t i = 0; i < GL_FG_SOURCES; i++) {
+    uint64_t state = __atomic_load_n(&l->seg->source[i].state, __ATOMIC_ACQUIRE);
+    while (state >> 32 == source &&
+           !__atomic_compare_exchange_n(&l->seg->source[i].state, &state, 0, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_ACQUIRE)) {
+    }
+  }
   int woke = 0;
   for (uint32_t k = 0; k < l->n; k++) {
     int at = src_index(l, k, source);

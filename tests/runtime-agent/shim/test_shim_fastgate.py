@@ -98,14 +98,18 @@ def _status(agent: AgentStub, words: str, after: int = 0, timeout: float = 10.0)
 
 def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
     fields = ["magic", "version", "nslots", "agent_pid", "wake", "loop_state", "heartbeat_ns"]
-    fields += ["stale_ns", "loop_beat_ns", "edge_head", "edge_tail", "slot", "open_at_ns", "edge"]
+    fields += ["stale_ns", "loop_beat_ns", "edge_head", "edge_tail", "slot", "open_at_ns"]
+    fields += ["source", "edge"]
     slot = ["uuid", "index", "busy_seq", "open_seq", "open_gen"]
     edge = ["commit", "kind", "source", "mask", "t_ns", "request", "gap_ns"]
+    source = ["state", "mask"]
     lines = ['#include "gleaner_fastgate.h"', "#include <stddef.h>", "#include <stdio.h>"]
     lines += ["int main(void) {", '  printf("size %zu\\n", sizeof(gl_fg_segment));']
     lines += [f'  printf("{f} %zu\\n", offsetof(gl_fg_segment, {f}));' for f in fields]
     lines += [f'  printf("slot.{f} %zu\\n", offsetof(gl_fg_slot, {f}));' for f in slot]
     lines += [f'  printf("edge.{f} %zu\\n", offsetof(gl_fg_edge, {f}));' for f in edge]
+    lines += [f'  printf("source.{f} %zu\\n", offsetof(gl_fg_source, {f}));' for f in source]
+    lines += ['  printf("sources %u\\n", GL_FG_SOURCES);']
     lines += ['  printf("version_value %u\\n", GL_FG_VERSION);']
     lines += ['  printf("ring %u\\n", GL_FG_RING);']
     lines += ['  printf("magic_value %u\\n", GL_FG_MAGIC);', "  return 0;", "}"]
@@ -123,6 +127,9 @@ def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
         assert c[f"slot.{f}"] == getattr(fg.Slot, f).offset, f
     for f in edge:
         assert c[f"edge.{f}"] == getattr(fg.Edge, f).offset, f
+    for f in source:
+        assert c[f"source.{f}"] == getattr(fg.Source, f).offset, f
+    assert c["sources"] == fg.SOURCES
     assert (c["magic_value"], c["version_value"], c["ring"]) == (fg.MAGIC, fg.VERSION, fg.RING)
 
 
@@ -581,3 +588,46 @@ def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
         finally:
             online.close()
             seg.close()
+
+
+def test_a_busy_edge_lost_from_the_ring_keeps_the_offline_gate_closed_until_idle(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """The real online shim's busy edge loses its ring entry (a ticket never filled, as a
+    writer that died mid-entry): the loop counts it lost and holds every gate for a second,
+    and after that hold the offline shim still stays closed, by the online connection's busy
+    word, until the online kernel ends (its idle edge)."""
+    kernel_s = 6.0  # long enough to outlast the lost-entry hold on a loaded machine
+    for d in ("off", "on"):
+        (tmp_path / d).mkdir()
+    env = {
+        "GLEANER_FAKE_KERNEL_US": str(int(kernel_s * 1e6)),
+        pn.ENV_SHIM_FAULT: pn.SHIM_FAULT_RING_LOSE_BUSY,
+    }
+    with (
+        AgentStub(sock_path, gate_open=True) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path / "off", role="offline", socket_path=sock_path) as off,
+        ShimProcess(tmp_path / "on", role="online", socket_path=sock_path, extra_env=env) as on,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(off)
+            assert off.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            on.cmd("open")
+            stub.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
+            time.sleep(1.2)  # the online shim looks for the segment at most once a second
+            closes = len(_disables(off))
+            started = time.monotonic()
+            on.cmd("launch 1")  # busy for kernel_s; its ring entry is lost
+            assert wait_until(lambda: loop.stats(1)[0].lost_edges >= 1, timeout=10)
+            assert wait_until(lambda: len(_disables(off)) > closes, timeout=10)
+            off.send("launch 1")
+            assert off.no_reply_within(2.0), "offline work ran while online was busy"
+            assert time.monotonic() - started < kernel_s, "the machine was too slow to tell"
+            assert loop.stats(1)[0].busy_from_words >= 1
+            assert off.reply(timeout=kernel_s + 20)["rc"] == "0"  # after the idle edge
+            assert time.monotonic() - started >= kernel_s * 0.9
+        finally:
+            loop.close()
