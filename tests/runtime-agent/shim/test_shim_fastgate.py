@@ -548,8 +548,9 @@ def test_the_real_agent_with_a_native_gate_loop_gates_without_frames_and_account
 def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
     tmp_path: Path, sock_path: Path
 ) -> None:
-    """An online connection that goes away busy ends its busy period (the gate reopens); a
-    loop that dies closes the offline gate, and the agent says why in /healthz."""
+    """An online connection that goes away busy ends its busy period and frees its busy word
+    (the gate reopens); a loop that dies closes the offline gate, and the agent says why in
+    /healthz."""
     guard = InstrumentationConfig(enforce=False)
     with running_agent(sock_path, node="fg-loop2", instrumentation=guard, gate_loop=True) as d:
         assert wait_until(lambda: (d.health()["gate_loop"] or {}).get("running") is True)
@@ -567,12 +568,14 @@ def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
                 ack = next(m for m in got if isinstance(m, p.HelloAck))
                 assert ack.source_id > 0
                 off = len(_disables(sp))
+                seg.set_busy_word(ack.source_id, GPU)  # as the online shim does, then the edge
                 seg.online_edge(GPU, source=ack.source_id)
                 assert wait_until(lambda: len(_disables(sp)) == off + 1, timeout=10)
                 sp.send("launch 1")
                 assert sp.no_reply_within(0.2), "work ran while online was busy"
-                online.close()  # gone while busy: no idle edge ever comes
-                assert sp.reply(timeout=10)["rc"] == "0"
+                online.close()  # gone while busy: no idle edge ever comes, its word stays set
+                assert sp.reply(timeout=10)["rc"] == "0"  # the agent dropped it, word and all
+                assert seg.busy_word(ack.source_id) is None
                 # The loop dies: the shim closes on its stale beat, the agent says why.
                 assert d.server is not None and d.server.loop is not None
                 d.server.loop.test_kill()
