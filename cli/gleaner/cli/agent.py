@@ -136,11 +136,13 @@ def _duration(text: str) -> float:
     "empty value does not ask the kubelet.",
 )
 @click.option(
-    "--native-gate-loop",
-    is_flag=True,
+    "--native-gate-loop/--no-native-gate-loop",
+    default=True,
+    show_default=True,
     help="Run the compute gates in a native thread on the online edges the shims write to "
     "shared memory (nvidia backend): online shims then send no per-edge messages and the "
-    'agent reads the gates\' accounting in batches (docs/shim.md, "The native gate loop").',
+    'agent reads the gates\' accounting in batches (docs/shim.md, "The native gate loop"). '
+    "--no-native-gate-loop: the agent's event loop gates on socket messages.",
 )
 @click.option(
     "--log-level",

@@ -144,8 +144,9 @@ class AgentOptions:
     pod_resources_socket: str | None = None
     """The kubelet's PodResources socket: which pods hold which GPUs (nvidia backend; None:
     not asked, the guard then has NVML's process lists only)."""
-    gate_loop: bool = False
-    """Run the native gate loop on the shared-memory segment (nvidia backend)."""
+    gate_loop: bool = True
+    """Run the native gate loop on the shared-memory segment (nvidia backend; False: the
+    event loop gates on socket messages, as it also does when the loop cannot start)."""
 
 
 def agent_version() -> str:

@@ -421,13 +421,13 @@ def running_agent(
     nvml: bool = True,
     ready_timeout: float = 30.0,
     instrumentation: InstrumentationConfig | None = None,
-    gate_loop: bool = False,
+    gate_loop: bool = True,
 ) -> Iterator[AgentDaemon]:
     """The real agent (nvidia backend, ``gpus`` synthetic GPUs, no cluster, no shim to
     copy) on a thread, its socket ``sock_path`` and metrics on a free loopback port; yields
     once both are up, stops it on exit. ``instrumentation``: the uninstrumented-process
     guard's settings (the default's, enforced, when None). ``gate_loop``: run the native gate
-    loop."""
+    loop (the agent's default; False: the socket path)."""
     options = AgentOptions(
         backend="nvidia",
         node=node,

@@ -335,8 +335,10 @@ def test_without_a_segment_the_socket_path_alone_gates(
 
 @pytest.fixture
 def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
+    """The agent on the socket path (no native gate loop): these tests pin how its own gates,
+    fed by per-edge frames, use the segment (the loop's tests ask for it)."""
     guard = InstrumentationConfig(enforce=False)
-    with running_agent(sock_path, node="fg-node", instrumentation=guard) as d:
+    with running_agent(sock_path, node="fg-node", instrumentation=guard, gate_loop=False) as d:
         assert wait_until(lambda: all(d.health()["gates"].values()))
         yield d
 
