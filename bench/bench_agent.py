@@ -210,7 +210,7 @@ def run_once(
             "--metrics-port", str(port), "--cool-floor", f"{cool * 1000:.3f}ms",
             "--cool-ceiling", f"{cool * 1000:.3f}ms", "--log-level", "error",
             "--event-loop", event_loop, "--allow-uninstrumented",
-            *(["--native-gate-loop"] if path == "loop" else []),
+            *(["--native-gate-loop"] if path == "loop" else ["--no-native-gate-loop"]),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -243,6 +243,8 @@ def run_once(
                 now = time.monotonic_ns()
                 busy_sent.append(now)
                 if seg is not None:
+                    if not frames:  # as the online shim: its busy word, then the edge
+                        seg.set_busy_word(os.getpid(), GPU)
                     seg.online_edge(GPU, t_ns=now)
                 if frames:
                     p.send_message(on, p.OnlineBusy(gpu=p.GPU_ALL, mono_ns=now))
@@ -250,6 +252,7 @@ def run_once(
                 if frames:
                     p.send_message(on, p.OnlineIdle(gpu=p.GPU_ALL, mono_ns=time.monotonic_ns()))
                 elif seg is not None:
+                    seg.set_busy_word(os.getpid(), GPU, busy=False)  # the word first
                     seg.online_idle(GPU)
             time.sleep(0.05)
             cpu1, wall1 = _cpu_seconds(agent.pid), time.perf_counter()
