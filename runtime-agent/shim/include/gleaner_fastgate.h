@@ -8,7 +8,8 @@
  *            heartbeat_ns (CLOCK_MONOTONIC) every 100 ms and at every enable, and a slot's
  *            open_seq (= its busy_seq as read when the agent decided to enable the GPU);
  *   online   (version 3, with a busy-source id) its busy word set (gl_fg_source), then
- *            slot busy_seq += 1 at every busy edge, then wake += 1 and FUTEX_WAKE on wake;
+ *            slot busy_seq += 1 at every busy edge, then wake += 1 and FUTEX_WAKE on wake
+ *            (while a loop runs, only for an edge that goes into the ring too);
  *            then (version 2) every busy, idle and decode-gap edge into the edge ring: take a
  *            ticket (edge_head += 1), fill edge[ticket % GL_FG_RING], store its commit
  *            (ticket + 1) last (an idle edge clears the busy word first); after an idle

@@ -249,6 +249,11 @@ int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
   uint32_t source = gl_agent_source_id();
   gl_fg_source *w = source ? busy_word(s, source) : NULL;
   int ring = w && set_busy(w, source, 1);
+  /* A bump the loop would never read an entry for would hold its GPUs closed for good
+   * (busy_seq ahead of the loop's open_seq): while a loop runs, an edge without an entry
+   * goes as frames only, and the agent's own gates close the offline side (GATE). */
+  if (!ring && loop_live(s, now))
+    return 0;
   for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
     if (mask & (1ull << k))
       __atomic_fetch_add(&s->slot[k].busy_seq, 1, __ATOMIC_SEQ_CST);

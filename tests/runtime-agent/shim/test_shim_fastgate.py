@@ -636,3 +636,39 @@ def test_a_busy_edge_lost_from_the_ring_keeps_the_offline_gate_closed_until_idle
             assert time.monotonic() - started >= kernel_s * 0.9
         finally:
             loop.close()
+
+
+def test_an_online_edge_the_loop_cannot_read_goes_as_frames_and_leaves_the_gpu_openable(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """Every busy word taken: the real online shim cannot put its edges in the ring, so
+    while a loop runs it neither bumps the segment (the loop would never read a matching
+    entry, and the GPU would stay closed for good) nor skips its frames: the agent's gates
+    hear them. After the online cycle, the offline gate is open to work again."""
+    env = {"GLEANER_FAKE_KERNEL_US": "2000"}
+    for d in ("off", "on"):
+        (tmp_path / d).mkdir()
+    with (
+        AgentStub(sock_path, gate_open=True) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path / "off", role="offline", socket_path=sock_path) as off,
+        ShimProcess(tmp_path / "on", role="online", socket_path=sock_path, extra_env=env) as on,
+    ):
+        for source in range(1000, 1000 + fg.SOURCES):  # other connections, idle
+            seg.set_busy_word(source, busy=False)
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(off)
+            assert off.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            on.cmd("open")
+            stub.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
+            time.sleep(1.2)  # the online shim looks for the segment at most once a second
+            on.cmd("launch 1")
+            stub.wait_for(p.OnlineBusy, timeout=10)
+            stub.wait_for(p.OnlineIdle, timeout=10)
+            assert off.cmd("launch 1", timeout=10)["rc"] == "0"
+            assert seg.open_seq(GPU) == seg.busy_seq(GPU)
+            assert loop.stats(1)[0].edges == 0
+        finally:
+            loop.close()
