@@ -41,6 +41,7 @@ AGENT_VALUES = [
     {},
     {"agent": {"backend": "simulated", "metricsPort": 9500, "reportInterval": "30s"}},
     {"agent": {"podResources": {"enabled": False}}},
+    {"agent": {"nativeGateLoop": True, "uninstrumented": {"allow": True}}},
 ]
 
 
@@ -74,6 +75,14 @@ def test_agent_arguments_parse(render: Render, values: dict[str, Any]) -> None:
     assert args[0] == "agent"
     with command.make_context("gleaner agent", args[1:], resilient_parsing=False) as ctx:
         assert ctx.params
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_agent_native_gate_loop_value_becomes_the_option(render: Render, on: bool) -> None:
+    command = real_command("gleaner.cli.agent")
+    args = args_of(render({"agent": {"nativeGateLoop": on}}), "DaemonSet")
+    with command.make_context("gleaner agent", args[1:], resilient_parsing=False) as ctx:
+        assert ctx.params["native_gate_loop"] is on
 
 
 def test_the_profiling_pool_values_become_the_operators_pool(render: Render) -> None:

@@ -153,6 +153,7 @@ def test_nvidia_daemon_gates_each_gpu_on_its_own_timer(tmp_path: Path, loop: str
         kube=False,
         gate=GateConfig(cool_floor_s=0.05, cool_ceiling_s=0.05),
         shim_source=tmp_path / "absent.so",
+        gate_loop=False,  # the socket path: per-edge frames drive the agent's own gate timers
     )
     daemon = AgentDaemon(options)
     runner = threading.Thread(

@@ -136,6 +136,15 @@ def _duration(text: str) -> float:
     "empty value does not ask the kubelet.",
 )
 @click.option(
+    "--native-gate-loop/--no-native-gate-loop",
+    default=True,
+    show_default=True,
+    help="Run the compute gates in a native thread on the online edges the shims write to "
+    "shared memory (nvidia backend): online shims then send no per-edge messages and the "
+    'agent reads the gates\' accounting in batches (docs/shim.md, "The native gate loop"). '
+    "--no-native-gate-loop: the agent's event loop gates on socket messages.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -168,6 +177,7 @@ def command(
     online_silence: str,
     process_match: str,
     pod_resources_socket: str,
+    native_gate_loop: bool,
     log_level: str,
     event_loop: str,
 ) -> None:
@@ -219,6 +229,7 @@ def command(
         nvml=not no_nvml,
         instrumentation=guard,
         pod_resources_socket=pod_resources_socket or None,
+        gate_loop=native_gate_loop,
     )
     try:
         loop_factory = event_loop_factory(event_loop)

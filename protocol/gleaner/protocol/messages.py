@@ -312,6 +312,7 @@ class HelloAck(Message):
     gate_open: bool = False
     gate_mode: GateMode = GateMode.SHIM
     heartbeat_ms: int = 1000
+    source_id: int = 0
 
     def payload(self) -> bytes:
         return _S_GL_HELLO_ACK.pack(
@@ -320,17 +321,25 @@ class HelloAck(Message):
             int(self.gate_open),
             int(self.gate_mode),
             0,
-            0,
+            self.source_id,
         )
 
     @classmethod
     def from_payload(cls, data: bytes, seq: int) -> HelloAck:
-        h_heartbeat_ms, h_accepted, h_gate_open, h_gate_mode, _, _ = _S_GL_HELLO_ACK.unpack(data)
+        (
+            h_heartbeat_ms,
+            h_accepted,
+            h_gate_open,
+            h_gate_mode,
+            _,
+            h_source_id,
+        ) = _S_GL_HELLO_ACK.unpack(data)
         return cls(
             accepted=bool(h_accepted),
             gate_open=bool(h_gate_open),
             gate_mode=enum_value(GateMode, h_gate_mode),
             heartbeat_ms=h_heartbeat_ms,
+            source_id=h_source_id,
         )
 
 

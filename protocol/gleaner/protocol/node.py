@@ -60,8 +60,11 @@ ENV_SHIM_HOLD_LOG_MS: Final = "GLEANER_SHIM_HOLD_LOG_MS"
 ENV_MAX_DECODE_GAP_MS: Final = "GLEANER_MAX_DECODE_GAP_MS"
 ENV_IDLE_QUIET_US: Final = "GLEANER_IDLE_QUIET_US"
 ENV_SHIM_FAULT: Final = "GLEANER_SHIM_FAULT"
-"""Fault injection for tests: ``gate-watch-exit`` ends the offline shim's gate watch thread."""
+"""Fault injection for tests: ``gate-watch-exit`` ends the offline shim's gate watch thread;
+``ring-lose-busy`` makes the online shim take a ring ticket for each busy edge and never
+fill it (a writer that died mid-entry: the native gate loop loses the edge)."""
 SHIM_FAULT_GATE_WATCH_EXIT: Final = "gate-watch-exit"
+SHIM_FAULT_RING_LOSE_BUSY: Final = "ring-lose-busy"
 
 # --- Paths on the node ----------------------------------------------------------------------
 SOCKET_DIR: Final = "/run/gleaner"

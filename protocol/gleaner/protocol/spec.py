@@ -478,7 +478,11 @@ STRUCTS: Final[tuple[StructSpec, ...]] = (
             _f("gate_open", U8, "initial gate state for an offline process"),
             _f("gate_mode", U8, "GL_GATE_MODE_*"),
             _f("reserved", U8),
-            _f("reserved2", U64),
+            _f(
+                "source_id",
+                U64,
+                "an online connection's busy-source id (its shared-memory edges carry it); 0: none",
+            ),
         ),
     ),
     StructSpec(
@@ -777,6 +781,7 @@ LAYOUTS: Final[dict[str, PyLayout]] = {
             _p("gate_open", "bool", "False"),
             _p("gate_mode", "GateMode", "GateMode.SHIM"),
             _p("heartbeat_ms", "int", "1000"),
+            _p("source_id", "int", "0"),
         )
     ),
     "gl_channel": PyLayout(

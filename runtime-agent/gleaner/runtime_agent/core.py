@@ -50,6 +50,7 @@ from typing import Protocol
 
 from gleaner.api import GpuInfo
 from gleaner.api.units import GIB
+from gleaner.runtime_agent.gatelib import ACCT_BUSY, ACCT_ENABLED, ACCT_PREEMPTION, ACCT_REQUEST
 from gleaner.runtime_agent.policy import (
     Accounting,
     ComputeGate,
@@ -78,9 +79,24 @@ from gleaner.runtime_agent.policy.reclaim import Selector
 ACCOUNTING_BATCH = 256
 """Deferred accounting entries replayed at once (see the module docstring)."""
 
-_BUSY, _ENABLED, _PREEMPTION, _REQUEST = range(4)
+_BUSY, _ENABLED, _PREEMPTION, _REQUEST = ACCT_BUSY, ACCT_ENABLED, ACCT_PREEMPTION, ACCT_REQUEST
 """Deferred accounting operations: set_online_busy, set_offline_enabled, add_preemption,
-add_online_request."""
+add_online_request (the codes of the native gate loop's log, which is replayed the same way)."""
+
+
+def replay_accounting(acc: Accounting, entries: Sequence[tuple[int, float, int, float]]) -> None:
+    """Apply accounting entries (operation, time, GPU, level or count), in order: the agent's
+    deferred ones and the native gate loop's log (:meth:`GateLoop.drain_log
+    <gleaner.runtime_agent.gatelib.GateLoop.drain_log>`)."""
+    for op, t, gpu, value in entries:
+        if op == _BUSY:
+            acc.set_online_busy(t, gpu, value)
+        elif op == _ENABLED:
+            acc.set_offline_enabled(t, gpu, value)
+        elif op == _PREEMPTION:
+            acc.add_preemption(gpu)
+        else:
+            acc.add_online_request(gpu, int(value))
 
 
 class Sink(Protocol):
@@ -103,6 +119,18 @@ class Sink(Protocol):
         True: done now. False: the sink finishes it later and calls
         :meth:`NodeAgent.restore_completed` (ok or not; it may do so before returning).
         """
+
+
+class NativeGates(Protocol):
+    """The native gate loop, as the agent sees it (:class:`ShimServer
+    <gleaner.runtime_agent.server.ShimServer>` with ``gate_loop``): it runs the gates on the
+    shims' edges; the agent forwards what only it decides."""
+
+    def hold(self, gpu: int, held: bool) -> None:
+        """Keep ``gpu``'s loop gate closed (or let go)."""
+
+    def force_disable(self, gpu: int) -> None:
+        """Close ``gpu``'s loop gate without a preemption (memory reclamation)."""
 
 
 class NullSink:
@@ -165,6 +193,11 @@ class NodeAgent:
     sink: Sink = field(default_factory=NullSink)
     offline_handles: Callable[[int], HandleMap] | None = None
     """GPU → the offline handle table (for reclamation); None: nothing reclaimable."""
+    native: NativeGates | None = None
+    """Set when a native gate loop runs the gates on the shims' edges: its accounting log
+    (:meth:`absorb_native`) replaces this agent's own gate and busy accounting, and holds
+    and reclamations are forwarded to it (this agent's gates still decide its GATE frames,
+    which the offline shims AND with the loop's word)."""
     selector: Selector = select_handles_greedy
     memory_step_gib: float = 0.5
     free_bytes: Callable[[int], int | None] | None = None
@@ -231,16 +264,7 @@ class NodeAgent:
     def flush_accounting(self) -> None:
         """Apply the deferred accounting entries, in order."""
         entries, self._deferred = self._deferred, []
-        acc = self._accounting
-        for op, t, gpu, value in entries:
-            if op == _BUSY:
-                acc.set_online_busy(t, gpu, value)
-            elif op == _ENABLED:
-                acc.set_offline_enabled(t, gpu, value)
-            elif op == _PREEMPTION:
-                acc.add_preemption(gpu)
-            else:
-                acc.add_online_request(gpu, int(value))
+        replay_accounting(self._accounting, entries)
 
     # -- online events --------------------------------------------------------------------
 
@@ -257,7 +281,7 @@ class NodeAgent:
         actions = gate.online_busy(t, request)
         if actions:
             self._apply(actions)  # the disable leaves first; accounting after
-        if not was_busy:
+        if not was_busy and self.native is None:
             self._deferred.append((_BUSY, t, gpu, 1.0))
         if gate.has_finished():
             self._drain(gpu)
@@ -274,7 +298,8 @@ class NodeAgent:
                 self._apply(gate.request_done(t, name))
         else:
             actions = gate.online_idle(t, finished)  # checks t before anything is deferred
-            self._deferred.append((_BUSY, t, gpu, 0.0))
+            if self.native is None:
+                self._deferred.append((_BUSY, t, gpu, 0.0))
             if actions:
                 self._apply(actions)
         if gate.has_finished():
@@ -296,6 +321,14 @@ class NodeAgent:
         """Keep ``gpu``'s gate closed (a process on it nobody accounts for) or let it go."""
         self._changed.add(gpu)
         self._apply(self._gate(gpu).hold(t, held))
+        if self.native is not None:
+            self.native.hold(gpu, held)
+
+    def absorb_native(self, entries: Sequence[tuple[int, float, int, float]]) -> None:
+        """The native gate loop's accounting entries (a drained batch, in order)."""
+        self._deferred.extend(entries)
+        if len(self._deferred) >= ACCOUNTING_BATCH:
+            self.flush_accounting()
 
     def is_busy(self, gpu: int) -> bool:
         return bool(self._busy_sources[gpu])
@@ -411,6 +444,11 @@ class NodeAgent:
         return sources
 
     def _apply(self, actions: list[GateAction]) -> None:
+        if self.native is not None:  # the loop's log accounts for the gates
+            for a in actions:
+                self.sink.set_gate(a.gpu, isinstance(a, Enable), a.t)
+                self.gate_commands += 1
+            return
         for a in actions:
             if isinstance(a, Disable):
                 self.sink.set_gate(a.gpu, False, a.t)
@@ -424,8 +462,10 @@ class NodeAgent:
                 self._deferred.append((_ENABLED, a.t, a.gpu, 1.0))
 
     def _drain(self, gpu: int) -> None:
-        for n in self.gates[gpu].drain_finished():
-            self._deferred.append((_REQUEST, 0.0, gpu, n))
+        finished = self.gates[gpu].drain_finished()
+        if self.native is None:
+            for n in finished:
+                self._deferred.append((_REQUEST, 0.0, gpu, n))
 
     def _apply_memory(self, t: float, actions: list[MemoryAction]) -> None:
         """Carry out the reservation's answers; :func:`memory_command` decides each one."""
@@ -460,6 +500,8 @@ class NodeAgent:
         # Reclamation order (docs/agent.md): compute off first, then remap/release/report.
         self._changed.add(gpu)
         self._apply(self.gates[gpu].force_disable(t))
+        if self.native is not None:
+            self.native.force_disable(gpu)
         plan = plan_reclamation(
             gpu,
             table,

@@ -145,6 +145,9 @@ class AgentOptions:
     pod_resources_socket: str | None = None
     """The kubelet's PodResources socket: which pods hold which GPUs (nvidia backend; None:
     not asked, the guard then has NVML's process lists only)."""
+    gate_loop: bool = True
+    """Run the native gate loop on the shared-memory segment (nvidia backend; False: the
+    event loop gates on socket messages, as it also does when the loop cannot start)."""
 
 
 def agent_version() -> str:
@@ -242,7 +245,9 @@ class AgentDaemon:
                 gate_config=o.gate,
                 memory_config=o.memory,
             )
-            self.server = ShimServer(self.agent, o.socket_dir, clock=clock, on_event=self._rearm)
+            self.server = ShimServer(
+                self.agent, o.socket_dir, clock=clock, on_event=self._rearm, gate_loop=o.gate_loop
+            )
             self.agent.sink = self.server
             self.agent.offline_handles = self.server.offline_handle_map
             if o.nvml:
@@ -377,12 +382,19 @@ class AgentDaemon:
     def _gate_path_health(self) -> dict[str, Any]:
         if self.server is None:
             return {}
-        seg = self.server.segment
+        seg, loop = self.server.segment, self.server.loop
+        native: dict[str, Any] | None = None
+        if loop is not None or self.server.loop_error:
+            native = {"running": loop is not None and loop.alive, "error": self.server.loop_error}
+            if loop is not None:
+                st, _ = loop.stats()
+                native |= {"edges": st.edges, "lost_edges": st.lost_edges}
         return {
             "gate_segment": {
                 "path": None if seg is None else str(seg.path),
                 "error": self.server.segment_error,
             },
+            "gate_loop": native,
             "offline_held": self.server.held_offline(),
         }
 

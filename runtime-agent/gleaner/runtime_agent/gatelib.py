@@ -181,3 +181,146 @@ def _declare(lib: ctypes.CDLL) -> None:
         f = getattr(lib, fn)
         f.restype = restype
         f.argtypes = argtypes
+
+
+# -- the native gate loop (include/gleaner_gateloop.h) ---------------------------------------
+
+LOOP_ABI = 1
+"""``GL_LOOP_ABI`` of the header this binding was written against."""
+
+
+class LoopStatsC(ctypes.Structure):
+    """``gl_loop_stats``."""
+
+    _fields_ = [
+        ("edges", ctypes.c_uint64),
+        ("lost_edges", ctypes.c_uint64),
+        ("wakeups", ctypes.c_uint64),
+        ("decisions", ctypes.c_uint64),
+        ("log_dropped", ctypes.c_uint64),
+        ("state", ctypes.c_uint32),
+        ("busy_from_words", ctypes.c_uint32),
+    ]
+
+
+ACCT_BUSY, ACCT_ENABLED, ACCT_PREEMPTION, ACCT_REQUEST = 1, 2, 3, 4
+"""``GL_LOOP_ACCT_*``: what an accounting entry of the loop records."""
+
+
+class LoopAcctC(ctypes.Structure):
+    """``gl_loop_acct``: one accounting entry."""
+
+    _fields_ = [
+        ("t", ctypes.c_double),
+        ("value", ctypes.c_double),
+        ("gpu", ctypes.c_int32),
+        ("op", ctypes.c_uint32),
+    ]
+
+
+@functools.cache
+def loop_library() -> ctypes.CDLL:
+    """The gate library again, as ``ctypes.CDLL``: the loop's calls release the GIL (they may
+    wait for the loop thread's lock, which never needs Python)."""
+    lib = ctypes.CDLL(gate_library()._name, use_errno=True)
+    if lib.gl_loop_abi() != LOOP_ABI:
+        raise GateLibraryError(
+            f"{LIBRARY_NAME} at {lib._name} speaks gate loop ABI {lib.gl_loop_abi()}, this "
+            f"Gleaner needs {LOOP_ABI}: reinstall the gleaner wheel, or rebuild it with `make "
+            "shim` in a source checkout"
+        )
+    p, u32, sz, i = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_int
+    protos: dict[str, tuple[object, list[object]]] = {
+        "gl_loop_abi": (i, []),
+        "gl_loop_start": (p, [p, ctypes.POINTER(GateConfigC)]),
+        "gl_loop_stop": (None, [p]),
+        "gl_loop_free": (None, [p]),
+        "gl_loop_stats_read": (
+            i,
+            [p, ctypes.POINTER(LoopStatsC), u32, ctypes.POINTER(GateView)],
+        ),
+        "gl_loop_hold": (i, [p, u32, i]),
+        "gl_loop_force_disable": (i, [p, u32]),
+        "gl_loop_drain_log": (sz, [p, ctypes.POINTER(LoopAcctC), sz]),
+        "gl_loop_drop_source": (None, [p, u32]),
+        "gl_loop_test_kill": (None, [p]),
+        "gl_loop_alive": (i, [p]),
+    }
+    for fn, (restype, argtypes) in protos.items():
+        f = getattr(lib, fn)
+        f.restype = restype
+        f.argtypes = argtypes
+    return lib
+
+
+class GateLoop:
+    """The native gate loop on a mapped gate segment (one per agent).
+
+    ``segment_address`` is the agent's own mapping (:attr:`GateSegment.address
+    <gleaner.runtime_agent.fastgate.GateSegment.address>`), which must stay mapped until
+    :meth:`close`. Slots are the segment's (``k``: the k-th GPU it was created with).
+    """
+
+    def __init__(self, segment_address: int, config: GateConfigC) -> None:
+        self._lib = loop_library()
+        handle = self._lib.gl_loop_start(ctypes.c_void_p(segment_address), ctypes.byref(config))
+        if not handle:
+            err = ctypes.get_errno()
+            raise GateLibraryError(f"the native gate loop could not start ({os.strerror(err)})")
+        self._handle: int | None = handle
+        self._buf = (LoopAcctC * 1024)()
+
+    def _h(self) -> int:
+        if self._handle is None:
+            raise RuntimeError("the native gate loop was closed")
+        return self._handle
+
+    def stats(self, slot: int = 0) -> tuple[LoopStatsC, GateView]:
+        """The loop's counters and slot ``slot``'s gate state (enabled and busy seconds up to
+        now), read under the loop's lock."""
+        st, view = LoopStatsC(), GateView()
+        if not self._lib.gl_loop_stats_read(self._h(), ctypes.byref(st), slot, ctypes.byref(view)):
+            raise IndexError(f"no slot {slot} in the gate segment")
+        return st, view
+
+    def hold(self, slot: int, held: bool) -> int:
+        """Keep slot ``slot``'s gate closed, or let go; the gate's answer (NONE, ...)."""
+        return int(self._lib.gl_loop_hold(self._h(), slot, int(held)))
+
+    def force_disable(self, slot: int) -> int:
+        """Close slot ``slot``'s gate without a preemption; the gate's answer."""
+        return int(self._lib.gl_loop_force_disable(self._h(), slot))
+
+    def drain_log(self) -> list[tuple[int, float, int, float]]:
+        """The accounting entries since the last drain, oldest first: (op, time, GPU, value)
+        with op one of ``ACCT_*`` (see ``gl_loop_acct``)."""
+        out: list[tuple[int, float, int, float]] = []
+        buf = self._buf
+        while True:
+            n = self._lib.gl_loop_drain_log(self._h(), buf, len(buf))
+            out += [(int(a.op), float(a.t), int(a.gpu), float(a.value)) for a in buf[:n]]
+            if n < len(buf):
+                return out
+
+    def drop_source(self, source: int) -> None:
+        """Online connection ``source`` went away: its busy periods end now."""
+        self._lib.gl_loop_drop_source(self._h(), source)
+
+    @property
+    def alive(self) -> bool:
+        return self._handle is not None and bool(self._lib.gl_loop_alive(self._handle))
+
+    def test_kill(self) -> None:
+        """Test hook: the loop thread ends without a word (its beat stops)."""
+        self._lib.gl_loop_test_kill(self._h())
+
+    def stop(self) -> None:
+        """Stop the thread; offline gates close (the segment says the loop stopped)."""
+        if self._handle is not None:
+            self._lib.gl_loop_stop(self._handle)
+
+    def close(self) -> None:
+        """Stop and free; idempotent."""
+        if self._handle is not None:
+            self._lib.gl_loop_free(self._handle)
+            self._handle = None

@@ -29,7 +29,9 @@ the hot path. What offline processes send after their HELLO (GATE_ACK, channel
 and memory tables, STATUS, HEARTBEAT, FD_PASS, their disconnect) needs no prompt reaction,
 so those connections are not watched by the loop: a poll reads them every
 ``offline_poll_s`` (20 ms), which spares the loop two wakeups per gate cycle (the acks).
-Online and framework connections, and every connection until its HELLO, are event-driven.
+Online and framework connections, and every connection until its HELLO, are event-driven;
+so are offline ones while a native gate loop runs (they are quiet then, and the poll would
+be the event loop's main cost).
 
 The native gate path. :meth:`ShimServer.start` also creates the shared-memory gate segment
 (:class:`~gleaner.runtime_agent.fastgate.GateSegment`, ``<socket dir>/gate.shm``): online
@@ -39,6 +41,13 @@ segment's ``busy_seq`` of its GPUs; before every enable it sends (GATE, or an op
 HELLO_ACK) it stores that as the GPUs' ``open_seq`` and beats the heartbeat, so a shim
 refuses an enable decided before a busy edge whose frame this loop has not read yet; :meth:`beat` is
 the daemon's periodic heartbeat; :meth:`close` retires the segment.
+
+The native gate loop (``gate_loop``; docs/shim.md, "The native gate loop"): :meth:`start`
+starts :class:`~gleaner.runtime_agent.gatelib.GateLoop` on the segment and becomes the
+agent's :class:`~gleaner.runtime_agent.core.NativeGates` (holds and reclamation closes go
+to the loop too); the loop owns ``open_seq``; :meth:`beat` also drains the loop's accounting
+log into the agent (``NodeAgent.absorb_native``) and notes a loop that stopped
+(``loop_error``); :meth:`close` stops the loop before it retires the segment.
 
 Memory. ONLINE_MEMORY reports (KV bytes in use per GPU, summed over the online
 connections) feed :meth:`NodeAgent.set_online_memory`, so the MIAD reservation sees pressure;
@@ -104,6 +113,7 @@ from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
 from gleaner.runtime_agent.fastgate import DEFAULT_STALE_S, GateSegment, segment_path
+from gleaner.runtime_agent.gatelib import GateLibraryError, GateLoop
 from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
 from gleaner.runtime_agent.policy.instrumented import Role
@@ -245,10 +255,18 @@ class ShimServer:
         restore_timeout_s: float = 5.0,
         gate_segment: bool = True,
         gate_stale_s: float = DEFAULT_STALE_S,
+        gate_loop: bool = False,
     ) -> None:
         self.agent = agent
         self.path = Path(socket_dir) / SOCKET_NAME
         self.gate_segment = gate_segment
+        self.gate_loop = gate_loop
+        self.loop: GateLoop | None = None
+        """The native gate loop (docs/shim.md, "The native gate loop") on the segment, when
+        ``gate_loop`` and the segment exists; None otherwise (``loop_error`` says why)."""
+        self.loop_error: str | None = None
+        self._slot = {g.index: k for k, g in enumerate(agent.inventory)}
+        """GPU → its slot in the segment (the inventory's order, as created)."""
         self.gate_stale_s = gate_stale_s
         self.segment: GateSegment | None = None
         """The shared-memory gate segment (docs/shim.md, "The native gate path"), once
@@ -322,6 +340,16 @@ class ShimServer:
                 # The socket path alone still gates (every GATE goes out as before).
                 self.segment_error = str(exc)
                 log.warning("no shared-memory gate segment (%s): busy edges take the socket", exc)
+        if self.gate_loop and self.segment is None:
+            self.loop_error = "no shared-memory gate segment"
+        elif self.gate_loop and self.segment is not None:
+            try:
+                self.loop = GateLoop(self.segment.address, self.agent.gate_config.native())
+            except GateLibraryError as exc:
+                self.loop_error = str(exc)
+                log.warning("no native gate loop (%s): the agent's event loop gates", exc)
+            else:
+                self.agent.native = self
         self._loop.add_reader(lst.fileno(), self._accept)
 
     def close(self) -> None:
@@ -339,14 +367,36 @@ class ShimServer:
             self._sequence_timer = self._sequence_timer_at = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        if self.loop is not None:
+            self.loop.stop()  # the segment says it stopped: offline gates close
+            self.agent.absorb_native(self.loop.drain_log())
+            self.loop.close()
+            self.loop = None
         if self.segment is not None:
             self.segment.retire()
             self.segment = None
 
     def beat(self) -> None:
-        """The segment's heartbeat (the daemon calls it every ``BEAT_INTERVAL_S``)."""
+        """The segment's heartbeat (the daemon calls it every ``BEAT_INTERVAL_S``); with a
+        native gate loop, also its accounting, drained in one batch."""
         if self.segment is not None:
             self.segment.beat()
+        loop = self.loop
+        if loop is not None:
+            self.agent.absorb_native(loop.drain_log())
+            if not loop.alive and not self.loop_error:
+                self.loop_error = "the native gate loop stopped: offline GPU work is held"
+                log.error("%s", self.loop_error)
+
+    # -- NativeGates ------------------------------------------------------------------------
+
+    def hold(self, gpu: int, held: bool) -> None:
+        if self.loop is not None:
+            self.loop.hold(self._slot[gpu], held)
+
+    def force_disable(self, gpu: int) -> None:
+        if self.loop is not None:
+            self.loop.force_disable(self._slot[gpu])
 
     def _saw_busy(self, gpus: Sequence[int]) -> None:
         """A busy frame: every bump up to its own is in the segment now (shims bump first)."""
@@ -361,8 +411,9 @@ class ShimServer:
         would be let through, and offline work would run beside that online burst.)"""
         seg = self.segment
         if seg is not None:
-            for g in gpus:
-                seg.allow(g, self._seen_seq.get(g, 0))
+            if self.loop is None:  # a native gate loop owns open_seq
+                for g in gpus:
+                    seg.allow(g, self._seen_seq.get(g, 0))
             seg.beat()
 
     # -- Sink -----------------------------------------------------------------------------
@@ -578,7 +629,7 @@ class ShimServer:
             return False
         if self.on_event is not None:
             self.on_event()
-        if proc.offline and not proc.polled:
+        if proc.offline and not proc.polled and self.loop is None:
             self._poll_instead(proc)
         return True
 
@@ -728,6 +779,8 @@ class ShimServer:
             self.instrumentation.apply(now)  # a lost online shim closes its GPUs at once
         if proc.role == p.Role.ONLINE:
             self.agent.drop_source(self.clock(), proc.source)
+            if self.loop is not None:  # its busy periods in the loop end too
+                self.loop.drop_source(proc.conn_id)
         if proc.role == p.Role.OFFLINE:
             self._refresh_jobs()
             self.agent.drop_quarantine(proc.source)  # its quarantined pages went with it
@@ -911,7 +964,12 @@ class ShimServer:
             self._allow(proc.gpus)
         self._send(
             proc,
-            p.HelloAck(accepted=accepted, gate_open=proc.gate_open, gate_mode=p.GateMode.SHIM),
+            p.HelloAck(
+                accepted=accepted,
+                gate_open=proc.gate_open,
+                gate_mode=p.GateMode.SHIM,
+                source_id=proc.conn_id,  # its edges in the segment's ring carry it
+            ),
         )
         self.sequence.offline_joined(
             proc.conn_id, proc.gpus if proc.offline else (), proc.gate_open

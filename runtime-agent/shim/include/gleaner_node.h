@@ -32,6 +32,7 @@
 #define GLEANER_NODE_ENV_IDLE_QUIET_US "GLEANER_IDLE_QUIET_US"
 #define GLEANER_NODE_ENV_SHIM_FAULT "GLEANER_SHIM_FAULT"
 #define GLEANER_NODE_SHIM_FAULT_GATE_WATCH_EXIT "gate-watch-exit"
+#define GLEANER_NODE_SHIM_FAULT_RING_LOSE_BUSY "ring-lose-busy"
 
 /* Defaults. */
 #define GLEANER_NODE_SOCKET_PATH "/run/gleaner/agent.sock"

@@ -132,7 +132,7 @@ typedef struct gl_hello_ack {
   uint8_t gate_open; /* initial gate state for an offline process */
   uint8_t gate_mode; /* GL_GATE_MODE_* */
   uint8_t reserved;
-  uint64_t reserved2;
+  uint64_t source_id; /* an online connection's busy-source id (its shared-memory edges carry it); 0: none */
 } gl_hello_ack;
 
 typedef struct gl_channel {

@@ -42,6 +42,10 @@ static int sock = -1;          /* guarded by send_mu */
 static int started;            /* guarded by start_mu */
 static uint32_t tx_seq;        /* guarded by send_mu */
 static _Atomic int gate_open;  /* offline: written with the registry lock held */
+static _Atomic int agent_open; /* offline: the agent's last word (GATE, HELLO_ACK) was open */
+static _Atomic uint32_t source_id; /* online: the busy-source id HELLO_ACK gave (0: none yet) */
+
+uint32_t gl_agent_source_id(void) { return atomic_load(&source_id); }
 static _Atomic int gate_mode = GL_GATE_MODE_SHIM;
 static _Atomic int heartbeat_ms = 1000;
 
@@ -370,6 +374,7 @@ int gl_agent_filter_app_schedule(rm_nvos54 *p) {
 static void close_gate_fail_closed(uint32_t code, const char *why) {
   if (gl_cfg.role != GL_ROLE_OFF)
     return;
+  atomic_store(&agent_open, 0); /* only the agent's next enable opens again */
   int was_open = atomic_load(&gate_open);
   gate_result r = apply_gate(0, atomic_load(&gate_mode) == GL_GATE_MODE_SHIM);
   if (r.n_failed)
@@ -409,8 +414,25 @@ void gl_agent_resync(const char *why) {
  * the process's GPU work stays held for good (fail closed); GATE enables are refused. */
 static atomic_int reclaim_broken;
 
+void gl_agent_fast_open(void) {
+  if (gl_cfg.role != GL_ROLE_OFF || !atomic_load(&agent_open) || atomic_load(&gate_open) ||
+      atomic_load(&reclaim_broken))
+    return;
+  char why[GL_REASON_LEN];
+  uint32_t why_code = 0;
+  if (!gl_fg_may_open(why, sizeof why, &why_code))
+    return;
+  apply_gate(1, atomic_load(&gate_mode) == GL_GATE_MODE_SHIM);
+  if (!gl_fg_may_open(why, sizeof why, &why_code) || !atomic_load(&agent_open)) {
+    gl_agent_fast_close(why_code ? why_code : GL_STATUS_GATED_BY_AGENT, why, 0);
+    return;
+  }
+  set_status(GL_STATUS_OK, "running");
+}
+
 static void handle_gate(const gl_gate *g) {
   uint64_t t0 = gl_now_ns();
+  atomic_store(&agent_open, g->enable != 0);
   int controls = atomic_load(&gate_mode) == GL_GATE_MODE_SHIM;
   int broken = g->enable && atomic_load(&reclaim_broken);
   char why[GL_REASON_LEN];
@@ -588,11 +610,13 @@ static int handle_frame(const gl_header *h, const char *payload) {
       return -1;
     gl_hello_ack a;
     memcpy(&a, payload, sizeof a);
+    atomic_store(&source_id, (uint32_t)a.source_id); /* a new connection: a new id */
     if (a.heartbeat_ms >= 10)
       atomic_store(&heartbeat_ms, (int)a.heartbeat_ms);
     atomic_store(&gate_mode, a.gate_mode == GL_GATE_MODE_AGENT ? GL_GATE_MODE_AGENT : GL_GATE_MODE_SHIM);
     gl_log(2, "agent accepted=%d gate_open=%d mode=%d", a.accepted, a.gate_open, a.gate_mode);
     if (gl_cfg.role == GL_ROLE_OFF) {
+      atomic_store(&agent_open, a.accepted && a.gate_open);
       if (!a.accepted) {
         close_gate_fail_closed(GL_STATUS_GATED_BY_AGENT, "agent did not accept this process");
       } else {
@@ -601,6 +625,7 @@ static int handle_frame(const gl_header *h, const char *payload) {
         uint32_t why_code = 0;
         if (a.gate_open && !gl_fg_may_open(why, sizeof why, &why_code)) {
           close_gate_fail_closed(why_code, why);
+          atomic_store(&agent_open, 1); /* the agent said open: a native gate loop may open */
         } else if (a.gate_open) {
           apply_gate(1, atomic_load(&gate_mode) == GL_GATE_MODE_SHIM);
           set_status(GL_STATUS_OK, "running");
@@ -662,6 +687,8 @@ static int handle_frame(const gl_header *h, const char *payload) {
 }
 
 static void agent_down(const char *why) {
+  /* The id named the old connection: a restarted agent may give it to another process. */
+  atomic_store(&source_id, 0);
   pthread_mutex_lock(&send_mu);
   if (sock >= 0) {
     close(sock);

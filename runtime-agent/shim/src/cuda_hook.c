@@ -393,7 +393,10 @@ void gl_online_launched(void *stream, int is_graph) {
   pthread_mutex_unlock(&trk_mu);
   if (became_busy) {
     gl_agent_start();
-    gl_fg_online_busy(); /* the offline gates close on this, without the agent */
+    /* The offline gates close on this, without the agent; with a native gate loop the
+     * segment carries the edge and its gap, and no frame goes. */
+    if (gl_fg_online_busy(now, gap && gap <= gl_cfg.max_gap_ns ? gap : 0))
+      return;
     send_edge(GL_MSG_ONLINE_BUSY, now);
     if (gap && gap <= gl_cfg.max_gap_ns) {
       gl_decode_gap g = {GL_GPU_ALL, 0, now, gap};
@@ -453,7 +456,8 @@ static void *tracker_main(void *unused) {
       busy = 0;
       last_idle_ns = now;
       pthread_mutex_unlock(&trk_mu);
-      send_edge(GL_MSG_ONLINE_IDLE, now);
+      if (!gl_fg_online_idle(now))
+        send_edge(GL_MSG_ONLINE_IDLE, now);
       pthread_mutex_lock(&trk_mu);
       continue;
     }

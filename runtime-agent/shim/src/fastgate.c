@@ -5,8 +5,12 @@
  * Contract:
  * - Online: gl_fg_online_busy() runs on every busy edge, before the ONLINE_BUSY frame: it
  *   adds one to the busy_seq of the process's GPUs and wakes the watchers (FUTEX_WAKE on
- *   the segment's wake word). It never waits: a trylock guards the (re)mapping, done at
- *   most once a second; without a segment it does nothing (the socket frame still goes).
+ *   the segment's wake word), then puts the edge (and the decode gap before it) into the
+ *   edge ring for the agent's native gate loop; gl_fg_online_idle() puts an idle edge there.
+ *   Both say whether a native gate loop runs and beats: then the ring replaces the socket
+ *   frames of those edges (cuda_hook.c sends none). They never wait: a trylock guards the
+ *   (re)mapping, done at most once a second; without a segment they do nothing (the socket
+ *   frames go).
  * - Offline: gl_fg_watch_start() starts one watch thread. It maps the segment read-only
  *   (re-mapping when the agent replaced the file), sleeps in FUTEX_WAIT on the wake word,
  *   and when a busy_seq of its GPUs moved it closes the gate itself (agent.c
@@ -108,7 +112,8 @@ static uint64_t on_next_ns; /* guarded by on_mu */
 static dev_t on_dev;
 static ino_t on_ino;
 
-void gl_fg_online_busy(void) {
+/* The online mapping, (re)mapped at most once a second; NULL without a segment. */
+static gl_fg_segment *online_segment(void) {
   if (pthread_mutex_trylock(&on_mu) == 0) {
     uint64_t now = gl_now_ns();
     if (now >= on_next_ns) {
@@ -136,15 +141,146 @@ void gl_fg_online_busy(void) {
     }
     pthread_mutex_unlock(&on_mu);
   }
-  gl_fg_segment *s = atomic_load(&on_seg);
+  return atomic_load(&on_seg);
+}
+
+/* One edge into the ring (see gleaner_fastgate.h), then wake the native loop. */
+static void ring_push(gl_fg_segment *s, uint32_t source, uint16_t kind, uint64_t mask, uint64_t now,
+                      uint64_t gap) {
+  uint32_t ticket = __atomic_fetch_add(&s->edge_head, 1, __ATOMIC_ACQ_REL);
+  gl_fg_edge *e = &s->edge[ticket & (GL_FG_RING - 1)];
+  e->kind = kind;
+  e->source = source;
+  e->mask = mask;
+  e->t_ns = now;
+  e->request = 0; /* the shim sees no request identities: anonymous busy periods */
+  e->gap_ns = gap;
+  __atomic_store_n(&e->commit, ticket + 1, __ATOMIC_RELEASE);
+  /* Only an idle edge wakes the loop: it starts a cooldown. A busy edge closed the offline
+   * gates already (busy_seq), and the loop reads it, with its time, before it next decides
+   * (an enable it decides without it leaves open_seq behind busy_seq: refused). */
+  if (kind == GL_FG_EDGE_IDLE && __atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) == GL_FG_LOOP_RUNNING)
+    futex(&s->edge_head, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* A native gate loop runs and beats: the ring replaces the socket's edge frames. */
+static int loop_live(const gl_fg_segment *s, uint64_t now) {
+  if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != GL_FG_MAGIC ||
+      __atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) != GL_FG_LOOP_RUNNING)
+    return 0;
+  uint64_t beat = __atomic_load_n(&s->loop_beat_ns, __ATOMIC_ACQUIRE);
+  return now <= beat || now - beat <= __atomic_load_n(&s->stale_ns, __ATOMIC_RELAXED);
+}
+
+/* Test fault: a busy edge's ring entry is never written (GLEANER_NODE_SHIM_FAULT_RING_LOSE_BUSY). */
+static int fault_lose_busy(void) {
+  static _Atomic int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char *f = getenv(GLEANER_NODE_ENV_SHIM_FAULT);
+    v = f && strcmp(f, GLEANER_NODE_SHIM_FAULT_RING_LOSE_BUSY) == 0;
+    atomic_store(&cached, v);
+  }
+  return v;
+}
+
+/* This connection's busy word: claimed once per source id and segment, then found without a
+ * lock (word_key: source << 32 | entry + 1, zeroed while word_seg changes). */
+static gl_fg_segment *_Atomic word_seg;
+static _Atomic uint64_t word_key;
+
+/* This connection's busy word in `s` (see gleaner_fastgate.h); NULL without one (the table
+ * is full, the agent freed it: the connection went away and this id is never claimed again,
+ * or another thread is claiming: this edge goes as a frame). Never waits. */
+static gl_fg_source *busy_word(gl_fg_segment *s, uint32_t source) {
+  gl_fg_segment *seen = atomic_load(&word_seg);
+  uint64_t key = atomic_load(&word_key);
+  if (seen == s && atomic_load(&word_seg) == s && key >> 32 == source && (key & 0xffffffffu))
+    return &s->source[(key & 0xffffffffu) - 1];
+  if (pthread_mutex_trylock(&on_mu) != 0)
+    return NULL;
+  gl_fg_source *w = NULL;
+  key = atomic_load(&word_key);
+  if (atomic_load(&word_seg) == s && key >> 32 == source) {
+    w = (key & 0xffffffffu) ? &s->source[(key & 0xffffffffu) - 1] : NULL; /* claimed, or none free */
+  } else {
+    atomic_store(&word_key, 0);
+    atomic_store(&word_seg, s);
+    uint64_t mine = (uint64_t)source << 32;
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < GL_FG_SOURCES && !w; i++) {
+      uint64_t free_state = 0;
+      if (__atomic_compare_exchange_n(&s->source[i].state, &free_state, mine, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&s->source[i].mask, atomic_load(&on_mask), __ATOMIC_RELEASE);
+        w = &s->source[i];
+        at = i + 1;
+      }
+    }
+    if (!w)
+      gl_log(1, "no free busy word in the shared-memory gate: online edges go as frames");
+    atomic_store(&word_key, mine | at);
+  }
+  pthread_mutex_unlock(&on_mu);
+  return w;
+}
+
+/* Set (busy) or clear this connection's busy word; 0 when the word is not its own any more. */
+static int set_busy(gl_fg_source *w, uint32_t source, int busy) {
+  uint64_t old = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if (old >> 32 != source)
+      return 0;
+    uint64_t next = ((uint64_t)source << 32) | (busy ? 1u : 0u);
+    if (__atomic_compare_exchange_n(&w->state, &old, next, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+      return 1;
+  }
+}
+
+int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
+  gl_fg_segment *s = online_segment();
   if (!s)
-    return;
+    return 0;
   uint64_t mask = atomic_load(&on_mask);
+  /* The ring only with the agent's source id and this connection's busy word: its disconnect
+   * then ends the source's busy period in the loop (a process that dies busy leaves no idle
+   * edge), and a busy edge lost from the ring still holds the GPUs (the word). Without
+   * either (before HELLO_ACK, a full table), the frames alone carry the edges. */
+  uint32_t source = gl_agent_source_id();
+  gl_fg_source *w = source ? busy_word(s, source) : NULL;
+  int ring = w && set_busy(w, source, 1);
+  /* A bump the loop would never read an entry for would hold its GPUs closed for good
+   * (busy_seq ahead of the loop's open_seq): while a loop runs, an edge without an entry
+   * goes as frames only, and the agent's own gates close the offline side (GATE). */
+  if (!ring && loop_live(s, now))
+    return 0;
   for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
     if (mask & (1ull << k))
       __atomic_fetch_add(&s->slot[k].busy_seq, 1, __ATOMIC_SEQ_CST);
   __atomic_fetch_add(&s->wake, 1, __ATOMIC_SEQ_CST);
   futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
+  if (!ring)
+    return 0;
+  if (gap_ns)
+    ring_push(s, source, GL_FG_EDGE_GAP, mask, now, gap_ns);
+  if (fault_lose_busy())
+    (void)__atomic_fetch_add(&s->edge_head, 1, __ATOMIC_ACQ_REL); /* a ticket never committed */
+  else
+    ring_push(s, source, GL_FG_EDGE_BUSY, mask, now, 0);
+  return loop_live(s, now);
+}
+
+int gl_fg_online_idle(uint64_t now) {
+  gl_fg_segment *s = online_segment();
+  uint32_t source = gl_agent_source_id();
+  if (!s || !source)
+    return 0;
+  /* The word first: a loop that read the idle entry never sees this connection busy after. */
+  gl_fg_source *w = busy_word(s, source);
+  if (!w || !set_busy(w, source, 0))
+    return 0;
+  ring_push(s, source, GL_FG_EDGE_IDLE, atomic_load(&on_mask), now, 0);
+  return loop_live(s, now);
 }
 
 /* --- offline --------------------------------------------------------------------- */
@@ -167,7 +303,48 @@ static const char *fg_unfit(const gl_fg_segment *s, uint64_t now, char *buf, siz
              (unsigned long long)((now - hb) / 1000000ull));
     return buf;
   }
+  uint32_t loop = __atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE);
+  if (loop == GL_FG_LOOP_STOPPED)
+    return "the agent's native gate loop stopped";
+  uint64_t beat = __atomic_load_n(&s->loop_beat_ns, __ATOMIC_ACQUIRE);
+  if (loop == GL_FG_LOOP_RUNNING && now > beat && now - beat > stale) {
+    snprintf(buf, cap, "native gate loop heartbeat in shared memory stale (%llu ms old)",
+             (unsigned long long)((now - beat) / 1000000ull));
+    return buf;
+  }
   return NULL;
+}
+
+/* While a native gate loop runs: the node index of a GPU of `mask` that an online busy word
+ * says is busy, or whose loop gate is closed (open_gen even), or -1 (all open, or no loop: the agent's socket alone decides). */
+static int loop_closed_gpu(const gl_fg_segment *s, uint64_t mask, uint64_t now) {
+  if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) != GL_FG_LOOP_RUNNING)
+    return -1;
+  /* An online connection's busy word: busy, whatever the loop read from the ring (a lost
+   * busy entry never opens a busy GPU). */
+  uint64_t busy = gl_fg_busy_mask(s) & mask;
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
+    if (busy & (1ull << k))
+      return s->slot[k].index;
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++) {
+    if (!(mask & (1ull << k)) || (__atomic_load_n(&s->slot[k].open_gen, __ATOMIC_ACQUIRE) & 1u))
+      continue;
+    uint64_t at = __atomic_load_n(&s->open_at_ns[k], __ATOMIC_ACQUIRE);
+    if (!at || now < at)
+      return s->slot[k].index;
+  }
+  return -1;
+}
+
+/* The earliest pending enable of `mask` still ahead of `now` (0: none). */
+static uint64_t loop_next_open(const gl_fg_segment *s, uint64_t mask, uint64_t now) {
+  uint64_t next = 0;
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++) {
+    uint64_t at = (mask & (1ull << k)) ? __atomic_load_n(&s->open_at_ns[k], __ATOMIC_ACQUIRE) : 0;
+    if (at > now && (!next || at < next))
+      next = at;
+  }
+  return next;
 }
 
 int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
@@ -194,6 +371,12 @@ int gl_fg_may_open(char *why, size_t cap, uint32_t *code) {
       *code = GL_STATUS_GATED_BY_AGENT;
       return 0;
     }
+  int closed = loop_closed_gpu(s, mask, gl_now_ns());
+  if (closed >= 0) {
+    snprintf(why, cap, "the native gate loop holds GPU %d closed (or it is busy online)", closed);
+    *code = GL_STATUS_GATED_BY_AGENT;
+    return 0;
+  }
   return 1;
 }
 
@@ -269,7 +452,22 @@ static void *watch_main(void *unused) {
       }
       if (moved && gl_agent_gate_open())
         gl_agent_fast_close(GL_STATUS_GATED_BY_AGENT, "online busy (shared-memory gate)", 0);
-      uint64_t left = next_check > now ? next_check - now : 1000000ull;
+      /* A native gate loop's decisions: open when it opened every GPU of this process (and
+       * the agent's last word was open; gl_agent_fast_open checks the rest), close when it
+       * closed one without a busy edge (a hold, a reclamation). */
+      uint64_t wake_at = next_check;
+      if (__atomic_load_n(&s->loop_state, __ATOMIC_ACQUIRE) == GL_FG_LOOP_RUNNING) {
+        uint64_t t = gl_now_ns();
+        int closed = loop_closed_gpu(s, mask, t);
+        if (closed < 0 && !gl_agent_gate_open())
+          gl_agent_fast_open();
+        else if (closed >= 0 && gl_agent_gate_open())
+          gl_agent_fast_close(GL_STATUS_GATED_BY_AGENT, "closed by the native gate loop", 0);
+        uint64_t open_at = loop_next_open(s, mask, t); /* wake for it: the loop will not */
+        if (open_at && open_at < wake_at)
+          wake_at = open_at;
+      }
+      uint64_t left = wake_at > now ? wake_at - now : 1000000ull;
       struct timespec to = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
       long rc = futex(&s->wake, FUTEX_WAIT, w, &to);
       if (rc != 0 && errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) {

@@ -97,7 +97,12 @@ GL_HIDDEN void gl_agent_fast_close(uint32_t code, const char *why, int fail);
 GL_HIDDEN void gl_agent_resync(const char *why);
 
 /* --- fastgate.c --- */
-GL_HIDDEN void gl_fg_online_busy(void);  /* online: a busy edge, before its frame */
+GL_HIDDEN uint32_t gl_agent_source_id(void); /* online: this connection's busy-source id, 0: none */
+GL_HIDDEN void gl_agent_fast_open(void); /* offline: open at the native loop's word, if the agent's last word was open */
+GL_HIDDEN int gl_fg_online_busy(uint64_t now, uint64_t gap_ns); /* online: a busy edge (and the
+                                                                 decode gap before it), before its frame */
+GL_HIDDEN int gl_fg_online_idle(uint64_t now); /* online: an idle edge, before its frame */
+/* (both: 1 when a native gate loop took the edge: no socket frame then) */
 GL_HIDDEN void gl_fg_watch_start(void);  /* offline: idempotent: start the watch thread */
 /* Offline: may the gate open now? 0 with the reason in `why` and the STATUS code in `code`
  * (NO_AGENT: a fail-closed reason; GATED_BY_AGENT: a busy edge newer than the enable). */

@@ -157,6 +157,7 @@ class AgentStub:
                         gate_open=self.gate_open,
                         gate_mode=self.gate_mode,
                         heartbeat_ms=self.heartbeat_ms,
+                        source_id=idx + 1,  # as the agent numbers its connections
                     )
                     try:
                         p.send_message(c, ack)
@@ -420,11 +421,13 @@ def running_agent(
     nvml: bool = True,
     ready_timeout: float = 30.0,
     instrumentation: InstrumentationConfig | None = None,
+    gate_loop: bool = True,
 ) -> Iterator[AgentDaemon]:
     """The real agent (nvidia backend, ``gpus`` synthetic GPUs, no cluster, no shim to
     copy) on a thread, its socket ``sock_path`` and metrics on a free loopback port; yields
     once both are up, stops it on exit. ``instrumentation``: the uninstrumented-process
-    guard's settings (the default's, enforced, when None)."""
+    guard's settings (the default's, enforced, when None). ``gate_loop``: run the native gate
+    loop (the agent's default; False: the socket path)."""
     options = AgentOptions(
         backend="nvidia",
         node=node,
@@ -438,6 +441,7 @@ def running_agent(
         shim_source=sock_path.parent / "absent.so",
         nvml=nvml,
         instrumentation=instrumentation or InstrumentationConfig(),
+        gate_loop=gate_loop,
     )
     d = AgentDaemon(options)
     failed: list[BaseException] = []

@@ -27,7 +27,8 @@ from gleaner.protocol import node as pn
 from gleaner.protocol import wire as p
 from gleaner.runtime_agent import fastgate as fg
 from gleaner.runtime_agent.daemon import AgentDaemon
-from gleaner.runtime_agent.policy import InstrumentationConfig
+from gleaner.runtime_agent.gatelib import GateLoop
+from gleaner.runtime_agent.policy import GateConfig, InstrumentationConfig
 from gleaner.testing.shim import (
     FAKE_GPU_UUID,
     SHIM_DIR,
@@ -96,13 +97,21 @@ def _status(agent: AgentStub, words: str, after: int = 0, timeout: float = 10.0)
 
 
 def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
-    fields = ["magic", "version", "nslots", "agent_pid", "wake", "heartbeat_ns", "stale_ns"]
-    slot = ["uuid", "index", "busy_seq", "open_seq"]
+    fields = ["magic", "version", "nslots", "agent_pid", "wake", "loop_state", "heartbeat_ns"]
+    fields += ["stale_ns", "loop_beat_ns", "edge_head", "edge_tail", "slot", "open_at_ns"]
+    fields += ["source", "edge"]
+    slot = ["uuid", "index", "busy_seq", "open_seq", "open_gen"]
+    edge = ["commit", "kind", "source", "mask", "t_ns", "request", "gap_ns"]
+    source = ["state", "mask"]
     lines = ['#include "gleaner_fastgate.h"', "#include <stddef.h>", "#include <stdio.h>"]
     lines += ["int main(void) {", '  printf("size %zu\\n", sizeof(gl_fg_segment));']
     lines += [f'  printf("{f} %zu\\n", offsetof(gl_fg_segment, {f}));' for f in fields]
     lines += [f'  printf("slot.{f} %zu\\n", offsetof(gl_fg_slot, {f}));' for f in slot]
-    lines += ['  printf("slot %zu\\n", offsetof(gl_fg_segment, slot));']
+    lines += [f'  printf("edge.{f} %zu\\n", offsetof(gl_fg_edge, {f}));' for f in edge]
+    lines += [f'  printf("source.{f} %zu\\n", offsetof(gl_fg_source, {f}));' for f in source]
+    lines += ['  printf("sources %u\\n", GL_FG_SOURCES);']
+    lines += ['  printf("version_value %u\\n", GL_FG_VERSION);']
+    lines += ['  printf("ring %u\\n", GL_FG_RING);']
     lines += ['  printf("magic_value %u\\n", GL_FG_MAGIC);', "  return 0;", "}"]
     src = tmp_path / "layout.c"
     src.write_text("\n".join(lines) + "\n")
@@ -116,8 +125,12 @@ def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
         assert c[f] == getattr(fg.SegmentLayout, f).offset, f
     for f in slot:
         assert c[f"slot.{f}"] == getattr(fg.Slot, f).offset, f
-    assert c["slot"] == fg.SegmentLayout.slot.offset
-    assert c["magic_value"] == fg.MAGIC
+    for f in edge:
+        assert c[f"edge.{f}"] == getattr(fg.Edge, f).offset, f
+    for f in source:
+        assert c[f"source.{f}"] == getattr(fg.Source, f).offset, f
+    assert c["sources"] == fg.SOURCES
+    assert (c["magic_value"], c["version_value"], c["ring"]) == (fg.MAGIC, fg.VERSION, fg.RING)
 
 
 def test_an_online_edge_in_shared_memory_closes_the_offline_gate_without_the_agent(
@@ -253,6 +266,58 @@ def test_the_online_shim_bumps_the_segment(tmp_path: Path, sock_path: Path) -> N
         stub.wait_for(p.OnlineBusy)
         assert seg.busy_seq(GPU) == before[1] + 1  # bumped before the frame went
         assert seg.busy_seq(0) == before[0]  # its UUID names one GPU
+        # The edges go into the ring too, for the native gate loop, once the shim has its
+        # source id (HELLO_ACK, which the first launch may precede): busy, then idle.
+        head = _launch_until_ringed(sp, stub, seg)
+        busy, idle = seg.edge(head - 2), seg.edge(head - 1)
+        assert (busy.commit, busy.kind, busy.mask, busy.request) == (head - 1, fg.EDGE_BUSY, 2, 0)
+        assert busy.source == 1 and busy.t_ns > 0  # the connection's id (HELLO_ACK)
+        assert (idle.commit, idle.kind, idle.mask, idle.source) == (head, fg.EDGE_IDLE, 2, 1)
+        assert idle.t_ns >= busy.t_ns
+
+
+def _launch_until_ringed(sp: ShimProcess, stub: AgentStub, seg: fg.GateSegment) -> int:
+    """Launch (one busy period each) until the online shim's edges are in the ring; the
+    ring's head then."""
+    for _ in range(50):
+        mark = stub.mark()
+        sp.cmd("launch 1")
+        stub.wait_for(p.OnlineIdle, after=mark, timeout=10)
+        head = int(seg._view.edge_head)
+        if head >= 2:
+            return head
+        time.sleep(0.05)
+    raise AssertionError("the online shim never wrote its edges into the ring")
+
+
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_native_gate_loop_that_dies_or_stops_closes_the_gate_and_says_why(
+    tmp_path: Path, sock_path: Path, stub: AgentStub, how: str
+) -> None:
+    with (
+        _segment(sock_path, stale_s=0.5) as (seg, _),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(sp)
+            stub.wait_for(p.Hello)
+            assert sp.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            mark = stub.mark()
+            if how == "killed":
+                loop.test_kill()  # dies without a word: only its beat stops
+                words = "native gate loop heartbeat in shared memory stale"
+            else:
+                loop.stop()
+                words = "native gate loop stopped"
+            st = _status(stub, words, after=mark)
+            assert st.code == p.StatusCode.NO_AGENT
+            assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+            sp.send("launch 1")
+            assert sp.no_reply_within(0.3), "work ran without the native gate loop"
+        finally:
+            loop.close()
 
 
 def test_without_a_segment_the_socket_path_alone_gates(
@@ -270,8 +335,10 @@ def test_without_a_segment_the_socket_path_alone_gates(
 
 @pytest.fixture
 def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
+    """The agent on the socket path (no native gate loop): these tests pin how its own gates,
+    fed by per-edge frames, use the segment (the loop's tests ask for it)."""
     guard = InstrumentationConfig(enforce=False)
-    with running_agent(sock_path, node="fg-node", instrumentation=guard) as d:
+    with running_agent(sock_path, node="fg-node", instrumentation=guard, gate_loop=False) as d:
         assert wait_until(lambda: all(d.health()["gates"].values()))
         yield d
 
@@ -362,3 +429,246 @@ def test_an_enable_the_agent_decided_before_reading_a_bumped_edges_frame_is_refu
     finally:
         online.close()
         seg.close()
+
+
+def _enables(sp: ShimProcess) -> list[dict[str, str]]:
+    return [c for c in sp.rm_calls("control") if c.get("enable") == "1"]
+
+
+def test_the_native_gate_loop_reopens_the_offline_gate_without_the_agent(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """Agent's word once (open), then only shared memory: online edges close and reopen the
+    gate through the loop; a loop hold closes it without a busy edge."""
+    with (
+        AgentStub(sock_path, gate_open=True) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(sp)
+            stub.wait_for(p.Hello)
+            assert sp.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            frames = len(stub.all_of(p.GateAck))
+            off, on = len(_disables(sp)), len(_enables(sp))
+            for i in range(1, 4):
+                seg.online_edge(GPU)
+                assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
+                sp.send("launch 1")
+                assert sp.no_reply_within(0.2), "work ran while online was busy"
+                seg.online_idle(GPU)
+                assert sp.reply(timeout=10)["rc"] == "0"  # reopened by the loop's word
+                assert wait_until(lambda: len(_enables(sp)) == on + i, timeout=10)  # noqa: B023
+            assert len(stub.all_of(p.GateAck)) == frames, "the agent was asked"
+            loop.hold(1, True)  # slot 1: GPU 3
+            assert wait_until(lambda: len(_disables(sp)) == off + 4, timeout=10)
+            sp.send("launch 1")
+            assert sp.no_reply_within(0.2), "work ran while the loop held the gate"
+            loop.hold(1, False)
+            assert sp.reply(timeout=10)["rc"] == "0"
+        finally:
+            loop.close()
+
+
+def test_with_a_native_gate_loop_the_online_shim_sends_edges_only_through_the_segment(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    env = {"GLEANER_FAKE_KERNEL_US": "2000"}
+    with (
+        AgentStub(sock_path) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            sp.cmd("open")
+            stub.wait_for(p.Hello)
+            time.sleep(1.2)  # the online shim looks for the segment at most once a second
+            sp.cmd("launch 1")  # maps the segment on this edge
+            assert wait_until(lambda: loop.stats(1)[0].edges >= 2, timeout=10)  # busy, idle
+            assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
+            frames = len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle))
+            edges = loop.stats(1)[0].edges
+            sp.cmd("launch 1")
+            assert wait_until(lambda: loop.stats(1)[0].edges >= edges + 2, timeout=10)
+            assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
+            assert loop.stats(1)[1].gpu == GPU
+            time.sleep(0.2)  # a frame that would come has come by now (false passes only)
+            assert len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle)) == frames
+            # The loop gone, frames come again (the agent's socket path decides).
+            loop.stop()
+            sp.cmd("launch 1")
+            stub.wait_for(p.OnlineBusy, timeout=10, after=0)
+            assert wait_until(
+                lambda: len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle)) > frames,
+                timeout=10,
+            )
+        finally:
+            loop.close()
+
+
+def test_the_real_agent_with_a_native_gate_loop_gates_without_frames_and_accounts(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """``gleaner agent --native-gate-loop``: online edges only in shared memory; the offline
+    shim closes and reopens at the loop's word, the agent sends no GATE for them, and its
+    accounting (read from the loop in batches) has the busy time and the preemptions."""
+    guard = InstrumentationConfig(enforce=False)
+    with running_agent(sock_path, node="fg-loop", instrumentation=guard, gate_loop=True) as d:
+        assert wait_until(lambda: (d.health()["gate_loop"] or {}).get("running") is True)
+        seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
+        try:
+            with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+                _setup(sp)
+                assert sp.cmd("launch 1", timeout=10)["rc"] == "0"  # the agent's enable
+                time.sleep(0.3)  # mapped by the watch thread
+                commands = d.agent.gate_commands
+                off = len(_disables(sp))
+                for i in range(1, 4):
+                    seg.online_edge(GPU, source=99)
+                    assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
+                    sp.send("launch 1")
+                    assert sp.no_reply_within(0.1), "work ran while online was busy"
+                    time.sleep(0.05)
+                    seg.online_idle(GPU, source=99)
+                    assert sp.reply(timeout=10)["rc"] == "0"
+                assert d.agent.gate_commands == commands, "the agent's event loop gated"
+                assert wait_until(lambda: d.health()["gate_loop"]["edges"] >= 6, timeout=10)
+                # Accounting: drained every beat, replayed into the agent's totals.
+                assert wait_until(
+                    lambda: d.agent.accounting.snapshot().gpus[GPU].preemptions == 3, timeout=10
+                )
+                totals = d.agent.accounting.snapshot().gpus[GPU]
+                assert totals.online_busy_s >= 3 * 0.05
+                assert totals.offline_enabled_s > 0
+        finally:
+            seg.close()
+
+
+def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """An online connection that goes away busy ends its busy period and frees its busy word
+    (the gate reopens); a loop that dies closes the offline gate, and the agent says why in
+    /healthz."""
+    guard = InstrumentationConfig(enforce=False)
+    with running_agent(sock_path, node="fg-loop2", instrumentation=guard, gate_loop=True) as d:
+        assert wait_until(lambda: (d.health()["gate_loop"] or {}).get("running") is True)
+        seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
+        online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+                _setup(sp)
+                assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
+                time.sleep(0.3)  # mapped by the watch thread
+                online.connect(str(sock_path))
+                p.send_message(online, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
+                online.settimeout(10)
+                got = p.recv_messages(online, p.FrameDecoder()) or []
+                ack = next(m for m in got if isinstance(m, p.HelloAck))
+                assert ack.source_id > 0
+                off = len(_disables(sp))
+                seg.set_busy_word(ack.source_id, GPU)  # as the online shim does, then the edge
+                seg.online_edge(GPU, source=ack.source_id)
+                assert wait_until(lambda: len(_disables(sp)) == off + 1, timeout=10)
+                sp.send("launch 1")
+                assert sp.no_reply_within(0.2), "work ran while online was busy"
+                online.close()  # gone while busy: no idle edge ever comes, its word stays set
+                assert sp.reply(timeout=10)["rc"] == "0"  # the agent dropped it, word and all
+                assert seg.busy_word(ack.source_id) is None
+                # The loop dies: the shim closes on its stale beat, the agent says why.
+                assert d.server is not None and d.server.loop is not None
+                d.server.loop.test_kill()
+                assert wait_until(lambda: len(_disables(sp)) == off + 2, timeout=10)
+                sp.send("launch 1")
+                assert sp.no_reply_within(0.3), "work ran without the native gate loop"
+                assert wait_until(
+                    lambda: "native gate loop heartbeat" in str(d.health()["offline_held"]),
+                    timeout=10,
+                )
+                health = d.health()["gate_loop"]
+                assert health["running"] is False and "stopped" in health["error"]
+        finally:
+            online.close()
+            seg.close()
+
+
+def test_a_busy_edge_lost_from_the_ring_keeps_the_offline_gate_closed_until_idle(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """The real online shim's busy edge loses its ring entry (a ticket never filled, as a
+    writer that died mid-entry): the loop counts it lost and holds every gate for a second,
+    and after that hold the offline shim still stays closed, by the online connection's busy
+    word, until the online kernel ends (its idle edge)."""
+    kernel_s = 6.0  # long enough to outlast the lost-entry hold on a loaded machine
+    for d in ("off", "on"):
+        (tmp_path / d).mkdir()
+    env = {
+        "GLEANER_FAKE_KERNEL_US": str(int(kernel_s * 1e6)),
+        pn.ENV_SHIM_FAULT: pn.SHIM_FAULT_RING_LOSE_BUSY,
+    }
+    with (
+        AgentStub(sock_path, gate_open=True) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path / "off", role="offline", socket_path=sock_path) as off,
+        ShimProcess(tmp_path / "on", role="online", socket_path=sock_path, extra_env=env) as on,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(off)
+            assert off.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            on.cmd("open")
+            stub.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
+            time.sleep(1.2)  # the online shim looks for the segment at most once a second
+            closes = len(_disables(off))
+            started = time.monotonic()
+            on.cmd("launch 1")  # busy for kernel_s; its ring entry is lost
+            assert wait_until(lambda: loop.stats(1)[0].lost_edges >= 1, timeout=10)
+            assert wait_until(lambda: len(_disables(off)) > closes, timeout=10)
+            off.send("launch 1")
+            assert off.no_reply_within(2.0), "offline work ran while online was busy"
+            assert time.monotonic() - started < kernel_s, "the machine was too slow to tell"
+            assert loop.stats(1)[0].busy_from_words >= 1
+            assert off.reply(timeout=kernel_s + 20)["rc"] == "0"  # after the idle edge
+            assert time.monotonic() - started >= kernel_s * 0.9
+        finally:
+            loop.close()
+
+
+def test_an_online_edge_the_loop_cannot_read_goes_as_frames_and_leaves_the_gpu_openable(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    """Every busy word taken: the real online shim cannot put its edges in the ring, so
+    while a loop runs it neither bumps the segment (the loop would never read a matching
+    entry, and the GPU would stay closed for good) nor skips its frames: the agent's gates
+    hear them. After the online cycle, the offline gate is open to work again."""
+    env = {"GLEANER_FAKE_KERNEL_US": "2000"}
+    for d in ("off", "on"):
+        (tmp_path / d).mkdir()
+    with (
+        AgentStub(sock_path, gate_open=True) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path / "off", role="offline", socket_path=sock_path) as off,
+        ShimProcess(tmp_path / "on", role="online", socket_path=sock_path, extra_env=env) as on,
+    ):
+        for source in range(1000, 1000 + fg.SOURCES):  # other connections, idle
+            seg.set_busy_word(source, busy=False)
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
+        try:
+            _setup(off)
+            assert off.cmd("launch 1")["rc"] == "0"
+            time.sleep(0.3)  # mapped by the watch thread
+            on.cmd("open")
+            stub.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
+            time.sleep(1.2)  # the online shim looks for the segment at most once a second
+            on.cmd("launch 1")
+            stub.wait_for(p.OnlineBusy, timeout=10)
+            stub.wait_for(p.OnlineIdle, timeout=10)
+            assert off.cmd("launch 1", timeout=10)["rc"] == "0"
+            assert seg.open_seq(GPU) == seg.busy_seq(GPU)
+            assert loop.stats(1)[0].edges == 0
+        finally:
+            loop.close()

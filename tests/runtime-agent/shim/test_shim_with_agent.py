@@ -33,8 +33,12 @@ def daemon(sock_path: Path) -> Iterator[AgentDaemon]:
     # would hold the gate until it reconnects (tests/runtime-agent/test_instrumented.py).
     # The memory timer is 10 s away, so a gate that reopens within seconds of an event was
     # reopened by the gate's own timer, not by a memory release (the bound holds under load).
+    # The socket path (no native gate loop): these tests drive the agent's gates and count
+    # its preemptions with per-edge ONLINE_BUSY/ONLINE_IDLE frames.
     slow_memory = MemoryConfig(initial_interval_s=10.0)
-    with running_agent(sock_path, node=NODE, instrumentation=NO_GUARD, memory=slow_memory) as d:
+    with running_agent(
+        sock_path, node=NODE, instrumentation=NO_GUARD, memory=slow_memory, gate_loop=False
+    ) as d:
         assert wait_until(lambda: all(d.health()["gates"].values()))  # one cooldown after start
         yield d
 
