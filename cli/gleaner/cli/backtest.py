@@ -2,11 +2,20 @@
 
 A thin shell around ``gleaner.scheduler.backtest`` (docs/scheduler.md, "Backtesting"). It
 reads a trace file (the format of ``gleaner place --trace``) and OfflineJob manifests (as
-``gleaner place --jobs``), then at rolling origins (``--every``, after ``--min-history``)
-places the whole queue on an empty cluster from the history before the origin only (the
-time-of-day forecast of ``gleaner.perfmodel.diurnal`` over the horizon, or with
-``--forecast trailing`` the trailing ``--window``), judges each placement on the next
-``--horizon`` of the trace, and lets an oracle place the queue from the horizon itself.
+``gleaner place --jobs``; :func:`load_queue`), then at rolling origins (``--every``, after
+``--min-history``) places the whole queue on an empty cluster from the history before the
+origin only, judges each placement on the next ``--horizon`` of the trace, and lets an
+oracle place the queue from the horizon itself (:func:`run_backtest`, which
+``python -m bench backtest`` calls too). What the queue is placed by (``--forecast``):
+
+- ``worst-hours`` (default): the operator's admission rule, perfmodel's ``node_admission``
+  over the horizon: each GPU at its busiest hour of the time-of-day forecast, its load
+  scaled by the spread of past windows at ``--risk-target`` (a ``LoadSpread`` learned, as
+  the operator learns it, from each default-SLA-window window of the history against what
+  the node's hours forecast for it);
+- ``diurnal``: the mean time-of-day forecast over the horizon (``node_forecast``);
+- ``trailing``: the trailing ``--window`` (the paper's rule).
+
 It prints one row per origin, the totals (attainment: placements that met their SLA;
 placements; the oracle's), and a verdict line against the targets (99% attainment, 80% of
 the oracle's placements). Bad input prints one ``error: ...`` line and exits 2.
