@@ -102,6 +102,11 @@ def main(argv: list[str]) -> int:
         default=f"{DEFAULT_RISK_TARGET:g},0.95,0.99",
         help="worst-hours risk targets; the first is the default rule's",
     )
+    parser.add_argument(
+        "--closed-loop",
+        action="store_true",
+        help="Correct later placements by earlier ones' observed/predicted ratios",
+    )
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     rules = _rules([float(r) for r in args.risk_targets.split(",")])
@@ -123,6 +128,7 @@ def main(argv: list[str]) -> int:
                         min_history_s=args.min_history * 24 * HOUR,
                         forecast=rule.forecast,
                         risk_target=rule.risk_target,
+                        closed_loop=args.closed_loop,
                     )
                 )
     wall = time.perf_counter() - start

@@ -164,13 +164,22 @@ def run_backtest(
     step_gib: float = 0.5,
     risk_target: float | None = DEFAULT_RISK_TARGET,
     learn_window_s: float = DEFAULT_LEARN_WINDOW_S,
+    closed_loop: bool = False,
 ) -> BacktestResult:
     """The backtest of ``requests`` on a validated trace ``frame`` (the module docstring):
     at each rolling origin, the queue placed from the history before it and judged on the
-    horizon after it, and the oracle's placements from the horizon itself."""
+    horizon after it, and the oracle's placements from the horizon itself.
+
+    With ``closed_loop``, the operator's bias table (``BiasTable`` with the operator's
+    ``BiasConfig``: the risk target on the throughput residuals under ``worst-hours``)
+    learns, as the operator's SLA monitor feeds it, from every ``learn_window_s`` window of
+    earlier placements that ended before the origin (observed: the model on what the trace
+    shows for the placement's GPUs in that window; predicted: the raw admission
+    prediction), and corrects later placements."""
     from gleaner.cli.place import snapshot_of
+    from gleaner.perfmodel import predict
     from gleaner.perfmodel.hours import node_admission, node_forecast
-    from gleaner.scheduler import SchedulerConfig, decide
+    from gleaner.scheduler import BiasConfig, BiasTable, SchedulerConfig, decide
     from gleaner.scheduler.backtest import BacktestResult, OriginResult, judge, rolling_origins
 
     first, last = float(frame["timestamp"].min()), float(frame["timestamp"].max())
@@ -178,7 +187,17 @@ def run_backtest(
     config = SchedulerConfig()
     hours = _Hours(frame, first, step_gib, learn_window_s, learn=forecast == "worst-hours")
     results: list[OriginResult] = []
+    classes = {r.key: r.job_class for r in requests}
+    bias: BiasTable | None = None
+    if closed_loop:
+        bias = BiasTable(BiasConfig(risk_target=risk_target if forecast == "worst-hours" else None))
+    pending: list[tuple[float, str, str, float, float]] = []
     for origin in origins:
+        if bias is not None:
+            for end, node, job_class, observed, raw in pending:
+                if end <= origin:
+                    bias.observe(node, job_class, observed, raw)
+            pending = [o for o in pending if o[0] > origin]
         if forecast == "worst-hours":
             recent = _summaries(frame, origin - 3600.0, origin, step_gib)
             by_node = hours.up_to(origin)
@@ -202,7 +221,20 @@ def run_backtest(
         else:
             nodes = _summaries(frame, origin - window_s, origin, step_gib)
         ahead = _summaries(frame, origin, origin + horizon_s, step_gib)
-        placed = decide(snapshot_of(requests, nodes), config).placements if nodes else []
+        snapshot = snapshot_of(requests, nodes, bias=bias)
+        placed = decide(snapshot, config).placements if nodes else []
+        if bias is not None and placed:
+            w0 = origin
+            while w0 < origin + horizon_s - 1e-9:
+                w1 = min(origin + horizon_s, w0 + learn_window_s)
+                part = _summaries(frame, w0, w1, step_gib)
+                for p in placed:
+                    if p.node in part:
+                        profile, sla = profiles[p.job]
+                        seen = predict(profile, sla, part[p.node], list(p.gpus))
+                        raw = p.prediction.throughput_fraction
+                        pending.append((w1, p.node, classes[p.job], seen.throughput_fraction, raw))
+                w0 = w1
         oracle = decide(snapshot_of(requests, ahead), config).placements if ahead else []
         judged = tuple(
             judge(
@@ -265,6 +297,12 @@ def run_backtest(
     "under the admission forecast with.",
 )
 @click.option(
+    "--closed-loop",
+    is_flag=True,
+    help="Also correct later placements by the observed/predicted ratios of earlier ones, "
+    "as the operator's bias table does.",
+)
+@click.option(
     "--window", default="6h", show_default=True, help="The trailing window (--forecast trailing)."
 )
 @click.option(
@@ -279,6 +317,7 @@ def command(
     min_history: str,
     forecast: str,
     risk_target: float,
+    closed_loop: bool,
     window: str,
     step_gib: float,
     output_format: str,
@@ -312,6 +351,7 @@ def command(
         window_s=window_s,
         step_gib=step_gib,
         risk_target=risk_target,
+        closed_loop=closed_loop,
     )
     line = verdict(result)
     if output_format == "json":
