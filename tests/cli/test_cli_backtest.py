@@ -204,3 +204,32 @@ def test_misses_are_grouped_by_hour_and_margin() -> None:
     assert by_margin(result)[0].missed_share == 1.0 and Group(0, 0, 0).missed_share == 0.0
     with pytest.raises(ValueError):
         by_margin(result, step=0)
+
+
+def test_worst_hours_covers_the_spread_learned_from_the_history(tmp_path: Path) -> None:
+    # Every hour: 30 minutes at busy 0.3, then 30 at 0.6 (mean 0.45, a compute share of
+    # 0.55 against an SLA of 0.5, which every 2-hour horizon meets). Half the 30-minute
+    # windows are 0.6 / 0.45 = 1.33 times busier than their hour's forecast: at risk target
+    # 0.9 admission covers that (0.6 busy, 0.4 compute) and places nothing; at 0.4 the
+    # spread it must cover is the quieter half's, and it places what the mean does. The
+    # first origin is at 06:00 of day 2: by then 6 hours of day 2 were compared with day 1
+    # (two windows on two GPUs each, 24 ratios; the spread needs 20 before it is used).
+    rows = []
+    for t in range(0, 2 * 86400, 300):
+        busy = 0.3 if (t % 3600) < 1800 else 0.6
+        for gpu in range(2):
+            rows.append((float(t), "n1", gpu, busy, 60.0))
+    frame = pd.DataFrame(
+        rows, columns=["timestamp", "node", "gpu", "online_busy", "free_memory_gib"]
+    )
+    d = tmp_path / "jobs"
+    d.mkdir()
+    (d / "a.yaml").write_text(JOB.format(name="a", sla=0.5))
+    requests, profiles = load_queue([d])
+    args: dict[str, Any] = {"every_s": 7200.0, "horizon_s": 7200.0, "min_history_s": 30 * 3600.0}
+    mean = run_backtest(frame, requests, profiles, forecast="diurnal", **args)
+    assert mean.placed == mean.met == mean.oracle_placed == len(mean.origins) > 0
+    cautious = run_backtest(frame, requests, profiles, risk_target=0.9, **args)
+    assert cautious.placed == 0 and cautious.oracle_placed == mean.oracle_placed
+    bold = run_backtest(frame, requests, profiles, risk_target=0.4, **args)
+    assert bold.placed == bold.met == mean.placed
