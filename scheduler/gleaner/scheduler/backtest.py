@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gleaner.perfmodel import JobProfile, NodeSummary, predict
-from gleaner.perfmodel.admission import reaches_sla
+from gleaner.perfmodel.admission import SLA_EPS, reaches_sla
 
 TARGET_ATTAINMENT = 0.99
 """Share of placements that must meet their SLA on their horizon."""
@@ -125,6 +125,46 @@ class BacktestResult:
         return None if self.oracle_placed == 0 else self.placed / self.oracle_placed
 
 
+@dataclass(frozen=True)
+class Group:
+    """Placements of one group of a :func:`breakdown`: how many, and how many met."""
+
+    key: int
+    placed: int
+    met: int
+
+    @property
+    def missed_share(self) -> float:
+        return 0.0 if self.placed == 0 else 1.0 - self.met / self.placed
+
+
+def by_hour(result: BacktestResult) -> list[Group]:
+    """The placements grouped by the hour of the day (UTC) of their origin, in hour order."""
+    counts: dict[int, list[int]] = {}
+    for o in result.origins:
+        hour = int(o.origin // 3600) % 24
+        for j in o.judged:
+            c = counts.setdefault(hour, [0, 0])
+            c[0] += 1
+            c[1] += int(j.met)
+    return [Group(k, c[0], c[1]) for k, c in sorted(counts.items())]
+
+
+def by_margin(result: BacktestResult, step: float = 0.05, last: int = 6) -> list[Group]:
+    """The placements grouped by their admission margin (predicted - SLA) in ``step``s:
+    group ``k`` holds margins in [k * step, (k + 1) * step), group ``last`` all above."""
+    if not step > 0 or last < 0:
+        raise ValueError("step must be > 0 and last >= 0")
+    counts: dict[int, list[int]] = {}
+    for o in result.origins:
+        for j in o.judged:
+            k = min(last, max(0, int((j.predicted - j.sla + SLA_EPS) // step)))
+            c = counts.setdefault(k, [0, 0])
+            c[0] += 1
+            c[1] += int(j.met)
+    return [Group(k, c[0], c[1]) for k, c in sorted(counts.items())]
+
+
 def verdict(
     result: BacktestResult,
     target_attainment: float = TARGET_ATTAINMENT,
@@ -150,8 +190,11 @@ __all__ = [
     "TARGET_ATTAINMENT",
     "TARGET_ORACLE_SHARE",
     "BacktestResult",
+    "Group",
     "Judged",
     "OriginResult",
+    "by_hour",
+    "by_margin",
     "judge",
     "rolling_origins",
     "verdict",
