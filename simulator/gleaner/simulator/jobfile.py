@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from gleaner.api import API_VERSION
 from gleaner.simulator.cluster import make_jobs
 from gleaner.simulator.cluster_scenario import ClusterScenario
 
-API_VERSION = "gleaner.dev/v1alpha1"
 NAMESPACE = "batch"
 
 
