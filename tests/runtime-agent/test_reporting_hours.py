@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gleaner.api import NodeHistoryStatus, NodeTraceStatus
-from gleaner.perfmodel.diurnal import DiurnalProfile
+from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
 from gleaner.perfmodel.hours import profile_from_status
 from gleaner.runtime_agent.policy import Accounting
 from gleaner.runtime_agent.reporting import ReportWindow
@@ -70,7 +70,7 @@ def test_completed_hours_wait_for_the_stored_history_then_are_written_once() -> 
     node.run(10 + 60 + 60 + 5)  # to 08:05: hours 5 (10 min), 6 and 7 completed
     assert node.history() is None  # the stored history is not read yet
     assert not node.reports.hours_in_history  # nor may a report clear anything
-    assert [h for h, _ in node.reports.early_hours] == [5, 6, 7]
+    assert [hour_of(t) for t, _ in node.reports.early_hours] == [5, 6, 7]
     node.reports.seed(None)  # nothing stored
     status = node.history()
     assert status is not None and [g.index for g in status.gpus] == [0, 1]

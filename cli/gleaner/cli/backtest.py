@@ -62,7 +62,7 @@ class _Hours:
         self.profiles: dict[str, DiurnalProfile] = {}
 
     def up_to(self, origin: float) -> dict[str, DiurnalProfile]:
-        from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
+        from gleaner.perfmodel.diurnal import DiurnalProfile
 
         while self.next_hour + 3600 <= origin:
             lo = max(self.first, self.next_hour)
@@ -71,7 +71,7 @@ class _Hours:
             ).items():
                 profile = self.profiles.get(name) or DiurnalProfile(name)
                 at = datetime.fromtimestamp(self.next_hour, UTC)
-                self.profiles[name] = profile.fold(hour_of(at), summary)
+                self.profiles[name] = profile.fold_at(at, summary)
             self.next_hour += 3600
         return self.profiles
 

@@ -92,12 +92,12 @@ class HourProfiles:
         do not parse (then None until they change)."""
         name = str((obj.get("metadata") or {}).get("name"))
         status = obj.get("status") or {}
-        hours = status.get("hours") or []
+        hours = [*(status.get("hours") or []), *(status.get("weekendHours") or [])]
         key = (
             tuple(g.get("index") for g in status.get("gpus") or []),
             tuple(
                 (h.get("hour"), (h.get("window") or {}).get("end"),
-                 (h.get("window") or {}).get("seconds"))
+                 (h.get("window") or {}).get("seconds"), h.get("days"))
                 for h in hours
             ),
         )  # fmt: skip
@@ -153,7 +153,8 @@ def with_histories(
         if history is None or not history.get("hours"):
             out.append(obj)
             continue
-        out.append({**obj, "status": {**(obj.get("status") or {}), "hours": history["hours"]}})
+        hours = {"hours": history["hours"], "weekendHours": history.get("weekendHours")}
+        out.append({**obj, "status": {**(obj.get("status") or {}), **hours}})
     return out
 
 
