@@ -119,11 +119,12 @@ def profile_to_hours(profile: DiurnalProfile, max_states: int | None = None) -> 
 
 def profile_to_weekend_hours(
     profile: DiurnalProfile, max_states: int | None = None
-) -> list[HourSummary] | None:
+) -> list[HourSummary]:
     """One entry per weekend slot with data, in hour order, each with its weekend days
-    (``status.weekendHours``); None without any (the field is left out)."""
+    (``status.weekendHours``; empty without any, which a merge patch writes as a list that
+    clears what was stored, e.g. entries of another GPU inventory)."""
     capped = capped_profile(profile, max_states)
-    return _entries(capped.weekend, capped.weekend_days) or None
+    return _entries(capped.weekend, capped.weekend_days)
 
 
 def profile_from_status(
