@@ -21,6 +21,10 @@ side in rounds:
 - ``hours, kept``: the same with the hours and their stacks kept from the previous pass
   (the usual pass; the stacks change when the hour of the pass or the hours change).
 
+``--weekend`` adds the weekend hours a NodeHistory keeps (docs/scheduler.md, "Day of
+week"), 24 more at the size bound and each with two weekend days, so they serve the
+forecast, and runs the pass on a Saturday: what the day-of-week split costs a pass.
+
 Target: with the hours kept, the forecast adds at most 2 ms per node to a pass over the same
 NodeTraces without hours (medians over the rounds; the ratio is printed too). Returns 1 when
 missed. ``--nodes`` and ``--rounds`` change the size.
@@ -38,7 +42,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -46,7 +50,7 @@ import numpy as np
 from gleaner.api.nodetrace import hour_memory_states
 from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces
 from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
-from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.hours import profile_to_hours, profile_to_weekend_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 
 GPUS = 8
@@ -54,7 +58,11 @@ KEPT_MS_PER_NODE_TARGET = 2.0
 
 
 def nodetrace(
-    name: str, rng: np.random.Generator, now: datetime, realistic: bool = False
+    name: str,
+    rng: np.random.Generator,
+    now: datetime,
+    realistic: bool = False,
+    weekend: bool = False,
 ) -> dict[str, Any]:
     """One 8-GPU node's NodeTrace with 24 full hours, as JSON from the API server: each
     hour at the size bound, or (``realistic``) with harvestable memory that moves in steps
@@ -72,7 +80,9 @@ def nodetrace(
             free = (np.arange(GPUS)[None, :] * 0.37 + level[:, None] * 1.13) % 79.0 + 0.1
         busy = rng.random((t.size, GPUS))
         summary = NodeSummary.from_samples(name, gpus, t, busy, free, 1.0 - busy)
-        profile = profile.fold(hour, summary)
+        profile = profile.fold(hour, summary, weekend=weekend)
+        if weekend:  # a second weekend day, so the weekend hours serve forecasts
+            profile = profile.fold(hour, summary, weekend=True)
     t = now.timestamp() - 3600 + np.arange(0, 3600, 15.0)
     busy = (rng.random((t.size, GPUS)) < 0.4).astype(float)
     latest = NodeSummary.from_samples(
@@ -80,12 +90,15 @@ def nodetrace(
     )
     status = latest.to_nodetrace_status(now=now)
     status = status.model_copy(update={"hours": profile_to_hours(profile)})
+    body = status.to_k8s()
+    if weekend:  # as the operator joins them from the node's NodeHistory
+        body["weekendHours"] = [h.to_k8s() for h in profile_to_weekend_hours(profile)]
     obj = {
         "apiVersion": "gleaner.dev/v1alpha1",
         "kind": "NodeTrace",
         "metadata": {"name": name},
         "spec": {"nodeName": name},
-        "status": status.to_k8s(),
+        "status": body,
     }
     parsed: dict[str, Any] = json.loads(json.dumps(obj))
     return parsed
@@ -98,8 +111,12 @@ def report_bytes(obj: dict[str, Any]) -> tuple[int, int]:
     def event(o: dict[str, Any]) -> int:
         return len(json.dumps({"type": "MODIFIED", "object": o}, separators=(",", ":")))
 
-    plain = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "hours"}}
-    return event(obj), event(plain)
+    return event(obj), event(_plain(obj))
+
+
+def _plain(obj: dict[str, Any]) -> dict[str, Any]:
+    hours = ("hours", "weekendHours")
+    return {**obj, "status": {k: v for k, v in obj["status"].items() if k not in hours}}
 
 
 def _median_s(run: Callable[[], object], rounds: int) -> float:
@@ -116,20 +133,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="20 nodes, 3 rounds")
+    parser.add_argument("--weekend", action="store_true", help="with weekend hours, on a Saturday")
     args = parser.parse_args(argv)
     nodes, rounds = (20, 3) if args.quick else (args.nodes, args.rounds)
     now = datetime.now(UTC)
+    if args.weekend:
+        now += timedelta(days=(5 - now.weekday()) % 7)
     rng = np.random.default_rng(7)
-    traces = [nodetrace(f"node-{n}", rng, now) for n in range(nodes)]
+    traces = [nodetrace(f"node-{n}", rng, now, weekend=args.weekend) for n in range(nodes)]
     size = statistics.mean(
-        len(json.dumps(t["status"]["hours"], separators=(",", ":"))) for t in traces
+        sum(
+            len(json.dumps(t["status"].get(k) or [], separators=(",", ":")))
+            for k in ("hours", "weekendHours")
+        )
+        for t in traces
     )
     kept = HourProfiles()
     summaries_from_nodetraces(traces, now, kept)  # the previous pass
     # Side by side in each round, so the machine's load falls on every row alike.
-    plain = [
-        {**t, "status": {k: v for k, v in t["status"].items() if k != "hours"}} for t in traces
-    ]
+    plain = [_plain(t) for t in traces]
     results: dict[str, list[float]] = {
         "no hours": [],
         "latest window": [],
@@ -158,8 +180,9 @@ def main(argv: list[str]) -> int:
             _median_s(lambda: summaries_from_nodetraces(traces, now, kept), 1)
         )
     medians = {k: statistics.median(v) for k, v in results.items()}
+    hours = "24 hours and 24 weekend hours" if args.weekend else "24 hours"
     print(
-        f"{nodes} NodeTraces of {GPUS} GPUs, 24 hours each ({size / 1000:.0f} kB of hours "
+        f"{nodes} NodeTraces of {GPUS} GPUs, {hours} each ({size / 1000:.0f} kB of hours "
         f"per node as JSON); median of {rounds} rounds, side by side"
     )
     print(f"{'one pass reads':16s} {'seconds':>9s} {'x no hours':>11s} {'ms/node added':>14s}")

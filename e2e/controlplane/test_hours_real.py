@@ -13,7 +13,8 @@ day"; docs/agent.md, "Reports").
   them as its pass does (``with_histories``) and predicts the node from the hours ahead: the
   same node is predicted busy at 06:00 and idle at 18:00
   (``gleaner.operator.traces.summaries_from_nodetraces``), and from its latest window
-  without a time.
+  without a time. With weekend hours in the NodeHistory (kept by the CRD with their
+  days), a Saturday is judged by them.
 
 Both NodeTraces report from a past day, so other tests' operators see them stale and
 place nothing there.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,8 +36,8 @@ from gleaner.api import NodeHistoryStatus
 from gleaner.operator.tracecache import HistoryCache
 from gleaner.operator.traces import summaries_from_nodetraces, with_histories
 from gleaner.perfmodel import JobProfile, predict
-from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
-from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, is_weekend
+from gleaner.perfmodel.hours import profile_to_hours, profile_to_weekend_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 from gleaner.runtime_agent.daemon import AgentDaemon, AgentOptions
 from gleaner.runtime_agent.kube import load_client, write_nodehistory, write_nodetrace
@@ -201,3 +203,55 @@ def test_the_operator_predicts_a_node_from_the_hours_ahead(
     assert morning == pytest.approx(0.75 * 0.1 + 0.25 * 0.5, abs=0.01)
     assert evening == pytest.approx(0.75 * 0.9 + 0.25 * 0.5, abs=0.01)
     assert latest == pytest.approx(0.5, abs=0.01)
+
+
+def test_weekend_hours_are_stored_and_forecast_a_weekend(
+    control_plane: ControlPlane, forecast_node: str
+) -> None:
+    """A NodeHistory with weekend hours (busy weekdays, idle weekends, from a Monday to the
+    Friday two weeks later) through the real API server: the CRD keeps ``weekendHours``
+    with their days, and the pass judges the Saturday after by them."""
+    profile = DiurnalProfile(forecast_node)
+    monday = START.replace(hour=0, minute=0)  # 2026-03-02
+    for hour_index in range(19 * HOURS):
+        at = monday + timedelta(hours=hour_index)
+        day = (at - monday).days
+        summary = _hour(0.1 if is_weekend(at) else 0.9, hour_index % HOURS)
+        profile = profile.fold_at(at, _shifted(summary, day))
+    status = _hour(0.5, 0).to_nodetrace_status(source="agent")
+    client = load_client(str(control_plane.admin_kubeconfig))
+    write_nodetrace(client, forecast_node, status)
+    history = NodeHistoryStatus(
+        gpus=status.gpus,
+        hours=profile_to_hours(profile),
+        weekend_hours=profile_to_weekend_hours(profile),
+    )
+    write_nodehistory(client, forecast_node, history)
+    trace = get_json(control_plane, "nt", forecast_node)
+    stored = get_json(control_plane, "nh", forecast_node)
+    assert trace is not None and stored is not None
+    weekend = stored["status"]["weekendHours"]
+    assert len(weekend) == HOURS and {h["days"] for h in weekend} == {4}
+    histories = HistoryCache()
+    histories.update("ADDED", stored)
+    (listed,) = with_histories([trace], histories)
+    job = JobProfile(100.0, 10.0, (10.0,), (100.0,))
+    saturday = monday + timedelta(days=19, hours=10)
+
+    def predicted(joined: dict[str, Any]) -> float:
+        (summary,) = summaries_from_nodetraces([joined], saturday).values()
+        return predict(job, 0.5, summary, [0]).throughput_fraction
+
+    without = {**listed, "status": {k: v for k, v in listed["status"].items()
+                                    if k != "weekendHours"}}  # fmt: skip
+    # The weekends are idle (0.9 left), the all-days hours mostly the busy weekdays.
+    assert predicted(listed) > predicted(without) + 0.3
+
+
+def _shifted(summary: NodeSummary, days: int) -> NodeSummary:
+    """``summary`` (of START's day) moved ``days`` days later."""
+    delta = timedelta(days=days)
+    assert summary.window_start is not None and summary.window_end is not None
+    return replace(
+        summary, window_start=summary.window_start + delta, window_end=summary.window_end + delta
+    )

@@ -6,7 +6,7 @@ refused by both."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,8 @@ from gleaner.cli.main import main
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.tracecache import HistoryCache
 from gleaner.operator.traces import summaries_from_nodetraces, with_histories
-from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
-from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of, is_weekend
+from gleaner.perfmodel.hours import profile_to_hours, profile_to_weekend_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
 
@@ -114,3 +114,47 @@ def test_a_broken_yaml_file_is_reported_as_yaml(
     err = capsys.readouterr().err
     assert rc == 2
     assert "not valid YAML: line 2, column 6" in err and "missing column" not in err
+
+
+def test_place_reads_the_weekend_hours_of_a_nodehistory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Node a: busy every hour of the day on weekdays, idle on weekends (two weekend days
+    folded, in ``weekendHours``): placed on a Saturday by ``gleaner place``, refused when
+    the NodeHistory has no weekend hours (as an older agent's)."""
+    saturday = datetime(2026, 3, 7, 7, 20, tzinfo=UTC)
+    trace = nodetrace_manifest("a", gpus=2, offline_enabled=0.9, end=saturday)
+    inventory = trace["status"]["gpus"]
+    gpus = [GpuSpec(g["index"], uuid=g["uuid"], memory_gib=g["memoryGiB"]) for g in inventory]
+    profile = DiurnalProfile("a")
+    for hour_index in range(7 * 24):  # Saturday 28 Feb to Friday 6 March
+        at = datetime(2026, 2, 28, tzinfo=UTC) + timedelta(hours=hour_index)
+        busy = 0.1 if is_weekend(at) else 0.95
+        t = at.timestamp() + np.arange(0, 3600, 60.0)
+        b = np.full((t.size, 2), busy)
+        summary = NodeSummary.from_samples("a", gpus, t, b, np.full((t.size, 2), 60.0), 1 - b)
+        profile = profile.fold_at(at, summary)
+    status = {
+        "gpus": inventory,
+        "hours": [h.to_k8s() for h in profile_to_hours(profile)],
+        "weekendHours": [h.to_k8s() for h in profile_to_weekend_hours(profile)],
+    }
+    history = {
+        "apiVersion": "gleaner.dev/v1alpha1",
+        "kind": "NodeHistory",
+        "metadata": {"name": "a"},
+        "spec": {"nodeName": "a"},
+        "status": status,
+    }
+    older = {**history, "status": {k: v for k, v in status.items() if k != "weekendHours"}}
+    placed = []
+    for objects in ([trace, history], [trace, older]):
+        path = tmp_path / "nodetraces.yaml"
+        path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}))
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text(yaml.safe_dump(offlinejob_manifest("j", sla=0.5, gpus=1)))
+        argv = ["place", "--jobs", str(jobs), "--trace", str(path), "--format", "json"]
+        assert main([*argv, "--at", saturday.isoformat()]) == 0
+        out = json.loads(capsys.readouterr().out)
+        placed.append([p["node"] for p in out["placements"]])
+    assert placed == [["a"], []]

@@ -15,8 +15,13 @@ from gleaner.api import OfflineJob
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.tracecache import HistoryCache
 from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces, with_histories
-from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
-from gleaner.perfmodel.hours import node_forecast, profile_from_nodetrace, profile_to_hours
+from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of, is_weekend
+from gleaner.perfmodel.hours import (
+    node_forecast,
+    profile_from_nodetrace,
+    profile_to_hours,
+    profile_to_weekend_hours,
+)
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
 
@@ -267,3 +272,42 @@ def test_a_nodetrace_is_parsed_once_per_resource_version() -> None:
     assert summaries_from_nodetraces([newer], now, profiles)["n1"] is not after
     summaries_from_nodetraces([], now, profiles)
     assert summaries_from_nodetraces([same], now, profiles)["n1"] is not before
+
+
+def test_the_pass_forecasts_a_weekend_hour_from_the_weekend_hours() -> None:
+    """A NodeHistory with weekend hours (busy weekdays, idle weekends, from a Monday to the
+    Friday two weeks later): joined
+    to its NodeTrace, a Saturday is judged by the weekends, a Monday as before; the parsed
+    profile changes when the weekend hours do."""
+    plain = nodetrace_manifest("a", gpus=2, offline_enabled=0.9)
+    inventory = plain["status"]["gpus"]
+    gpus = [GpuSpec(g["index"], uuid=g["uuid"], memory_gib=g["memoryGiB"]) for g in inventory]
+    monday = DAY  # 2026-03-02
+    profile = DiurnalProfile("a")
+    for hour_index in range(19 * 24):
+        start = monday + timedelta(hours=hour_index)
+        busy = 0.1 if is_weekend(start) else 0.8
+        t = start.timestamp() + np.arange(0, 3600, 60.0)
+        b = np.full((t.size, 2), busy)
+        summary = NodeSummary.from_samples("a", gpus, t, b, np.full((t.size, 2), 60.0), 1 - b)
+        profile = profile.fold_at(start, summary)
+    hours = [h.to_k8s() for h in profile_to_hours(profile)]
+    weekend = [h.to_k8s() for h in profile_to_weekend_hours(profile) or ()]
+    histories = HistoryCache()
+    old = {"metadata": {"name": "a"}, "status": {"gpus": inventory, "hours": hours}}
+    new = {"metadata": {"name": "a"}, "status": {**old["status"], "weekendHours": weekend}}
+    saturday, next_monday = monday + timedelta(days=19, hours=10), monday + timedelta(days=21)
+    kept = HourProfiles()
+    histories.update("ADDED", old)
+    (before,) = with_histories([plain], histories)
+    assert "weekendHours" not in before["status"]
+    old_saturday = summaries_from_nodetraces([before], saturday, kept)["a"]
+    old_monday = summaries_from_nodetraces([before], next_monday, kept)["a"]
+    histories.update("MODIFIED", new)
+    (after,) = with_histories([plain], histories)
+    assert after["status"]["weekendHours"] == weekend
+    new_saturday = summaries_from_nodetraces([after], saturday, kept)["a"]
+    new_monday = summaries_from_nodetraces([after], next_monday, kept)["a"]
+    # Idle weekends: more to harvest on Saturday than the all-days hours (mostly weekdays).
+    assert _idle(new_saturday) > _idle(old_saturday) + 0.3
+    assert _idle(new_monday) == pytest.approx(_idle(old_monday))

@@ -4,12 +4,13 @@ with the 15 s NodeTrace reports (``ReportWindow``)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gleaner.api import NodeHistoryStatus, NodeTraceStatus
-from gleaner.perfmodel.diurnal import DiurnalProfile
+from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of
 from gleaner.perfmodel.hours import profile_from_status
 from gleaner.runtime_agent.policy import Accounting
 from gleaner.runtime_agent.reporting import ReportWindow
@@ -70,7 +71,7 @@ def test_completed_hours_wait_for_the_stored_history_then_are_written_once() -> 
     node.run(10 + 60 + 60 + 5)  # to 08:05: hours 5 (10 min), 6 and 7 completed
     assert node.history() is None  # the stored history is not read yet
     assert not node.reports.hours_in_history  # nor may a report clear anything
-    assert [h for h, _ in node.reports.early_hours] == [5, 6, 7]
+    assert [hour_of(t) for t, _ in node.reports.early_hours] == [5, 6, 7]
     node.reports.seed(None)  # nothing stored
     status = node.history()
     assert status is not None and [g.index for g in status.gpus] == [0, 1]
@@ -164,3 +165,28 @@ def test_a_gap_longer_than_an_hour_folds_nothing_and_inventories_may_change() ->
     other.run(15)
     slot = other.profile().slots[5]
     assert slot is not None and slot.n_gpus == 2
+
+
+def test_weekend_hours_go_to_their_slots_and_survive_a_restart() -> None:
+    saturday = T0 + timedelta(days=5)  # Saturday 05:50 UTC
+    first = Node(start=saturday)
+    first.reports.seed(None)
+    first.run(10 + 60 + 5)  # hours 5 and 6 of a Saturday
+    stored = first.history()
+    assert stored is not None and stored.weekend_hours is not None
+    assert [(h.hour, h.days) for h in stored.weekend_hours] == [(5, 1), (6, 1)]
+    assert [h.hour for h in stored.hours or ()] == [5, 6]  # the all-days hours, as before
+    # Through the API server's JSON, then a new agent on Sunday goes on from it.
+    kept = NodeHistoryStatus.model_validate(json.loads(json.dumps(stored.to_k8s())))
+    second = Node(start=saturday + timedelta(days=1), busy_hour=None)
+    second.reports.seed(profile_from_status(NODE, kept))
+    second.run(10 + 60 + 5)
+    after = second.history()
+    assert after is not None and after.weekend_hours is not None
+    assert [(h.hour, h.days) for h in after.weekend_hours] == [(5, 2), (6, 2)]
+    # A weekday's hours leave the weekend slots alone.
+    third = Node(start=saturday + timedelta(days=2), busy_hour=None)
+    third.reports.seed(profile_from_status(NODE, after))
+    third.run(10 + 60 + 5)
+    monday = third.history()
+    assert monday is not None and monday.weekend_hours == after.weekend_hours

@@ -219,7 +219,13 @@ class HourSummary(KubeModel):
         default=None,
         description=f"Harvestable-memory joint histogram in that hour (at most "
         f"{MAX_HOUR_MEMORY_STATES} states, {HOUR_MEMORY_NUMBERS} // GPUs on nodes of more "
-        "than 8 GPUs).",
+        "than 8 GPUs; half that in weekendHours).",
+    )
+    days: int | None = Field(
+        default=None,
+        ge=1,
+        description="Days folded into this entry (weekendHours: weekend days; the scheduler "
+        "uses a weekend hour once it holds enough of them).",
     )
 
 
@@ -298,13 +304,15 @@ class NodeTraceStatus(KubeModel):
 
 
 def without_hours(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A NodeTrace as the API server returns it, less ``status.hours``, for the readers that
-    do not forecast: validating 24 hours costs many times the rest of the status (docs/
+    """A NodeTrace as the API server returns it, less ``status.hours`` (and the
+    ``weekendHours`` a reader joined from the node's NodeHistory), for the readers that do
+    not forecast: validating 24 hours costs many times the rest of the status (docs/
     benchmarks.md, "Hours of the day")."""
     status = obj.get("status")
-    if not isinstance(status, Mapping) or "hours" not in status:
+    if not isinstance(status, Mapping) or not ("hours" in status or "weekendHours" in status):
         return dict(obj)
-    return {**obj, "status": {k: v for k, v in status.items() if k != "hours"}}
+    dropped = ("hours", "weekendHours")
+    return {**obj, "status": {k: v for k, v in status.items() if k not in dropped}}
 
 
 class NodeTrace(CustomResource):
@@ -334,6 +342,13 @@ class NodeHistoryStatus(KubeModel):
         description="The node's history by hour of the day (UTC), at most one entry per hour; "
         "the scheduler forecasts the hours a job will run from it. Written when an hour "
         "completes; kept across agent restarts.",
+    )
+    weekend_hours: list[HourSummary] | None = Field(
+        default=None,
+        max_length=HOURS_PER_DAY,
+        description="The node's history by hour of the day (UTC) on Saturdays and Sundays "
+        "only, at most one entry per hour, each with the weekend days folded into it; the "
+        "scheduler forecasts a weekend hour from it once it holds enough days, else from hours.",
     )
 
 

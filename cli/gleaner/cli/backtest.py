@@ -103,7 +103,7 @@ class _Hours:
         return out
 
     def up_to(self, origin: float) -> dict[str, DiurnalProfile]:
-        from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of, report_ratios
+        from gleaner.perfmodel.diurnal import DiurnalProfile, report_ratios
 
         while self.next_hour + 3600 <= origin:
             windows = self._windows(max(self.first, self.next_hour), self.next_hour + 3600)
@@ -117,7 +117,7 @@ class _Hours:
             at = datetime.fromtimestamp(self.next_hour, UTC)
             for name, summary in merged.items():
                 profile = self.profiles.get(name) or DiurnalProfile(name)
-                self.profiles[name] = profile.fold(hour_of(at), summary)
+                self.profiles[name] = profile.fold_at(at, summary)
             self.next_hour += 3600
         return self.profiles
 

@@ -92,12 +92,12 @@ class HourProfiles:
         do not parse (then None until they change)."""
         name = str((obj.get("metadata") or {}).get("name"))
         status = obj.get("status") or {}
-        hours = status.get("hours") or []
+        hours = [*(status.get("hours") or []), *(status.get("weekendHours") or [])]
         key = (
             tuple(g.get("index") for g in status.get("gpus") or []),
             tuple(
                 (h.get("hour"), (h.get("window") or {}).get("end"),
-                 (h.get("window") or {}).get("seconds"))
+                 (h.get("window") or {}).get("seconds"), h.get("days"))
                 for h in hours
             ),
         )  # fmt: skip
@@ -143,9 +143,9 @@ class HourProfiles:
 def with_histories(
     nodetraces: Sequence[dict[str, Any]], histories: HistoryCache
 ) -> list[dict[str, Any]]:
-    """The NodeTraces with ``status.hours`` from each node's NodeHistory (by node name) where
-    it has one; a NodeTrace without a NodeHistory is left as it is (an older agent may still
-    keep its hours in it)."""
+    """The NodeTraces with ``status.hours`` (and ``weekendHours``) from each node's
+    NodeHistory (by node name) where it has one; a NodeTrace without a NodeHistory is left
+    as it is (an older agent may still keep its hours in it)."""
     out: list[dict[str, Any]] = []
     for obj in nodetraces:
         name = (obj.get("spec") or {}).get("nodeName") or (obj.get("metadata") or {}).get("name")
@@ -153,7 +153,8 @@ def with_histories(
         if history is None or not history.get("hours"):
             out.append(obj)
             continue
-        out.append({**obj, "status": {**(obj.get("status") or {}), "hours": history["hours"]}})
+        hours = {k: history[k] for k in ("hours", "weekendHours") if history.get(k)}
+        out.append({**obj, "status": {**(obj.get("status") or {}), **hours}})
     return out
 
 

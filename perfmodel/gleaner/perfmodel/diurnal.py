@@ -17,6 +17,14 @@ the node has been observed:
   ``recent_weight`` (the recent level: what the node does now, which the profile misses on
   a day unlike the others). Without any slot for the horizon it is the recent summary.
 
+Day of week: weekends are often unlike weekdays, so a profile also keeps 24 **weekend
+slots**, folded only with the hours of Saturdays and Sundays (UTC; :func:`is_weekend`), each
+with a count of the weekend days folded into it. :meth:`DiurnalProfile.key` is the one rule
+of which slot serves an hour: a weekend hour whose weekend slot holds at least
+``weekend_min_days`` days (:data:`MIN_WEEKEND_DAYS`) is served by that slot, every other hour
+(weekday hours, and weekend hours until then) by its all-days slot, as before. The all-days
+slots are folded every day, so a profile without weekend data forecasts as it always did.
+
 The result is an ordinary NodeSummary: every factor of the performance model (P_compute,
 the pair overlap, the memory sketch) reads it unchanged.
 """
@@ -42,6 +50,10 @@ DEFAULT_DAY_WEIGHT = 0.7
 """Weight of the previous days' hour when a new day's hour is folded in."""
 DEFAULT_RECENT_WEIGHT = 0.25
 """Share of the recent level in a forecast that has hour slots for its horizon."""
+MIN_WEEKEND_DAYS = 2
+"""Weekend days an hour's weekend slot must hold before it serves weekend forecasts: one
+whole weekend (a Saturday and a Sunday), so that one odd day is at most half of it
+(docs/scheduler.md, "Day of week")."""
 STACKS_KEPT = 4
 """Hour sequences whose :class:`HourStack` a profile keeps (two per start hour: a start on
 the hour and one within it cover different hours)."""
@@ -70,6 +82,12 @@ def hour_of(t: datetime) -> int:
     return int((t.timestamp() // 3600) % HOURS)
 
 
+def is_weekend(t: datetime) -> bool:
+    """Whether an aware datetime falls on a Saturday or Sunday, in UTC."""
+    # 1970-01-01 was a Thursday: day 2 and 3 of each week counted from it are Sat and Sun.
+    return int(t.timestamp() // 86400 + 3) % 7 >= 5
+
+
 @dataclass(frozen=True)
 class DiurnalProfile:
     """One node's summaries by hour of the day (UTC), bounded to 24 (module docstring)."""
@@ -77,6 +95,12 @@ class DiurnalProfile:
     node: str
     slots: tuple[NodeSummary | None, ...] = (None,) * HOURS
     day_weight: float = DEFAULT_DAY_WEIGHT
+    weekend: tuple[NodeSummary | None, ...] = (None,) * HOURS
+    """Slots folded with weekend hours only (module docstring)."""
+    weekend_days: tuple[int, ...] = (0,) * HOURS
+    """Weekend days folded into each weekend slot."""
+    weekend_min_days: int | None = MIN_WEEKEND_DAYS
+    """Weekend days a weekend slot needs to serve a forecast (None: never, all-days only)."""
     _stacks: dict[tuple[int, ...], HourStack] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -84,27 +108,74 @@ class DiurnalProfile:
     def __post_init__(self) -> None:
         if len(self.slots) != HOURS:
             raise ValueError(f"a diurnal profile has {HOURS} hour slots, got {len(self.slots)}")
+        if len(self.weekend) != HOURS or len(self.weekend_days) != HOURS:
+            raise ValueError(f"a diurnal profile has {HOURS} weekend slots and day counts")
         if not 0 < self.day_weight <= 1:
             raise ValueError("day_weight must be in (0, 1]")
 
-    def fold(self, hour: int, summary: NodeSummary) -> DiurnalProfile:
+    def fold(self, hour: int, summary: NodeSummary, weekend: bool = False) -> DiurnalProfile:
         """A copy with one completed hour of a new day added to slot ``hour`` (older days of
-        that hour weighted by ``day_weight`` first). An empty summary changes nothing."""
+        that hour weighted by ``day_weight`` first) and, for a weekend day, to weekend slot
+        ``hour`` as well (its day count up by one). An empty summary changes nothing."""
         if not 0 <= hour < HOURS:
             raise ValueError(f"hour must be 0..23, got {hour}")
         if summary.node != self.node:
             raise ValueError(f"profile of {self.node} cannot take a summary of {summary.node}")
         if not summary.window_seconds > 0:
             return self
-        old = self.slots[hour]
-        new = summary if old is None else scaled(old, self.day_weight).merge(summary)
+
+        def add(old: NodeSummary | None) -> NodeSummary:
+            return summary if old is None else scaled(old, self.day_weight).merge(summary)
+
         slots = list(self.slots)
-        slots[hour] = new
-        return replace(self, slots=tuple(slots))
+        slots[hour] = add(self.slots[hour])
+        if not weekend:
+            return replace(self, slots=tuple(slots))
+        weekend_slots, days = list(self.weekend), list(self.weekend_days)
+        weekend_slots[hour] = add(self.weekend[hour])
+        days[hour] += 1
+        return replace(
+            self, slots=tuple(slots), weekend=tuple(weekend_slots), weekend_days=tuple(days)
+        )
+
+    def fold_at(self, when: datetime, summary: NodeSummary) -> DiurnalProfile:
+        """:meth:`fold` of the hour that contains ``when`` (its hour of the day, and
+        whether it is a weekend day)."""
+        return self.fold(hour_of(when), summary, weekend=is_weekend(when))
+
+    def without_hour(self, hour: int) -> DiurnalProfile:
+        """A copy with all-days and weekend slot ``hour`` empty (that hour starts afresh)."""
+        slots, weekend_slots, days = list(self.slots), list(self.weekend), list(self.weekend_days)
+        slots[hour] = weekend_slots[hour] = None
+        days[hour] = 0
+        return replace(
+            self, slots=tuple(slots), weekend=tuple(weekend_slots), weekend_days=tuple(days)
+        )
+
+    def key(self, hour: int, weekend: bool) -> int:
+        """The slot that serves ``hour`` of a weekend day (``weekend``) or a weekday: ``hour``
+        (the all-days slot), or ``HOURS + hour`` (the weekend slot) for a weekend hour whose
+        weekend slot holds at least ``weekend_min_days`` days (module docstring)."""
+        if (
+            weekend
+            and self.weekend_min_days is not None
+            and self.weekend_days[hour] >= self.weekend_min_days
+            and self.weekend[hour] is not None
+        ):
+            return HOURS + hour
+        return hour
+
+    def key_at(self, when: datetime) -> int:
+        """:meth:`key` of the hour that contains ``when``."""
+        return self.key(hour_of(when), is_weekend(when))
+
+    def slot(self, key: int) -> NodeSummary | None:
+        """The summary of slot ``key`` (:meth:`key`)."""
+        return self.slots[key] if key < HOURS else self.weekend[key - HOURS]
 
     @property
     def hours_known(self) -> int:
-        """How many hour slots hold data."""
+        """How many (all-days) hour slots hold data."""
         return sum(1 for s in self.slots if s is not None and s.window_seconds > 0)
 
     def forget_stacks(self) -> None:
@@ -113,7 +184,7 @@ class DiurnalProfile:
         self._stacks.clear()
 
     def stack(self, hours: Sequence[int]) -> HourStack:
-        """The :class:`HourStack` of ``hours`` (hours of the day, in horizon order), built
+        """The :class:`HourStack` of ``hours`` (slot keys, :meth:`key`, in horizon order), built
         on first use and kept with the profile (which never changes): the last
         ``STACKS_KEPT`` sequences, so every start within an hour shares one."""
         key = tuple(hours)
@@ -139,6 +210,7 @@ class HourStack:
     :meth:`~gleaner.perfmodel.sketch.MemoryStack.weighted`."""
 
     hours: tuple[int, ...]
+    """Slot keys (:meth:`DiurnalProfile.key`) in horizon order."""
     present: tuple[int, ...]
     """Positions in ``hours`` whose slot holds data."""
     slots: tuple[NodeSummary, ...]
@@ -157,9 +229,9 @@ class HourStack:
         present = tuple(
             i
             for i, h in enumerate(hours)
-            if (s := profile.slots[h]) is not None and s.window_seconds > 0
+            if (s := profile.slot(h)) is not None and s.window_seconds > 0
         )
-        slots = tuple(profile.slots[hours[i]] for i in present)
+        slots = tuple(profile.slot(hours[i]) for i in present)
         known = tuple(s for s in slots if s is not None)
         if not known:
             empty = np.zeros((0, 0))
@@ -220,22 +292,37 @@ class HourStack:
 def horizon_hours(start: datetime, horizon_seconds: float) -> list[tuple[int, float]]:
     """(hour of day, seconds of the horizon in it) for [start, start + horizon), in order;
     an hour of the day met twice (a horizon over a day) appears twice."""
+    return [(hour, seconds) for hour, _, seconds in _pieces(start, horizon_seconds)]
+
+
+def horizon_keys(
+    profile: DiurnalProfile, start: datetime, horizon_seconds: float
+) -> list[tuple[int, float]]:
+    """(slot key, seconds of the horizon in it) for [start, start + horizon), in order: the
+    slot of each hour is :meth:`DiurnalProfile.key` of its hour and day kind."""
+    return [
+        (profile.key(hour, weekend), seconds)
+        for hour, weekend, seconds in _pieces(start, horizon_seconds)
+    ]
+
+
+def _pieces(start: datetime, horizon_seconds: float) -> tuple[tuple[int, bool, float], ...]:
     if not horizon_seconds > 0:
         raise ValueError("horizon_seconds must be > 0")
-    return list(_horizon_hours(start, float(horizon_seconds)))
+    return _horizon_pieces(start, float(horizon_seconds))
 
 
 @functools.lru_cache(maxsize=64)
-def _horizon_hours(start: datetime, horizon_seconds: float) -> tuple[tuple[int, float], ...]:
+def _horizon_pieces(start: datetime, horizon_seconds: float) -> tuple[tuple[int, bool, float], ...]:
     # Kept: every node of a scheduling pass forecasts from the same start and horizon.
-    out: list[tuple[int, float]] = []
+    out: list[tuple[int, bool, float]] = []
     t = start
     end = start + timedelta(seconds=horizon_seconds)
     while t < end:
         ts = t.timestamp()
         next_hour = (math.floor(ts / 3600) + 1) * 3600
         seconds = min(next_hour, end.timestamp()) - ts
-        out.append((hour_of(t), seconds))
+        out.append((hour_of(t), is_weekend(t), seconds))
         t = t + timedelta(seconds=seconds)
     return tuple(out)
 
@@ -256,8 +343,8 @@ def forecast(
     """
     if not 0 <= recent_weight <= 1:
         raise ValueError("recent_weight must be in [0, 1]")
-    pieces = horizon_hours(start, horizon_seconds)
-    stack = profile.stack([hour for hour, _ in pieces])
+    pieces = horizon_keys(profile, start, horizon_seconds)
+    stack = profile.stack([key for key, _ in pieces])
     seasonal = stack.seasonal([pieces[i][1] for i in stack.present])
     if seasonal is None or recent_weight >= 1:
         return recent
@@ -308,7 +395,7 @@ def worst_hours(
     has_recent = recent.window_seconds > 0
     recent_busy, recent_enabled = fractions(recent) if has_recent else fractions(whole)
     w = recent_weight if has_recent else 0.0
-    stack = profile.stack([hour for hour, _ in horizon_hours(start, horizon_seconds)])
+    stack = profile.stack([key for key, _ in horizon_keys(profile, start, horizon_seconds)])
     busy, enabled = recent_busy, recent_enabled
     if stack.present:  # the hours without a slot are the recent level itself
         slot_busy = (1.0 - w) * stack.busy_share + w * recent_busy
@@ -336,10 +423,11 @@ def worst_hours(
     )
 
 
-def hour_busy(profile: DiurnalProfile, hour: int) -> FloatArray | None:
-    """The online-busy share per GPU the profile forecasts for ``hour`` of the day (its
-    slot alone, before the recent level is blended in); None without data for that hour."""
-    slot = profile.slots[hour]
+def hour_busy(profile: DiurnalProfile, hour: int, weekend: bool = False) -> FloatArray | None:
+    """The online-busy share per GPU the profile forecasts for ``hour`` of a weekday or of
+    a weekend day (the slot :meth:`DiurnalProfile.key` picks, alone, before the recent
+    level is blended in); None without data for that hour."""
+    slot = profile.slot(profile.key(hour, weekend))
     if slot is None or not slot.window_seconds > 0:
         return None
     return np.asarray(slot.online_busy_seconds / slot.window_seconds, dtype=np.float64)
@@ -353,7 +441,7 @@ def report_ratios(profile: DiurnalProfile, report: NodeSummary) -> list[float]:
     if report.window_end is None or not report.window_seconds > 0:
         return []
     middle = report.window_end - timedelta(seconds=report.window_seconds / 2)
-    expected = hour_busy(profile, hour_of(middle))
+    expected = hour_busy(profile, hour_of(middle), is_weekend(middle))
     if expected is None or expected.shape != report.online_busy_seconds.shape:
         return []
     return busy_ratios(expected, report.online_busy_seconds / report.window_seconds)
@@ -372,14 +460,17 @@ __all__ = [
     "DEFAULT_DAY_WEIGHT",
     "DEFAULT_RECENT_WEIGHT",
     "HOURS",
+    "MIN_WEEKEND_DAYS",
     "STACKS_KEPT",
     "DiurnalProfile",
     "HourStack",
     "busy_ratios",
     "forecast",
     "horizon_hours",
+    "horizon_keys",
     "hour_busy",
     "hour_of",
+    "is_weekend",
     "report_ratios",
     "scaled",
     "worst_hours",

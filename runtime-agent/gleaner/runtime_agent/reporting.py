@@ -46,7 +46,7 @@ from gleaner.api import (
 )
 from gleaner.perfmodel import NodeSummary
 from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile, hour_of
-from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.hours import profile_to_hours, profile_to_weekend_hours
 from gleaner.runtime_agent.policy import (
     Totals,
     Uninstrumented,
@@ -95,7 +95,7 @@ class ReportWindow:
     """The node's GPUs; without them no hours are folded."""
     profile: DiurnalProfile | None = None
     """The node's time-of-day profile; None until :meth:`seed`."""
-    early_hours: list[tuple[int, NodeSummary]] = field(default_factory=list)
+    early_hours: list[tuple[datetime, NodeSummary]] = field(default_factory=list)
     """Hours completed before :meth:`seed`, oldest first (at most a day)."""
     hour_mark: tuple[datetime, Totals] | None = None
     hour_between: list[Totals] = field(default_factory=list)
@@ -141,14 +141,14 @@ class ReportWindow:
             except ValueError:
                 pass  # snapshots that do not chain (a restarted accounting): fold nothing
             else:
-                self._fold(hour_of(mark_wall), summary)
+                self._fold(mark_wall, summary)
         self.hour_mark, self.hour_between = (wall, totals), []
 
-    def _fold(self, hour: int, summary: NodeSummary) -> None:
+    def _fold(self, when: datetime, summary: NodeSummary) -> None:
         if self.profile is None:
-            self.early_hours = [*self.early_hours, (hour, summary)][-HOURS:]
+            self.early_hours = [*self.early_hours, (when, summary)][-HOURS:]
             return
-        self.profile = fold_hour(self.profile, hour, summary)
+        self.profile = fold_hour(self.profile, when, summary)
         self.hours_changed = True
 
     def seed(self, stored: DiurnalProfile | None, legacy: bool = False) -> None:
@@ -157,8 +157,8 @@ class ReportWindow:
         profile = stored if stored is not None else DiurnalProfile(self.node)
         self.legacy_hours = legacy and stored is not None
         self.hours_changed = bool(self.early_hours) or self.legacy_hours
-        for hour, summary in self.early_hours:
-            profile = fold_hour(profile, hour, summary)
+        for when, summary in self.early_hours:
+            profile = fold_hour(profile, when, summary)
         self.profile, self.early_hours = profile, []
 
     def status(
@@ -192,7 +192,11 @@ class ReportWindow:
         since the last :meth:`history_stored` (None: nothing to write)."""
         if not self.hours_changed or self.profile is None:
             return None
-        return NodeHistoryStatus(gpus=list(self.inventory), hours=profile_to_hours(self.profile))
+        return NodeHistoryStatus(
+            gpus=list(self.inventory),
+            hours=profile_to_hours(self.profile),
+            weekend_hours=profile_to_weekend_hours(self.profile),
+        )
 
     def history_stored(self) -> None:
         """The last :meth:`history` is stored in the NodeHistory."""
@@ -213,15 +217,14 @@ class ReportWindow:
         self.failures += 1
 
 
-def fold_hour(profile: DiurnalProfile, hour: int, summary: NodeSummary) -> DiurnalProfile:
-    """``profile`` with ``summary`` folded into ``hour``; a slot of another GPU inventory
-    (a GPU added or removed since) is replaced rather than merged."""
+def fold_hour(profile: DiurnalProfile, when: datetime, summary: NodeSummary) -> DiurnalProfile:
+    """``profile`` with ``summary`` folded into the hour that contains ``when`` (and, on a
+    weekend day, its weekend slot); slots of another GPU inventory (a GPU added or removed
+    since) are replaced rather than merged."""
     try:
-        return profile.fold(hour, summary)
+        return profile.fold_at(when, summary)
     except ValueError:
-        slots = list(profile.slots)
-        slots[hour] = None
-        return DiurnalProfile(profile.node, tuple(slots), profile.day_weight).fold(hour, summary)
+        return profile.without_hour(hour_of(when)).fold_at(when, summary)
 
 
 def _hour_start(t: datetime) -> int:

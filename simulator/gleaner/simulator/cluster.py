@@ -62,6 +62,7 @@ from gleaner.perfmodel.diurnal import (
     busy_ratios,
     forecast,
     hour_busy,
+    is_weekend,
 )
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
@@ -734,15 +735,16 @@ def _fold_hours(
         if end > s_abs:
             break
         hour = hour_index % HOURS
+        weekend = is_weekend(EPOCH + timedelta(hours=hour_index))
         win = max(1, round(window_s / online.step_s))
         for n in range(len(online.node_names)):
-            expected = hour_busy(profiles.by_node[n], hour)
+            expected = hour_busy(profiles.by_node[n], hour, weekend)
             if expected is not None:
                 for w0 in range(start, end - win + 1, win):
                     observed = online.busy[online.rows(n), w0 : w0 + win].mean(axis=1)
                     profiles.spread.add(online.node_names[n], busy_ratios(expected, observed))
             summary = node_summary(online, n, start, end, eta)
-            profiles.by_node[n] = profiles.by_node[n].fold(hour, summary)
+            profiles.by_node[n] = profiles.by_node[n].fold(hour, summary, weekend)
         start = end
     profiles.next_step = start
     return profiles
