@@ -32,6 +32,11 @@ under the global scheduling lock:
    (only when the reasons change), and a backoff before the next attempt. Jobs whose
    profile is being measured (``handlers.profiling``) take their next profiling run through
    the same call; they stay Pending.
+
+The loop runs passes with ``background=True``: step 5's writes (placements and Unschedulable
+reasons) go on in a task while the next pass runs; ``ctx.binding`` holds them until each is
+written (and its Pod created). A pass takes a copy of it before its lists and counts those
+placements' GPUs as taken in step 4, and leaves their jobs out of steps 2, 3 and 5.
 """
 
 from __future__ import annotations
@@ -118,6 +123,9 @@ class PassResult:
     queued: int = 0
     placed: int = 0
     unschedulable: int = 0
+    handed: int = 0
+    """Placements and Unschedulable reasons left to a background binding (not counted in
+    ``placed`` and ``unschedulable``)."""
     bound_missing: int = 0
     collected: int = 0
     seconds: float = 0.0
@@ -221,12 +229,20 @@ async def _loop(ctx: OperatorContext) -> None:
             await asyncio.sleep(1.0)
             continue
         due = result.next_due
-        if result.placed or result.unschedulable or result.bound_missing or result.collected:
+        if (
+            result.placed
+            or result.unschedulable
+            or result.bound_missing
+            or result.collected
+            or result.handed
+        ):
             logger.info(
-                "pass: %d jobs, %d queued, %d placed, %d unschedulable, %d re-bound, "
+                "pass: %d jobs, %d queued, %d handed to binding, %d placed, "
+                "%d unschedulable, %d re-bound, "
                 "%d collected in %.3fs %s (kicked by %s)",
                 result.jobs,
                 result.queued,
+                result.handed,
                 result.placed,
                 result.unschedulable,
                 result.bound_missing,
@@ -426,6 +442,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
             ctx.binding[_key_of(q)] = p
         for q, _ in unschedulable:
             ctx.binding[_key_of(q)] = None
+        result.handed = len(placements) + len(unschedulable)
 
         async def release(key: tuple[str, str], work: Any) -> bool:
             try:
