@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gleaner.api import OfflineJob, OfflineJobStatus, Phase, Placement
+from gleaner.operator.builders import build_offline_pod
 from gleaner.operator.handlers.scheduling import _occupied
 from gleaner.operator.placement import QueuedJob, plan_placements
 from gleaner.operator.traces import summaries_from_nodetraces
@@ -44,11 +45,14 @@ def test_held_placements_count_as_taken_even_before_their_status_shows_them() ->
         ("ns", "early"): _placement("a", [0, 1]),
         ("ns", "hopeless"): None,  # an Unschedulable reason being written: holds nothing
     }
-    occupied = _occupied([], statuses, held)
-    assert occupied == {"a": {0: "ns/early", 1: "ns/early"}}
-    assert _occupied([], statuses) == {}  # what the lists alone say
+    # And "older", bound long ago on GPU 3, has its Pod in the lists.
+    older = OfflineJob.model_validate(offlinejob_manifest("older", namespace="ns"))
+    pods = [build_offline_pod(older, _placement("a", [3]), 0)]
+    occupied = _occupied(pods, statuses, held)
+    assert occupied == {"a": {0: "ns/early", 1: "ns/early", 3: "ns/older"}}
+    assert _occupied(pods, statuses) == {"a": {3: "ns/older"}}  # what the lists alone say
 
-    nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=3, offline_enabled=0.9)])
+    nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=4, offline_enabled=0.9)])
     late = [_queued("late1", sla=0.5), _queued("late2", sla=0.5)]
     plan = plan_placements(late, nodes, occupied, NOW)
     assert [p.gpu_indices for _, p in plan.placements] == [[2]]
