@@ -29,6 +29,11 @@ so a restarted operator converges from what it finds. What it does hold:
   its resourceVersion as a precondition instead of reading the job again (a copy, never the
   truth: a stale one costs a 409 and a fresh read). Bounded by the jobs waiting for their
   Pod to run; dropped by ``forget_job``.
+- ``binding``: the jobs whose placement (or Unschedulable reason: ``None``) a pass decided
+  and handed to background binding (``handlers.scheduling``), until that write and Pod
+  creation are done; the next pass may start meanwhile, counts these placements' GPUs as
+  taken and leaves these jobs alone. ``bind_slots`` bounds the writes in flight across all
+  passes; ``bind_tasks`` are the background bindings, cancelled with the loop.
 - ``running``: the Running jobs as the OfflineJob watch last delivered them (``keep_job``),
   which the SLA monitor and the batch-progress loop tick over (``handlers.running``)
   instead of a kopf timer per job. A copy for choosing whom to observe; every write is
@@ -42,6 +47,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from gleaner.api import Placement
 from gleaner.clients.kube import KubeClient
 from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.bias import PersistClock
@@ -54,6 +60,9 @@ from gleaner.operator.traces import HourProfiles
 from gleaner.scheduler.bias import BiasTable
 
 logger = logging.getLogger("gleaner.operator")
+
+BIND_CONCURRENCY = 16
+"""Status writes and Pod creations of placements in flight at once, across all passes."""
 
 
 @dataclass
@@ -69,6 +78,11 @@ class OperatorContext:
     side_tasks: list[asyncio.Task[None]] = field(default_factory=list)
     """The loops over Running jobs (SLA monitor, batch progress), cancelled at cleanup."""
     kick_reasons: set[str] = field(default_factory=set)
+    binding: dict[tuple[str, str], Placement | None] = field(default_factory=dict)
+    bind_slots: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(BIND_CONCURRENCY)
+    )
+    bind_tasks: set[asyncio.Task[None]] = field(default_factory=set)
     nodes: NodeCache = field(default_factory=NodeCache)
     uninstrumented: dict[str, dict[int, str]] = field(default_factory=dict)
     traces: TraceCache = field(default_factory=TraceCache)

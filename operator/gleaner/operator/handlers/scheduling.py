@@ -32,14 +32,20 @@ under the global scheduling lock:
    (only when the reasons change), and a backoff before the next attempt. Jobs whose
    profile is being measured (``handlers.profiling``) take their next profiling run through
    the same call; they stay Pending.
+
+The loop runs passes with ``background=True``: step 5's writes (placements and Unschedulable
+reasons) go on in a task while the next pass runs; ``ctx.binding`` holds them until each is
+written (and its Pod created). A pass takes a copy of it before its lists and counts those
+placements' GPUs as taken in step 4, and leaves their jobs out of steps 2, 3 and 5.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -105,7 +111,7 @@ async def _list_histories(ctx: OperatorContext) -> None:
             ctx.histories.listed = True
         logger.warning("NodeHistories not listed (hours of the day not used yet): %s", exc)
 
-BIND_CONCURRENCY = 16
+
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 
 
@@ -117,6 +123,9 @@ class PassResult:
     queued: int = 0
     placed: int = 0
     unschedulable: int = 0
+    handed: int = 0
+    """Placements and Unschedulable reasons left to a background binding (not counted in
+    ``placed`` and ``unschedulable``)."""
     bound_missing: int = 0
     collected: int = 0
     seconds: float = 0.0
@@ -169,7 +178,22 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
     of the operator's CPU (docs/benchmarks.md, "Scheduling on the real control plane").
     Until a pass has run (a standby replica, a failed pass) it looks again every
     ``requeue_interval``, as the timers did.
+
+    Passes run with ``background=True``: while one pass's placements are being written, the
+    next pass decides the jobs that arrived meanwhile against the GPUs left. The background
+    bindings are cancelled with the loop.
     """
+    try:
+        await _loop(ctx)
+    finally:
+        for task in list(ctx.bind_tasks):
+            task.cancel()
+        for task in list(ctx.bind_tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _loop(ctx: OperatorContext) -> None:
     last = 0.0
     standby = False  # this replica was paused: the active one kept learning meanwhile
     ctx.health.first_pass_done = True
@@ -196,7 +220,7 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
         if standby and await load_bias(ctx):
             standby = False
         try:
-            result = await scheduling_pass(ctx)
+            result = await scheduling_pass(ctx, background=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed pass must not kill the loop
@@ -205,12 +229,20 @@ async def scheduling_loop(ctx: OperatorContext) -> None:
             await asyncio.sleep(1.0)
             continue
         due = result.next_due
-        if result.placed or result.unschedulable or result.bound_missing or result.collected:
+        if (
+            result.placed
+            or result.unschedulable
+            or result.bound_missing
+            or result.collected
+            or result.handed
+        ):
             logger.info(
-                "pass: %d jobs, %d queued, %d placed, %d unschedulable, %d re-bound, "
+                "pass: %d jobs, %d queued, %d handed to binding, %d placed, "
+                "%d unschedulable, %d re-bound, "
                 "%d collected in %.3fs %s (kicked by %s)",
                 result.jobs,
                 result.queued,
+                result.handed,
                 result.placed,
                 result.unschedulable,
                 result.bound_missing,
@@ -253,16 +285,19 @@ def _due(status: OfflineJobStatus, now: datetime) -> bool:
     return status.next_attempt_after is None or status.next_attempt_after <= now
 
 
-async def scheduling_pass(ctx: OperatorContext) -> PassResult:
+async def scheduling_pass(ctx: OperatorContext, *, background: bool = False) -> PassResult:
+    """One pass. ``background``: the pass returns once it has decided, and its placements
+    and Unschedulable reasons are written by a task of their own (``ctx.binding`` holds
+    them until written), so the next pass can decide the jobs that arrived meanwhile."""
     async with ctx.scheduling_lock:
         started = time.monotonic()
-        result = await _pass(ctx)
+        result = await _pass(ctx, background)
         result.seconds = time.monotonic() - started
         ctx.metrics.scheduling_latency.observe(result.seconds)
         return result
 
 
-async def _pass(ctx: OperatorContext) -> PassResult:
+async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     result = PassResult()
     mark = time.monotonic()
 
@@ -272,6 +307,9 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         result.timings[name] = round(now_m - mark, 3)
         mark = now_m
 
+    # Taken before the lists: a binding that ends after them is in this copy, one that ended
+    # before them is in the lists (its status write and its Pod).
+    held = dict(ctx.binding)
     jobs, pods, traces = await asyncio.gather(
         _list_everywhere(ctx, offlinejobs_path),
         _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR),
@@ -293,6 +331,8 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     for key, status in statuses.items():
         if status.phase not in st.BOUND_PHASES or not status.pods or status.placement is None:
             continue
+        if key in held:
+            continue  # its binding is under way
         current = (key[0], status.pods[-1])
         if current in pods_by_key:
             continue
@@ -308,6 +348,8 @@ async def _pass(ctx: OperatorContext) -> PassResult:
 
     # 3. collect Pods no bound job owns.
     for pkey, pod in list(pods_by_key.items()):
+        if (pkey[0], (_meta(pod).get("labels") or {}).get(LABEL_JOB)) in held:
+            continue  # its job's status in the lists may be older than the Pod
         if _should_collect(pod, pkey, statuses):
             try:
                 await ctx.client.delete(pods_path(*pkey))
@@ -317,7 +359,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
             del pods_by_key[pkey]
 
     # 4. occupied GPUs.
-    occupied = _occupied(pods_by_key.values(), statuses)
+    occupied = _occupied(pods_by_key.values(), statuses, held)
 
     stage("reconcile")
 
@@ -328,7 +370,8 @@ async def _pass(ctx: OperatorContext) -> PassResult:
     # 5. place the queue.
     needs_profile: list[OfflineJob] = []
     fresh: dict[tuple[str, str], Judged] = {}
-    queue = await _build_queue(ctx, bodies, statuses, now, needs_profile, fresh)
+    waiting = {k: s for k, s in statuses.items() if k not in held}
+    queue = await _build_queue(ctx, bodies, waiting, now, needs_profile, fresh)
     # Profile on submit: runs to place go through the same decide() call.
     runs, retry = await profiling.advance_profiles(
         ctx, needs_profile, list(pods_by_key.values()), traces, now
@@ -360,7 +403,7 @@ async def _pass(ctx: OperatorContext) -> PassResult:
         bias=ctx.bias,
     )
     stage("decide")
-    sem = asyncio.Semaphore(BIND_CONCURRENCY)
+    sem = ctx.bind_slots
 
     async def bind_one(q: QueuedJob, placement: Placement) -> bool:
         explanation = plan.explanations.get(q.key)
@@ -390,15 +433,77 @@ async def _pass(ctx: OperatorContext) -> PassResult:
                 ctx, q, reason, now, bodies.get(_key_of(q)), fresh.get(_key_of(q))
             )
 
-    bound = await asyncio.gather(*(bind_one(q, p) for q, p in plan.placements))
+    if background:
+        # Profiling runs are bound in the pass, as before; the jobs' writes go on in a task
+        # while the next pass decides the jobs that arrived meanwhile.
+        placements = [(q, p) for q, p in plan.placements if q.key not in run_of]
+        unschedulable = [(q, r) for q, r in plan.unschedulable if q.key not in run_of]
+        for q, p in placements:
+            ctx.binding[_key_of(q)] = p
+        for q, _ in unschedulable:
+            ctx.binding[_key_of(q)] = None
+        result.handed = len(placements) + len(unschedulable)
+
+        async def release(key: tuple[str, str], work: Any) -> bool:
+            try:
+                return bool(await work)
+            finally:
+                ctx.binding.pop(key, None)
+
+        task = asyncio.create_task(
+            _finish_binding(
+                ctx,
+                [release(_key_of(q), bind_one(q, p)) for q, p in placements],
+                [release(_key_of(q), explain_one(q, r)) for q, r in unschedulable],
+            ),
+            name="gleaner-binding",
+        )
+        ctx.bind_tasks.add(task)
+        task.add_done_callback(ctx.bind_tasks.discard)
+        plan_placements_now = [(q, p) for q, p in plan.placements if q.key in run_of]
+        plan_unschedulable_now = [(q, r) for q, r in plan.unschedulable if q.key in run_of]
+        if unschedulable:
+            retry_at = datetime.now(UTC) + timedelta(seconds=ctx.config.unschedulable_backoff)
+            result.next_due = (
+                retry_at if result.next_due is None else min(result.next_due, retry_at)
+            )
+    else:
+        plan_placements_now = list(plan.placements)
+        plan_unschedulable_now = list(plan.unschedulable)
+    bound = await asyncio.gather(*(bind_one(q, p) for q, p in plan_placements_now))
     result.placed = sum(bound)
-    explained = await asyncio.gather(*(explain_one(q, r) for q, r in plan.unschedulable))
+    explained = await asyncio.gather(*(explain_one(q, r) for q, r in plan_unschedulable_now))
     result.unschedulable = len(explained)
     if any(explained):
         retry_at = datetime.now(UTC) + timedelta(seconds=ctx.config.unschedulable_backoff)
         result.next_due = retry_at if result.next_due is None else min(result.next_due, retry_at)
     stage("bind")
     return result
+
+
+async def _finish_binding(
+    ctx: OperatorContext,
+    binds: list[Coroutine[Any, Any, bool]],
+    explains: list[Coroutine[Any, Any, bool]],
+) -> None:
+    """A background pass's writes: its placements, then its Unschedulable reasons (all
+    started at once, each waiting for a slot of ``ctx.bind_slots`` in that order)."""
+    started = time.monotonic()
+    done = await asyncio.gather(*binds, *explains, return_exceptions=True)
+    failed = [d for d in done if isinstance(d, BaseException)]
+    for exc in failed:
+        if isinstance(exc, asyncio.CancelledError):
+            raise exc
+        # The job is left queued (or recorded and not bound) for the next pass.
+        logger.error("binding failed: %s", exc, exc_info=exc)
+    if failed:
+        ctx.kick("retry after a failed binding")
+    logger.info(
+        "bound: %d placed, %d unschedulable in %.3fs",
+        sum(1 for d in done[: len(binds)] if d is True),
+        sum(1 for d in done[len(binds) :] if d is True),
+        time.monotonic() - started,
+    )
 
 
 async def _report_uninstrumented(
@@ -497,8 +602,13 @@ def _should_collect(
 
 
 def _occupied(
-    pods: Iterable[dict[str, Any]], statuses: dict[tuple[str, str], OfflineJobStatus]
+    pods: Iterable[dict[str, Any]],
+    statuses: dict[tuple[str, str], OfflineJobStatus],
+    in_flight: dict[tuple[str, str], Placement | None] | None = None,
 ) -> dict[str, dict[int, str]]:
+    """GPU index -> ``ns/job`` per node: the live offline Pods', the placements recorded in
+    bound jobs' status, and ``in_flight``, the placements of an earlier pass still being written
+    (decided, maybe not recorded yet: the lists cannot show them)."""
     occupied: dict[str, dict[int, str]] = {}
     for pod in pods:
         if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
@@ -514,6 +624,10 @@ def _occupied(
         if status.phase in st.BOUND_PHASES and status.placement is not None:
             for gpu in status.placement.gpu_indices:
                 occupied.setdefault(status.placement.node, {})[gpu] = f"{ns}/{name}"
+    for (ns, name), taken in (in_flight or {}).items():
+        if taken is not None:
+            for gpu in taken.gpu_indices:
+                occupied.setdefault(taken.node, {})[gpu] = f"{ns}/{name}"
     return occupied
 
 
