@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -180,6 +182,27 @@ def test_sla_fit_prefers_least_surplus() -> None:
     assert by[("b", 0)] == pytest.approx(100 * (1 - 0.1 / 0.6))
     assert by[("a", 0)] == pytest.approx(100 * (1 - 0.4 / 0.6))
     assert all(0.0 <= v <= 100.0 for v in scores)
+
+
+def test_sla_fit_margin_prefers_a_set_above_the_edge() -> None:
+    sched, ctx = _ctx(_cluster(), _job(sla=0.4))
+    batch = sched.candidates(ctx, np.ones(3, dtype=bool), ctx.allowed & sched.view.free)
+    scores = SLAFit(replace(CONFIG, sla_margin=0.1)).score(ctx, batch)
+    by = {
+        (sched.view.names[int(n)], int(s[0])): v
+        for n, s, v in zip(batch.node, batch.slots, scores, strict=True)
+    }
+    # product 0.4 (a/3) is within 0.1 of the SLA -> 0; 0.5 (b) has the margin and is the
+    # best fit among those with it; 0.8 (a/0) keeps its best-fit score
+    assert by[("a", 3)] == 0.0
+    assert by[("b", 0)] == pytest.approx(100 * (1 - 0.1 / 0.6))
+    assert by[("a", 0)] == pytest.approx(100 * (1 - 0.4 / 0.6))
+    assert max(by, key=lambda k: by[k]) == ("b", 0)
+
+
+def test_sla_margin_is_validated() -> None:
+    with pytest.raises(ValueError, match="sla_margin"):
+        replace(CONFIG, sla_margin=1.0)
 
 
 def test_keep_aligned_prefers_the_loner() -> None:

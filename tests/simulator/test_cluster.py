@@ -242,3 +242,24 @@ def test_moves_go_to_another_node_at_once_and_are_not_sla_evictions() -> None:
     assert out["policies"]["gleaner"]["evictions"] == sum(
         j.evictions for j in out["jobs"]["gleaner"]
     )
+
+
+def test_the_sla_margin_is_gleaners_and_leaves_the_papers_placements_alone() -> None:
+    def edge_share_and_paper(margin: float) -> tuple[float, list[Any]]:
+        cfg = _cfg(nodes=6, policies=["gleaner", "paper"], sla_margin=margin)
+        out = run_cluster(cfg, seed=5, gate_efficiency=0.96)
+        placed = [(p, j.sla) for j in out["jobs"]["gleaner"] for p in j.placements]
+        assert placed
+        edge = sum(1 for p, sla in placed if p["predicted"] - sla < 0.15) / len(placed)
+        paper = [
+            (j.key, p["node"], p["gpus"], p["t"])
+            for j in out["jobs"]["paper"]
+            for p in j.placements
+        ]
+        return edge, paper
+
+    edge_best_fit, paper_best_fit = edge_share_and_paper(0.0)
+    edge_margin, paper_margin = edge_share_and_paper(0.15)
+    # With the margin, a set at the edge of its SLA is placed only where none has the margin.
+    assert edge_margin < edge_best_fit
+    assert paper_margin == paper_best_fit

@@ -62,6 +62,9 @@ class SchedulerConfig:
     8-GPU node has at most 255 sets of all sizes together, so it is never cut)."""
     sla_step: float = 0.1
     """Queue order buckets SLAs by this step so that priority decides among similar ones."""
+    sla_margin: float = 0.0
+    """SLAFit: a set predicted less than this above the job's SLA scores 0, so a set with
+    that much margin is preferred to a best fit at the edge (0: best fit only)."""
     explain: bool = True
     """Compute per-node-class reasons for unschedulable jobs."""
 
@@ -82,3 +85,5 @@ class SchedulerConfig:
             raise ValueError("exact_batch and max_sets_per_node must be >= 1")
         if self.sla_step < 0:
             raise ValueError("sla_step must be >= 0")
+        if not 0.0 <= self.sla_margin < 1.0:
+            raise ValueError("sla_margin must be within [0, 1)")

@@ -399,11 +399,13 @@ def run_policy(
     bias = BiasTable(rule.bias_config())
     sla_window_s = cfg.jobs.sla_window_s or cfg.monitor.window_s
     placer: Placer | None
+    # The paper's model scores by best fit alone; Gleaner's policies keep the margin.
+    margin = 0.0 if policy == "paper" else cfg.sla_margin
     if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours", "no-move"):
-        placer = _scheduler_placer(SchedulerConfig(), bias)
+        placer = _scheduler_placer(SchedulerConfig(sla_margin=margin), bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
-        placer = _scheduler_placer(SchedulerConfig(filters=filters), bias)
+        placer = _scheduler_placer(SchedulerConfig(filters=filters, sla_margin=margin), bias)
     elif policy == "first-fit":
         placer = _first_fit
     else:

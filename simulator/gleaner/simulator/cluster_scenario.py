@@ -199,6 +199,14 @@ class ClusterScenario(BaseModel):
     move_restart_s: float = Field(
         default=300.0, ge=0, description="What a move costs: seconds the job makes nothing."
     )
+    sla_margin: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="The scheduler's SLAFit margin (SchedulerConfig.sla_margin) for every "
+        "policy but paper: a GPU set predicted less than this above the job's SLA is placed "
+        "only where no set has the margin; 0: best fit only.",
+    )
     recent_h: float = Field(
         default=1.0, gt=0, description="The recent level blended into the diurnal forecast."
     )
