@@ -271,6 +271,7 @@ def evicted(
         update={
             "evictions": records,
             "eviction_count": eviction_count,
+            "move_count": new.move_count + 1 if moved else new.move_count,
             "excluded_nodes": list(excluded_nodes),
             "next_attempt_after": next_attempt_after,
             "placement": None,

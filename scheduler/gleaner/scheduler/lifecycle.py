@@ -176,7 +176,7 @@ def evict(
             failed=False,
             next_attempt_after=None,
             excluded_nodes=excluded,
-            message=f"moved away from {node} before a forecast peak; placed again at once "
+            message=f"placed again at once, away from {node} "
             "(a move does not count toward maxEvictions)",
         )
     else:
