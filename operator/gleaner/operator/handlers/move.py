@@ -101,14 +101,17 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
         bias=ctx.bias,
         uninstrumented=uninstrumented_gpus(traces),
     )
+    # A node whose trace is stale, or that is cordoned or not ready, says nothing about a
+    # coming peak: its jobs are left to the SLA monitor, not moved on its silence.
+    unavailable = snapshot.state().unavailable
     moved: list[str] = []
     for body in sorted(due, key=lambda b: str((b.get("metadata") or {}).get("creationTimestamp"))):
         key = _ns_name(body)
         status = statuses[key]
         placement = status.placement
         assert placement is not None
-        if placement.node not in coming:
-            continue  # no trace of its node: nothing to judge it by
+        if placement.node not in coming or placement.node in unavailable:
+            continue  # nothing (current) to judge its node by
         cm_name = profile_configmap_name(body)
         cm = None if not cm_name else await ctx.client.get(configmaps_path(key[0], cm_name))
         verdict = validate_job(body, cm)
