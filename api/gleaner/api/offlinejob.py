@@ -537,9 +537,16 @@ class OfflineJobStatus(KubeModel):
     evictions: list[EvictionRecord] = Field(
         default_factory=list,
         max_length=MAX_EVICTION_RECORDS,
-        description=f"The last {MAX_EVICTION_RECORDS} SLA evictions, oldest first.",
+        description=f"The last {MAX_EVICTION_RECORDS} SLA evictions and moves before a "
+        "forecast peak, oldest first.",
     )
     eviction_count: int = Field(default=0, ge=0, description="Total SLA evictions so far.")
+    move_count: int = Field(
+        default=0,
+        ge=0,
+        description="Moves off a node before a forecast peak so far (not counted as SLA "
+        "evictions).",
+    )
     profiling_attempts: int = Field(
         default=0,
         ge=0,
@@ -547,7 +554,8 @@ class OfflineJobStatus(KubeModel):
         "the job's image changed).",
     )
     excluded_nodes: list[str] = Field(
-        default_factory=list, description="Nodes the job missed its SLA on; not retried there."
+        default_factory=list,
+        description="Nodes the job missed its SLA on or was moved away from; not retried there.",
     )
     next_attempt_after: datetime | None = Field(
         default=None, description="Backoff: no placement attempt before this time."
@@ -561,6 +569,12 @@ class OfflineJobStatus(KubeModel):
     batch: BatchProgress | None = Field(
         default=None, description="Progress of a spec.batch job (docs/batch.md)."
     )
+
+    @property
+    def attempt(self) -> int:
+        """The number of the job's next (or current) Pod: one per placement after an SLA
+        eviction or a move."""
+        return self.eviction_count + self.move_count
 
 
 class OfflineJob(CustomResource):

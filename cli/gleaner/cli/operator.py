@@ -247,6 +247,26 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     "probability (0 < p < 1); on nodes that report their hours of the day, also the load "
     "their windows may reach above the forecast; 'off': where the mean prediction meets it.",
 )
+@click.option(
+    "--move-check-interval",
+    default="1h",
+    show_default=True,
+    help="How often to look for running jobs whose node is forecast to stop admitting "
+    "them (a peak of its online load) and move them to a node that admits them; "
+    "0 never moves a job.",
+)
+@click.option(
+    "--move-min-stay",
+    default="2h",
+    show_default=True,
+    help="How long a job runs on its node before it may be moved.",
+)
+@click.option(
+    "--move-horizon",
+    default="2h",
+    show_default=True,
+    help="How far ahead a running job's node must still admit it; else it is moved.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def command(
     namespaces: tuple[str, ...],
@@ -282,6 +302,9 @@ def command(
     state_namespace: str,
     bias_persist_interval: str,
     risk_target: str,
+    move_check_interval: str,
+    move_min_stay: str,
+    move_horizon: str,
     verbose: bool,
 ) -> None:
     """Run the Gleaner operator: bind OfflineJobs, watch SLAs, evict, reschedule."""
@@ -380,7 +403,12 @@ def command(
         state_namespace=state_namespace,
         bias_persist_interval=_seconds(bias_persist_interval, "--bias-persist-interval"),
         risk_target=risk,
+        move_check_interval=_seconds(move_check_interval, "--move-check-interval"),
+        move_min_stay=_seconds(move_min_stay, "--move-min-stay"),
+        move_horizon=_seconds(move_horizon, "--move-horizon"),
     )
+    if config.move_horizon <= 0:
+        fail("--move-horizon must be > 0")
     from gleaner.operator.main import run
 
     run(config)

@@ -8,9 +8,9 @@ every label, annotation, environment variable and path is a name of
 one attempt of an OfflineJob on the GPUs the scheduler chose, from ``spec.template`` or, for
 a ``spec.batch`` job, the engine-and-runner template of ``gleaner.batch.pod``:
 
-- name ``<job>-<attempt>`` (attempt = the job's eviction count), in the job's namespace,
-  ``spec.nodeName`` = the placement's node (the default scheduler is bypassed: the GPUs are
-  already held by online pods, so the offline Pod requests no ``nvidia.com/gpu``; any such
+- name ``<job>-<attempt>`` (attempt = the job's SLA evictions plus its moves), in the job's
+  namespace, ``spec.nodeName`` = the placement's node (the default scheduler is bypassed: the
+  GPUs are already held by online pods, so the offline Pod requests no ``nvidia.com/gpu``; any such
   request or limit in the template is removed);
 - labels ``gleaner.dev/job``, ``gleaner.dev/role=offline``, ``gleaner.dev/attempt``;
   annotation ``gleaner.dev/gpus`` = comma-separated GPU indices;

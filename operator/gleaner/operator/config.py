@@ -17,6 +17,7 @@ from typing import Any
 # The one value (perfmodel's, also the simulator's default), re-exported for the CLI.
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET as DEFAULT_RISK_TARGET
 from gleaner.scheduler.bias import BiasConfig
+from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, DEFAULT_MOVE_HORIZON_H
 from gleaner.scheduler.monitor import SLAMonitorConfig
 from gleaner.scheduler.risk import AdmissionRisk
 
@@ -124,6 +125,13 @@ class OperatorConfig:
     bias_persist_interval: float = 60.0
     """Seconds at least between two writes of the bias table (it is written only when it
     changed)."""
+    move_check_interval: float = 3600.0
+    """Seconds between two looks for Running jobs to move off a node before a forecast
+    peak (0: never move)."""
+    move_min_stay: float = DEFAULT_MIN_STAY_SECONDS
+    """Seconds a job runs on its node before a move is considered."""
+    move_horizon: float = DEFAULT_MOVE_HORIZON_H * 3600.0
+    """Seconds ahead a Running job's own node must still admit it, else it moves."""
     risk_target: float | None = DEFAULT_RISK_TARGET
     """Risk-aware admission: the probability a window must meet the SLA with, judged from
     the spread of past windows around their prediction; None: the mean rule."""

@@ -67,6 +67,7 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.batch import PROGRESS_INTERVAL, is_batch_job, track_batch
 from gleaner.operator.handlers.bias import flush_bias, load_bias
 from gleaner.operator.handlers.jobs import job_event
+from gleaner.operator.handlers.move import move_loop
 from gleaner.operator.handlers.nodes import node_changed
 from gleaner.operator.handlers.pods import follow_pod
 from gleaner.operator.handlers.requeue import nodehistory_event, nodetrace_event
@@ -173,6 +174,8 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
                 name="gleaner-batch",
             ),
         ]
+        if config.move_check_interval > 0:
+            ctx.side_tasks.append(asyncio.create_task(move_loop(ctx), name="gleaner-move"))
         ctx.health.started = True
 
     @kopf.on.login(registry=registry)

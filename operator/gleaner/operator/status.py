@@ -241,6 +241,10 @@ def observed(
     )
 
 
+MOVED_REASON = "MovedBeforePeak"
+"""The reason (condition, Event) of a move off a node before a forecast peak."""
+
+
 def evicted(
     status: OfflineJobStatus,
     record: EvictionRecord,
@@ -251,17 +255,23 @@ def evicted(
     next_attempt_after: datetime | None,
     message: str,
     now: datetime,
+    moved: bool = False,
 ) -> OfflineJobStatus:
-    """An SLA eviction: recorded (bounded list), then Evicted (requeued) or Failed."""
+    """An SLA eviction: recorded (bounded list), then Evicted (requeued) or Failed. With
+    ``moved``, a move before a forecast peak: Ready false with reason ``MovedBeforePeak``,
+    ``SLAMet`` left as it was (no window missed)."""
     new = transition(status, eviction_phase(failed), message)
     records = [*new.evictions, record][-MAX_EVICTION_RECORDS:]
-    conds = _cond(new, ConditionType.READY, False, "SLAEvicted", record.reason, now)
+    ready_reason = MOVED_REASON if moved else "SLAEvicted"
+    conds = _cond(new, ConditionType.READY, False, ready_reason, record.reason, now)
     new = new.model_copy(update={"conditions": conds})
-    conds = _cond(new, ConditionType.SLA_MET, False, "SLAViolation", record.reason, now)
+    if not moved:
+        conds = _cond(new, ConditionType.SLA_MET, False, "SLAViolation", record.reason, now)
     return new.model_copy(
         update={
             "evictions": records,
             "eviction_count": eviction_count,
+            "move_count": new.move_count + 1 if moved else new.move_count,
             "excluded_nodes": list(excluded_nodes),
             "next_attempt_after": next_attempt_after,
             "placement": None,

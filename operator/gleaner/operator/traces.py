@@ -163,13 +163,15 @@ def summaries_from_nodetraces(
     now: datetime | None = None,
     hours: HourProfiles | None = None,
     risk_target: float | None = DEFAULT_RISK_TARGET,
+    horizon_s: float = FORECAST_HORIZON_S,
 ) -> dict[str, NodeSummary]:
     """One summary per parsable NodeTrace: its latest window, or with ``now`` and
-    ``status.hours`` what admission judges from ``now`` (module docstring), its load spread
-    at ``risk_target`` (None: none). ``hours`` keeps parsed profiles and the learned spread
-    from one call to the next (None: parsed afresh, nothing learned before)."""
+    ``status.hours`` what admission judges from ``now`` over the next ``horizon_s`` seconds
+    (module docstring), its load spread at ``risk_target`` (None: none). ``hours`` keeps
+    parsed profiles and the learned spread from one call to the next (None: parsed afresh,
+    nothing learned before)."""
     profiles = hours if hours is not None else HourProfiles()
-    rule = AdmissionRisk(risk_target, FORECAST_HORIZON_S)
+    rule = AdmissionRisk(risk_target, horizon_s)
     out: dict[str, NodeSummary] = {}
     for obj in nodetraces:
         name = (obj.get("metadata") or {}).get("name")
@@ -259,7 +261,10 @@ async def load_node_summaries(
     nodetraces: Sequence[dict[str, Any]],
     now: datetime,
     hours: HourProfiles | None = None,
+    horizon_s: float = FORECAST_HORIZON_S,
 ) -> dict[str, NodeSummary]:
+    """What placement judges each node by (``horizon_s``: how far ahead a node's hours of
+    the day are looked at; Prometheus summaries have no hours)."""
     if config.prometheus_url:
         from gleaner.operator.sources.prometheus import PrometheusTraceSource
 
@@ -268,4 +273,4 @@ async def load_node_summaries(
         )
         loaded = await asyncio.to_thread(source.load)
         return with_inventory(loaded, summaries_from_nodetraces(nodetraces))
-    return summaries_from_nodetraces(nodetraces, now, hours, config.risk_target)
+    return summaries_from_nodetraces(nodetraces, now, hours, config.risk_target, horizon_s)

@@ -164,9 +164,25 @@ def evict(
     excluded_nodes: Iterable[str],
     now: float,
     config: SLAMonitorConfig,
+    move: bool = False,
 ) -> Eviction:
-    """Evict a bound job from ``node`` at ``now``: requeue with backoff, or give up."""
-    plan = plan_after_eviction(node, previous_evictions, max_evictions, excluded_nodes, now, config)
+    """Evict a bound job from ``node`` at ``now``: requeue with backoff, or give up. With
+    ``move`` (a proactive move before a forecast peak, :func:`should_move`): requeued at
+    once away from ``node``, not counted toward ``max_evictions``."""
+    if move:
+        excluded = tuple(dict.fromkeys([*excluded_nodes, node]))
+        plan = EvictionPlan(
+            previous_evictions,
+            failed=False,
+            next_attempt_after=None,
+            excluded_nodes=excluded,
+            message=f"placed again at once, away from {node} "
+            "(a move does not count toward maxEvictions)",
+        )
+    else:
+        plan = plan_after_eviction(
+            node, previous_evictions, max_evictions, excluded_nodes, now, config
+        )
     return Eviction(plan, advance(phase, eviction_phase(plan.failed)))
 
 

@@ -79,7 +79,7 @@ from gleaner.scheduler import (
     decide,
 )
 from gleaner.scheduler.bias import NODE_LEVEL, feed
-from gleaner.scheduler.lifecycle import advance, may_attempt, move_phases, should_move, sla_tick
+from gleaner.scheduler.lifecycle import advance, may_attempt, move_phases, sla_tick
 from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.measures import (
     harvested_utilization,
@@ -89,6 +89,7 @@ from gleaner.scheduler.measures import (
     sla_attainment,
 )
 from gleaner.scheduler.monitor import samples_needed
+from gleaner.scheduler.move import check_move
 from gleaner.scheduler.risk import AdmissionRisk
 from gleaner.simulator.cluster_scenario import ClusterScenario, PolicyName
 from gleaner.simulator.latency import MODELS
@@ -303,36 +304,48 @@ def _scheduler_placer(config: SchedulerConfig, bias: BiasTable) -> Placer:
         now: float,
     ) -> list[PlacedJob]:
         by_key = {j.key: j for j in pending}
-        requests = [
-            JobRequest(
-                key=j.key,
-                profile=j.profile,
-                gpus=j.gpus,
-                sla=j.sla,
-                excluded_nodes=frozenset(j.excluded),
-                arrival=j.arrival,
-                not_before=None if j.not_before is None else EPOCH_SECONDS + j.not_before,
-                max_evictions=j.max_evictions,
-                eviction_count=j.evictions,
-            )
-            for j in pending
-        ]
-        snapshot = SchedulingSnapshot(
-            jobs=requests,
-            nodes=summaries,
-            now=EPOCH + timedelta(seconds=now),
-            occupied=occupied,
-            bias=bias,
-        )
+        snapshot = _snapshot([_request(j) for j in pending], summaries, occupied, now, bias)
         result = decide(snapshot, config)
-        out: list[PlacedJob] = []
-        for d in result.placements:
-            p = d.prediction
-            f = PredictedFactors(p.compute, p.memory, p.multi_gpu, d.throughput_fraction)
-            out.append((by_key[d.job], d.node, tuple(d.gpus), f, p.throughput_fraction, d))
-        return out
+        return [_placed(by_key[d.job], d) for d in result.placements]
 
     return place
+
+
+def _request(j: SimJob) -> JobRequest:
+    """What the scheduler sees of a simulated job (as the operator builds it from a job)."""
+    return JobRequest(
+        key=j.key,
+        profile=j.profile,
+        gpus=j.gpus,
+        sla=j.sla,
+        excluded_nodes=frozenset(j.excluded),
+        arrival=j.arrival,
+        not_before=None if j.not_before is None else EPOCH_SECONDS + j.not_before,
+        max_evictions=j.max_evictions,
+        eviction_count=j.evictions,
+    )
+
+
+def _snapshot(
+    requests: list[JobRequest],
+    summaries: dict[str, NodeSummary],
+    occupied: dict[str, dict[int, str]],
+    now: float,
+    bias: BiasTable,
+) -> SchedulingSnapshot:
+    return SchedulingSnapshot(
+        jobs=requests,
+        nodes=summaries,
+        now=EPOCH + timedelta(seconds=now),
+        occupied=occupied,
+        bias=bias,
+    )
+
+
+def _placed(job: SimJob, d: PlacementDecision) -> PlacedJob:
+    p = d.prediction
+    f = PredictedFactors(p.compute, p.memory, p.multi_gpu, d.throughput_fraction)
+    return (job, d.node, tuple(d.gpus), f, p.throughput_fraction, d)
 
 
 def _first_fit(
@@ -401,11 +414,13 @@ def run_policy(
     placer: Placer | None
     # The paper's model scores by best fit alone; Gleaner's policies keep the margin.
     margin = 0.0 if policy == "paper" else cfg.sla_margin
+    sched_config = SchedulerConfig(sla_margin=margin)
     if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours", "no-move"):
-        placer = _scheduler_placer(SchedulerConfig(sla_margin=margin), bias)
+        placer = _scheduler_placer(sched_config, bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
-        placer = _scheduler_placer(SchedulerConfig(filters=filters, sla_margin=margin), bias)
+        sched_config = SchedulerConfig(filters=filters, sla_margin=margin)
+        placer = _scheduler_placer(sched_config, bias)
     elif policy == "first-fit":
         placer = _first_fit
     else:
@@ -514,26 +529,29 @@ def run_policy(
     def move_before_peak(now: float, s_abs: int) -> int:
         """Move each running job whose node no longer admits it over the coming
         ``move_horizon_h`` to a node that admits it by the placement rule
-        (``gleaner.scheduler.lifecycle.should_move``); returns the moves made."""
+        (``gleaner.scheduler.move.check_move``, as the operator asks it); returns the moves
+        made."""
         assert placer is not None and forecasts is not None
         coming = forecasts.admit(cfg.move_horizon_h * 3600)
         moved = 0
         for job in sorted(running, key=lambda j: j.arrival):
-            if job.node is None or now - job.placed_at < cfg.move_min_stay_s:
+            if job.node is None:
                 continue
             name = online.node_names[job.node]
-            free_own = {
-                n: ({g: k for g, k in o.items() if k != job.key} if n == name else o)
-                for n, o in occupied.items()
-            }
-            here = bool(placer([job], {name: coming[name]}, free_own, now))
-            if here:
+            snapshot = _snapshot([], summaries, occupied, now, bias)
+            check = check_move(
+                snapshot,
+                _request(job),
+                name,
+                coming[name],
+                job.placed_at,
+                now,
+                sched_config,
+                cfg.move_min_stay_s,
+            )
+            if not check.move or check.destination is None:
                 continue
-            probe = replace(job, excluded=(*job.excluded, name))
-            found = placer([probe], summaries, occupied, now)
-            if not should_move(job.placed_at, now, here, bool(found), cfg.move_min_stay_s):
-                continue
-            _, node_name, gpus, factors, raw, placed = found[0]
+            _, node_name, gpus, factors, raw, placed = _placed(job, check.destination)
             end_stay(job, now)
             job.phase = move_phases(job.phase)[0]
             restart = max(1, round(cfg.move_restart_s / step))

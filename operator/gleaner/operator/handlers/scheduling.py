@@ -337,7 +337,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
         if current in pods_by_key:
             continue
         if status.phase is Phase.SCHEDULED:
-            pod = await _ensure_pod(ctx, bodies[key], status.placement, status.eviction_count)
+            pod = await _ensure_pod(ctx, bodies[key], status.placement, status.attempt)
             if pod is not None:
                 pods_by_key[current] = pod
                 result.bound_missing += 1
@@ -785,7 +785,7 @@ async def _bind(
                 return None  # its spec changed since this pass judged it: the next pass
             cur = valid
         recorded["body"] = body
-        return st.scheduled(cur, placement, pod_name(name, cur.eviction_count), now, detail)
+        return st.scheduled(cur, placement, pod_name(name, cur.attempt), now, detail)
 
     def written(body: dict[str, Any]) -> None:
         ctx.remember_bound(ns, name, body)  # the Pod follower's copy for the Running write
@@ -796,7 +796,7 @@ async def _bind(
     statuses[(ns, name)] = new
     if ctx.config.bind_delay > 0:
         await asyncio.sleep(ctx.config.bind_delay)
-    pod = await _ensure_pod(ctx, recorded["body"], placement, new.eviction_count, look_first=False)
+    pod = await _ensure_pod(ctx, recorded["body"], placement, new.attempt, look_first=False)
     if pod is None:
         return False
     ctx.metrics.placements.inc()

@@ -165,7 +165,11 @@ async def carry_out_eviction(
     history: SLAHistory,
     decision: SLADecision,
     now: datetime,
+    move: bool = False,
 ) -> None:
+    """Evict the job from its placement (module docstring). With ``move`` (a move before a
+    forecast peak, ``handlers.move``): requeued at once away from the node, not counted
+    toward ``maxEvictions``, no eviction report, a Normal Event ``MovedBeforePeak``."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
@@ -178,6 +182,7 @@ async def carry_out_eviction(
         status.excluded_nodes,
         now.timestamp(),
         cfg,
+        move,
     ).plan
     predicted = PredictedFactors(
         compute=placement.compute,
@@ -185,14 +190,17 @@ async def carry_out_eviction(
         multi_gpu=placement.multi_gpu,
         throughput_fraction=placement.throughput_fraction,
     )
-    report = build_eviction_report(
-        history, decision, plan, predicted, now.timestamp(), cfg, tuple(placement.gpu_uuids)
-    )
-    configmap = build_eviction_report_configmap(
-        name, namespace, plan.eviction_count, report.to_json()
-    )
-    with contextlib.suppress(ConflictError):  # written by an earlier try of this eviction
-        await ctx.client.create(configmaps_path(namespace), configmap)
+    report_name: str | None = None
+    if not move:  # reports are numbered by eviction; a move is not one
+        report = build_eviction_report(
+            history, decision, plan, predicted, now.timestamp(), cfg, tuple(placement.gpu_uuids)
+        )
+        configmap = build_eviction_report_configmap(
+            name, namespace, plan.eviction_count, report.to_json()
+        )
+        with contextlib.suppress(ConflictError):  # written by an earlier try of this eviction
+            await ctx.client.create(configmaps_path(namespace), configmap)
+        report_name = configmap["metadata"]["name"]
     last = history.windows[-1].throughput_fraction if history.windows else 0.0
     record = EvictionRecord(
         time=now,
@@ -202,7 +210,7 @@ async def carry_out_eviction(
         sla=history.sla,
         predicted_throughput_fraction=placement.throughput_fraction,
         observed_throughput_fraction=last,
-        report=configmap["metadata"]["name"],
+        report=report_name,
     )
     next_at = (
         None
@@ -222,6 +230,7 @@ async def carry_out_eviction(
             next_attempt_after=next_at,
             message=plan.message,
             now=now,
+            moved=move,
         )
 
     new = await update_status(ctx, namespace, name, mark)
@@ -232,6 +241,18 @@ async def carry_out_eviction(
     for pod in pods:
         await ctx.client.delete(pods_path(namespace, str((pod.get("metadata") or {}).get("name"))))
     await patch_annotations(ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: None})
+    if move:
+        await post_event(
+            ctx.client,
+            namespace,
+            name,
+            meta.get("uid"),
+            "Normal",
+            st.MOVED_REASON,
+            f"moved from {placement.node}: {decision.reason}; {plan.message}",
+        )
+        ctx.kick(f"move {namespace}/{name}")
+        return
     ctx.metrics.evictions.inc()
     await post_event(
         ctx.client,

@@ -1,0 +1,170 @@
+"""Moves before a forecast peak: the operator drives the simulator's move rule.
+
+Contract. ``move_loop(ctx)`` wakes every ``--move-check-interval`` (0: never started) and,
+on the active replica only, runs ``move_pass``: for each Running job placed at least
+``--move-min-stay`` ago it builds the same ``SchedulingSnapshot`` a scheduling pass builds
+(node summaries over the placement horizon, occupied GPUs, Node labels and availability,
+staleness, the bias table) and asks ``gleaner.scheduler.move.check_move`` (which the
+simulator calls too) whether the job's node still admits it over the next
+``--move-horizon`` with its own GPUs counted free, and whether another node admits it by
+the placement rule. When it moves, the SLA eviction's path carries it out
+(``handlers.sla.carry_out_eviction`` with ``move``): the status records it (an
+``evictions`` entry with reason "moved ...", ``excludedNodes`` gains the node, phase Evicted
+with no backoff, ``Ready`` false with reason ``MovedBeforePeak``, ``evictionCount``
+unchanged), then the Pods are deleted and a Normal Event ``MovedBeforePeak`` says why; the
+scheduling pass places the job again at once, away from the node. The status is written
+before any Pod is deleted, so a restart in between completes the move once: the job is
+Evicted, its old Pod is collected by the scheduling pass and one new Pod is created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from gleaner.api import Phase
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, OFFLINE_SELECTOR
+from gleaner.clients.kube import configmaps_path, nodetraces_path, offlinejobs_path, pods_path
+from gleaner.operator.context import OperatorContext
+from gleaner.operator.handlers.scheduling import (
+    _list_everywhere,
+    _list_histories,
+    _ns_name,
+    _occupied,
+    replica_verdict,
+)
+from gleaner.operator.handlers.sla import carry_out_eviction
+from gleaner.operator.jobs import parse_status
+from gleaner.operator.slahistory import history_for, spec_sla_window_seconds
+from gleaner.operator.traces import (
+    load_node_summaries,
+    unbindable_nodes,
+    uninstrumented_gpus,
+    with_histories,
+)
+from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
+from gleaner.perfmodel import JobProfile
+from gleaner.scheduler import JobRequest, SchedulingSnapshot
+from gleaner.scheduler.monitor import SLAAction, SLADecision
+from gleaner.scheduler.move import MoveCheck, check_move
+
+logger = logging.getLogger(__name__)
+
+
+def _moved(
+    occupied: Mapping[str, Mapping[int, str]], job: str, check: MoveCheck
+) -> dict[str, dict[int, str]]:
+    out = {n: {g: k for g, k in held.items() if k != job} for n, held in occupied.items()}
+    if check.destination is not None:
+        out.setdefault(check.destination.node, {}).update(
+            dict.fromkeys(check.destination.gpus, job)
+        )
+    return out
+
+
+async def move_pass(ctx: OperatorContext) -> list[str]:
+    """One look at every Running job (module docstring); returns the jobs moved."""
+    cfg = ctx.config
+    jobs, pods, traces = await asyncio.gather(
+        _list_everywhere(ctx, offlinejobs_path),
+        _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR),
+        ctx.client.list(nodetraces_path()),
+    )
+    now = datetime.now(UTC)
+    live = [j for j in jobs if not (j.get("metadata") or {}).get("deletionTimestamp")]
+    statuses = {_ns_name(j): parse_status(j) for j in live}
+    due = [
+        j
+        for j in live
+        if (s := statuses[_ns_name(j)]).phase is Phase.RUNNING
+        and s.placement is not None
+        and (now - s.placement.decided_at).total_seconds() >= cfg.move_min_stay
+    ]
+    if not due:
+        return []
+    if not ctx.histories.listed:
+        await _list_histories(ctx)
+    with_hours = with_histories(traces, ctx.histories)
+    nodes = await load_node_summaries(cfg, with_hours, now, ctx.hours)
+    coming = await load_node_summaries(cfg, with_hours, now, ctx.hours, cfg.move_horizon)
+    snapshot = SchedulingSnapshot(
+        jobs=[],
+        nodes=nodes,
+        now=now,
+        node_labels=ctx.nodes.labels(),
+        occupied=_occupied(pods, statuses),
+        unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
+        stale_after_seconds=cfg.trace_stale_after,
+        bias=ctx.bias,
+        uninstrumented=uninstrumented_gpus(traces),
+    )
+    # A node whose trace is stale, or that is cordoned or not ready, says nothing about a
+    # coming peak: its jobs are left to the SLA monitor, not moved on its silence.
+    unavailable = snapshot.state().unavailable
+    moved: list[str] = []
+    for body in sorted(due, key=lambda b: str((b.get("metadata") or {}).get("creationTimestamp"))):
+        key = _ns_name(body)
+        status = statuses[key]
+        placement = status.placement
+        assert placement is not None
+        if placement.node not in coming or placement.node in unavailable:
+            continue  # nothing (current) to judge its node by
+        cm_name = profile_configmap_name(body)
+        cm = None if not cm_name else await ctx.client.get(configmaps_path(key[0], cm_name))
+        verdict = validate_job(body, cm)
+        if not isinstance(verdict, ValidJob):
+            continue
+        job = verdict.job.model_copy(update={"status": status})
+        request = JobRequest.from_offlinejob(job, JobProfile.from_api(verdict.profile))
+        check = check_move(
+            snapshot,
+            request,
+            placement.node,
+            coming[placement.node],
+            placement.decided_at.timestamp(),
+            now.timestamp(),
+            None,
+            cfg.move_min_stay,
+        )
+        if not check.move:
+            continue
+        meta = body.get("metadata") or {}
+        history = history_for(
+            f"{key[0]}/{key[1]}",
+            request.sla,
+            placement,
+            (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
+            spec_sla_window_seconds(body.get("spec") or {}),
+            cfg.sla,
+        )
+        decision = SLADecision(SLAAction.EVICT, check.reason)
+        await carry_out_eviction(ctx, body, status, placement, history, decision, now, move=True)
+        moved.append(f"{key[0]}/{key[1]}")
+        # The next job is judged as the simulator judges it: this one's GPUs free, the
+        # destination's held (the scheduling pass places it there by the same rule).
+        snapshot = replace(snapshot, occupied=_moved(snapshot.occupied, request.key, check))
+    return moved
+
+
+async def move_loop(ctx: OperatorContext) -> None:
+    """``move_pass`` every ``--move-check-interval`` on the active replica, forever."""
+    while True:
+        await asyncio.sleep(ctx.config.move_check_interval)
+        if not ctx.running:
+            continue
+        verdict = await replica_verdict(ctx)
+        if not verdict.active:
+            continue
+        try:
+            async with ctx.scheduling_lock:
+                moved = await move_pass(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # tried again at the next interval
+            logger.exception("move check failed: %s", exc)
+            continue
+        if moved:
+            logger.info("moved before a forecast peak: %s", ", ".join(moved))

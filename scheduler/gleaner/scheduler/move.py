@@ -1,0 +1,89 @@
+"""Whether a Running job moves off its node before a forecast peak (pure).
+
+Contract. :func:`check_move` asks the two questions of a proactive move, through
+:func:`~gleaner.scheduler.schedule.decide`, and lets
+:func:`~gleaner.scheduler.lifecycle.should_move` decide:
+
+1. does the job's own node still admit it over the coming horizon (``coming``: the node's
+   summary as admission judges a run of that horizon), with the job's own GPUs counted
+   free?
+2. if not, does another node admit it by the placement rule (the snapshot's own summaries,
+   the job's node excluded)?
+
+The simulator (``move_before_peak``) and the operator (``handlers.move``) both build a
+:class:`~gleaner.scheduler.cluster.SchedulingSnapshot` of their cluster and call it, so
+they take the same decision for the same inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gleaner.perfmodel import NodeSummary
+from gleaner.scheduler.cluster import SchedulingSnapshot
+from gleaner.scheduler.config import SchedulerConfig
+from gleaner.scheduler.job import JobRequest
+from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, should_move
+from gleaner.scheduler.result import PlacementDecision
+from gleaner.scheduler.schedule import decide
+
+
+@dataclass(frozen=True)
+class MoveCheck:
+    """The answer for one Running job."""
+
+    move: bool
+    admitted_here: bool | None
+    """Whether its node still admits it over the horizon (None: not asked, too early)."""
+    destination: PlacementDecision | None = None
+    """Where the placement rule would put it instead (None: nowhere, or not asked)."""
+
+    @property
+    def reason(self) -> str:
+        """Why it moves (or stays), in words."""
+        if self.admitted_here is None:
+            return "placed too recently to move"
+        if self.admitted_here:
+            return "its node still admits it over the coming hours"
+        if self.destination is None:
+            return "its node no longer admits it over the coming hours, but no other node does"
+        return (
+            "its node no longer admits it over the coming hours (forecast peak); "
+            f"{self.destination.node} does"
+        )
+
+
+def check_move(
+    snapshot: SchedulingSnapshot,
+    job: JobRequest,
+    node: str,
+    coming: NodeSummary,
+    placed_at: float,
+    now: float,
+    config: SchedulerConfig | None = None,
+    min_stay_seconds: float = DEFAULT_MIN_STAY_SECONDS,
+) -> MoveCheck:
+    """Whether ``job``, running on ``node`` since ``placed_at`` (seconds), moves at ``now``.
+
+    ``snapshot`` is the cluster as placement sees it (its ``jobs`` are ignored; its
+    ``occupied`` holds the job's own GPUs under ``job.key``); ``coming`` is ``node``'s
+    summary over the move horizon.
+    """
+    if not should_move(placed_at, now, False, True, min_stay_seconds):
+        return MoveCheck(False, None)
+    free_own = {
+        n: ({g: k for g, k in held.items() if k != job.key} if n == node else held)
+        for n, held in snapshot.occupied.items()
+    }
+    here_snapshot = replace(snapshot, jobs=[job], nodes={node: coming}, occupied=free_own)
+    here = bool(decide(here_snapshot, config).placements)
+    if here:
+        return MoveCheck(False, True)
+    probe = replace(job, excluded_nodes=job.excluded_nodes | {node})
+    found = decide(replace(snapshot, jobs=[probe]), config).placements
+    destination = found[0] if found else None
+    move = should_move(placed_at, now, here, destination is not None, min_stay_seconds)
+    return MoveCheck(move, here, destination)
+
+
+__all__ = ["MoveCheck", "check_move"]
