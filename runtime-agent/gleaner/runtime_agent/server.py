@@ -268,6 +268,8 @@ class ShimServer:
         self.path = Path(socket_dir) / SOCKET_NAME
         self.gate_segment = gate_segment
         self.gate_loop = gate_loop
+        self.framed_edges = 0
+        """Online edges that came as frames and went into the native gate loop's ring."""
         self.loop: GateLoop | None = None
         """The native gate loop (docs/shim.md, "The native gate loop") on the segment, when
         ``gate_loop`` and the segment exists; None otherwise (``loop_error`` says why)."""
@@ -422,6 +424,7 @@ class ShimServer:
                 mask |= 1 << k
         if mask:  # the loop's time base is CLOCK_MONOTONIC, whatever clock the agent reads
             loop.edge(proc.conn_id, kind, mask, time.monotonic_ns(), request, gap_ns)
+            self.framed_edges += 1
 
     def _saw_busy(self, gpus: Sequence[int]) -> None:
         """A busy frame: every bump up to its own is in the segment now (shims bump first)."""

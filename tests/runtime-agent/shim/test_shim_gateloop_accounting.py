@@ -81,8 +81,10 @@ def _run(tmp_path: Path, sock_path: Path, seed: int, *, gate_loop: bool) -> GpuT
                 _hook_edge(d, hook, False, request)
             time.sleep(LONG_S)  # the last kernel's idle edge, the cooldown, the log drained
             if gate_loop:
-                edges = d.health()["gate_loop"]["edges"]
-                assert edges >= 2 * len(steps), "the hook's edges are not in the loop"
+                health = d.health()["gate_loop"]
+                hook_edges = 2 + 2 * sum(step != "shim" for step in steps)
+                assert health["framed_edges"] >= hook_edges, "the hook's edges are not in the loop"
+                assert health["edges"] >= hook_edges + 2 * steps.count("shim")
             return d.agent.accounting.snapshot().gpus[GPU]
         finally:
             hook.close()
