@@ -217,6 +217,20 @@ def test_the_accounting_log_replayed_gives_the_gates_own_totals(seg: fg.GateSegm
 # -- the loop against the agent's own rule -------------------------------------------------
 
 
+_Push = Callable[[int, int, int, int, int, int], None]
+"""(source, kind, slot mask, t_ns, request, gap_ns): one edge into the ring."""
+
+
+def _shim_push(seg: fg.GateSegment) -> _Push:
+    """An edge as an online shim writes it into the ring."""
+    return lambda src, kind, mask, t_ns, req, gap: seg._push(kind, mask, t_ns, src, req, gap)
+
+
+def _agent_push(loop: GateLoop) -> _Push:
+    """An edge that came to the agent as a frame, put into the ring by the agent."""
+    return loop.edge
+
+
 def _reference_catch_up(agent: NodeAgent, t: float) -> None:
     """Every gate deadline up to ``t``, each at its own time (the loop's catch-up)."""
     for gpu in agent.gpus:
@@ -224,11 +238,17 @@ def _reference_catch_up(agent: NodeAgent, t: float) -> None:
             agent.tick_gate(d, gpu)
 
 
+@pytest.mark.parametrize("framed", [False, True], ids=["ring", "ring+frames"])
 @pytest.mark.parametrize("seed", range(6))
-def test_the_loop_decides_and_accounts_as_the_agents_own_gates(tmp_path: Path, seed: int) -> None:
+def test_the_loop_decides_and_accounts_as_the_agents_own_gates(
+    tmp_path: Path, seed: int, framed: bool
+) -> None:
     """Random edges (three sources, named and anonymous requests, decode gaps, one or both
     GPUs) through the ring; the same edges into a NodeAgent (the agent's rule without the
-    loop). Their accounting, the loop's replayed from its log, is the same."""
+    loop). Their accounting, the loop's replayed from its log, is the same. ``framed``:
+    sources 2 and 3 are connections whose edges reach the agent as frames (a framework hook
+    naming requests, a shim before its HELLO_ACK): the agent puts them into the ring
+    (``GateLoop.edge``) among source 1's, which a shim writes itself."""
     rng = random.Random(seed)
     gpus = [(0, "GPU-a"), (3, "GPU-b")]
     seg = fg.GateSegment.create(fg.segment_path(tmp_path), gpus)
@@ -253,18 +273,19 @@ def test_the_loop_decides_and_accounts_as_the_agents_own_gates(tmp_path: Path, s
             kind = rng.random()
             _reference_catch_up(agent, t)
             name = f"{pid}/{request}" if request else None
+            push = _agent_push(loop) if framed and pid > 1 else _shim_push(seg)
             if kind < 0.45:
                 gap_ns = rng.choice([0, 0, rng.randrange(1, 20_000_000)])
                 if gap_ns:
-                    seg._push(fg.EDGE_GAP, mask, t_ns, pid, 0, gap_ns)
-                seg._push(fg.EDGE_BUSY, mask, t_ns, pid, request, 0)
+                    push(pid, fg.EDGE_GAP, mask, t_ns, 0, gap_ns)
+                push(pid, fg.EDGE_BUSY, mask, t_ns, request, 0)
                 for g in which:
                     if gap_ns:
                         agent.decode_gap(t, g, gap_ns / 1e9)
                     agent.online_busy(t, g, str(pid), name)
                 pushed += 2 if gap_ns else 1
             else:
-                seg._push(fg.EDGE_IDLE, mask, t_ns, pid, request, 0)
+                push(pid, fg.EDGE_IDLE, mask, t_ns, request, 0)
                 for g in which:
                     agent.online_idle(t, g, str(pid), (name,) if name else ())
                 pushed += 1
@@ -290,6 +311,45 @@ def test_the_loop_decides_and_accounts_as_the_agents_own_gates(tmp_path: Path, s
         assert a.offline_enabled_s == pytest.approx(b.offline_enabled_s, abs=1e-9), gpu
     assert mine.pairs[(0, 3)].overlap_s == pytest.approx(ref.pairs[(0, 3)].overlap_s, abs=1e-9)
     assert sum(mine.gpus[g].preemptions for g in (0, 3)) > 0  # the sequence exercised it
+
+
+def test_an_edge_the_agent_puts_in_the_ring_gates_and_counts_as_a_shims(
+    seg: fg.GateSegment,
+) -> None:
+    """``GateLoop.edge`` (a framed edge, put in the ring by the agent): the busy edge bumps
+    busy_seq as a shim's does (the offline side closes on it, and the loop's enable matches
+    it: open_seq == busy_seq), and the loop counts it. A connection's busy edge that came as
+    a frame (before its HELLO_ACK) and its idle edge that its shim wrote itself into the
+    ring later are one busy period of one source."""
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 0))
+        loop.edge(5, fg.EDGE_BUSY, 0b01, time.monotonic_ns(), 9)  # a hook's request 9
+        assert seg.busy_seq(0) == 1 and seg.busy_seq(3) == 0
+        _wait(lambda: not _open(seg, 0))
+        time.sleep(0.02)
+        loop.edge(5, fg.EDGE_IDLE, 0b01, time.monotonic_ns(), 9)  # it finished
+        _wait(lambda: _open(seg, 0))
+        assert seg.open_seq(0) == seg.busy_seq(0) == 1
+        # Source 6: busy as a frame (no ring yet), idle from its shim's own ring entry.
+        loop.edge(6, fg.EDGE_BUSY, 0b01, time.monotonic_ns())
+        _wait(lambda: not _open(seg, 0))
+        time.sleep(0.02)
+        seg.online_idle(0, source=6)
+        _wait(lambda: _open(seg, 0))
+        assert seg.open_seq(0) == seg.busy_seq(0) == 2
+        st, view = loop.stats(0)
+        assert st.edges == 4 and st.lost_edges == 0
+        assert view.preemptions == 2 and view.busy_s >= 0.04
+        log = loop.drain_log()
+        assert [(g, v) for op, _, g, v in log if op == ACCT_REQUEST] == [(0, 1.0), (0, 1.0)]
+        with pytest.raises(ValueError):
+            loop.edge(5, 7, 0b01, time.monotonic_ns())  # not an edge
+        with pytest.raises(ValueError):
+            loop.edge(5, fg.EDGE_BUSY, 0b100, time.monotonic_ns())  # no such slot
+        assert seg.busy_seq(0) == 2
+    finally:
+        loop.close()
 
 
 def test_a_source_that_goes_away_ends_its_busy_period(seg: fg.GateSegment) -> None:

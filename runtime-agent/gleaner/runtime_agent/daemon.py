@@ -388,7 +388,11 @@ class AgentDaemon:
             native = {"running": loop is not None and loop.alive, "error": self.server.loop_error}
             if loop is not None:
                 st, _ = loop.stats()
-                native |= {"edges": st.edges, "lost_edges": st.lost_edges}
+                native |= {
+                    "edges": st.edges,
+                    "lost_edges": st.lost_edges,
+                    "framed_edges": self.server.framed_edges,
+                }
         return {
             "gate_segment": {
                 "path": None if seg is None else str(seg.path),

@@ -185,7 +185,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 # -- the native gate loop (include/gleaner_gateloop.h) ---------------------------------------
 
-LOOP_ABI = 1
+LOOP_ABI = 2
 """``GL_LOOP_ABI`` of the header this binding was written against."""
 
 
@@ -230,6 +230,7 @@ def loop_library() -> ctypes.CDLL:
             "shim` in a source checkout"
         )
     p, u32, sz, i = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_int
+    u64 = ctypes.c_uint64
     protos: dict[str, tuple[object, list[object]]] = {
         "gl_loop_abi": (i, []),
         "gl_loop_start": (p, [p, ctypes.POINTER(GateConfigC)]),
@@ -243,6 +244,7 @@ def loop_library() -> ctypes.CDLL:
         "gl_loop_force_disable": (i, [p, u32]),
         "gl_loop_drain_log": (sz, [p, ctypes.POINTER(LoopAcctC), sz]),
         "gl_loop_drop_source": (None, [p, u32]),
+        "gl_loop_edge": (i, [p, u32, u32, u64, u64, u64, u64]),
         "gl_loop_test_kill": (None, [p]),
         "gl_loop_alive": (i, [p]),
     }
@@ -305,6 +307,17 @@ class GateLoop:
     def drop_source(self, source: int) -> None:
         """Online connection ``source`` went away: its busy periods end now."""
         self._lib.gl_loop_drop_source(self._h(), source)
+
+    def edge(
+        self, source: int, kind: int, mask: int, t_ns: int, request: int = 0, gap_ns: int = 0
+    ) -> None:
+        """An online edge that reached the agent as a frame, from connection ``source`` on the
+        slots of ``mask`` at ``t_ns`` (``CLOCK_MONOTONIC``): into the ring with the shims' own
+        writer, so the loop gates and accounts it as a shim's (``kind``: ``EDGE_BUSY``,
+        ``EDGE_IDLE`` or ``EDGE_GAP`` of :mod:`gleaner.runtime_agent.fastgate`; ``request``
+        0: anonymous; ``gap_ns``: a gap edge's decode gap)."""
+        if not self._lib.gl_loop_edge(self._h(), source, kind, mask, t_ns, request, gap_ns):
+            raise ValueError(f"not an online edge: kind {kind}, slots {mask:#x}")
 
     @property
     def alive(self) -> bool:

@@ -112,7 +112,14 @@ from gleaner.protocol import wire as p
 from gleaner.protocol.node import ENV_KV_PAGE_BYTES, SOCKET_NAME
 from gleaner.runtime_agent import fastwire as fw
 from gleaner.runtime_agent.core import NodeAgent
-from gleaner.runtime_agent.fastgate import DEFAULT_STALE_S, GateSegment, segment_path
+from gleaner.runtime_agent.fastgate import (
+    DEFAULT_STALE_S,
+    EDGE_BUSY,
+    EDGE_GAP,
+    EDGE_IDLE,
+    GateSegment,
+    segment_path,
+)
 from gleaner.runtime_agent.gatelib import GateLibraryError, GateLoop
 from gleaner.runtime_agent.instrumented import InstrumentationWatch
 from gleaner.runtime_agent.policy import HandleMap, KvSpan, ReclaimPlan
@@ -261,6 +268,8 @@ class ShimServer:
         self.path = Path(socket_dir) / SOCKET_NAME
         self.gate_segment = gate_segment
         self.gate_loop = gate_loop
+        self.framed_edges = 0
+        """Online edges that came as frames and went into the native gate loop's ring."""
         self.loop: GateLoop | None = None
         """The native gate loop (docs/shim.md, "The native gate loop") on the segment, when
         ``gate_loop`` and the segment exists; None otherwise (``loop_error`` says why)."""
@@ -397,6 +406,25 @@ class ShimServer:
     def force_disable(self, gpu: int) -> None:
         if self.loop is not None:
             self.loop.force_disable(self._slot[gpu])
+
+    def _loop_edge(
+        self, proc: Process, kind: int, gpus: Sequence[int], request: int = 0, gap_ns: int = 0
+    ) -> None:
+        """An online edge that came as a frame while the native gate loop runs (a connection
+        without the ring: before its HELLO_ACK, without a free busy word, or a framework hook
+        naming requests): into the loop's ring as this connection's, with the shims' writer,
+        so the loop's accounting, the node's, covers it (one accounting: docs/agent.md). The
+        agent's own gates still gate it too (GATE frames, which the offline shims AND with
+        the loop's word)."""
+        loop = self.loop
+        assert loop is not None
+        mask = 0
+        for g in gpus:
+            if (k := self._slot.get(g)) is not None:
+                mask |= 1 << k
+        if mask:  # the loop's time base is CLOCK_MONOTONIC, whatever clock the agent reads
+            loop.edge(proc.conn_id, kind, mask, time.monotonic_ns(), request, gap_ns)
+            self.framed_edges += 1
 
     def _saw_busy(self, gpus: Sequence[int]) -> None:
         """A busy frame: every bump up to its own is in the segment now (shims bump first)."""
@@ -707,10 +735,14 @@ class ShimServer:
                 name = f"{proc.source}/{request}" if request else None
                 if self.segment is not None:
                     self._saw_busy(gpus)
+                if self.loop is not None:
+                    self._loop_edge(proc, EDGE_BUSY, gpus, request)
                 for g in gpus:
                     agent.online_busy(now, g, proc.source, name)
             else:
                 done = (f"{proc.source}/{request}",) if request else ()
+                if self.loop is not None:
+                    self._loop_edge(proc, EDGE_IDLE, gpus, request)
                 for g in gpus:
                     agent.online_idle(now, g, proc.source, done)
             if proc.conn_id not in self.processes:
@@ -798,14 +830,21 @@ class ShimServer:
         if isinstance(msg, p.OnlineBusy):
             if self.segment is not None:
                 self._saw_busy(self._edge_gpus(proc, msg.gpu))
+            if self.loop is not None:
+                self._loop_edge(proc, EDGE_BUSY, self._edge_gpus(proc, msg.gpu), msg.request_id)
             for gpu in self._edge_gpus(proc, msg.gpu):
                 req = None if msg.request_id == 0 else f"{proc.source}/{msg.request_id}"
                 self.agent.online_busy(now, gpu, proc.source, req)
         elif isinstance(msg, p.OnlineIdle):
             done = [] if msg.request_id == 0 else [f"{proc.source}/{msg.request_id}"]
+            if self.loop is not None:
+                self._loop_edge(proc, EDGE_IDLE, self._edge_gpus(proc, msg.gpu), msg.request_id)
             for gpu in self._edge_gpus(proc, msg.gpu):
                 self.agent.online_idle(now, gpu, proc.source, done)
         elif isinstance(msg, p.DecodeGap):
+            if self.loop is not None:
+                gpus = self._edge_gpus(proc, msg.gpu)
+                self._loop_edge(proc, EDGE_GAP, gpus, gap_ns=msg.gap_ns)
             for gpu in self._edge_gpus(proc, msg.gpu):
                 self.agent.decode_gap(now, gpu, msg.gap_ns / 1e9)
         elif isinstance(msg, p.Hello):

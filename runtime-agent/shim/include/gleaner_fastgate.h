@@ -112,6 +112,32 @@ static inline uint64_t gl_fg_busy_mask(const gl_fg_segment *s) {
   return busy;
 }
 
+/* The one ring writer (the online shims, and the agent for edges that reach it as frames):
+ * a busy edge first bumps busy_seq of its slots (the offline watch threads close on it; the
+ * loop's open_seq counts the busy entries it read, so every bump has exactly one entry), then
+ * wake += 1; the caller wakes the watchers (FUTEX_WAKE on wake) before the entry goes in. */
+static inline void gl_fg_busy_bump(gl_fg_segment *s, uint64_t mask) {
+  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
+    if (mask & (1ull << k))
+      __atomic_fetch_add(&s->slot[k].busy_seq, 1, __ATOMIC_SEQ_CST);
+  __atomic_fetch_add(&s->wake, 1, __ATOMIC_SEQ_CST);
+}
+
+/* One entry into the ring, many writers: take a ticket, fill the entry, commit it last. The
+ * caller wakes the loop (FUTEX_WAKE on edge_head) after an idle edge. */
+static inline void gl_fg_ring_put(gl_fg_segment *s, uint32_t source, uint16_t kind, uint64_t mask,
+                                  uint64_t t_ns, uint64_t request, uint64_t gap_ns) {
+  uint32_t ticket = __atomic_fetch_add(&s->edge_head, 1, __ATOMIC_ACQ_REL);
+  gl_fg_edge *e = &s->edge[ticket & (GL_FG_RING - 1)];
+  e->kind = kind;
+  e->source = source;
+  e->mask = mask;
+  e->t_ns = t_ns;
+  e->request = request;
+  e->gap_ns = gap_ns;
+  __atomic_store_n(&e->commit, ticket + 1, __ATOMIC_RELEASE);
+}
+
 _Static_assert(sizeof(gl_fg_slot) == 64, "gl_fg_slot is one cache line");
 _Static_assert(sizeof(gl_fg_edge) == 48, "gl_fg_edge layout");
 _Static_assert((GL_FG_RING & (GL_FG_RING - 1)) == 0, "GL_FG_RING is a power of two");

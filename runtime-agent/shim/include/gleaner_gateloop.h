@@ -46,7 +46,7 @@
 #include "gleaner_fastgate.h"
 #include "gleaner_gate.h"
 
-#define GL_LOOP_ABI 1
+#define GL_LOOP_ABI 2
 #define GL_LOOP_COMMIT_WAIT_NS 50000000ull /* an uncommitted entry is lost after this */
 #define GL_LOOP_LOST_HOLD_S 1.0            /* gates held closed after lost edges */
 #define GL_LOOP_MAX_SOURCES 64             /* busy sources tracked per GPU */
@@ -99,6 +99,14 @@ size_t gl_loop_drain_log(gl_loop *l, gl_loop_acct *out, size_t cap);
  * gl_gate_online_idle), as if it had sent its idle edges; its ring entries are read first,
  * and its busy words are freed (a process that died busy holds its GPUs closed until then). */
 void gl_loop_drop_source(gl_loop *l, uint32_t source);
+/* An online edge that reached the agent as a frame (a connection without the ring: before its
+ * HELLO_ACK, without a free busy word, or a framework hook naming requests), from online
+ * connection `source` on the slots of `mask` at t_ns (CLOCK_MONOTONIC), into the ring with the
+ * shims' own writer (gl_fg_busy_bump, gl_fg_ring_put): the loop gates and accounts it like
+ * a shim's. kind is GL_FG_EDGE_*; request 0 is anonymous (idle: else the request that
+ * finished); gap_ns is the decode gap of a GL_FG_EDGE_GAP. 0 on a bad kind or an empty mask. */
+int gl_loop_edge(gl_loop *l, uint32_t source, uint32_t kind, uint64_t mask, uint64_t t_ns,
+                 uint64_t request, uint64_t gap_ns);
 /* Test hook: the thread ends at its next wakeup without a word (loop_state stays RUNNING,
  * the beat stops), as a loop that died or hangs. */
 void gl_loop_test_kill(gl_loop *l);

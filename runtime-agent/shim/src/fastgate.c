@@ -147,15 +147,8 @@ static gl_fg_segment *online_segment(void) {
 /* One edge into the ring (see gleaner_fastgate.h), then wake the native loop. */
 static void ring_push(gl_fg_segment *s, uint32_t source, uint16_t kind, uint64_t mask, uint64_t now,
                       uint64_t gap) {
-  uint32_t ticket = __atomic_fetch_add(&s->edge_head, 1, __ATOMIC_ACQ_REL);
-  gl_fg_edge *e = &s->edge[ticket & (GL_FG_RING - 1)];
-  e->kind = kind;
-  e->source = source;
-  e->mask = mask;
-  e->t_ns = now;
-  e->request = 0; /* the shim sees no request identities: anonymous busy periods */
-  e->gap_ns = gap;
-  __atomic_store_n(&e->commit, ticket + 1, __ATOMIC_RELEASE);
+  /* The shim sees no request identities: anonymous busy periods. */
+  gl_fg_ring_put(s, source, kind, mask, now, 0, gap);
   /* Only an idle edge wakes the loop: it starts a cooldown. A busy edge closed the offline
    * gates already (busy_seq), and the loop reads it, with its time, before it next decides
    * (an enable it decides without it leaves open_seq behind busy_seq: refused). */
@@ -254,10 +247,7 @@ int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
    * goes as frames only, and the agent's own gates close the offline side (GATE). */
   if (!ring && loop_live(s, now))
     return 0;
-  for (uint32_t k = 0; k < GL_FG_SLOTS && k < s->nslots; k++)
-    if (mask & (1ull << k))
-      __atomic_fetch_add(&s->slot[k].busy_seq, 1, __ATOMIC_SEQ_CST);
-  __atomic_fetch_add(&s->wake, 1, __ATOMIC_SEQ_CST);
+  gl_fg_busy_bump(s, mask);
   futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
   if (!ring)
     return 0;

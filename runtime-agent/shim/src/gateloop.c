@@ -560,6 +560,22 @@ EXPORT void gl_loop_drop_source(gl_loop *l, uint32_t source) {
   pthread_mutex_unlock(&l->mu);
 }
 
+EXPORT int gl_loop_edge(gl_loop *l, uint32_t source, uint32_t kind, uint64_t mask, uint64_t t_ns,
+                        uint64_t request, uint64_t gap_ns) {
+  gl_fg_segment *s = l->seg;
+  mask &= l->n >= 64 ? ~0ull : (1ull << l->n) - 1;
+  if (!mask || kind < GL_FG_EDGE_BUSY || kind > GL_FG_EDGE_GAP)
+    return 0;
+  if (kind == GL_FG_EDGE_BUSY) {
+    gl_fg_busy_bump(s, mask); /* one bump, one entry: the loop's open_seq stays in step */
+    futex(&s->wake, FUTEX_WAKE, INT_MAX, NULL);
+  }
+  gl_fg_ring_put(s, source, (uint16_t)kind, mask, t_ns, request, kind == GL_FG_EDGE_GAP ? gap_ns : 0);
+  if (kind == GL_FG_EDGE_IDLE)
+    futex(&s->edge_head, FUTEX_WAKE, INT_MAX, NULL);
+  return 1;
+}
+
 EXPORT void gl_loop_test_kill(gl_loop *l) {
   atomic_store(&l->kill, 1);
   futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL);
