@@ -470,7 +470,15 @@ class ShimServer:
     def _regate(self, proc: Process) -> None:
         """The shim holds work while this server told it open (it refused an enable decided
         before an edge's frame was read, or its segment's heartbeat went stale and came
-        back): send the enable again, with a fresh ``open_seq``, if the policy still wants it."""
+        back): send the enable again, with a fresh ``open_seq``, if the policy still wants it.
+
+        What the other connections already sent is read first: after a stall (the STATUS that
+        asks for this enable can be read before them), an online busy edge or a disconnect
+        still unread would otherwise reach the policy after the enable, and offline work
+        would run beside that online burst or over a lost online process."""
+        self._read_others_first(proc)
+        if not proc.gate_open or self.processes.get(proc.conn_id) is not proc:
+            return  # what was read closed it (a busy edge, a held GPU) or it went
         if not all(self.agent.gates[g].enabled for g in proc.gpus):
             return
         seq = self.sequence
@@ -481,6 +489,19 @@ class ShimServer:
         self._allow(proc.gpus)
         self._send_bytes(proc, fw.encode_gate(proc.seq, gseq, True))
         self.sequence.gate_sent(proc.conn_id, gseq, True)
+
+    def _read_others_first(self, proc: Process) -> None:
+        """Handle what every connection but the offline ones (and ``proc``) has sent so far,
+        connections still waiting to be accepted included: online edges, HELLOs and
+        disconnects (bounded, as the poll: a flooding connection does not hold the loop)."""
+        if self._listener is not None:
+            self._accept()
+        for other in list(self.processes.values()):
+            if other is proc or other.offline or other.polled:
+                continue
+            for _ in range(64):
+                if self.processes.get(other.conn_id) is not other or not self._readable(other):
+                    break
 
     def _regate_due(self, proc: Process) -> None:
         """A deferred re-send: only if the process is still here, still told open, and still

@@ -10,6 +10,7 @@ held (fail closed) and the agent's /metrics say so (status and ack-failure count
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -321,11 +322,64 @@ def test_a_lost_online_shim_keeps_offline_work_held_until_it_reconnects(
         assert wait_until(lambda: any(c["enable"] == "0" for c in _controls(sp)), timeout=5)
         online.close()
         sp.send("launch 1")
-        assert sp.no_reply_within(0.5), "offline work ran over a lost online shim"
+        assert sp.no_reply_within(0.5), (
+            "offline work ran over a lost online shim; the agent's /healthz: "
+            f"{d.health()}; the offline shim's controls: {_controls(sp)}"
+        )
         assert d.health()["uninstrumented"]["gpus"] == {
             str(GPU): [{"pid": 7, "why": "disconnected", "pod": ""}]
         }
         again = _online(sock_path)  # the same process reconnects: accounted for again
+        try:
+            assert sp.reply()["rc"] == "0"
+        finally:
+            again.close()
+
+
+def _stall(d: AgentDaemon, seconds: float) -> None:
+    """Block the agent's event loop for ``seconds`` (a loaded node); returns once it is."""
+    assert d.server is not None and d.server._loop is not None
+    stalled = threading.Event()
+
+    def stall() -> None:
+        stalled.set()
+        time.sleep(seconds)
+
+    d.server._loop.call_soon_threadsafe(stall)
+    assert stalled.wait(10)
+
+
+@pytest.mark.parametrize("gate_loop", [True, False], ids=["loop", "socket"])
+def test_an_agent_stall_never_lets_offline_work_run_before_a_lost_online_shim_is_read(
+    tmp_path: Path, sock_path: Path, gate_loop: bool
+) -> None:
+    # The agent stalls longer than the gate segment's staleness bound (1 s): the offline
+    # shim closes on the stale heartbeat, and asks for an enable once the agent beats again.
+    # Meanwhile an online process turned busy and went away, its frames still unread. The
+    # enable must wait for them: with them read, the lost online process holds the gate.
+    with (
+        running_agent(sock_path, node=NODE, gate_loop=gate_loop) as d,
+        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+    ):
+        assert wait_until(lambda: all(d.health()["gates"].values()))
+        h = _setup(sp)
+        assert wait_until(lambda: _registered(d, h["tsg"]))
+        assert sp.cmd("launch 1")["rc"] == "0"
+        _stall(d, 1.6)
+        online = _online(sock_path)
+        p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
+        # The stale heartbeat closes the offline side (the agent has read nothing yet).
+        assert wait_until(lambda: any(c["enable"] == "0" for c in _controls(sp)), timeout=5)
+        online.close()
+        sp.send("launch 1")
+        assert sp.no_reply_within(2.5), (
+            "offline work ran before the agent read a lost online shim; the agent's /healthz: "
+            f"{d.health()}; the offline shim's controls: {_controls(sp)}"
+        )
+        assert d.health()["uninstrumented"]["gpus"] == {
+            str(GPU): [{"pid": 7, "why": "disconnected", "pod": ""}]
+        }
+        again = _online(sock_path)
         try:
             assert sp.reply()["rc"] == "0"
         finally:
