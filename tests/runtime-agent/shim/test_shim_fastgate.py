@@ -283,9 +283,16 @@ def _launch_until_ringed(sp: ShimProcess, stub: AgentStub, seg: fg.GateSegment) 
         mark = stub.mark()
         sp.cmd("launch 1")
         stub.wait_for(p.OnlineIdle, after=mark, timeout=10)
-        head = int(seg._view.edge_head)
-        if head >= 2:
-            return head
+        # The idle frame may reach the agent before the idle edge is committed to the ring
+        # (a loaded machine can stall the shim between the two): wait for the entry itself.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            head = int(seg._view.edge_head)
+            if head >= 2:
+                last = seg.edge(head - 1)
+                if last.commit == head and last.kind == fg.EDGE_IDLE:
+                    return head
+            time.sleep(0.01)
         time.sleep(0.05)
     raise AssertionError("the online shim never wrote its edges into the ring")
 
