@@ -304,27 +304,39 @@ def test_reclaim_then_restore_round_through_the_real_shim(sock_path: Path) -> No
             on.close()
 
 
-def test_a_lost_online_shim_keeps_offline_work_held_until_it_reconnects(
-    tmp_path: Path, sock_path: Path
+def _lost_online_shim_is_held(
+    tmp_path: Path,
+    sock_path: Path,
+    *,
+    gate_loop: bool = True,
+    stall_s: float = 0.0,
+    held_for_s: float,
+    why: str,
 ) -> None:
-    # The guard enforced (the default), no NVML: a closed online connection could be a
-    # process still running on the GPU without its shim, so the gate stays closed.
+    """An online process turns busy and goes away: the offline launch stays held (the guard
+    enforced, the default, no NVML: a closed online connection could be a process still
+    running on the GPU without its shim) until the same process reconnects. With
+    ``stall_s``, the agent's event loop is blocked that long first (``_stall``); ``gate_loop``
+    as the agent's option (the default: on)."""
     with (
-        running_agent(sock_path, node=NODE) as d,
+        running_agent(sock_path, node=NODE, gate_loop=gate_loop) as d,
         ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
     ):
         assert wait_until(lambda: all(d.health()["gates"].values()))
         h = _setup(sp)
         assert wait_until(lambda: _registered(d, h["tsg"]))
         assert sp.cmd("launch 1")["rc"] == "0"
+        if stall_s:
+            _stall(d, stall_s)
         online = _online(sock_path)
         p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
+        # Closed: by the busy frame, or (stalled) by the offline shim on the stale heartbeat.
         assert wait_until(lambda: any(c["enable"] == "0" for c in _controls(sp)), timeout=5)
         online.close()
         sp.send("launch 1")
-        assert sp.no_reply_within(0.5), (
-            "offline work ran over a lost online shim; the agent's /healthz: "
-            f"{d.health()}; the offline shim's controls: {_controls(sp)}"
+        assert sp.no_reply_within(held_for_s), (
+            f"{why}; the agent's /healthz: {d.health()}; "
+            f"the offline shim's controls: {_controls(sp)}"
         )
         assert d.health()["uninstrumented"]["gpus"] == {
             str(GPU): [{"pid": 7, "why": "disconnected", "pod": ""}]
@@ -334,6 +346,14 @@ def test_a_lost_online_shim_keeps_offline_work_held_until_it_reconnects(
             assert sp.reply()["rc"] == "0"
         finally:
             again.close()
+
+
+def test_a_lost_online_shim_keeps_offline_work_held_until_it_reconnects(
+    tmp_path: Path, sock_path: Path
+) -> None:
+    _lost_online_shim_is_held(
+        tmp_path, sock_path, held_for_s=0.5, why="offline work ran over a lost online shim"
+    )
 
 
 def _stall(d: AgentDaemon, seconds: float) -> None:
@@ -357,30 +377,11 @@ def test_an_agent_stall_never_lets_offline_work_run_before_a_lost_online_shim_is
     # shim closes on the stale heartbeat, and asks for an enable once the agent beats again.
     # Meanwhile an online process turned busy and went away, its frames still unread. The
     # enable must wait for them: with them read, the lost online process holds the gate.
-    with (
-        running_agent(sock_path, node=NODE, gate_loop=gate_loop) as d,
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
-    ):
-        assert wait_until(lambda: all(d.health()["gates"].values()))
-        h = _setup(sp)
-        assert wait_until(lambda: _registered(d, h["tsg"]))
-        assert sp.cmd("launch 1")["rc"] == "0"
-        _stall(d, 1.6)
-        online = _online(sock_path)
-        p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
-        # The stale heartbeat closes the offline side (the agent has read nothing yet).
-        assert wait_until(lambda: any(c["enable"] == "0" for c in _controls(sp)), timeout=5)
-        online.close()
-        sp.send("launch 1")
-        assert sp.no_reply_within(2.5), (
-            "offline work ran before the agent read a lost online shim; the agent's /healthz: "
-            f"{d.health()}; the offline shim's controls: {_controls(sp)}"
-        )
-        assert d.health()["uninstrumented"]["gpus"] == {
-            str(GPU): [{"pid": 7, "why": "disconnected", "pod": ""}]
-        }
-        again = _online(sock_path)
-        try:
-            assert sp.reply()["rc"] == "0"
-        finally:
-            again.close()
+    _lost_online_shim_is_held(
+        tmp_path,
+        sock_path,
+        gate_loop=gate_loop,
+        stall_s=1.6,
+        held_for_s=2.5,
+        why="offline work ran before the agent read a lost online shim",
+    )
