@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gleaner.testing.fixtures import container_env
 from gleaner.testing.system import GleanerSystem, poll
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -37,10 +38,6 @@ def _qwen_any_pool(examples: Path, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(doc))
     return out
-
-
-def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
 
 
 def _check_pod_contract(
@@ -79,9 +76,9 @@ def _check_pod_contract(
     assert "/run/gleaner" in host_paths
     for tv in template["spec"].get("volumes") or []:
         assert tv["name"] in volumes, f"template volume {tv['name']} kept"
-    template_env = {c["name"]: _env(c) for c in template["spec"]["containers"]}
+    template_env = {c["name"]: container_env(c) for c in template["spec"]["containers"]}
     for container in spec["containers"]:
-        env = _env(container)
+        env = container_env(container)
         assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(expected_uuids)
         assert SHIM in env["LD_PRELOAD"].split(":")
         assert env["GLEANER_ROLE"] == "offline"

@@ -43,6 +43,7 @@ from gleaner.api.contract import (
 )
 from gleaner.operator.webhook import MUTATE_PATH, WebhookServer
 from gleaner.testing.controlplane import ControlPlane, KubectlError
+from gleaner.testing.fixtures import container_env
 from gleaner.testing.net import free_port
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
@@ -162,10 +163,6 @@ def webhook(control_plane: ControlPlane, namespace: str, tls: Path) -> Iterator[
         )
 
 
-def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
-
-
 def test_an_opted_in_pod_is_instrumented_and_others_are_untouched(
     webhook: Webhook, namespace: str
 ) -> None:
@@ -173,8 +170,8 @@ def test_an_opted_in_pod_is_instrumented_and_others_are_untouched(
     pod = create(plane, namespace, _pod("online", {LABEL_ROLE: ROLE_ONLINE}))
     assert instrumented(pod)
     container = pod["spec"]["containers"][0]
-    assert _env(container)["LD_PRELOAD"] == SHIM_PATH
-    assert _env(container)[ENV_ROLE] == ROLE_ONLINE
+    assert container_env(container)["LD_PRELOAD"] == SHIM_PATH
+    assert container_env(container)[ENV_ROLE] == ROLE_ONLINE
     assert SOCKET_DIR in {m["mountPath"] for m in container["volumeMounts"]}
     assert {v["name"] for v in pod["spec"]["volumes"] if "hostPath" in v} == {
         "gleaner-shim",
@@ -201,7 +198,7 @@ def test_a_namespace_label_opts_in_every_pod_but_exempt_ones(
     )
     pod = create(plane, namespace, _pod("unlabelled"))
     assert instrumented(pod)
-    assert _env(pod["spec"]["containers"][0])[ENV_ROLE] == ROLE_ONLINE
+    assert container_env(pod["spec"]["containers"][0])[ENV_ROLE] == ROLE_ONLINE
     exempt = create(plane, namespace, _pod("exempt", {LABEL_ROLE: ROLE_EXEMPT}))
     assert not instrumented(exempt) and "env" not in exempt["spec"]["containers"][0]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gleaner.api import OfflineJob, Placement
+from gleaner.api import OfflineJob
 from gleaner.api.contract import LABEL_JOB
 from gleaner.api.schema_validation import validate_object
 from gleaner.batch.pod import (
@@ -23,18 +23,18 @@ from gleaner.batch.pod import (
     template_of,
 )
 from gleaner.operator.builders import build_offline_pod
+from gleaner.testing.fixtures import make_placement
 from gleaner.testing.kube import offlinejob_manifest
 
 from .conftest import batch_manifest
 
-PLACEMENT = Placement(
-    node="gpu-node-1",
-    gpu_indices=[0],
-    gpu_uuids=["GPU-aaa"],
+PLACEMENT = make_placement(
+    "gpu-node-1",
+    [0],
+    uuids=["GPU-aaa"],
     compute=0.8,
     memory=0.9,
-    multi_gpu=1.0,
-    throughput_fraction=0.72,
+    fraction=0.72,
     decided_at=datetime(2026, 1, 1, tzinfo=UTC),
 )
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Placement, Profile
+from gleaner.api import ConditionType, OfflineJob, OfflineJobStatus, Profile
 from gleaner.api.common import find_condition
 from gleaner.api.contract import (
     ANNOTATION_PROFILE_GPU_TIME,
@@ -49,20 +49,12 @@ from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
 from gleaner.operator.validation import InvalidJob, NeedsProfile, ValidJob, validate_job
 from gleaner.perfmodel.engine import GIB
 from gleaner.perfmodel.profiling import GpuTime, Measurement, fit_profile, profile_document
+from gleaner.testing.fixtures import make_placement
 from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
 from gleaner.testing.vllm_bench import result_json
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-PLACEMENT = Placement(
-    node="gpu-node-1",
-    gpu_indices=[0],
-    gpu_uuids=["GPU-aaa"],
-    compute=0.9,
-    memory=1.0,
-    multi_gpu=1.0,
-    throughput_fraction=0.9,
-    decided_at=NOW,
-)
+PLACEMENT = make_placement("gpu-node-1", [0], uuids=["GPU-aaa"], decided_at=NOW)
 MEASUREMENT = {
     "command": ["python", "-m", "gleaner.testing.vllm_bench"],
     "kvMinGiB": 0.5,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gleaner.api import OfflineJob, Placement
+from gleaner.api import Placement
 from gleaner.operator.bias import (
     BIAS_CONFIGMAP,
     BIAS_KEY,
@@ -21,32 +21,19 @@ from gleaner.operator.bias import (
     to_configmap,
 )
 from gleaner.operator.config import DEFAULT_RISK_TARGET, OperatorConfig
-from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.placement import plan_placements
 from gleaner.operator.traces import FORECAST_HORIZON_S, summaries_from_nodetraces
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H
 from gleaner.scheduler.bias import BiasConfig, BiasTable
 from gleaner.simulator.cluster_scenario import ClusterScenario
-from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
+from gleaner.testing.fixtures import make_placement, make_queued_job
+from gleaner.testing.kube import nodetrace_manifest
 
 NOW = datetime.now(UTC)
 
 
 def _placement(node: str = "a", compute: float = 0.8, bias_corrected: float = 0.4) -> Placement:
-    return Placement(
-        node=node,
-        gpu_indices=[0],
-        compute=compute,
-        memory=1.0,
-        multi_gpu=1.0,
-        throughput_fraction=bias_corrected,
-        decided_at=NOW,
-    )
-
-
-def _queued(name: str, **kwargs: object) -> QueuedJob:
-    job = OfflineJob.model_validate(offlinejob_manifest(name, **kwargs))  # type: ignore[arg-type]
-    assert job.spec.profile is not None
-    return QueuedJob(job, job.spec.profile)
+    return make_placement(node, [0], compute=compute, fraction=bias_corrected, decided_at=NOW)
 
 
 def test_the_feed_compares_with_the_raw_prediction_not_the_corrected_one() -> None:
@@ -145,7 +132,7 @@ def test_a_learned_bias_moves_a_placement_and_is_the_one_explained() -> None:
             nodetrace_manifest("gpu-y", gpus=1, offline_enabled=0.8),
         ]
     )
-    job = _queued("j", sla=0.7)
+    job = make_queued_job("j", sla=0.7)
     unbiased = plan_placements([job], nodes, {}, NOW)
     ((_, first),) = unbiased.placements  # whichever node the scores prefer
     other = "gpu-y" if first.node == "gpu-x" else "gpu-x"

@@ -12,29 +12,12 @@ from datetime import UTC, datetime
 from gleaner.api import OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.operator.builders import build_offline_pod
 from gleaner.operator.handlers.scheduling import _occupied
-from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.placement import plan_placements
 from gleaner.operator.traces import summaries_from_nodetraces
+from gleaner.testing.fixtures import make_placement, make_queued_job
 from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
 
 NOW = datetime.now(UTC)
-
-
-def _placement(node: str, gpus: list[int]) -> Placement:
-    return Placement(
-        node=node,
-        gpu_indices=gpus,
-        compute=0.9,
-        memory=1.0,
-        multi_gpu=1.0,
-        throughput_fraction=0.9,
-        decided_at=NOW,
-    )
-
-
-def _queued(name: str, **kwargs: object) -> QueuedJob:
-    job = OfflineJob.model_validate(offlinejob_manifest(name, **kwargs))  # type: ignore[arg-type]
-    assert job.spec.profile is not None
-    return QueuedJob(job, job.spec.profile)
 
 
 def test_held_placements_count_as_taken_even_before_their_status_shows_them() -> None:
@@ -42,18 +25,18 @@ def test_held_placements_count_as_taken_even_before_their_status_shows_them() ->
     # Pending (its write is in flight), and it has no Pod yet.
     statuses = {("ns", "early"): OfflineJobStatus(phase=Phase.PENDING)}
     held: dict[tuple[str, str], Placement | None] = {
-        ("ns", "early"): _placement("a", [0, 1]),
+        ("ns", "early"): make_placement("a", [0, 1], decided_at=NOW),
         ("ns", "hopeless"): None,  # an Unschedulable reason being written: holds nothing
     }
     # And "older", bound long ago on GPU 3, has its Pod in the lists.
     older = OfflineJob.model_validate(offlinejob_manifest("older", namespace="ns"))
-    pods = [build_offline_pod(older, _placement("a", [3]), 0)]
+    pods = [build_offline_pod(older, make_placement("a", [3], decided_at=NOW), 0)]
     occupied = _occupied(pods, statuses, held)
     assert occupied == {"a": {0: "ns/early", 1: "ns/early", 3: "ns/older"}}
     assert _occupied(pods, statuses) == {"a": {3: "ns/older"}}  # what the lists alone say
 
     nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=4, offline_enabled=0.9)])
-    late = [_queued("late1", sla=0.5), _queued("late2", sla=0.5)]
+    late = [make_queued_job("late1", sla=0.5), make_queued_job("late2", sla=0.5)]
     plan = plan_placements(late, nodes, occupied, NOW)
     assert [p.gpu_indices for _, p in plan.placements] == [[2]]
     assert len(plan.unschedulable) == 1
@@ -61,7 +44,7 @@ def test_held_placements_count_as_taken_even_before_their_status_shows_them() ->
 
 def test_held_and_recorded_placements_agree() -> None:
     # Once written, the same placement is in the status too: counted once, same owner.
-    placement = _placement("a", [1])
+    placement = make_placement("a", [1], decided_at=NOW)
     statuses = {
         ("ns", "early"): OfflineJobStatus(
             phase=Phase.SCHEDULED, placement=placement, pods=["early-0"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gleaner.api import OfflineJob, Placement
+from gleaner.api import OfflineJob
 from gleaner.api.contract import ANNOTATION_GPUS, SHIM_PATH
 from gleaner.operator.builders import (
     build_eviction_report_configmap,
@@ -16,6 +16,7 @@ from gleaner.operator.builders import (
     gpus_of_pod,
     pod_name,
 )
+from gleaner.testing.fixtures import container_env, make_placement
 from gleaner.testing.kube import offlinejob_manifest
 
 
@@ -25,20 +26,16 @@ def _job(**kwargs: Any) -> OfflineJob:
     return OfflineJob.model_validate(manifest)
 
 
-PLACEMENT = Placement(
-    node="gpu-node-7",
-    gpu_indices=[2, 3],
-    gpu_uuids=["GPU-aaa", "GPU-bbb"],
+PLACEMENT = make_placement(
+    "gpu-node-7",
+    [2, 3],
+    uuids=["GPU-aaa", "GPU-bbb"],
     compute=0.8,
     memory=0.9,
     multi_gpu=0.97,
-    throughput_fraction=0.7,
+    fraction=0.7,
     decided_at=datetime(2025, 1, 1, tzinfo=UTC),
 )
-
-
-def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container["env"]}
 
 
 def test_pod_follows_the_binding_contract() -> None:
@@ -65,7 +62,7 @@ def test_pod_follows_the_binding_contract() -> None:
     ]
     assert spec["nodeName"] == "gpu-node-7"
     assert spec["restartPolicy"] == "Never"
-    env = _env(spec["containers"][0])
+    env = container_env(spec["containers"][0])
     assert env == {
         "MODEL": "test",
         "NVIDIA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb",
@@ -97,7 +94,7 @@ def test_pod_prepends_the_shim_to_an_existing_ld_preload() -> None:
     container = job.spec.template["spec"]["containers"][0]
     container["env"].append({"name": "LD_PRELOAD", "value": "/opt/their.so"})
     container["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
-    env = _env(build_offline_pod(job, PLACEMENT, 0)["spec"]["containers"][0])
+    env = container_env(build_offline_pod(job, PLACEMENT, 0)["spec"]["containers"][0])
     assert env["LD_PRELOAD"] == f"{SHIM_PATH}:/opt/their.so"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaa,GPU-bbb"
 
@@ -116,7 +113,7 @@ def test_init_containers_get_the_shim_too_and_node_selector_is_dropped() -> None
     job.spec.template["spec"]["nodeSelector"] = {"pool": "gpu"}
     job.spec.template["spec"]["restartPolicy"] = "OnFailure"
     spec = build_offline_pod(job, PLACEMENT, 0)["spec"]
-    assert _env(spec["initContainers"][0])["GLEANER_JOB"] == "team-a/llama"
+    assert container_env(spec["initContainers"][0])["GLEANER_JOB"] == "team-a/llama"
     assert "nodeSelector" not in spec
     assert spec["restartPolicy"] == "OnFailure"
 

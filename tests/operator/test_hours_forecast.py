@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gleaner.api import OfflineJob
-from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.placement import plan_placements
 from gleaner.operator.tracecache import HistoryCache
 from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces, with_histories
 from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of, is_weekend
@@ -23,7 +22,8 @@ from gleaner.perfmodel.hours import (
     profile_to_weekend_hours,
 )
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
-from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
+from gleaner.testing.fixtures import make_queued_job, mean_idle
+from gleaner.testing.kube import nodetrace_manifest
 
 DAY = datetime(2026, 3, 2, tzinfo=UTC)
 
@@ -43,10 +43,6 @@ def _with_hours(node: str, busy_by_hour: dict[int, float]) -> dict[str, Any]:
     return obj
 
 
-def _idle(summary: NodeSummary) -> float:
-    return float(summary.compute_fractions().mean())
-
-
 def test_the_pass_predicts_from_the_hours_ahead() -> None:
     obj = _with_hours("a", {h: 0.8 if h < 12 else 0.0 for h in range(24)})
     plain = nodetrace_manifest("b", gpus=2, offline_enabled=0.9)
@@ -55,12 +51,12 @@ def test_the_pass_predicts_from_the_hours_ahead() -> None:
     # From 14:00 the 12 h horizon runs into the busy hours after midnight: its busiest hour.
     at_two = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=14))
     latest = summaries_from_nodetraces([obj, plain])
-    assert _idle(latest["a"]) == pytest.approx(0.9)
-    assert _idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
-    assert _idle(at_noon["a"]) == pytest.approx(0.75 * 1.0 + 0.25 * 0.9)
-    assert _idle(at_two["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    assert mean_idle(latest["a"]) == pytest.approx(0.9)
+    assert mean_idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    assert mean_idle(at_noon["a"]) == pytest.approx(0.75 * 1.0 + 0.25 * 0.9)
+    assert mean_idle(at_two["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
     # A node without hours is read as before, whatever the time.
-    assert _idle(at_night["b"]) == _idle(at_noon["b"]) == pytest.approx(0.9)
+    assert mean_idle(at_night["b"]) == mean_idle(at_noon["b"]) == pytest.approx(0.9)
     assert at_night["a"].last_report_time == latest["a"].last_report_time
 
 
@@ -86,7 +82,7 @@ def test_hours_are_parsed_once_per_change(monkeypatch: pytest.MonkeyPatch) -> No
     a3 = _with_hours("a", {6: 0.5, 7: 0.0})
     again = summaries_from_nodetraces([a3, b], now + timedelta(hours=1), kept)
     assert sorted(parsed) == ["a", "a", "b"]
-    assert _idle(again["a"]) > _idle(first["a"])
+    assert mean_idle(again["a"]) > mean_idle(first["a"])
     # b's NodeTrace is gone: it is forgotten.
     summaries_from_nodetraces([a3], now, kept)
     assert len(kept) == 1
@@ -99,7 +95,7 @@ def test_an_hour_that_does_not_fit_the_inventory_is_left_out() -> None:
         state["freeGiB"] = state["freeGiB"][:1]
     got = summaries_from_nodetraces([obj], DAY + timedelta(hours=6))
     # Hour 6 left out: hour 7 stands in for the whole horizon.
-    assert _idle(got["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    assert mean_idle(got["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
 
 
 def test_hours_that_do_not_parse_leave_the_latest_window_with_one_warning(
@@ -112,15 +108,9 @@ def test_hours_that_do_not_parse_leave_the_latest_window_with_one_warning(
     with caplog.at_level("WARNING", logger="gleaner.operator.traces"):
         for _ in range(3):
             got = summaries_from_nodetraces([obj], now, kept)
-            assert _idle(got["a"]) == pytest.approx(0.9)  # the latest window
+            assert mean_idle(got["a"]) == pytest.approx(0.9)  # the latest window
     warnings = [r for r in caplog.records if "hours ignored" in r.getMessage()]
     assert len(warnings) == 1
-
-
-def _queued(name: str, sla: float) -> QueuedJob:
-    job = OfflineJob.model_validate(offlinejob_manifest(name, sla=sla, gpus=1))
-    assert job.spec.profile is not None
-    return QueuedJob(job, job.spec.profile)
 
 
 def test_a_node_busy_later_in_the_horizon_is_not_admitted() -> None:
@@ -137,13 +127,13 @@ def test_a_node_busy_later_in_the_horizon_is_not_admitted() -> None:
     profile = profile_from_nodetrace(obj)
     assert profile is not None
     two_hours = {"a": node_forecast(report, profile, now, timedelta(hours=2).total_seconds())}
-    job = _queued("j", sla=0.5)
+    job = make_queued_job("j", sla=0.5)
     assert len(plan_placements([job], two_hours, {}, now).placements) == 1
     admitted = summaries_from_nodetraces([obj], now)
     plan = plan_placements([job], admitted, {}, now)
     assert plan.placements == [] and len(plan.unschedulable) == 1
     # Each GPU at its busiest hour: 3/4 the hour's 0.95, 1/4 the latest window's 0.1.
-    assert _idle(admitted["a"]) == pytest.approx(1.0 - (0.75 * 0.95 + 0.25 * 0.1))
+    assert mean_idle(admitted["a"]) == pytest.approx(1.0 - (0.75 * 0.95 + 0.25 * 0.1))
 
 
 def test_the_spread_is_learned_from_new_report_windows() -> None:
@@ -168,11 +158,11 @@ def test_the_spread_is_learned_from_new_report_windows() -> None:
     assert kept.spread.scale("a", 0.9) == pytest.approx(2.0)
     learned = summaries_from_nodetraces([report(now + timedelta(minutes=10))], now, kept)
     # Busiest hour 0.75 * 0.2 + 0.25 * 0.4 = 0.25, scaled by 2.
-    assert _idle(first["a"]) == pytest.approx(0.75)
-    assert _idle(learned["a"]) == pytest.approx(0.5)
+    assert mean_idle(first["a"]) == pytest.approx(0.75)
+    assert mean_idle(learned["a"]) == pytest.approx(0.5)
     # Without a risk target the spread is not applied.
     plain = summaries_from_nodetraces([report(now)], now, kept, risk_target=None)
-    assert _idle(plain["a"]) == pytest.approx(0.75)
+    assert mean_idle(plain["a"]) == pytest.approx(0.75)
 
 
 def test_the_spread_is_kept_for_a_node_whose_nodetrace_is_named_otherwise() -> None:
@@ -243,8 +233,8 @@ def test_the_pass_takes_each_nodes_hours_from_its_nodehistory() -> None:
     assert joined[0]["status"]["hours"] == hours and "hours" not in plain["status"]
     assert joined[1] is legacy
     at_night = summaries_from_nodetraces(joined, DAY + timedelta(hours=2))
-    assert _idle(at_night["a"]) == pytest.approx(_idle(at_night["b"]))
-    assert _idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    assert mean_idle(at_night["a"]) == pytest.approx(mean_idle(at_night["b"]))
+    assert mean_idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
     histories.update("DELETED", history)
     assert with_histories([plain], histories) == [plain] and len(histories) == 0
 
@@ -309,5 +299,5 @@ def test_the_pass_forecasts_a_weekend_hour_from_the_weekend_hours() -> None:
     new_saturday = summaries_from_nodetraces([after], saturday, kept)["a"]
     new_monday = summaries_from_nodetraces([after], next_monday, kept)["a"]
     # Idle weekends: more to harvest on Saturday than the all-days hours (mostly weekdays).
-    assert _idle(new_saturday) > _idle(old_saturday) + 0.3
-    assert _idle(new_monday) == pytest.approx(_idle(old_monday))
+    assert mean_idle(new_saturday) > mean_idle(old_saturday) + 0.3
+    assert mean_idle(new_monday) == pytest.approx(mean_idle(old_monday))

@@ -11,12 +11,13 @@ from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gleaner.api import Observed, OfflineJobStatus, Phase, Placement
+from gleaner.api import Observed, OfflineJobStatus, Phase
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
 from gleaner.operator.http import Health, build_app
 from gleaner.operator.metrics import OperatorMetrics, cluster_measures, job_gauges
 from gleaner.operator.slahistory import dump_history, history_for
 from gleaner.scheduler.monitor import SLAMonitorConfig
+from gleaner.testing.fixtures import make_placement
 
 
 def test_metrics_live_in_their_own_registry() -> None:
@@ -117,13 +118,11 @@ def _placed(
     sla: float, phase: Phase, observed: float | None, predicted: float, gpus: int
 ) -> tuple[dict[str, Any], OfflineJobStatus]:
     body, status = _job(sla, phase, observed)
-    status.placement = Placement(
-        node="n1",
-        gpu_indices=list(range(gpus)),
+    status.placement = make_placement(
+        "n1",
+        range(gpus),
         compute=predicted,
-        memory=1.0,
-        multi_gpu=1.0,
-        throughput_fraction=predicted,
+        fraction=predicted,
         decided_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
     return body, status

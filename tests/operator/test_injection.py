@@ -33,6 +33,7 @@ from gleaner.operator.injection import (
     merge_env,
     online_pod_mutation,
 )
+from gleaner.testing.fixtures import container_env
 
 
 def _apply(doc: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
@@ -61,10 +62,6 @@ def _pod(**spec: Any) -> dict[str, Any]:
     }
 
 
-def _env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container["env"]}
-
-
 def _injected(pod: dict[str, Any]) -> dict[str, Any]:
     mutation = online_pod_mutation(pod)
     assert mutation.allowed, mutation.refusal
@@ -75,7 +72,7 @@ def test_online_pod_gets_the_shim_role_socket_and_hook_env() -> None:
     pod = _pod(initContainers=[{"name": "fetch", "image": "busybox"}])
     out = _injected(pod)
     for container in out["spec"]["containers"] + out["spec"]["initContainers"]:
-        assert _env(container) == {
+        assert container_env(container) == {
             "LD_PRELOAD": SHIM_PATH,
             ENV_ROLE: ROLE_ONLINE,
             ENV_SOCKET: SOCKET_PATH,
@@ -104,7 +101,7 @@ def test_the_pod_keeps_its_own_env_mounts_volumes_and_ld_preload() -> None:
     pod = _pod(containers=[container], volumes=[{"name": "cache", "emptyDir": {}}])
     pod["metadata"]["annotations"] = {"team": "serving"}
     out = _injected(pod)
-    env = _env(out["spec"]["containers"][0])
+    env = container_env(out["spec"]["containers"][0])
     assert env["MODEL"] == "llama"
     assert env["LD_PRELOAD"] == f"{SHIM_PATH}:/x.so"
     assert out["spec"]["containers"][0]["volumeMounts"][0] == {
@@ -204,4 +201,4 @@ def test_injection_is_idempotent_for_any_literal_env(
     once = _apply(pod, mutation.patch)
     assert online_pod_mutation(once).patch == []
     for container in once["spec"]["containers"]:
-        assert _env(container)["LD_PRELOAD"].startswith(SHIM_PATH)
+        assert container_env(container)["LD_PRELOAD"].startswith(SHIM_PATH)

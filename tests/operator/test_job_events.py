@@ -6,13 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gleaner.api import ConditionType, OfflineJobStatus, Phase, Placement, find_condition
+from gleaner.api import ConditionType, OfflineJobStatus, Phase, find_condition
 from gleaner.api.contract import FINALIZER
 from gleaner.operator import status as st
 from gleaner.operator.handlers.jobs import finalizers_without, waits_for_placement
 from gleaner.operator.handlers.scheduling import Judged
 from gleaner.operator.handlers.validate import spec_judged
 from gleaner.operator.validation import ValidJob, validate_job
+from gleaner.testing.fixtures import make_placement
 from gleaner.testing.kube import offlinejob_manifest
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -75,16 +76,7 @@ def test_a_new_job_is_placed_and_judged_valid_in_one_status() -> None:
     cur = OfflineJobStatus()
     valid = judged.apply(body, cur, NOW)
     assert valid is not None
-    placement = Placement(
-        node="n1",
-        gpu_indices=[0],
-        gpu_uuids=["GPU-0"],
-        compute=0.9,
-        memory=1.0,
-        multi_gpu=1.0,
-        throughput_fraction=0.9,
-        decided_at=NOW,
-    )
+    placement = make_placement("n1", [0], uuids=["GPU-0"], decided_at=NOW)
     new = st.scheduled(valid, placement, "j1-0", NOW, "")
     assert new.phase is Phase.SCHEDULED
     cond = find_condition(new.conditions, ConditionType.VALID.value)

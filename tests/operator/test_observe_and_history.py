@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from gleaner.api import Placement
 from gleaner.operator.observation import (
     fraction_from_vector,
     observe_from_nodetrace,
@@ -15,6 +14,7 @@ from gleaner.operator.observation import (
     window_from_fraction,
 )
 from gleaner.operator.slahistory import dump_history, has_window, history_for
+from gleaner.testing.fixtures import make_placement
 from gleaner.testing.kube import nodetrace_manifest
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -62,15 +62,7 @@ def test_a_prometheus_fraction_is_a_window_ending_at_the_query_time() -> None:
     assert window_from_fraction(0.0, 0.0, NOW, 60.0).compute == 0.0  # no memory predicted
 
 
-PLACEMENT = Placement(
-    node="n1",
-    gpu_indices=[0, 1],
-    compute=0.9,
-    memory=1.0,
-    multi_gpu=1.0,
-    throughput_fraction=0.9,
-    decided_at=NOW,
-)
+PLACEMENT = make_placement("n1", [0, 1], decided_at=NOW)
 
 
 def test_history_round_trips_through_the_annotation() -> None:

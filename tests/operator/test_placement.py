@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from gleaner.api import OfflineJob
 from gleaner.api.nodetrace import gpu_uuid
-from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.placement import plan_placements
 from gleaner.operator.traces import (
     UNKNOWN_UUIDS_REASON,
     summaries_from_nodetraces,
@@ -15,20 +14,17 @@ from gleaner.operator.traces import (
     with_inventory,
 )
 from gleaner.perfmodel import GpuSpec, NodeSummary
-from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
+from gleaner.testing.fixtures import make_queued_job
+from gleaner.testing.kube import nodetrace_manifest
 
 NOW = datetime.now(UTC)
 
 
-def _queued(name: str, **kwargs: object) -> QueuedJob:
-    job = OfflineJob.model_validate(offlinejob_manifest(name, **kwargs))  # type: ignore[arg-type]
-    assert job.spec.profile is not None
-    return QueuedJob(job, job.spec.profile)
-
-
 def test_places_on_free_gpus_with_uuids_and_prediction() -> None:
     nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=2, offline_enabled=0.8)])
-    plan = plan_placements([_queued("j1"), _queued("j2")], nodes, {"a": {0: "x/other"}}, NOW)
+    plan = plan_placements(
+        [make_queued_job("j1"), make_queued_job("j2")], nodes, {"a": {0: "x/other"}}, NOW
+    )
     assert len(plan.placements) == 1
     queued, placement = plan.placements[0]
     assert placement.node == "a" and placement.gpu_indices == [1]
@@ -41,7 +37,7 @@ def test_places_on_free_gpus_with_uuids_and_prediction() -> None:
 
 def test_unschedulable_jobs_get_the_schedulers_explanation() -> None:
     nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=2, offline_enabled=0.3)])
-    plan = plan_placements([_queued("j", sla=0.9)], nodes, {}, NOW)
+    plan = plan_placements([make_queued_job("j", sla=0.9)], nodes, {}, NOW)
     assert plan.placements == []
     ((queued, message),) = plan.unschedulable
     assert queued.key == "default/j"

@@ -12,23 +12,14 @@ from gleaner.api import (
     Observed,
     OfflineJobStatus,
     Phase,
-    Placement,
     find_condition,
 )
 from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
 from gleaner.operator import status as st
+from gleaner.testing.fixtures import make_placement
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-PLACEMENT = Placement(
-    node="n1",
-    gpu_indices=[0],
-    gpu_uuids=["GPU-0"],
-    compute=0.9,
-    memory=1.0,
-    multi_gpu=1.0,
-    throughput_fraction=0.9,
-    decided_at=NOW,
-)
+PLACEMENT = make_placement("n1", [0], uuids=["GPU-0"], decided_at=NOW)
 
 
 def _cond(status: OfflineJobStatus, type_: ConditionType) -> tuple[str, str, str]:

@@ -17,6 +17,7 @@ from gleaner.operator.handlers.sla import _observe
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.tracecache import HistoryCache, TraceCache
+from gleaner.testing.fixtures import make_placement
 from gleaner.testing.kube import nodetrace_manifest
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -77,15 +78,8 @@ def _ctx(client: _CountingClient) -> OperatorContext:
 
 
 def _placement(node: str) -> Placement:
-    return Placement(
-        node=node,
-        gpu_indices=[0],
-        gpu_uuids=["GPU-0"],
-        throughput_fraction=0.5,
-        compute=0.5,
-        memory=1.0,
-        multi_gpu=1.0,
-        decided_at=NOW - timedelta(minutes=5),
+    return make_placement(
+        node, [0], uuids=["GPU-0"], compute=0.5, fraction=0.5, decided_at=NOW - timedelta(minutes=5)
     )
 
 

@@ -31,6 +31,7 @@ from gleaner.perfmodel.hours import (
     weekend_memory_states,
 )
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
+from gleaner.testing.fixtures import mean_idle
 
 MONDAY = datetime(2026, 1, 5, tzinfo=UTC)
 GPUS = [GpuSpec(i, uuid=f"GPU-{i}", memory_gib=80.0) for i in range(2)]
@@ -59,10 +60,6 @@ def _pattern(days: int, split: bool = True) -> DiurnalProfile:
             else profile.fold(start.hour, summary)  # the all-days slot only
         )
     return profile
-
-
-def _idle(summary: NodeSummary) -> float:
-    return float(summary.compute_fractions().mean())
 
 
 def _history(profile: DiurnalProfile) -> NodeHistoryStatus:
@@ -95,7 +92,7 @@ def test_a_weekend_hour_follows_the_weekends_after_two_weeks() -> None:
     latest = _hour(saturday - timedelta(hours=1), WEEKDAY_BUSY)  # Friday's level
     with_split = node_forecast(latest, split, saturday, 2 * 3600)
     # 3/4 the weekend hours ahead (idle 0.9), 1/4 the latest window (idle 0.2).
-    assert _idle(with_split) == pytest.approx(0.75 * (1 - WEEKEND_BUSY) + 0.25 * 0.2)
+    assert mean_idle(with_split) == pytest.approx(0.75 * (1 - WEEKEND_BUSY) + 0.25 * 0.2)
     # Without the split (or with it disabled), the all-days hours: the weekdays' level.
     disabled = DiurnalProfile(
         "n", split.slots, weekend=split.weekend, weekend_days=split.weekend_days,
@@ -103,7 +100,7 @@ def test_a_weekend_hour_follows_the_weekends_after_two_weeks() -> None:
     )  # fmt: skip
     for profile in (unsplit, disabled):
         without = node_forecast(latest, profile, saturday, 2 * 3600)
-        assert _idle(without) < 0.5 < _idle(with_split)
+        assert mean_idle(without) < 0.5 < mean_idle(with_split)
     # Weekdays are forecast from the all-days hours, as before the split.
     monday = saturday + timedelta(days=2)
     assert node_forecast(latest, split, monday, 2 * 3600).equals(
@@ -138,8 +135,8 @@ def test_a_horizon_over_friday_midnight_takes_each_day_kind() -> None:
     got = forecast(profile, latest, friday_night, 2 * 3600, recent_weight=0.0)
     friday_slot, saturday_slot = profile.slots[23], profile.weekend[0]
     assert friday_slot is not None and saturday_slot is not None
-    want = (_idle(friday_slot) + _idle(saturday_slot)) / 2
-    assert _idle(got) == pytest.approx(want)
+    want = (mean_idle(friday_slot) + mean_idle(saturday_slot)) / 2
+    assert mean_idle(got) == pytest.approx(want)
 
 
 def test_weekend_hours_read_back_with_their_days() -> None:

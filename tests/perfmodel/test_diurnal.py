@@ -26,6 +26,7 @@ from gleaner.perfmodel.diurnal import (
 )
 from gleaner.perfmodel.hours import node_admission
 from gleaner.perfmodel.summary import NodeSummary
+from gleaner.testing.fixtures import mean_idle
 
 DAY0 = datetime(2026, 1, 5, tzinfo=UTC)
 
@@ -38,10 +39,6 @@ def _hour(busy: float, free_gib: float = 40.0, seconds: int = 3600, gpus: int = 
     return NodeSummary.from_samples("n", list(range(gpus)), t, b, free, 1.0 - b)
 
 
-def _idle(summary: NodeSummary) -> float:
-    return float(summary.compute_fractions().mean())
-
-
 def test_scaling_keeps_every_fraction_and_scales_the_weight() -> None:
     s = _hour(0.3)
     big = scaled(s, 4.0)
@@ -50,7 +47,7 @@ def test_scaling_keeps_every_fraction_and_scales_the_weight() -> None:
     assert big.memory.total_seconds == pytest.approx(4 * s.memory.total_seconds)
     # In a merge the scaled one weighs four times as much.
     merged = _hour(0.8).merge(big)
-    assert _idle(merged) == pytest.approx((0.2 + 4 * 0.7) / 5)
+    assert mean_idle(merged) == pytest.approx((0.2 + 4 * 0.7) / 5)
     with pytest.raises(ValueError, match="positive"):
         scaled(s, 0.0)
 
@@ -75,7 +72,7 @@ def test_folding_is_bounded_and_forgets_old_days() -> None:
     for _ in range(5):
         profile = profile.fold(9, _hour(0.1))
     slot = profile.slots[9]
-    assert slot is not None and _idle(slot) > 0.85
+    assert slot is not None and mean_idle(slot) > 0.85
 
 
 def test_forecast_uses_the_hours_ahead_not_the_trailing_ones() -> None:
@@ -89,11 +86,11 @@ def test_forecast_uses_the_hours_ahead_not_the_trailing_ones() -> None:
     at = DAY0 + timedelta(days=3, hours=7)
     ahead = forecast(profile, recent, at, 4 * 3600, recent_weight=0.25)
     seasonal = (0.9 * 3600 + 0.2 * 3 * 3600) / (4 * 3600)
-    assert _idle(ahead) == pytest.approx(0.75 * seasonal + 0.25 * 0.9)
-    assert _idle(ahead) < _idle(recent) - 0.3
+    assert mean_idle(ahead) == pytest.approx(0.75 * seasonal + 0.25 * 0.9)
+    assert mean_idle(ahead) < mean_idle(recent) - 0.3
     # With no weight on the recent level the forecast is the hours ahead alone.
     only = forecast(profile, recent, at, 4 * 3600, recent_weight=0.0)
-    assert _idle(only) == pytest.approx(seasonal)
+    assert mean_idle(only) == pytest.approx(seasonal)
 
 
 def test_without_history_the_forecast_is_the_recent_summary() -> None:
@@ -102,7 +99,7 @@ def test_without_history_the_forecast_is_the_recent_summary() -> None:
     profile = DiurnalProfile("n").fold(3, _hour(0.9))
     # Hours without a slot are left out: only hour 3 of [2:00, 4:00) is known.
     out = forecast(profile, recent, DAY0 + timedelta(hours=2), 7200, recent_weight=0.5)
-    assert _idle(out) == pytest.approx(0.5 * 0.1 + 0.5 * 0.6)
+    assert mean_idle(out) == pytest.approx(0.5 * 0.1 + 0.5 * 0.6)
 
 
 def test_profile_refuses_other_nodes_and_bad_hours() -> None:
@@ -129,7 +126,7 @@ def test_the_forecast_is_a_weighted_mean_within_its_inputs(
     recent = _hour(recent_busy, seconds=600)
     out = forecast(profile, recent, DAY0 + timedelta(hours=hour), horizon, weight)
     values = [1.0 - b for b in (*busy_by_hour, recent_busy)]
-    assert min(values) - 1e-9 <= _idle(out) <= max(values) + 1e-9
+    assert min(values) - 1e-9 <= mean_idle(out) <= max(values) + 1e-9
     assert out.memory.n_gpus == recent.memory.n_gpus
 
 
@@ -149,13 +146,13 @@ def test_worst_hours_judges_each_gpu_by_its_busiest_hour_ahead() -> None:
     mean = forecast(profile, recent, at, 4 * 3600, recent_weight=0.25)
     worst = worst_hours(profile, recent, at, 4 * 3600, recent_weight=0.25)
     # The busiest hour ahead is a day hour, blended with the (night) recent level.
-    assert _idle(worst) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
-    assert _idle(worst) < _idle(mean) - 0.1
+    assert mean_idle(worst) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)
+    assert mean_idle(worst) < mean_idle(mean) - 0.1
     busy = worst.online_busy_seconds / worst.window_seconds
     assert np.allclose(busy, 0.75 * 0.8 + 0.25 * 0.1)
     # The same hours at night only: nothing worse than the night.
     night = worst_hours(profile, recent, DAY0 + timedelta(days=3, hours=1), 4 * 3600)
-    assert _idle(night) == pytest.approx(0.9)
+    assert mean_idle(night) == pytest.approx(0.9)
 
 
 def test_worst_hours_scales_the_load_by_the_spread() -> None:
@@ -166,10 +163,10 @@ def test_worst_hours_scales_the_load_by_the_spread() -> None:
     busy = 0.75 * 0.8 + 0.25 * 0.1
     idle = 0.75 * 0.2 + 0.25 * 0.9
     # The enabled share shrinks with the idle share the scaled load leaves.
-    assert _idle(worst) == pytest.approx(idle * (1 - 1.5 * busy) / (1 - busy))
+    assert mean_idle(worst) == pytest.approx(idle * (1 - 1.5 * busy) / (1 - busy))
     # A load scaled past full leaves nothing.
     full = worst_hours(profile, recent, at, 4 * 3600, busy_scale=3.0)
-    assert _idle(full) == pytest.approx(0.0)
+    assert mean_idle(full) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="busy_scale"):
         worst_hours(profile, recent, at, 3600, busy_scale=0.9)
 
@@ -177,7 +174,7 @@ def test_worst_hours_scales_the_load_by_the_spread() -> None:
 def test_worst_hours_without_history_is_the_recent_level() -> None:
     recent = _hour(0.4)
     out = worst_hours(DiurnalProfile("n"), recent, DAY0, 7200)
-    assert _idle(out) == pytest.approx(_idle(recent))
+    assert mean_idle(out) == pytest.approx(mean_idle(recent))
 
 
 def test_the_load_scale_is_the_spread_of_windows_above_the_forecast() -> None:
@@ -215,7 +212,7 @@ def test_node_admission_is_worst_hours_over_the_reports_forecast() -> None:
     got = node_admission(recent, profile, DAY0 + timedelta(hours=6), 12 * 3600.0, busy_scale=1.2)
     want = worst_hours(profile, recent, DAY0 + timedelta(hours=6), 12 * 3600.0, busy_scale=1.2)
     assert got.online_busy_seconds == pytest.approx(want.online_busy_seconds)
-    assert _idle(got) == pytest.approx(_idle(want))
+    assert mean_idle(got) == pytest.approx(mean_idle(want))
     assert got.labels == {"zone": "a"} and got.window_end == recent.window_end
     # Hours of another inventory than the report's: the report unchanged.
     other = replace(_hour(0.4, gpus=3), node="n")

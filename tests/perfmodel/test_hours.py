@@ -22,6 +22,7 @@ from gleaner.perfmodel.hours import (
     profile_to_hours,
 )
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
+from gleaner.testing.fixtures import mean_idle
 
 DAY0 = datetime(2026, 1, 5, tzinfo=UTC)
 GPUS = [GpuSpec(i, uuid=f"GPU-{i}", product="H100", memory_gib=80.0) for i in range(2)]
@@ -38,10 +39,6 @@ def _hour(busy: float, hour: int = 0, free_gib: float = 40.0, gpus: int = 2) -> 
 def _status(profile: DiurnalProfile, latest: NodeSummary) -> NodeTraceStatus:
     status = latest.to_nodetrace_status(now=DAY0)
     return status.model_copy(update={"hours": profile_to_hours(profile)})
-
-
-def _idle(summary: NodeSummary) -> float:
-    return float(summary.compute_fractions().mean())
 
 
 @settings(max_examples=30, deadline=None)
@@ -104,7 +101,7 @@ def test_hours_of_another_inventory_and_repeated_hours() -> None:
     back = profile_from_status("n", status)
     assert back.slots[3] is None
     slot4 = back.slots[4]
-    assert slot4 is not None and _idle(slot4) == pytest.approx(0.2)
+    assert slot4 is not None and mean_idle(slot4) == pytest.approx(0.2)
 
 
 def test_a_trace_without_hours_has_no_profile() -> None:
@@ -134,8 +131,8 @@ def test_the_forecast_follows_the_hour_and_keeps_the_report() -> None:
     morning = node_forecast(latest, profile, DAY0 + timedelta(hours=6), 2 * 3600)
     evening = node_forecast(latest, profile, DAY0 + timedelta(hours=18), 2 * 3600)
     # 3/4 the hours ahead, 1/4 the latest window.
-    assert _idle(morning) == pytest.approx(0.75 * 0.1 + 0.25 * 0.5)
-    assert _idle(evening) == pytest.approx(0.75 * 0.9 + 0.25 * 0.5)
+    assert mean_idle(morning) == pytest.approx(0.75 * 0.1 + 0.25 * 0.5)
+    assert mean_idle(evening) == pytest.approx(0.75 * 0.9 + 0.25 * 0.5)
     for f in (morning, evening):
         assert f.labels == {"zone": "a"}
         assert f.gpus == latest.gpus

@@ -23,6 +23,7 @@ from gleaner.scheduler import BiasTable
 from gleaner.scheduler.bias import feed as scheduler_feed
 from gleaner.simulator.cluster import ForecastBase, admission_rule
 from gleaner.simulator.cluster_scenario import ClusterScenario
+from gleaner.testing.fixtures import make_placement
 from gleaner.testing.kube import nodetrace_manifest
 
 DAY = datetime(2026, 3, 2, tzinfo=UTC)
@@ -61,15 +62,7 @@ def _windows(seed: int) -> list[float]:
 
 
 def _placement() -> Placement:
-    return Placement(
-        node="a",
-        gpu_indices=[0, 1],
-        compute=0.75,
-        memory=0.8,
-        multi_gpu=1.0,
-        throughput_fraction=0.6,
-        decided_at=DAY,
-    )
+    return make_placement("a", [0, 1], compute=0.75, memory=0.8, fraction=0.6, decided_at=DAY)
 
 
 def _bounds(risk: float | None) -> tuple[float, float]:

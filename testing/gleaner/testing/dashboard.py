@@ -45,6 +45,7 @@ from gleaner.api import (
 )
 from gleaner.dashboard.model import ClusterRecord, ClusterSeries, Point, RecordedReport
 from gleaner.scheduler import EvictionReport, ObservedSummary, PredictedFactors
+from gleaner.testing.fixtures import make_placement
 from gleaner.testing.net import free_port
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -156,15 +157,16 @@ def _job(
 def _placement(
     node: str, gpus: list[int], c: float, m: float, mg: float, at: datetime
 ) -> Placement:
-    return Placement(
-        node=node,
-        gpu_indices=gpus,
-        gpu_uuids=[f"GPU-{node}-{g:04d}" for g in gpus],
+    uuids = [f"GPU-{node}-{g:04d}" for g in gpus]
+    tokens = c * m * mg * 2400
+    return make_placement(
+        node,
+        gpus,
+        uuids=uuids,
         compute=c,
         memory=m,
         multi_gpu=mg,
-        throughput_fraction=c * m * mg,
-        predicted_tokens_per_second=c * m * mg * 2400,
+        tokens_per_second=tokens,
         decided_at=at,
     )
 

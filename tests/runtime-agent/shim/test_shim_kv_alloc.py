@@ -11,7 +11,7 @@ reserved ranges, bytes in use) show what the shim left behind.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,6 @@ CUDA_ERROR_INVALID_VALUE = 1
 BACKED, QUARANTINED = 0, 1
 
 KvFactory = Callable[..., Any]  # conftest.KvProcess (not importable under importlib mode)
-
-
-@pytest.fixture
-def agent(sock_path: Path) -> Iterator[AgentStub]:
-    with AgentStub(sock_path, gate_open=True) as stub:
-        yield stub
 
 
 def _gate(agent: AgentStub, seq: int, enable: bool) -> p.GateAck:

@@ -7,19 +7,10 @@ does, the shim sees them first, and the fake RM behind it answers and logs each 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gleaner.protocol import wire as p
 from gleaner.testing.shim import AgentStub, ShimProcess, wait_until
-
-
-@pytest.fixture
-def agent(sock_path: Path) -> Iterator[AgentStub]:
-    with AgentStub(sock_path, gate_open=True) as stub:
-        yield stub
 
 
 def _setup(sp: ShimProcess) -> dict[str, int]:

@@ -8,7 +8,6 @@ the shared quarantine allocation and which allocations are gone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,12 +31,6 @@ def _state(sp: ShimProcess) -> tuple[dict[int, int], int]:
             va, handle = pair.split(":")
             maps[int(va, 16)] = int(handle, 16)
     return maps, int(r["live"])
-
-
-@pytest.fixture
-def agent(sock_path: Path) -> Iterator[AgentStub]:
-    with AgentStub(sock_path, gate_open=True) as stub:
-        yield stub
 
 
 def _gate_off(agent: AgentStub, seq: int = 1) -> None:
