@@ -8,12 +8,12 @@ simulate:  ## The embedded default: simulate a harvested cluster, write out/repo
 	@scripts/bootstrap.sh --no-apt
 	.venv/bin/gleaner simulate --out out
 
-test:  ## Install what is missing, then ruff, mypy, import-linter and every test
+test:  ## Install what is missing, then ruff check and format, mypy, import-linter, every test
 	scripts/test.sh
 
-lint:  ## ruff, mypy and import-linter only
+lint:  ## ruff check and format --check, mypy and import-linter only
 	@scripts/bootstrap.sh --no-apt
-	.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/lint-imports
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy && .venv/bin/lint-imports
 
 bootstrap:  ## Create .venv and install Gleaner with its dev dependencies
 	scripts/bootstrap.sh

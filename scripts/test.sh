@@ -15,6 +15,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== ruff"
 ruff check .
+ruff format --check .
 echo "== mypy --strict"
 mypy
 echo "== import-linter"

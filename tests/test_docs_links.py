@@ -21,8 +21,22 @@ ROOT = Path(__file__).resolve().parents[1]
 # package, so a new component is covered without editing this list.
 EXTRA_PRODUCT_FOLDERS = ("helm", "examples", "bench", "scripts")
 TEXT_SUFFIXES = {
-    ".py", ".c", ".h", ".md", ".yaml", ".yml", ".tpl", ".txt", ".json", ".sh", ".toml",
-    ".html", ".js", ".css", ".j2", ".cu",
+    ".py",
+    ".c",
+    ".h",
+    ".md",
+    ".yaml",
+    ".yml",
+    ".tpl",
+    ".txt",
+    ".json",
+    ".sh",
+    ".toml",
+    ".html",
+    ".js",
+    ".css",
+    ".j2",
+    ".cu",
 }
 TEXT_NAMES = {"Makefile", "Dockerfile"}
 SKIP_DIRS = {"__pycache__", "build", "dist", ".venv", "node_modules", ".mypy_cache"}

@@ -82,9 +82,8 @@ def test_requests_replay_a_mooncake_file(
     assert replay["format"] == "mooncake" and replay["requests"] == 20
     assert replay["window_s"] == pytest.approx(10.0)
     assert out["node"]["runs"]["gleaner"]["requests"] == 20
-    assert "the replayed Mooncake-format request trace mooncake.jsonl (20 requests)" in (
-        out["verdict"][0]
-    )
+    verdict = out["verdict"][0]
+    assert "the replayed Mooncake-format request trace mooncake.jsonl (20 requests)" in verdict
 
 
 def test_bad_request_traces_are_one_line_and_exit_2(

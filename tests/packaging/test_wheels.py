@@ -41,7 +41,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_GROUP = "vllm.general_plugins"
 PLUGIN_TARGET = "gleaner.vllm_hook.plugin:register"
 COMPONENTS = (
-    "api", "perfmodel", "scheduler", "runtime_agent", "operator", "dashboard", "simulator", "cli",
+    "api",
+    "perfmodel",
+    "scheduler",
+    "runtime_agent",
+    "operator",
+    "dashboard",
+    "simulator",
+    "cli",
     "batch",
 )
 
@@ -61,9 +68,20 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("wheels")
     run(
         [
-            sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-            "--no-index", "--disable-pip-version-check", "-q", "-w", str(out),
-            str(ROOT), str(ROOT / "protocol"), str(ROOT / "vllm-hook"),
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+            str(ROOT / "protocol"),
+            str(ROOT / "vllm-hook"),
         ]
     )
     found = {w.name.split("-", 1)[0].replace("_", "-"): w for w in out.glob("*.whl")}
@@ -114,10 +132,14 @@ def test_hook_and_protocol_wheels_depend_on_nothing_else(wheels: dict[str, Path]
     assert wheel_metadata(wheels["gleaner-protocol"]).get_all("Requires-Dist") is None
     hook_requires = wheel_metadata(wheels["gleaner-vllm-hook"]).get_all("Requires-Dist") or []
     assert [r.replace(" ", "") for r in hook_requires] == ["gleaner-protocol==0.1.0"]
-    assert {f.split("/")[1] for f in wheel_files(wheels["gleaner-vllm-hook"])
-            if f.startswith("gleaner/")} == {"vllm_hook"}
-    assert {f.split("/")[1] for f in wheel_files(wheels["gleaner-protocol"])
-            if f.startswith("gleaner/")} == {"protocol"}
+    assert {
+        f.split("/")[1]
+        for f in wheel_files(wheels["gleaner-vllm-hook"])
+        if f.startswith("gleaner/")
+    } == {"vllm_hook"}
+    assert {
+        f.split("/")[1] for f in wheel_files(wheels["gleaner-protocol"]) if f.startswith("gleaner/")
+    } == {"protocol"}
 
 
 PROBE = f"""
@@ -132,18 +154,24 @@ print(json.dumps({{"feed": plugin._feed is None, "reporter": plugin._reporter is
 
 
 @pytest.mark.slow
-def test_the_hook_installs_alone_into_a_bare_venv(
-    wheels: dict[str, Path], tmp_path: Path
-) -> None:
+def test_the_hook_installs_alone_into_a_bare_venv(wheels: dict[str, Path], tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
     python = venv / "bin" / "python"
     wheel_dir = wheels["gleaner-vllm-hook"].parent
     run(
         [
-            str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-            "--no-index", "--find-links", str(wheel_dir),
-            str(wheels["gleaner-protocol"]), str(wheels["gleaner-vllm-hook"]),
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--find-links",
+            str(wheel_dir),
+            str(wheels["gleaner-protocol"]),
+            str(wheels["gleaner-vllm-hook"]),
         ]
     )
     listed = json.loads(
@@ -168,8 +196,9 @@ def test_vllm_plugin_entry_point_is_declared_by_the_hook_distribution() -> None:
     assert eps[0].value == PLUGIN_TARGET
     assert eps[0].dist is not None and eps[0].dist.name == "gleaner-vllm-hook"
     for dist in ("gleaner", "gleaner-protocol", "gleaner-testing"):
-        declared = [ep for ep in metadata.distribution(dist).entry_points
-                    if ep.group == PLUGIN_GROUP]
+        declared = [
+            ep for ep in metadata.distribution(dist).entry_points if ep.group == PLUGIN_GROUP
+        ]
         assert declared == [], dist
 
 
@@ -247,9 +276,18 @@ def test_the_wheel_alone_runs_the_gate_without_the_checkout(
     python = venv / "bin" / "python"
     run(
         [
-            sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-            "--no-index", "--disable-pip-version-check",
-            str(wheels["gleaner"]), str(wheels["gleaner-protocol"]),
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            str(wheels["gleaner"]),
+            str(wheels["gleaner-protocol"]),
         ]
     )
     (site,) = (venv / "lib").glob("python3.*/site-packages")
@@ -259,9 +297,7 @@ def test_the_wheel_alone_runs_the_gate_without_the_checkout(
     (site / "_dev_dependencies.pth").write_text(f"{dev_site}\n")
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GLEANER_", "PYTHON"))}
-    probe = json.loads(
-        run([str(python), "-I", "-c", GATE_PROBE], env=env, cwd=tmp_path).stdout
-    )
+    probe = json.loads(run([str(python), "-I", "-c", GATE_PROBE], env=env, cwd=tmp_path).stdout)
     assert not [p for p in probe["path"] if p.startswith(str(ROOT)) and ".venv" not in p]
     assert Path(probe["binding"]).is_relative_to(site)
     assert Path(probe["library"]) == site / NATIVE_PATH
@@ -269,8 +305,7 @@ def test_the_wheel_alone_runs_the_gate_without_the_checkout(
     assert (probe["enabled"], probe["busy"], probe["preemptions"]) == (False, True, 1)
 
     done = run(
-        [str(venv / "bin" / "gleaner"), "simulate", "--quick", "--no-progress", "--format",
-         "json"],
+        [str(venv / "bin" / "gleaner"), "simulate", "--quick", "--no-progress", "--format", "json"],
         env=env,
         cwd=tmp_path,
     )

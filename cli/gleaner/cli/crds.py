@@ -116,8 +116,7 @@ def _validate(paths: tuple[str, ...], output_format: str) -> None:
     "--validate",
     "validate",
     is_flag=True,
-    help="Validate the OfflineJob/NodeTrace/NodeHistory objects in FILES through the CRD "
-    "schemas.",
+    help="Validate the OfflineJob/NodeTrace/NodeHistory objects in FILES through the CRD schemas.",
 )
 @click.option(
     "--format",

@@ -143,9 +143,7 @@ def render(table: spec.Table = spec.TABLE) -> str:
             " GL_PROTO_STRUCTS(X) X(type) for each struct."
         )
     )
-    lines.extend(
-        _x_macro("GL_PROTO_CONSTANTS", [c.name for g in table.groups() for c in g.items])
-    )
+    lines.extend(_x_macro("GL_PROTO_CONSTANTS", [c.name for g in table.groups() for c in g.items]))
     lines.extend(_x_macro("GL_PROTO_STRUCTS", names))
     lines.extend(["", "#endif /* GLEANER_PROTO_H */", ""])
     return "\n".join(lines)

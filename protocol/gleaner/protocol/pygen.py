@@ -139,10 +139,10 @@ class _Gen:
             return "tuple[str, ...]"
         if f.kind == "local":
             return "int | None"
+        if f.kind == "tail" and self.is_record(f.of):
+            return f"tuple[{self.record(f.of).name}, ...]"
         if f.kind == "tail":
-            return f"tuple[{self.record(f.of).name}, ...]" if self.is_record(f.of) else (
-                "tuple[int, ...]"
-            )
+            return "tuple[int, ...]"
         if f.kind in self.enums:
             return f.kind
         raise ValueError(f"{f.name}: unknown kind {f.kind!r}")
@@ -561,15 +561,17 @@ class _Gen:
             if lay is not None and lay.base:
                 if lay.base not in done_bases:
                     done_bases.add(lay.base)
-                    body += self.message_class(lay.base, "Message", m.name, lay.base_doc, sh,
-                                               size, lay)
+                    body += self.message_class(
+                        lay.base, "Message", m.name, lay.base_doc, sh, size, lay
+                    )
                     public.append(lay.base)
                 body += ["", "", "@dataclass(frozen=True)", f"class {cls}({lay.base}):"]
                 body += _doc("    ", m.doc or m.summary)
                 body += ["", f"    TYPE: ClassVar[MsgType] = MsgType.{m.name}"]
             else:
-                body += self.message_class(cls, "Message", m.name, m.doc or m.summary, sh, size,
-                                           lay)
+                body += self.message_class(
+                    cls, "Message", m.name, m.doc or m.summary, sh, size, lay
+                )
             public.append(cls)
         # tables
         body += ["", "", "# --- Tables " + "-" * 77, ""]
