@@ -67,8 +67,10 @@ def main(argv: list[str]) -> int:
     if args.quick:
         args.jobs, args.nodes = 50, 10
     rng = random.Random(args.seed)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-operator-"))
-    with KubeEmulator(workdir) as kube:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-operator-") as workdir,
+        KubeEmulator(Path(workdir)) as kube,
+    ):
         api = KubeApi(kube)
         for i in range(args.nodes):
             enabled = [round(rng.uniform(0.5, 0.97), 3) for _ in range(8)]
