@@ -1,6 +1,6 @@
 """Fixtures shared by the shim, protocol and vLLM hook tests: the C shim built once per
-session (``shim_build``) and a Unix-socket path short enough for ``sun_path``
-(``sock_path``).
+session (``shim_build``), a Unix-socket path short enough for ``sun_path`` (``sock_path``)
+and a stub agent listening there (``agent``).
 
 Hypothesis: under CI (``CI`` set) the property tests draw a fixed sequence of examples
 (``derandomize``), so a landing is judged on the same cases every time; on a developer's
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from gleaner.testing.shim import build_shim
+from gleaner.testing.shim import AgentStub, build_shim
 
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
@@ -41,3 +41,10 @@ def sock_path(shim_build: Path) -> Iterator[Path]:
         yield d / "agent.sock"
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def agent(sock_path: Path) -> Iterator[AgentStub]:
+    """A stub agent listening on ``sock_path``, its gate open until a test closes it."""
+    with AgentStub(sock_path, gate_open=True) as stub:
+        yield stub

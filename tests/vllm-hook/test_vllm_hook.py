@@ -6,10 +6,7 @@ reproduces the scheduler surface the hook uses (see its docstring and docs/shim.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gleaner.protocol import wire as p
 from gleaner.testing import vllm_fake as v
@@ -110,12 +107,6 @@ def test_plugin_is_opt_in() -> None:
     assert plugin.enabled({"GLEANER_ROLE": "online"})  # ONLINE_MEMORY reporting
     assert not plugin.enabled({"GLEANER_ROLE": "offline", "GLEANER_VLLM_HOOK": "0"})
     assert plugin.enabled({"GLEANER_ROLE": "offline"})
-
-
-@pytest.fixture
-def agent(sock_path: Path) -> Iterator[AgentStub]:
-    with AgentStub(sock_path) as stub:
-        yield stub
 
 
 def test_feed_receives_invalidations_from_the_agent(agent: AgentStub, sock_path: Path) -> None:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,6 @@ from gleaner.vllm_hook.feed import InvalidationFeed, gpu_identity
 from gleaner.vllm_hook.pages import PageTable, RequestBlocks
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
-
-
-@pytest.fixture
-def agent(sock_path: Path) -> Iterator[AgentStub]:
-    with AgentStub(sock_path) as stub:
-        yield stub
 
 
 def _snap(tokens: int) -> memory.Snapshot:

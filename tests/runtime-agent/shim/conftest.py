@@ -1,6 +1,6 @@
 """Fixtures for the shim tests: a Python process that drives the shim's exported KV-cache
-allocator through ctypes (:class:`KvProcess`), and a stub agent whose gate starts open
-(``agent``). ``shim_build`` and ``sock_path`` come from tests/conftest.py."""
+allocator through ctypes (:class:`KvProcess`). ``shim_build``, ``sock_path`` and ``agent``
+come from tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gleaner.testing.shim import AgentStub, PreloadedPython
+from gleaner.testing.shim import PreloadedPython
 
 # Runs in the child: `python -c DRIVER` with the shim LD_PRELOADed and the fake libcuda
 # named by GLEANER_LIBCUDA. One JSON command per stdin line, one JSON reply per line.
@@ -125,10 +125,3 @@ def kv_process(tmp_path: Path, sock_path: Path) -> Iterator[Callable[..., KvProc
     yield make
     for kp in made:
         kp.close()
-
-
-@pytest.fixture
-def agent(sock_path: Path) -> Iterator[AgentStub]:
-    """A stub agent listening on ``sock_path``, its gate open until a test closes it."""
-    with AgentStub(sock_path, gate_open=True) as stub:
-        yield stub
