@@ -11,7 +11,6 @@ hold no refused call.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from gleaner.operator.rbac import BATCH_API_RULES, OPERATOR_RULES
-from gleaner.testing.controlplane import ControlPlane, apply, get_json
+from gleaner.testing.controlplane import ControlPlane, apply, apply_nodetrace, get_json
 from gleaner.testing.controlplane import poll as wait_for
 from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest, refused_lines
 from gleaner.testing.net import free_port
@@ -102,13 +101,7 @@ def test_a_batch_submitted_with_openai_is_placed_by_the_operator_and_cancelled(
     control_plane: ControlPlane, namespace: str, batch_api: tuple[str, ManagedProcess]
 ) -> None:
     url, operator = batch_api
-    trace = nodetrace_manifest("gpu-a", gpus=8, offline_enabled=0.9)
-    status = trace.pop("status")
-    apply(control_plane, trace)
-    control_plane.kubectl(
-        "patch", "nt", "gpu-a", "--subresource=status", "--type=merge",
-        "-p", json.dumps({"status": status}),
-    )  # fmt: skip
+    apply_nodetrace(control_plane, nodetrace_manifest("gpu-a", gpus=8, offline_enabled=0.9))
     apply(
         control_plane,
         {

@@ -36,6 +36,7 @@ from gleaner.testing.controlplane import (
     ControlPlane,
     ControlPlaneUnavailableError,
     GpuNode,
+    apply_nodetrace,
     find_binary,
     get_json,
 )
@@ -287,13 +288,7 @@ def run_operator_and_agent(plane: ControlPlane, deployment: dict[str, Any], work
     job on one of them, KWOK runs its Pod, and deleting the job deletes the Pod."""
     plane.kubectl("create", "namespace", JOB_NAMESPACE)
     plane.wait_service_account(JOB_NAMESPACE)
-    trace = nodetrace_manifest("gpu-a", gpus=8, offline_enabled=0.9)
-    status = trace.pop("status")
-    plane.kubectl("create", "-f", "-", input=json.dumps(trace))
-    plane.kubectl(
-        "patch", "nt", "gpu-a", "--subresource=status", "--type=merge",
-        "-p", json.dumps({"status": status}),
-    )  # fmt: skip
+    apply_nodetrace(plane, nodetrace_manifest("gpu-a", gpus=8, offline_enabled=0.9))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "KUBERNETES_SERVICE_HOST": ""}
     agent = ManagedProcess(
         "gleaner-agent",

@@ -17,7 +17,6 @@ watch with 400 (``strconv.ParseInt``), so the operator stopped at its first watc
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ import pytest
 import yaml
 
 from gleaner.operator.rbac import OPERATOR_RULES
-from gleaner.testing.controlplane import ControlPlane, apply, get_json
+from gleaner.testing.controlplane import ControlPlane, apply, apply_nodetrace, get_json
 from gleaner.testing.controlplane import poll as wait_for
 from gleaner.testing.kube import (
     FAST_OPERATOR_FLAGS,
@@ -151,12 +150,7 @@ def test_the_operator_binds_a_job_that_kwok_runs_and_deletes_it_with_chart_rbac(
     # may have left one that would out-score gpu-a. This test is about gpu-a alone.
     control_plane.kubectl("delete", "nt", "--all", "--wait=true")
     trace = nodetrace_manifest("gpu-a", gpus=8, offline_enabled=0.9)
-    status = trace.pop("status")
-    apply(control_plane, trace)
-    control_plane.kubectl(
-        "patch", "nt", "gpu-a", "--subresource=status", "--type=merge",
-        "-p", json.dumps({"status": status}),
-    )  # fmt: skip
+    apply_nodetrace(control_plane, trace)
     apply(control_plane, offlinejob_manifest("llama", namespace=namespace, sla=0.5))
 
     def job() -> dict[str, Any]:
@@ -186,7 +180,7 @@ def test_the_operator_binds_a_job_that_kwok_runs_and_deletes_it_with_chart_rbac(
     (gpu,) = placement["gpuIndices"]
     assert pod["metadata"]["annotations"]["gleaner.dev/gpus"] == str(gpu)
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == status["gpus"][gpu]["uuid"]  # the NodeTrace's
+    assert env["NVIDIA_VISIBLE_DEVICES"] == trace["status"]["gpus"][gpu]["uuid"]  # the NodeTrace's
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == (
         "OfflineJob",

@@ -22,6 +22,7 @@ from gleaner.testing.controlplane import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     ControlPlane,
+    apply_nodetrace,
     get_json,
     poll,
 )
@@ -199,14 +200,9 @@ def test_kubectl_get_nt_shows_the_printer_columns(
     control_plane: ControlPlane, gleaner_crds: list[str]
 ) -> None:
     trace = nodetrace_manifest("gpu-b", gpus=2, offline_enabled=0.75)
-    status = trace.pop("status")
     trace["metadata"]["name"] = "gpu-b-columns"
-    control_plane.kubectl("create", "-f", "-", input=json.dumps(trace))
     try:
-        control_plane.kubectl(
-            "patch", "nt", "gpu-b-columns", "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": status}),
-        )  # fmt: skip
+        apply_nodetrace(control_plane, trace)
         header, *rows = table(control_plane.kubectl("get", "nt", "gpu-b-columns").stdout)
         assert header == [
             "NAME", "NODE", "GPUS", "IDLE", "MEM-P10", "OFFLINE-JOBS", "LAST-REPORT", "AGE",

@@ -43,7 +43,8 @@ Contract.
   Together with a restarted API server these make a client's next watch from an older
   ``resourceVersion`` end in ``410 Gone`` on demand.
 - Helpers for tests that drive the plane through kubectl: ``apply(plane, *docs)`` applies
-  documents (one List), ``get_json(plane, *args)`` is ``kubectl get ... -o json`` or None,
+  documents (one List), ``apply_nodetrace(plane, manifest)`` writes a NodeTrace and then
+  its status, ``get_json(plane, *args)`` is ``kubectl get ... -o json`` or None,
   and ``poll(check, what, timeout)`` waits for a truthy value (an exception in ``check``
   is not swallowed: a test that sees its operator exit says so at once).
 - ``stop()`` stops every process (SIGTERM to its group, SIGKILL after a grace period;
@@ -671,6 +672,19 @@ def apply(plane: ControlPlane, *docs: Mapping[str, Any]) -> None:
     plane.kubectl(
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
     )
+
+
+def apply_nodetrace(plane: ControlPlane, manifest: Mapping[str, Any]) -> None:
+    """Write a NodeTrace with kubectl: the object (``kubectl apply``), then its status through
+    the status subresource, which a write of the object itself leaves out."""
+    trace = dict(manifest)
+    status = trace.pop("status", None)
+    apply(plane, trace)
+    if status is not None:
+        plane.kubectl(
+            "patch", "nt", str(trace["metadata"]["name"]), "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": status}),
+        )  # fmt: skip
 
 
 def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
