@@ -11,8 +11,6 @@ hold no refused call.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,9 +20,15 @@ import pytest
 import yaml
 
 from gleaner.operator.rbac import BATCH_API_RULES, OPERATOR_RULES
-from gleaner.testing.controlplane import ControlPlane, apply, apply_nodetrace, get_json
+from gleaner.testing.controlplane import (
+    ControlPlane,
+    apply,
+    apply_nodetrace,
+    get_json,
+    running_operator_process,
+)
 from gleaner.testing.controlplane import poll as wait_for
-from gleaner.testing.kube import FAST_OPERATOR_FLAGS, nodetrace_manifest, refused_lines
+from gleaner.testing.kube import nodetrace_manifest, refused_lines
 from gleaner.testing.net import free_port
 from gleaner.testing.openai_engine import batch_api_spec
 from gleaner.testing.processes import ManagedProcess
@@ -79,22 +83,15 @@ def batch_api(
         ACCOUNT, ACCOUNT_NAMESPACE, tmp_path / "operator.kubeconfig"
     )
     port = free_port()
-    process = ManagedProcess(
-        "gleaner-operator",
-        [
-            sys.executable, "-m", "gleaner.cli.main", "operator", *FAST_OPERATOR_FLAGS,
-            "--standalone", f"--http-port={free_port()}", "--http-host=127.0.0.1",
-            f"--batch-api-port={port}", f"--batch-api-dir={tmp_path / 'files'}",
-            f"--batch-api-url=http://gleaner-operator.{ACCOUNT_NAMESPACE}.svc:{port}",
-        ],
+    with running_operator_process(
+        kubeconfig,
         tmp_path / "operator.log",
-        env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"},
-    ).start()  # fmt: skip
-    try:
+        "--standalone",
+        f"--batch-api-port={port}",
+        f"--batch-api-dir={tmp_path / 'files'}",
+        f"--batch-api-url=http://gleaner-operator.{ACCOUNT_NAMESPACE}.svc:{port}",
+    ) as process:
         yield f"http://127.0.0.1:{port}", process
-    finally:
-        process.stop(grace=15)
-        print(process.log()[-6000:])  # shown by pytest only when the test failed
 
 
 def test_a_batch_submitted_with_openai_is_placed_by_the_operator_and_cancelled(

@@ -17,8 +17,6 @@ watch with 400 (``strconv.ParseInt``), so the operator stopped at its first watc
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,15 +25,19 @@ import pytest
 import yaml
 
 from gleaner.operator.rbac import OPERATOR_RULES
-from gleaner.testing.controlplane import ControlPlane, apply, apply_nodetrace, get_json
+from gleaner.testing.controlplane import (
+    ControlPlane,
+    apply,
+    apply_nodetrace,
+    get_json,
+    running_operator_process,
+)
 from gleaner.testing.controlplane import poll as wait_for
 from gleaner.testing.kube import (
-    FAST_OPERATOR_FLAGS,
     nodetrace_manifest,
     offlinejob_manifest,
     refused_lines,
 )
-from gleaner.testing.net import free_port
 from gleaner.testing.processes import ManagedProcess
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -119,20 +121,8 @@ def operator(
         },
     )
     kubeconfig = operator_kubeconfig(control_plane, tmp_path / "operator.kubeconfig")
-    process = ManagedProcess(
-        "gleaner-operator",
-        [
-            sys.executable, "-m", "gleaner.cli.main", "operator", *FAST_OPERATOR_FLAGS,
-            f"--http-port={free_port()}", "--http-host=127.0.0.1",
-        ],
-        tmp_path / "operator.log",
-        env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"},
-    ).start()  # fmt: skip
-    try:
+    with running_operator_process(kubeconfig, tmp_path / "operator.log") as process:
         yield process
-    finally:
-        process.stop(grace=15)
-        print(process.log()[-6000:])  # shown by pytest only when the test failed
 
 
 def test_the_api_server_refuses_a_fractional_timeout(control_plane: ControlPlane) -> None:

@@ -29,9 +29,16 @@ import pytest
 from gleaner.api.contract import LABEL_JOB
 from gleaner.runtime_agent.podresources import ContainerDevices
 from gleaner.runtime_agent.simulated import synthetic_inventory
-from gleaner.testing.controlplane import GPU_PRODUCT_LABEL, ControlPlane, apply, get_json, poll
+from gleaner.testing.controlplane import (
+    GPU_PRODUCT_LABEL,
+    ControlPlane,
+    apply,
+    get_json,
+    poll,
+    running_operator_process,
+)
 from gleaner.testing.controlplane_plugin import GPU_NODES
-from gleaner.testing.kube import FAST_OPERATOR_FLAGS, offlinejob_manifest
+from gleaner.testing.kube import offlinejob_manifest
 from gleaner.testing.net import free_port
 from gleaner.testing.podresources import FakePodResources
 from gleaner.testing.processes import ManagedProcess
@@ -141,24 +148,10 @@ def operator(
         },
     )
     port = free_port()
-    process = ManagedProcess(
-        "gleaner-operator",
-        [
-            sys.executable, "-m", "gleaner.cli.main", "operator", *FAST_OPERATOR_FLAGS,
-            f"--http-port={port}", "--http-host=127.0.0.1",
-        ],
-        tmp_path / "operator.log",
-        env={
-            **os.environ,
-            "KUBECONFIG": str(control_plane.admin_kubeconfig),
-            "PYTHONUNBUFFERED": "1",
-        },
-    ).start()  # fmt: skip
-    try:
+    with running_operator_process(
+        control_plane.admin_kubeconfig, tmp_path / "operator.log", http_port=port
+    ) as process:
         yield process, port
-    finally:
-        process.stop(grace=15)
-        print(process.log()[-6000:])
 
 
 def test_no_offline_job_goes_on_the_gpu_of_an_uninstrumented_deployment(

@@ -47,6 +47,8 @@ Contract.
   its status, ``get_json(plane, *args)`` is ``kubectl get ... -o json`` or None,
   and ``poll(check, what, timeout)`` waits for a truthy value (an exception in ``check``
   is not swallowed: a test that sees its operator exit says so at once).
+  ``running_operator_process(kubeconfig, log, *args)`` runs ``gleaner operator`` against the
+  plane for the length of a ``with`` block.
 - ``stop()`` stops every process (SIGTERM to its group, SIGKILL after a grace period;
   reverse start order; safe to call twice). ``diagnostics()`` gives each process's
   command, state, log path and last log lines.
@@ -57,15 +59,17 @@ Everything listens on 127.0.0.1 only. Nothing here knows Gleaner's resources.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -685,6 +689,32 @@ def apply_nodetrace(plane: ControlPlane, manifest: Mapping[str, Any]) -> None:
             "patch", "nt", str(trace["metadata"]["name"]), "--subresource=status",
             "--type=merge", "-p", json.dumps({"status": status}),
         )  # fmt: skip
+
+
+@contextlib.contextmanager
+def running_operator_process(
+    kubeconfig: Path, log: Path, *args: str, http_port: int | None = None
+) -> Iterator[ManagedProcess]:
+    """``gleaner operator`` with the tests' fast flags (``FAST_OPERATOR_FLAGS``) and ``args``,
+    as the user of ``kubeconfig``, its HTTP server on 127.0.0.1 (``http_port``, or a free
+    one). Stopped on exit, its log's tail printed (pytest shows it when the test failed)."""
+    from gleaner.testing.kube import FAST_OPERATOR_FLAGS
+
+    port = free_port() if http_port is None else http_port
+    process = ManagedProcess(
+        "gleaner-operator",
+        [
+            sys.executable, "-m", "gleaner.cli.main", "operator", *FAST_OPERATOR_FLAGS,
+            f"--http-port={port}", "--http-host=127.0.0.1", *args,
+        ],
+        log,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"},
+    ).start()  # fmt: skip
+    try:
+        yield process
+    finally:
+        process.stop(grace=15)
+        print(process.log()[-6000:])
 
 
 def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
