@@ -44,8 +44,6 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(30
 
 T = TypeVar("T")
 
-REPO = Path(__file__).resolve().parents[2]
-KOPF_CRDS = REPO / "helm" / "gleaner" / "files" / "kopf"
 ACCOUNT_NAMESPACE = "gleaner-system"
 ACCOUNT = "gleaner-operator"
 
@@ -105,13 +103,8 @@ def operator_kubeconfig(plane: ControlPlane, path: Path) -> Path:
 
 @pytest.fixture
 def operator(
-    control_plane: ControlPlane, gleaner_crds: list[str], tmp_path: Path
+    control_plane: ControlPlane, gleaner_crds: list[str], kopf_crds: list[str], tmp_path: Path
 ) -> Iterator[ManagedProcess]:
-    control_plane.kubectl("apply", *(f"--filename={p}" for p in sorted(KOPF_CRDS.glob("*.yaml"))))
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev",
-    )  # fmt: skip
     apply(
         control_plane,
         {
