@@ -24,7 +24,9 @@ from gleaner.operator.config import DEFAULT_RISK_TARGET, OperatorConfig
 from gleaner.operator.placement import plan_placements
 from gleaner.operator.traces import FORECAST_HORIZON_S, summaries_from_nodetraces
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H
+from gleaner.scheduler import SchedulerConfig
 from gleaner.scheduler.bias import BiasConfig, BiasTable
+from gleaner.scheduler.lifecycle import DEFAULT_MOVE_HORIZON_H
 from gleaner.simulator.cluster_scenario import ClusterScenario
 from gleaner.testing.fixtures import make_placement, make_queued_job
 from gleaner.testing.kube import nodetrace_manifest
@@ -162,3 +164,15 @@ def test_the_operator_admits_with_the_simulators_risk_target() -> None:
 def test_the_operator_admits_over_the_simulators_horizon() -> None:
     assert ClusterScenario.model_fields["forecast_horizon_h"].default == ADMISSION_HORIZON_H
     assert FORECAST_HORIZON_S == ADMISSION_HORIZON_H * 3600
+
+
+def test_the_operator_moves_and_scores_by_the_simulators_defaults() -> None:
+    from gleaner.api.units import parse_duration
+    from gleaner.cli.operator import command
+
+    (flag,) = [p for p in command.params if p.name == "move_horizon"]
+    assert isinstance(flag.default, str)
+    assert parse_duration(flag.default) == DEFAULT_MOVE_HORIZON_H * 3600
+    assert OperatorConfig().move_horizon == DEFAULT_MOVE_HORIZON_H * 3600
+    assert ClusterScenario.model_fields["move_horizon_h"].default == DEFAULT_MOVE_HORIZON_H
+    assert ClusterScenario.model_fields["sla_margin"].default == SchedulerConfig().sla_margin

@@ -14,6 +14,7 @@ import pytest
 from gleaner.operator.placement import plan_placements
 from gleaner.operator.tracecache import HistoryCache
 from gleaner.operator.traces import HourProfiles, summaries_from_nodetraces, with_histories
+from gleaner.perfmodel.admission import ADMISSION_HORIZON_H
 from gleaner.perfmodel.diurnal import DiurnalProfile, hour_of, is_weekend
 from gleaner.perfmodel.hours import (
     node_forecast,
@@ -48,8 +49,10 @@ def test_the_pass_predicts_from_the_hours_ahead() -> None:
     plain = nodetrace_manifest("b", gpus=2, offline_enabled=0.9)
     at_night = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=2))
     at_noon = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=12))
-    # From 14:00 the 12 h horizon runs into the busy hours after midnight: its busiest hour.
-    at_two = summaries_from_nodetraces([obj, plain], DAY + timedelta(hours=14))
+    # Two hours before the horizon's end is midnight, the horizon runs into the busy hours
+    # after it: they are its busiest.
+    late = DAY + timedelta(hours=24 - ADMISSION_HORIZON_H + 2)
+    at_two = summaries_from_nodetraces([obj, plain], late)
     latest = summaries_from_nodetraces([obj, plain])
     assert mean_idle(latest["a"]) == pytest.approx(0.9)
     assert mean_idle(at_night["a"]) == pytest.approx(0.75 * 0.2 + 0.25 * 0.9)

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from gleaner.perfmodel import ModelConfig, predict
-from gleaner.scheduler import BiasConfig, BiasTable, ClusterState, JobRequest, schedule
+from gleaner.scheduler import (
+    BiasConfig,
+    BiasTable,
+    ClusterState,
+    JobRequest,
+    SchedulerConfig,
+    schedule,
+)
 from gleaner.testing.scheduling import simple_profile, synthetic_node
 
 PROFILE = simple_profile()
@@ -62,14 +69,15 @@ def test_scheduler_stops_placing_an_sla_the_node_cannot_meet() -> None:
     }
     job = JobRequest("ns/j", PROFILE, 2, 0.7, job_class="llm")
     table = BiasTable()
-    first = schedule([job], ClusterState(nodes, bias=table)).placements[0]
+    best_fit = SchedulerConfig(sla_margin=0.0)  # least surplus decides, no margin preferred
+    first = schedule([job], ClusterState(nodes, bias=table), best_fit).placements[0]
     assert first.node == "slow"  # best fit by the uncorrected model (least surplus)
     raw = first.prediction.throughput_fraction
     for _ in range(10):
         table.observe("slow", "llm", TRUE_RATIO * raw, raw)
-    again = schedule([job], ClusterState(nodes, bias=table)).placements[0]
+    again = schedule([job], ClusterState(nodes, bias=table), best_fit).placements[0]
     assert again.node == "steady"
     assert again.throughput_fraction >= job.sla
     # A job the slow node can still serve after correction keeps going there.
     easy = JobRequest("ns/easy", PROFILE, 2, 0.5, job_class="llm")
-    assert schedule([easy], ClusterState(nodes, bias=table)).placements[0].node == "slow"
+    assert schedule([easy], ClusterState(nodes, bias=table), best_fit).placements[0].node == "slow"

@@ -13,6 +13,7 @@ from gleaner.api import OfflineJob
 from gleaner.perfmodel import JobProfile, ModelConfig, predict
 from gleaner.perfmodel.summary import NodeSummary
 from gleaner.scheduler import (
+    DEFAULT_SLA_MARGIN,
     BiasTable,
     ClusterState,
     JobRequest,
@@ -74,8 +75,20 @@ def test_best_fit_keeps_strong_nodes_free() -> None:
         "strong": synthetic_node("strong", [0.05], []),
         "weak": synthetic_node("weak", [0.55], []),
     }
-    result = schedule([JobRequest("ns/j", PROFILE, 1, 0.4)], ClusterState(nodes))
+    best_fit = SchedulerConfig(sla_margin=0.0)
+    result = schedule([JobRequest("ns/j", PROFILE, 1, 0.4)], ClusterState(nodes), best_fit)
     assert result.placements[0].node == "weak"
+
+
+def test_the_default_margin_prefers_a_node_with_headroom_over_the_edge() -> None:
+    nodes = {
+        "strong": synthetic_node("strong", [0.05], []),
+        "edge": synthetic_node("edge", [0.55], []),
+    }
+    # The edge node's prediction (0.45) is within the default margin of the SLA (0.4).
+    result = schedule([JobRequest("ns/j", PROFILE, 1, 0.4)], ClusterState(nodes))
+    assert result.placements[0].node == "strong"
+    assert result.placements[0].throughput_fraction >= 0.4 + DEFAULT_SLA_MARGIN
 
 
 def test_reasons_grouped_per_node_class_like_kube_scheduler() -> None:

@@ -17,7 +17,11 @@ import click
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
 from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail, parse_risk_target
-from gleaner.operator.config import DEFAULT_RISK_TARGET, DEFAULT_STATE_NAMESPACE
+from gleaner.operator.config import (
+    DEFAULT_MOVE_HORIZON_H,
+    DEFAULT_RISK_TARGET,
+    DEFAULT_STATE_NAMESPACE,
+)
 
 if TYPE_CHECKING:
     from gleaner.operator.config import ProfilingPool
@@ -263,7 +267,7 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
 )
 @click.option(
     "--move-horizon",
-    default="2h",
+    default=f"{DEFAULT_MOVE_HORIZON_H:g}h",
     show_default=True,
     help="How far ahead a running job's node must still admit it; else it is moved.",
 )

@@ -17,7 +17,8 @@ from typing import Any
 # The one value (perfmodel's, also the simulator's default), re-exported for the CLI.
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET as DEFAULT_RISK_TARGET
 from gleaner.scheduler.bias import BiasConfig
-from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, DEFAULT_MOVE_HORIZON_H
+from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS
+from gleaner.scheduler.lifecycle import DEFAULT_MOVE_HORIZON_H as DEFAULT_MOVE_HORIZON_H
 from gleaner.scheduler.monitor import SLAMonitorConfig
 from gleaner.scheduler.risk import AdmissionRisk
 

@@ -43,9 +43,11 @@ SLA_EPS = 1e-12
 DEFAULT_RISK_TARGET = 0.9
 """The probability a window's online load must stay under the admission forecast with (the
 load spread of ``worst_hours``): the simulator's default ``risk_target`` and the operator's."""
-ADMISSION_HORIZON_H = 12.0
+ADMISSION_HORIZON_H = 7.0
 """The hours ahead a placement is admitted over (``worst_hours``): the simulator's default
-``forecast_horizon_h`` and the operator's."""
+``forecast_horizon_h`` and the operator's. Seven hours, not a whole run: a job that would
+not meet a later peak is moved before it (``gleaner.scheduler.move``), so a longer horizon
+only keeps GPUs idle at quiet hours (docs/benchmarks.md, "The throughput SLA")."""
 SPREAD_KEPT = 512
 """Past windows' busy ratios a :class:`LoadSpread` keeps per node (four times as many
 cluster-wide)."""

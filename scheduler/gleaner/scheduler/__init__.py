@@ -34,7 +34,12 @@ from gleaner.scheduler.cluster import (
     occupied_from_summaries,
     stale_nodes,
 )
-from gleaner.scheduler.config import DEFAULT_FILTERS, DEFAULT_SCORES, SchedulerConfig
+from gleaner.scheduler.config import (
+    DEFAULT_FILTERS,
+    DEFAULT_SCORES,
+    DEFAULT_SLA_MARGIN,
+    SchedulerConfig,
+)
 from gleaner.scheduler.explain import NodeExplanation, Rule, placed_message
 from gleaner.scheduler.job import JOB_CLASS_LABEL, JobRequest, order_key, queue_order
 from gleaner.scheduler.monitor import (
@@ -73,6 +78,7 @@ SLAState = SLAHistory
 __all__ = [
     "DEFAULT_FILTERS",
     "DEFAULT_SCORES",
+    "DEFAULT_SLA_MARGIN",
     "FILTERS",
     "JOB_CLASS_LABEL",
     "NO_WINDOW_REASON",

@@ -40,6 +40,9 @@ DEFAULT_FILTERS: tuple[str, ...] = DEFAULT_NODE_FILTERS + DEFAULT_SET_FILTERS
 DEFAULT_SCORES: Mapping[str, float] = MappingProxyType(
     {"SLAFit": 1.0, "KeepAligned": 1.0, "PackNodes": 1.0}
 )
+DEFAULT_SLA_MARGIN = 0.15
+"""SLAFit's default margin: placements admitted within 0.15 of their SLA miss far more
+windows than the others (docs/benchmarks.md, "The throughput SLA")."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class SchedulerConfig:
     8-GPU node has at most 255 sets of all sizes together, so it is never cut)."""
     sla_step: float = 0.1
     """Queue order buckets SLAs by this step so that priority decides among similar ones."""
-    sla_margin: float = 0.0
+    sla_margin: float = DEFAULT_SLA_MARGIN
     """SLAFit: a set predicted less than this above the job's SLA scores 0, so a set with
     that much margin is preferred to a best fit at the edge (0: best fit only)."""
     explain: bool = True

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET
+from gleaner.scheduler.config import DEFAULT_SLA_MARGIN
 from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, DEFAULT_MOVE_HORIZON_H
 from gleaner.scheduler.monitor import SLAMonitorConfig
 from gleaner.simulator.workload import OUTPUT_TOKENS_MEAN, PROMPT_TOKENS_MEAN
@@ -200,7 +201,7 @@ class ClusterScenario(BaseModel):
         default=300.0, ge=0, description="What a move costs: seconds the job makes nothing."
     )
     sla_margin: float = Field(
-        default=0.0,
+        default=DEFAULT_SLA_MARGIN,
         ge=0,
         lt=1,
         description="The scheduler's SLAFit margin (SchedulerConfig.sla_margin) for every "
