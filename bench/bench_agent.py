@@ -24,13 +24,15 @@ the idle edge, next busy). Two paths, same agent, same shim:
 
 Measured, per run: reaction = the busy edge's ``CLOCK_MONOTONIC`` time (taken before the
 bump and the frame) → the fake RM's timestamp of the disable control (``ns=`` in its log,
-the same clock): the whole path to the control that stops the GPU's channel group, short
-of the GPU itself; the agent's CPU (utime + stime from /proc over the interval, as a share
-of one core, and per online cycle); busy edges that found the gate still closed (the
-re-enable came late; no disable needed) — a disable counts only for an edge that found the
-gate open and while it stayed open (:func:`reactions`). The online side here is Python
-(ctypes for the futex), slower than the shim's C, so the native figures bound the shim's
-from above.
+the same clock, stamped as its ioctl enters the fake RM): the whole path to the control that
+stops the GPU's channel group, short of the GPU itself; the agent's CPU (utime + stime from
+/proc over the interval, as a share of one core, and per online cycle); the offline
+process's CPU the same way (its watch and control threads, plus the fake RM's log line per
+control: the native paths move work there, so the trade-off is shown); busy edges that
+found the gate still closed (the re-enable came late; no disable needed) — a disable counts
+only for an edge that found the gate open and while it stayed open (:func:`reactions`). The
+online side here is Python (ctypes for the futex), slower than the shim's C, so the native
+figures bound the shim's from above.
 
 Each configuration (load 0 and ``--load N`` CPU hogs × socket and native) runs ``--runs``
 times (default 1) for ``--seconds`` (default 5). Hogs are processes at the default priority
@@ -92,6 +94,9 @@ class Run:
     user: float
     system: float
     cpu_per_cycle_s: float
+    offline_cpu: float
+    """The offline process's CPU (its gate watch thread, control thread and the fake RM), as a
+    share of one core: what the native paths move into the offline side."""
 
     @property
     def closed(self) -> int:
@@ -232,11 +237,12 @@ def run_once(
             busy_sent: list[int] = []
             warmup = int(0.5 / period)
             n_cycles = int(seconds / period)
-            cpu0, wall0 = (0.0, 0.0), 0.0
+            cpu0, off0, wall0 = (0.0, 0.0), (0.0, 0.0), 0.0
             start = time.perf_counter()
             for i in range(warmup + n_cycles):
                 if i == warmup:
                     cpu0, wall0 = _cpu_seconds(agent.pid), time.perf_counter()
+                    off0 = _cpu_seconds(sp.proc.pid)
                     busy_sent.clear()
                 t_busy = start + i * period
                 _sleep_until(t_busy)
@@ -256,6 +262,7 @@ def run_once(
                     seg.online_idle(GPU)
             time.sleep(0.05)
             cpu1, wall1 = _cpu_seconds(agent.pid), time.perf_counter()
+            off1 = _cpu_seconds(sp.proc.pid)
             _stop(hogs)
             hogs = []
             on.close()
@@ -283,6 +290,7 @@ def run_once(
         user=user,
         system=system,
         cpu_per_cycle_s=(user + system) * elapsed / max(1, len(busy_sent)),
+        offline_cpu=(off1[0] + off1[1] - off0[0] - off0[1]) / elapsed,
     )
 
 
@@ -321,12 +329,14 @@ def main(argv: list[str]) -> int:
             for path in PATHS:
                 runs.append(run_once(args.seconds, args.rate, prefix, args.event_loop, load, path))
     print(f"{'path':7} {'load':>4} {'trans/s':>8} {'closed':>7} {'p50 µs':>7} {'p99 µs':>7} "
-          f"{'max µs':>7} {'CPU %':>6} {'user/sys %':>11} {'µs/cycle':>9}")  # fmt: skip
+          f"{'max µs':>7} {'CPU %':>6} {'user/sys %':>11} {'µs/cycle':>9} "
+          f"{'offline CPU %':>13}")  # fmt: skip
     for r in runs:
         print(
             f"{r.path:7} {r.load:4d} {r.transitions_per_s:8.0f} {r.closed:7d} "
             f"{r.p50_s * 1e6:7.0f} {r.p99_s * 1e6:7.0f} {r.max_s * 1e6:7.0f} {r.cpu * 100:6.1f} "
-            f"{r.user * 100:5.1f}/{r.system * 100:<5.1f} {r.cpu_per_cycle_s * 1e6:9.0f}"
+            f"{r.user * 100:5.1f}/{r.system * 100:<5.1f} {r.cpu_per_cycle_s * 1e6:9.0f} "
+            f"{r.offline_cpu * 100:13.1f}"
         )
     ok = True
     print(f"\nmedian of {args.runs} run(s) per cell; reaction = busy edge -> RM disable control")
@@ -341,6 +351,7 @@ def main(argv: list[str]) -> int:
         ("reaction p99 (µs)", "p99_s", 1e6),
         ("reaction max (µs)", "max_s", 1e6),
         ("agent CPU (% core)", "cpu", 100),
+        ("offline CPU (% core)", "offline_cpu", 100),
     ):
         line = f"{name:22}"
         for load in loads:
