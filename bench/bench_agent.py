@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import math
 import os
 import shlex
 import shutil
@@ -143,6 +144,8 @@ def _sleep_until(t: float) -> None:
 
 
 def _quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return math.nan  # no busy edge found the gate open: the run says so (closed)
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
@@ -338,7 +341,7 @@ def run_once(
         disables=len(lat),
         p50_s=_quantile(lat, 0.50),
         p99_s=_quantile(lat, 0.99),
-        max_s=max(lat),
+        max_s=max(lat, default=math.nan),
         cpu=user + system,
         user=user,
         system=system,
