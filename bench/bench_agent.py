@@ -1,6 +1,6 @@
 """Gate reaction time and agent CPU at 1,000 online transitions per second: the socket path,
-the native (shared-memory) close path and the native gate loop, idle and under load, in one
-invocation.
+the native (shared-memory) close path and the native gate loop (fed by this script's writer
+and by the real online shim), idle and under load, in one invocation.
 
 Starts ``gleaner agent --backend nvidia --gpus 4 --no-kube`` as its own process (a synthetic
 inventory: no GPU needed, the control path is the real one). The offline process is the
@@ -8,7 +8,7 @@ real shim: ``rm_client`` under ``LD_PRELOAD="libgleaner_shim.so libfake_rm.so"``
 channel group on GPU 3, as in tests/runtime-agent/shim. The online side is a socket client
 speaking protocol v1 that sends ONLINE_BUSY / ONLINE_IDLE on a fixed schedule (each cycle of
 ``2 / rate`` seconds: busy, idle an eighth later, the agent re-enables a quarter period after
-the idle edge, next busy). Two paths, same agent, same shim:
+the idle edge, next busy). Four paths, same agent, same offline shim:
 
 - ``socket`` (the old path): the busy frame → the agent's event loop → its gate policy →
   GATE frame → the shim's control thread → the RM disable control;
@@ -21,16 +21,23 @@ the idle edge, next busy). Two paths, same agent, same shim:
   runs; no edge frame. The close is the ``native`` path's; the re-enable is the loop's
   (the offline shim's watch thread opens at the loop's word): the agent's Python event
   loop is not on either path.
+- ``shim``: the ``loop`` path with the real C online shim writing the edges (``rm_client``
+  with ``role=online`` over the fake libcuda, one launch per cycle whose fake kernel runs
+  for the busy eighth; the shim's tracker writes the idle edge when it completes). Its
+  reaction starts at the shim's own timestamp of the busy edge (the ring entry's time), so
+  no Python sits between the stamp and the futex; the targets stay checked on ``loop``.
 
 Measured, per run: reaction = the busy edge's ``CLOCK_MONOTONIC`` time (taken before the
 bump and the frame) → the fake RM's timestamp of the disable control (``ns=`` in its log,
-the same clock): the whole path to the control that stops the GPU's channel group, short
-of the GPU itself; the agent's CPU (utime + stime from /proc over the interval, as a share
-of one core, and per online cycle); busy edges that found the gate still closed (the
-re-enable came late; no disable needed) — a disable counts only for an edge that found the
-gate open and while it stayed open (:func:`reactions`). The online side here is Python
-(ctypes for the futex), slower than the shim's C, so the native figures bound the shim's
-from above.
+the same clock, stamped as its ioctl enters the fake RM): the whole path to the control that
+stops the GPU's channel group, short of the GPU itself; the agent's CPU (utime + stime from
+/proc over the interval, as a share of one core, and per online cycle); the offline
+process's CPU the same way (its watch and control threads, plus the fake RM's log line per
+control: the native paths move work there, so the trade-off is shown); busy edges that
+found the gate still closed (the re-enable came late; no disable needed) — a disable counts
+only for an edge that found the gate open and while it stayed open (:func:`reactions`). The
+online side here is Python (ctypes for the futex), slower than the shim's C, so the native
+figures bound the shim's from above.
 
 Each configuration (load 0 and ``--load N`` CPU hogs × socket and native) runs ``--runs``
 times (default 1) for ``--seconds`` (default 5). Hogs are processes at the default priority
@@ -50,6 +57,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
+import math
 import os
 import shlex
 import shutil
@@ -64,7 +73,7 @@ from pathlib import Path
 
 from gleaner.protocol import node as pn
 from gleaner.protocol import wire as p
-from gleaner.runtime_agent.fastgate import GateSegment, segment_path
+from gleaner.runtime_agent.fastgate import EDGE_BUSY, GateSegment, segment_path
 from gleaner.testing.shim import ShimProcess
 
 GPU = 3
@@ -73,7 +82,10 @@ TARGET_P99_IDLE_S = 100e-6
 TARGET_P99_LOAD_S = 500e-6
 TARGET_MAX_LOAD_S = 2e-3
 TARGET_CPU = 0.03
-PATHS = ("socket", "native", "loop")
+PATHS = ("socket", "native", "loop", "shim")
+TARGET_PATH = "loop"
+"""The path the targets are checked on; ``shim`` is the same path with the real C online
+shim writing the edges (see :func:`run_once`)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,9 @@ class Run:
     user: float
     system: float
     cpu_per_cycle_s: float
+    offline_cpu: float
+    """The offline process's CPU (its gate watch thread, control thread and the fake RM), as a
+    share of one core: what the native paths move into the offline side."""
 
     @property
     def closed(self) -> int:
@@ -129,6 +144,8 @@ def _sleep_until(t: float) -> None:
 
 
 def _quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return math.nan  # no busy edge found the gate open: the run says so (closed)
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
@@ -189,6 +206,24 @@ def reactions(busy: list[int], controls: list[tuple[int, bool]]) -> list[float]:
     return out
 
 
+class _RingReader:
+    """The busy edges the online shim wrote into the segment's ring, with the shim's own
+    timestamps; read often enough that the ring (4,096 entries) never laps the reader."""
+
+    def __init__(self, seg: GateSegment) -> None:
+        self._seg = seg
+        self._next = seg.edges_written
+        self.busy: list[int] = []
+
+    def read(self) -> None:
+        head = self._seg.edges_written
+        while self._next != head:
+            e = self._seg.edge(self._next)
+            if e.commit == (self._next + 1) & 0xFFFFFFFF and e.kind == EDGE_BUSY:
+                self.busy.append(int(e.t_ns))
+            self._next = (self._next + 1) & 0xFFFFFFFF
+
+
 def run_once(
     seconds: float, rate: float, prefix: list[str], event_loop: str, load: int, path: str
 ) -> Run:
@@ -210,7 +245,7 @@ def run_once(
             "--metrics-port", str(port), "--cool-floor", f"{cool * 1000:.3f}ms",
             "--cool-ceiling", f"{cool * 1000:.3f}ms", "--log-level", "error",
             "--event-loop", event_loop, "--allow-uninstrumented",
-            *(["--native-gate-loop"] if path == "loop" else ["--no-native-gate-loop"]),
+            *(["--native-gate-loop"] if path in ("loop", "shim") else ["--no-native-gate-loop"]),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -218,28 +253,50 @@ def run_once(
     hogs: list[subprocess.Popen[bytes]] = []
     sock_path = tmp / "agent.sock"
     env = {pn.ENV_SHIM_LOG: "quiet"}
+    on_tmp = Path(tempfile.mkdtemp(prefix="glo", dir="/tmp"))
     try:
-        with ShimProcess(tmp, role="offline", socket_path=sock_path, extra_env=env) as sp:
+        with (
+            ShimProcess(tmp, role="offline", socket_path=sock_path, extra_env=env) as sp,
+            contextlib.ExitStack() as stack,
+        ):
             for cmd in ("open", "client", f"device {GPU}", "tsg", "chan c86f"):
                 sp.cmd(cmd, timeout=30)
             sp.cmd("launch 1", timeout=30)  # returns once the agent opened the gate
-            on = _connect(
-                sock_path, p.Hello(pid=os.getpid(), role=p.Role.ONLINE, gpu_indices=(GPU,))
-            )
+            online_shim = None
+            if path == "shim":  # the real C online shim: a fake kernel of busy_for per launch
+                kernel = {**env, "GLEANER_FAKE_KERNEL_US": str(round(busy_for * 1e6))}
+                online_shim = stack.enter_context(
+                    ShimProcess(on_tmp, role="online", socket_path=sock_path, extra_env=kernel)
+                )
+                online_shim.cmd("open", timeout=30)
+            else:
+                on = _connect(
+                    sock_path, p.Hello(pid=os.getpid(), role=p.Role.ONLINE, gpu_indices=(GPU,))
+                )
             seg = GateSegment.open(segment_path(tmp)) if path != "socket" else None
-            frames = path != "loop"  # with the loop, edges go only through the segment
+            frames = path not in ("loop", "shim")  # with the loop, edges only in the segment
             hogs = _start_hogs(load)
             busy_sent: list[int] = []
+            ring = _RingReader(seg) if online_shim is not None and seg is not None else None
             warmup = int(0.5 / period)
             n_cycles = int(seconds / period)
-            cpu0, wall0 = (0.0, 0.0), 0.0
+            cpu0, off0, wall0, mono0 = (0.0, 0.0), (0.0, 0.0), 0.0, 0
             start = time.perf_counter()
             for i in range(warmup + n_cycles):
                 if i == warmup:
                     cpu0, wall0 = _cpu_seconds(agent.pid), time.perf_counter()
+                    off0 = _cpu_seconds(sp.proc.pid)
+                    mono0 = time.monotonic_ns()
                     busy_sent.clear()
                 t_busy = start + i * period
                 _sleep_until(t_busy)
+                if online_shim is not None:
+                    # The shim stamps its own busy edge (the ring entry's time); its tracker
+                    # writes the idle edge when the fake kernel is done.
+                    online_shim.send("launch 1")
+                    if ring is not None and i % 64 == 0:
+                        ring.read()
+                    continue
                 now = time.monotonic_ns()
                 busy_sent.append(now)
                 if seg is not None:
@@ -256,9 +313,14 @@ def run_once(
                     seg.online_idle(GPU)
             time.sleep(0.05)
             cpu1, wall1 = _cpu_seconds(agent.pid), time.perf_counter()
+            off1 = _cpu_seconds(sp.proc.pid)
             _stop(hogs)
             hogs = []
-            on.close()
+            if ring is not None:
+                ring.read()
+                busy_sent = [t for t in ring.busy if t >= mono0]
+            else:
+                on.close()
             if seg is not None:
                 seg.close()
             lat = reactions(busy_sent, _controls(sp))
@@ -267,6 +329,7 @@ def run_once(
         agent.terminate()
         agent.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(on_tmp, ignore_errors=True)
     elapsed = wall1 - wall0
     user = (cpu1[0] - cpu0[0]) / elapsed
     system = (cpu1[1] - cpu0[1]) / elapsed
@@ -278,11 +341,12 @@ def run_once(
         disables=len(lat),
         p50_s=_quantile(lat, 0.50),
         p99_s=_quantile(lat, 0.99),
-        max_s=max(lat),
+        max_s=max(lat, default=math.nan),
         cpu=user + system,
         user=user,
         system=system,
         cpu_per_cycle_s=(user + system) * elapsed / max(1, len(busy_sent)),
+        offline_cpu=(off1[0] + off1[1] - off0[0] - off0[1]) / elapsed,
     )
 
 
@@ -321,39 +385,45 @@ def main(argv: list[str]) -> int:
             for path in PATHS:
                 runs.append(run_once(args.seconds, args.rate, prefix, args.event_loop, load, path))
     print(f"{'path':7} {'load':>4} {'trans/s':>8} {'closed':>7} {'p50 µs':>7} {'p99 µs':>7} "
-          f"{'max µs':>7} {'CPU %':>6} {'user/sys %':>11} {'µs/cycle':>9}")  # fmt: skip
+          f"{'max µs':>7} {'CPU %':>6} {'user/sys %':>11} {'µs/cycle':>9} "
+          f"{'offline CPU %':>13}")  # fmt: skip
     for r in runs:
         print(
             f"{r.path:7} {r.load:4d} {r.transitions_per_s:8.0f} {r.closed:7d} "
             f"{r.p50_s * 1e6:7.0f} {r.p99_s * 1e6:7.0f} {r.max_s * 1e6:7.0f} {r.cpu * 100:6.1f} "
-            f"{r.user * 100:5.1f}/{r.system * 100:<5.1f} {r.cpu_per_cycle_s * 1e6:9.0f}"
+            f"{r.user * 100:5.1f}/{r.system * 100:<5.1f} {r.cpu_per_cycle_s * 1e6:9.0f} "
+            f"{r.offline_cpu * 100:13.1f}"
         )
     ok = True
     print(f"\nmedian of {args.runs} run(s) per cell; reaction = busy edge -> RM disable control")
     header = f"{'':22}"
     for load in loads:
-        header += f" {'idle' if load == 0 else f'--load {load}':>28}"
+        header += f" {'idle' if load == 0 else f'--load {load}':>{9 * len(PATHS) + 8}}"
     print(header)
-    cols = "".join(f" {'socket':>8} {'native':>8} {'loop':>8} {'ratio':>7}" for _ in loads)
+    cols = "".join("".join(f" {path:>8}" for path in PATHS) + f" {'ratio':>7}" for _ in loads)
     print(f"{'':22}{cols}")
     for name, key, scale in (
         ("reaction p50 (µs)", "p50_s", 1e6),
         ("reaction p99 (µs)", "p99_s", 1e6),
         ("reaction max (µs)", "max_s", 1e6),
         ("agent CPU (% core)", "cpu", 100),
+        ("offline CPU (% core)", "offline_cpu", 100),
     ):
         line = f"{name:22}"
         for load in loads:
-            old, mid, new = (
-                _median([r for r in runs if r.load == load and r.path == path], key)
+            cell = {
+                path: _median([r for r in runs if r.load == load and r.path == path], key)
                 for path in PATHS
-            )
+            }
+            old, new = cell["socket"], cell[TARGET_PATH]
             ratio = old / new if new else float("inf")
-            line += f" {old * scale:8.1f} {mid * scale:8.1f} {new * scale:8.1f} {ratio:6.1f}x"
+            line += "".join(f" {cell[path] * scale:8.1f}" for path in PATHS) + f" {ratio:6.1f}x"
         print(line)
-    print("ratio: socket / loop")
+    print(
+        f"ratio: socket / {TARGET_PATH}; shim: the {TARGET_PATH} path with the real C online shim"
+    )
     for load in loads:
-        native = [r for r in runs if r.load == load and r.path == "loop"]
+        native = [r for r in runs if r.load == load and r.path == TARGET_PATH]
         p99, mx, cpu = (_median(native, k) for k in ("p99_s", "max_s", "cpu"))
         # (what, value, target, unit scale, unit): printed in the table's units.
         checks = [

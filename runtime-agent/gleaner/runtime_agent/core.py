@@ -88,11 +88,12 @@ def replay_accounting(acc: Accounting, entries: Sequence[tuple[int, float, int, 
     """Apply accounting entries (operation, time, GPU, level or count), in order: the agent's
     deferred ones and the native gate loop's log (:meth:`GateLoop.drain_log
     <gleaner.runtime_agent.gatelib.GateLoop.drain_log>`)."""
+    busy, enabled = acc.set_online_busy, acc.set_offline_enabled  # looked up once per batch
     for op, t, gpu, value in entries:
         if op == _BUSY:
-            acc.set_online_busy(t, gpu, value)
+            busy(t, gpu, value)
         elif op == _ENABLED:
-            acc.set_offline_enabled(t, gpu, value)
+            enabled(t, gpu, value)
         elif op == _PREEMPTION:
             acc.add_preemption(gpu)
         else:

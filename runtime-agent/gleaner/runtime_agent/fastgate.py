@@ -241,6 +241,11 @@ class GateSegment:
         return Edge.from_buffer_copy(bytes(self._view.edge[ticket % RING]))
 
     @property
+    def edges_written(self) -> int:
+        """Tickets the online writers have taken (``edge_head``; wraps at 2**32)."""
+        return int(self._view.edge_head)
+
+    @property
     def edges_pending(self) -> int:
         """Ring entries the native loop has not consumed yet."""
         return (int(self._view.edge_head) - int(self._view.edge_tail)) & 0xFFFFFFFF

@@ -230,7 +230,16 @@ static int set_busy(gl_fg_source *w, uint32_t source, int busy) {
   }
 }
 
+/* Whether this busy period's busy edge went into the ring. An idle edge goes the way its
+ * busy edge went: one that went only as a frame (before the HELLO_ACK's source id, or
+ * without a free busy word) made the agent's own gate busy, and only a frame ends that busy
+ * period there (an idle entry in the ring reaches the loop alone: the agent would hold the
+ * offline side closed until the connection went away); the agent puts the framed idle edge
+ * into the ring for the loop itself. */
+static _Atomic int busy_ringed;
+
 int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
+  atomic_store(&busy_ringed, 0);
   gl_fg_segment *s = online_segment();
   if (!s)
     return 0;
@@ -242,6 +251,7 @@ int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
   uint32_t source = gl_agent_source_id();
   gl_fg_source *w = source ? busy_word(s, source) : NULL;
   int ring = w && set_busy(w, source, 1);
+  atomic_store(&busy_ringed, ring); /* before the entry: the tracker may see the idle soon */
   /* A bump the loop would never read an entry for would hold its GPUs closed for good
    * (busy_seq ahead of the loop's open_seq): while a loop runs, an edge without an entry
    * goes as frames only, and the agent's own gates close the offline side (GATE). */
@@ -261,6 +271,8 @@ int gl_fg_online_busy(uint64_t now, uint64_t gap_ns) {
 }
 
 int gl_fg_online_idle(uint64_t now) {
+  if (!atomic_exchange(&busy_ringed, 0))
+    return 0; /* its busy edge went as a frame only: so does this one (busy_ringed) */
   gl_fg_segment *s = online_segment();
   uint32_t source = gl_agent_source_id();
   if (!s || !source)

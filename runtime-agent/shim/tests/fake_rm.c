@@ -5,7 +5,8 @@
  * "next" ioctl is this one. For fds whose /proc/self/fd link equals
  * GLEANER_NVIDIACTL_PATH it answers RM ALLOC / FREE / CONTROL like the driver
  * would (assigning handles, writing status) and appends one line per call to
- * GLEANER_FAKE_RM_LOG (a control line ends with ns=, its CLOCK_MONOTONIC time). Other fds go to libc. Knobs:
+ * GLEANER_FAKE_RM_LOG (a control line ends with ns=, the CLOCK_MONOTONIC time its ioctl entered
+ * this library). Other fds go to libc. Knobs:
  *   GLEANER_FAKE_RM_FAIL_CMDS  comma list of hex control cmds answered 0x56 (NOT_SUPPORTED)
  *   GLEANER_FAKE_RM_DELAY_US   sleep per control (emulates a GSP RPC)
  * Ownership is emulated: a control must arrive on the fd its client was made on,
@@ -133,19 +134,22 @@ static void fake_alloc(int fd, const rm_call *c) {
            v.params_size, status);
 }
 
-static void fake_control(int fd, rm_nvos54 *p) {
+/* ns: when the control reached the "RM" (benchmarks: reaction times), taken as the ioctl
+ * entered this library: the fake's own work to recognise its device (a readlink and a
+ * realpath per call, tens of microseconds on a VM) is no part of a real driver's path. */
+static void fake_control(int fd, rm_nvos54 *p, unsigned long long ns) {
   const char *d = getenv("GLEANER_FAKE_RM_DELAY_US");
-  if (d)
-    usleep((useconds_t)strtoul(d, NULL, 10));
+  if (d) {
+    useconds_t us = (useconds_t)strtoul(d, NULL, 10);
+    usleep(us);
+    ns += 1000ull * us; /* an emulated RPC: the control takes effect at its end */
+  }
   int owner = client_fd(p->h_client);
   uint32_t status = RM_STATUS_OK;
   if (owner != fd)
     status = 0x1B; /* NV_ERR_INSUFFICIENT_PERMISSIONS */
   else if (fails(p->cmd))
     status = 0x56; /* NV_ERR_NOT_SUPPORTED */
-  struct timespec ts; /* when the control reached the "RM" (benchmarks: reaction times) */
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  unsigned long long ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
   int enable = -1;
   if (p->params && p->params_size == sizeof(rm_schedule_params))
     enable = ((const rm_schedule_params *)(uintptr_t)p->params)->enable;
@@ -159,6 +163,9 @@ int ioctl(int fd, unsigned long request, ...) {
   va_start(ap, request);
   void *arg = va_arg(ap, void *);
   va_end(ap);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  unsigned long long ns = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
   if (!is_fake_ctl(fd)) {
     if (!libc_ioctl) {
       errno = ENOSYS;
@@ -180,7 +187,7 @@ int ioctl(int fd, unsigned long request, ...) {
     break;
   }
   case RM_OP_CONTROL:
-    fake_control(fd, (rm_nvos54 *)c.arg);
+    fake_control(fd, (rm_nvos54 *)c.arg, ns);
     break;
   default:
     pthread_mutex_unlock(&mu);

@@ -679,3 +679,39 @@ def test_an_online_edge_the_loop_cannot_read_goes_as_frames_and_leaves_the_gpu_o
             assert loop.stats(1)[0].edges == 0
         finally:
             loop.close()
+
+
+def test_an_idle_edge_goes_the_way_its_busy_edge_went(tmp_path: Path, sock_path: Path) -> None:
+    """A busy edge the online shim sent as a frame only (before its HELLO_ACK: no source id,
+    so no ring entry) made the agent's own gate busy: its idle edge goes as a frame too, even
+    when the source id arrived meanwhile, not into the ring, which only the loop reads (the
+    agent would hold the offline side closed until the connection went away)."""
+    env = {"GLEANER_FAKE_KERNEL_US": "400000"}  # the HELLO_ACK comes while the kernel runs
+    with (
+        AgentStub(sock_path, auto_ack=False) as stub,
+        _segment(sock_path) as (seg, _),
+        ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
+    ):
+        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.05).native())
+        try:
+            sp.cmd("open")
+            stub.wait_for(p.Hello)
+            head = seg.edges_written
+            sp.cmd("launch 1")
+            stub.wait_for(p.OnlineBusy)  # a frame: no source id yet
+            stub.send(p.HelloAck(gate_open=True, gate_mode=p.GateMode.SHIM, source_id=1))
+            stub.wait_for(p.OnlineIdle, timeout=10)  # after the kernel: a frame as well
+            assert seg.edges_written == head  # and nothing in the ring for the loop alone
+            # The next busy period, with the source id: the ring, and no frames.
+            mark = stub.mark()
+            sp.cmd("launch 1")
+
+            def kinds() -> list[int]:  # the decode gap before the busy edge aside
+                ring = [seg.edge(t).kind for t in range(head, seg.edges_written)]
+                return [k for k in ring if k != fg.EDGE_GAP]
+
+            assert wait_until(lambda: fg.EDGE_IDLE in kinds(), timeout=10)
+            assert kinds() == [fg.EDGE_BUSY, fg.EDGE_IDLE]
+            assert not [m for _, m in stub.messages[mark:] if isinstance(m, p.OnlineIdle)]
+        finally:
+            loop.close()
