@@ -39,8 +39,8 @@ its own patch for up to 30 s (not 5) before it handles a job on an older copy; k
 Events only for warnings and errors (the operator posts its own: Scheduled,
 FailedScheduling, InvalidSpec, SLAViolation...); watch requests time out server-side after
 ``--watch-timeout`` seconds (client 30 s later); peering priority from
-``--peering-priority`` (random per process by default: kopf pauses every replica of a tie, so replicas
-must differ; the highest live one is active).
+``--peering-priority`` (random per process by default: kopf pauses every replica of a tie,
+so replicas must differ; the highest live one is active).
 """
 
 from __future__ import annotations
