@@ -85,7 +85,7 @@ from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
 from gleaner.operator.objectcache import ObjectCache
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
-from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.placement import QueuedJob, explained_placements, plan_placements
 from gleaner.operator.traces import (
     load_node_summaries,
     unbindable_nodes,
@@ -252,8 +252,9 @@ async def _loop(ctx: OperatorContext) -> None:
         if not verdict.active:
             logger.info("scheduling pass skipped: %s", verdict.reason)
             standby = True
-            for cache in ctx.caches():
-                cache.invalidate()  # kopf paused this replica's watches: list again
+            if verdict.paused:
+                for cache in ctx.caches():
+                    cache.invalidate()  # kopf paused this replica's watches: list again
             continue
         if standby and await load_bias(ctx):
             standby = False
@@ -302,9 +303,9 @@ async def replica_verdict(ctx: OperatorContext) -> PeeringVerdict:
         try:
             body = await ctx.client.get(path)
         except KubeError as exc:
-            return PeeringVerdict(False, f"peering object unreadable: {exc}")
+            return PeeringVerdict(False, f"peering object unreadable: {exc}", paused=True)
         if body is None:
-            return PeeringVerdict(False, f"peering object {path} does not exist")
+            return PeeringVerdict(False, f"peering object {path} does not exist", paused=True)
         status = body.get("status") or {}
         verdict = peering_verdict(
             status if isinstance(status, dict) else {}, ctx.config.peering_priority, now
@@ -429,8 +430,13 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     )
     await _prime_nodes(ctx)
     run_of = {r.queued.key: r for r in runs}
-    plan = plan_placements(
-        queue[: ctx.config.max_batch] + [r.queued for r in runs],
+    batch = queue[: ctx.config.max_batch] + [r.queued for r in runs]
+    # On a thread: a decision over a large queue takes seconds, and the event loop keeps
+    # binding the last pass's placements and renewing kopf's peering record meanwhile.
+    # Everything it reads is this pass's own (the bias table a copy).
+    plan = await asyncio.to_thread(
+        plan_placements,
+        batch,
         nodes,
         occupied,
         now,
@@ -438,7 +444,8 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
         node_labels=ctx.nodes.labels(),
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
         uninstrumented=uninstrumented,
-        bias=ctx.bias,
+        bias=ctx.bias.copy(),
+        explained=explained_placements(len(batch)),
     )
     stage("decide")
     sem = ctx.bind_slots
