@@ -68,7 +68,7 @@ from gleaner.scheduler.bias import BiasTable
 
 logger = logging.getLogger("gleaner.operator")
 
-BIND_CONCURRENCY = 16
+BIND_CONCURRENCY = 32
 """Status writes and Pod creations of placements in flight at once, across all passes."""
 
 CACHE_RESYNC_SECONDS = 300.0
