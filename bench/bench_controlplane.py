@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -116,6 +117,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="source tree of another Gleaner version (e.g. a git worktree at an older "
         "commit): its operator runs a Gleaner round first, on the same control plane",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the control plane's directory (logs, audit log) after a successful run; "
+        "it is always kept after a failed one",
     )
     return parser.parse_args(argv)
 
@@ -487,8 +494,20 @@ def main(argv: list[str]) -> int:
     except ControlPlaneUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    repo = Path(__file__).resolve().parents[1]
     workdir = Path(tempfile.mkdtemp(prefix="bench-controlplane-"))
+    code = 1
+    try:
+        code = _run(args, binary, workdir)
+        return code
+    finally:
+        if code == 0 and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"control plane files (logs, audit log) kept in {workdir}", flush=True)
+
+
+def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
+    repo = Path(__file__).resolve().parents[1]
     policy = workdir / "audit-policy.yaml"
     policy.write_text(yaml.safe_dump(AUDIT_POLICY))
     plane = ControlPlane(

@@ -6,7 +6,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from gleaner.api.nodetrace import gpu_uuid
-from gleaner.operator.placement import plan_placements
+from gleaner.operator.placement import (
+    BURST,
+    EXPLAINED,
+    explained_placements,
+    plan_placements,
+)
 from gleaner.operator.traces import (
     UNKNOWN_UUIDS_REASON,
     summaries_from_nodetraces,
@@ -63,3 +68,17 @@ def test_prometheus_summaries_take_the_gpu_inventory_from_nodetraces() -> None:
     assert merged["b"] is other
     assert unbindable_nodes(merged) == {"b": UNKNOWN_UUIDS_REASON}
     assert isinstance(merged["a"], NodeSummary)
+
+
+def test_runner_ups_for_the_front_of_a_small_pass_and_none_in_a_burst() -> None:
+    nodes = summaries_from_nodetraces(
+        [nodetrace_manifest(n, gpus=8, offline_enabled=0.8) for n in ("a", "b", "c")]
+    )
+    queue = [make_queued_job(f"j{i}") for i in range(6)]
+    plan = plan_placements(queue, nodes, {}, NOW, explained=explained_placements(len(queue)))
+    assert len(plan.placements) == 6
+    assert list(plan.runner_ups) == [q.key for q, _ in plan.placements[:EXPLAINED]]
+    assert all(len(lines) == 2 for lines in plan.runner_ups.values())  # the two other nodes
+    burst = plan_placements(queue, nodes, {}, NOW, explained=explained_placements(BURST + 1))
+    assert len(burst.placements) == 6 and burst.runner_ups == {}
+    assert explained_placements(BURST) == EXPLAINED

@@ -7,7 +7,7 @@ import pytest
 
 from gleaner.api.contract import FINALIZER
 from gleaner.operator.config import OperatorConfig
-from gleaner.operator.main import configure_settings
+from gleaner.operator.main import NoDiffBase, changing_handlers, configure_settings, register
 
 
 @pytest.mark.parametrize(("configured", "sent"), [(300.0, 300), (60.5, 60), (0.2, 1)])
@@ -33,3 +33,19 @@ def test_kopf_never_manages_the_operators_own_finalizer() -> None:
     settings = kopf.OperatorSettings()
     configure_settings(settings, OperatorConfig())
     assert settings.persistence.finalizer != FINALIZER
+
+
+def test_kopf_keeps_no_diff_base_because_no_handler_reads_one() -> None:
+    # kopf deep-copies every object on every event to build a diff-base; only on.create /
+    # on.update / on.delete / on.resume handlers and daemons read it. A registration of one
+    # of those would need kopf's annotation storage back.
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, OperatorConfig())
+    assert isinstance(settings.persistence.diffbase_storage, NoDiffBase)
+    assert changing_handlers(register(OperatorConfig())) == 0
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.update("gleaner.dev", "v1alpha1", "offlinejobs", registry=registry)
+    def updated(**_: object) -> None: ...
+
+    assert changing_handlers(registry) == 1

@@ -2,8 +2,9 @@
 
 Contract: one ``OperatorContext`` per operator process, handed to kopf as
 ``memo=kopf.Memo(ctx=context)`` so every handler reads ``memo.ctx``. It holds no cluster
-state: the API server is the only store (jobs, Pods, NodeTraces are re-read on every pass),
-so a restarted operator converges from what it finds. What it does hold:
+state of its own: the API server is the only store (what it keeps of jobs, Pods and
+NodeTraces are copies from watches and lists, rebuilt on start), so a restarted operator
+converges from what it finds. What it does hold:
 
 - ``job_lock(ns, name)``: serializes this process's read-modify-write of one job's status
   (the scheduling pass, the Pod follower and the SLA monitor may race on the same job);
@@ -34,6 +35,11 @@ so a restarted operator converges from what it finds. What it does hold:
   creation are done; the next pass may start meanwhile, counts these placements' GPUs as
   taken and leaves these jobs alone. ``bind_slots`` bounds the writes in flight across all
   passes; ``bind_tasks`` are the background bindings, cancelled with the loop.
+- ``watched_jobs``, ``watched_pods``, ``watched_traces``: the OfflineJobs, the offline Pods
+  and the NodeTraces as the watches last delivered them, and as the operator's own writes
+  returned them (``gleaner.operator.objectcache``): what a scheduling pass decides from,
+  instead of listing them every pass. The loop lists each once before its first pass, after
+  a standby spell and every ``CACHE_RESYNC_SECONDS``, and merges the list in.
 - ``running``: the Running jobs as the OfflineJob watch last delivered them (``keep_job``),
   which the SLA monitor and the batch-progress loop tick over (``handlers.running``)
   instead of a kopf timer per job. A copy for choosing whom to observe; every write is
@@ -55,14 +61,19 @@ from gleaner.operator.config import OperatorConfig
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
+from gleaner.operator.objectcache import ObjectCache
 from gleaner.operator.tracecache import HistoryCache, TraceCache
 from gleaner.operator.traces import HourProfiles
 from gleaner.scheduler.bias import BiasTable
 
 logger = logging.getLogger("gleaner.operator")
 
-BIND_CONCURRENCY = 16
+BIND_CONCURRENCY = 32
 """Status writes and Pod creations of placements in flight at once, across all passes."""
+
+CACHE_RESYNC_SECONDS = 300.0
+"""Seconds between two full lists merged into the watched jobs, Pods and NodeTraces (what a
+watch that re-listed after a 410 did not report as deleted goes then)."""
 
 
 @dataclass
@@ -100,6 +111,13 @@ class OperatorContext:
     """Held while the table is loaded or written (a load must not race a write)."""
     running: dict[str, dict[str, Any]] = field(default_factory=dict)
     """namespace/name -> the body of each Running job, as the watch delivered it."""
+    watched_jobs: ObjectCache = field(default_factory=ObjectCache)
+    watched_pods: ObjectCache = field(default_factory=ObjectCache)
+    """The offline Pods (label ``gleaner.dev/role=offline``)."""
+    watched_traces: ObjectCache = field(default_factory=ObjectCache)
+
+    def caches(self) -> tuple[ObjectCache, ObjectCache, ObjectCache]:
+        return self.watched_jobs, self.watched_pods, self.watched_traces
 
     def __post_init__(self) -> None:
         self.bias = BiasTable(self.config.bias)

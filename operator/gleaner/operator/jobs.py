@@ -14,7 +14,9 @@ scheduling pass's list, the body of a kopf event, the object a previous write re
 as a precondition, so the API server refuses it (409) if the job changed since; then the
 job is read afresh and ``change`` judged again, as without ``known``; so is a change that
 finds nothing to do on the copy, or that the phase machine refuses there. No write and no
-"nothing to do" is ever based on a stale copy. ``on_written`` receives the object the API
+"nothing to do" is ever based on a stale copy. The object the API server returned after
+the write goes into ``ctx.watched_jobs`` (the next pass sees the write before its watch
+event comes back), and ``on_written`` receives the object the API
 server returned after the write (its new resourceVersion: a later ``known``).
 """
 
@@ -100,8 +102,10 @@ async def update_status(
                 # The copy was stale: judge the change again on the job as it is now.
                 version, body = None, await ctx.client.get(offlinejobs_path(namespace, name))
                 continue
-            if on_written is not None and written:
-                on_written(written)
+            if written:
+                ctx.watched_jobs.written(written)
+                if on_written is not None:
+                    on_written(written)
             return new
 
 

@@ -33,14 +33,14 @@ too. What is registered:
 No kopf handler of OfflineJobs keeps state on the job: kopf adds no finalizer, progress or
 diff-base and makes no patch of its own. Settings: kopf's own finalizer name is not
 ``gleaner.dev/finalizer`` (the operator manages that one, ``handlers.jobs``); kopf's
-progress and diff-base storage (unused by these handlers) would be annotations prefixed
-``gleaner.dev``; kopf awaits the version of its own patch for up to
-30 s (not 5) before it handles a job on an older copy; kopf's own Events only for warnings
-and errors (the operator posts its own: Scheduled, FailedScheduling, InvalidSpec,
-SLAViolation...); watch requests time out server-side after ``--watch-timeout`` seconds
-(client 30 s later); peering priority from ``--peering-priority`` (random per process by
-default: kopf pauses every replica of a tie, so replicas must differ; the highest live one
-is active).
+progress storage (unused by these handlers) would be annotations prefixed ``gleaner.dev``;
+kopf keeps no diff-base (``NoDiffBase``: no handler reads one); kopf awaits the version of
+its own patch for up to 30 s (not 5) before it handles a job on an older copy; kopf's own
+Events only for warnings and errors (the operator posts its own: Scheduled,
+FailedScheduling, InvalidSpec, SLAViolation...); watch requests time out server-side after
+``--watch-timeout`` seconds (client 30 s later); peering priority from
+``--peering-priority`` (random per process by default: kopf pauses every replica of a tie,
+so replicas must differ; the highest live one is active).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +104,32 @@ KOPF_CONSISTENCY_TIMEOUT = 30.0
 """Seconds kopf awaits the version of its own patch (kopf's default: 5)."""
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """A diff-base that is never kept. kopf builds one for every watch event of every
+    object (a deep copy of the object) and reads it only for ``on.create`` / ``on.update``
+    / ``on.delete`` / ``on.resume`` handlers and daemons, which this operator has none of
+    (``changing_handlers`` says so, and a test holds ``register`` to it); its event handlers
+    get the object itself."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
+def changing_handlers(registry: kopf.OperatorRegistry) -> int:
+    """How many handlers of ``registry`` would read a diff-base (``NoDiffBase`` needs 0)."""
+    return sum(
+        len(list(reg.get_all_handlers())) for reg in (registry._changing, registry._spawning)
+    )
+
+
 def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     # kopf's finalizer is NOT ours: the operator adds and removes gleaner.dev/finalizer
     # itself (handlers.jobs), and kopf removes its own finalizer name from every object
@@ -111,9 +138,9 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=KOPF_ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    # No handler reads a diff-base: kopf's deep copy of every object on every event was an
+    # eighth of the operator's CPU in a burst of jobs (docs/benchmarks.md).
+    settings.persistence.diffbase_storage = NoDiffBase()
     # How long kopf waits for its own patch to come back through the watch before it runs
     # a job's handlers on the copy it has. kopf's 5 s ran out under load (a burst of jobs, a
     # busy API server), and kopf then ran the creation handler a second time on the copy

@@ -11,7 +11,9 @@ one. So the loop reads the peering object(s) right before every pass and runs it
 - this replica is active iff no live peer has a higher priority and no *other* live peer
   has the same priority (our own record is the one live entry with our priority; two such
   entries are a conflict, and kopf pauses both);
-- a replica whose own record is missing (not yet written, or expired) is not active.
+- a replica whose own record is missing (not yet written, or expired) is not active; kopf
+  pauses only for a live peer that outranks or ties it, so ``paused`` says whether its
+  watches may have been paused (the scheduling loop then lists again before its next pass).
 
 Pure: the status map and the time are arguments; :func:`peering_paths` names the objects.
 """
@@ -28,6 +30,10 @@ from typing import Any
 class PeeringVerdict:
     active: bool
     reason: str
+    paused: bool = False
+    """kopf may have paused this replica's handlers and watches (a live peer outranks or
+    ties it, or the peering object could not be read): what the watches delivered may be
+    missing events since."""
 
 
 def _parse_time(value: object) -> datetime | None:
@@ -57,12 +63,16 @@ def peering_verdict(status: Mapping[str, Any], priority: int, now: datetime) -> 
         live.append((str(peer), prio))
     higher = sorted(p for p, prio in live if prio > priority)
     if higher:
-        return PeeringVerdict(False, f"standby: peer {higher[0]} has a higher priority")
+        return PeeringVerdict(
+            False, f"standby: peer {higher[0]} has a higher priority", paused=True
+        )
     same = sorted(p for p, prio in live if prio == priority)
     if not same:
         return PeeringVerdict(False, "this replica's peering record is missing or expired")
     if len(same) > 1:
-        return PeeringVerdict(False, f"peers {', '.join(same)} share priority {priority}")
+        return PeeringVerdict(
+            False, f"peers {', '.join(same)} share priority {priority}", paused=True
+        )
     return PeeringVerdict(True, f"active as {same[0]}")
 
 

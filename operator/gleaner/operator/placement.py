@@ -8,7 +8,8 @@ the whole queue, and turns the answer back into API ``Placement`` objects, per-j
 and each placement's explanation and runner-up reasons (``explain_runner_ups``, the same
 call ``gleaner place --explain`` makes: "why not node X" for up to :data:`RUNNER_UPS`
 other nodes, judged on the pass's snapshot, for the first :data:`EXPLAINED` placements of
-a pass: judging every node costs about one cycle per job). It decides nothing itself:
+a pass that is not part of a burst, ``explained_placements``: judging every node costs
+about one cycle per job). It decides nothing itself:
 filters, scores, explanations and the model are the scheduler's and perfmodel's.
 """
 
@@ -34,6 +35,17 @@ RUNNER_UPS = 5
 """Other nodes named in a placement's ``NotChosen`` Event (closest first)."""
 EXPLAINED = 4
 """Placements per pass that get their runner-up reasons (the first ones of the queue)."""
+BURST = 16
+"""A pass with more queued jobs than this is deciding a burst of submissions."""
+
+
+def explained_placements(queued: int) -> int:
+    """How many of a pass's placements get runner-up reasons: the first :data:`EXPLAINED`
+    in a pass of at most :data:`BURST` queued jobs, none in a burst. Judging every node
+    costs about one cycle per job, and a burst is decided in many passes (each deciding the
+    jobs that arrived while the last one's writes went on): explaining a few per pass would
+    slow every one of them."""
+    return EXPLAINED if queued <= BURST else 0
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ def plan_placements(
     unavailable: Mapping[str, str] | None = None,
     uninstrumented: Mapping[str, Mapping[int, str]] | None = None,
     bias: BiasTable | None = None,
+    explained: int = EXPLAINED,
 ) -> PlacementPlan:
     """One scheduling decision for the whole queue (see the module docstring).
 
@@ -77,7 +90,9 @@ def plan_placements(
     ``unavailable`` names nodes that must not receive Pods (cordoned, not ready) with a
     class-level reason, on top of the nodes whose trace is stale; ``uninstrumented`` the
     GPUs whose agent reports a process no shim accounts for (nothing is placed there);
-    ``bias`` the learned observed/predicted ratios every prediction is corrected by.
+    ``bias`` the learned observed/predicted ratios every prediction is corrected by;
+    ``explained`` how many placements, the queue's first, get runner-up reasons (the
+    operator's pass: ``explained_placements``).
     """
     plan = PlacementPlan()
     if not queue:
@@ -101,14 +116,14 @@ def plan_placements(
         plan.placements.append((by_key[decision.job], decision.to_placement(now)))
         if decision.explanation is not None:
             plan.explanations[decision.job] = decision.explanation
-    # Judging every other node costs about a scheduling cycle per job: a pass explains
-    # its first EXPLAINED placements (the queue's front) and leaves the rest without a
-    # NotChosen Event, so a large burst of jobs is not slowed down.
-    explained = list(plan.explanations.items())[:EXPLAINED]
+    # Judging every other node costs about a scheduling cycle per job: the first
+    # ``explained`` placements (the queue's front) get runner-ups, the rest no NotChosen
+    # Event, so a large burst of jobs is not slowed down.
+    front = list(plan.explanations.items())[: max(0, explained)]
     why_not = explain_runner_ups(
-        snapshot, [(requests[key], ex) for key, ex in explained], cfg, RUNNER_UPS
+        snapshot, [(requests[key], ex) for key, ex in front], cfg, RUNNER_UPS
     )
-    plan.runner_ups = {key: lines for (key, _), lines in zip(explained, why_not, strict=True)}
+    plan.runner_ups = {key: lines for (key, _), lines in zip(front, why_not, strict=True)}
     for miss in result.unschedulable:
         plan.unschedulable.append((by_key[miss.job], miss.message))
     return plan

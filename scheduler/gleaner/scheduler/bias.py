@@ -102,6 +102,13 @@ class BiasTable:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def copy(self) -> BiasTable:
+        """An independent table with the same entries and residuals: a decision taken on
+        another thread reads it while this one keeps learning."""
+        return BiasTable(
+            self.config, self._entries, {node: list(v) for node, v in self._residuals.items()}
+        )
+
     def __iter__(self) -> Iterator[tuple[tuple[str, str], BiasEntry]]:
         return iter(sorted(self._entries.items()))
 

@@ -21,6 +21,7 @@ request:
   together with the placement or the reason it fits nowhere (``handlers.scheduling``); a
   bound or finished job is validated here (``handlers.validate``): its new spec applies to
   its next attempt;
+- ``ctx.watched_jobs`` keeps every event's body for the scheduling pass;
 - ``ctx.keep_job`` keeps Running jobs' bodies for the SLA and batch loops
   (``handlers.running``).
 """
@@ -62,6 +63,7 @@ async def job_event(ctx: OperatorContext, event_type: str | None, body: dict[str
     """Handle one event of one job; returns a short outcome for the log."""
     meta = _meta(body)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    ctx.watched_jobs.observe(event_type, body)
     if event_type == "DELETED":
         ctx.keep_job(body, gone=True)
         ctx.forget_job(namespace, name)

@@ -26,14 +26,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from gleaner.api import Phase
-from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, OFFLINE_SELECTOR
-from gleaner.clients.kube import configmaps_path, nodetraces_path, offlinejobs_path, pods_path
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
+from gleaner.clients.kube import configmaps_path
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.scheduling import (
-    _list_everywhere,
     _list_histories,
     _ns_name,
     _occupied,
+    _prime_caches,
     replica_verdict,
 )
 from gleaner.operator.handlers.sla import carry_out_eviction
@@ -68,11 +68,10 @@ def _moved(
 async def move_pass(ctx: OperatorContext) -> list[str]:
     """One look at every Running job (module docstring); returns the jobs moved."""
     cfg = ctx.config
-    jobs, pods, traces = await asyncio.gather(
-        _list_everywhere(ctx, offlinejobs_path),
-        _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR),
-        ctx.client.list(nodetraces_path()),
-    )
+    await _prime_caches(ctx)  # what the scheduling pass reads (its watch caches)
+    jobs = ctx.watched_jobs.items()
+    pods = ctx.watched_pods.items()
+    traces = ctx.watched_traces.items()
     now = datetime.now(UTC)
     live = [j for j in jobs if not (j.get("metadata") or {}).get("deletionTimestamp")]
     statuses = {_ns_name(j): parse_status(j) for j in live}

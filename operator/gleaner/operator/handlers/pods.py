@@ -1,7 +1,8 @@
 """Following offline Pods: their phase drives the job's phase.
 
-Contract: for every event of a Pod labelled ``gleaner.dev/role=offline`` (including kopf's
-initial listing, so a restarted operator catches up), the owning job's status moves with
+Contract: every event of a Pod labelled ``gleaner.dev/role=offline`` (including kopf's
+initial listing, so a restarted operator catches up) goes into ``ctx.watched_pods`` (what the
+scheduling pass reads), and the owning job's status moves with
 the phase machine: Running -> Running (``Ready=True``), Succeeded -> Succeeded, Failed ->
 Failed (with the container's termination reason), and a deleted current Pod of a bound
 job -> Evicted (``PodDeleted``), requeued. Only the job's current Pod (``status.pods[-1]``)
@@ -38,6 +39,7 @@ def failure_detail(pod: dict[str, Any]) -> str:
 
 
 async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str, Any]) -> None:
+    ctx.watched_pods.observe(event_type, pod)
     meta = pod.get("metadata") or {}
     job = (meta.get("labels") or {}).get(LABEL_JOB)
     if not job:

@@ -150,10 +150,12 @@ async def _account(
     ns = job.metadata.namespace or "default"
     patch = {"metadata": {"annotations": {ANNOTATION_PROFILE_GPU_TIME: counted.to_annotation()}}}
     try:
-        await ctx.client.patch(pods_path(ns, name), patch)
+        written = await ctx.client.patch(pods_path(ns, name), patch)
     except KubeError as exc:
         logger.warning("%s/%s: cannot record GPU time on Pod %s: %s", ns, name, name, exc)
         return run
+    if written:
+        ctx.watched_pods.written(written)
     return replace(run, accounting=counted)
 
 
@@ -222,7 +224,9 @@ async def bind_run(ctx: OperatorContext, run: PendingRun, placement: Placement) 
     pod = manifest["metadata"]["name"]
     try:
         if await ctx.client.get(pods_path(ns, pod)) is None:
-            await ctx.client.create(pods_path(ns), manifest)
+            created = await ctx.client.create(pods_path(ns), manifest)
+            if created:
+                ctx.watched_pods.written(created)
     except ConflictError:
         pass  # it exists: an earlier pass created it
     except KubeError as exc:

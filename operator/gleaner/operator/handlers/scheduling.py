@@ -9,8 +9,12 @@ reads kopf's peering object and is skipped unless this replica is the active one
 (``gleaner.operator.peering``): kopf pauses a standby's handlers, not this loop. A pass,
 under the global scheduling lock:
 
-1. lists OfflineJobs, offline Pods (label ``gleaner.dev/role=offline``) and NodeTraces
-   (or asks Prometheus) — the API server is the only state — and refreshes the metrics
+1. reads OfflineJobs, offline Pods (label ``gleaner.dev/role=offline``) and NodeTraces
+   (or asks Prometheus) from the operator's watch caches (``ctx.watched_jobs``, ...:
+   ``gleaner.operator.objectcache``), each listed from the API server and merged in before
+   the first pass, after a standby spell and every ``CACHE_RESYNC_SECONDS``; the
+   operator's own writes go into them as the API server returned them, so a pass never
+   decides on a copy older than what this replica wrote. Then it refreshes the metrics
    read from jobs (jobs by phase; per-job SLA and observed fraction);
 2. **binds**: a Scheduled job whose Pod is missing gets it (check-before-create with the
    deterministic name ``<job>-<attempt>``; a 409 means it is there) — this is also how a
@@ -35,7 +39,7 @@ under the global scheduling lock:
 
 The loop runs passes with ``background=True``: step 5's writes (placements and Unschedulable
 reasons) go on in a task while the next pass runs; ``ctx.binding`` holds them until each is
-written (and its Pod created). A pass takes a copy of it before its lists and counts those
+written (and its Pod created). A pass takes a copy of it with its caches' snapshots and counts those
 placements' GPUs as taken in step 4, and leaves their jobs out of steps 2, 3 and 5.
 """
 
@@ -67,7 +71,7 @@ from gleaner.clients.kube import (
 )
 from gleaner.operator import status as st
 from gleaner.operator.builders import build_offline_pod, gpus_of_pod, pod_name
-from gleaner.operator.context import OperatorContext
+from gleaner.operator.context import CACHE_RESYNC_SECONDS, OperatorContext
 from gleaner.operator.events import post_event, post_object_event
 from gleaner.operator.handlers import profiling
 from gleaner.operator.handlers.bias import flush_bias, load_bias
@@ -79,8 +83,9 @@ from gleaner.operator.handlers.validate import (
 )
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.metrics import cluster_measures, job_gauges
+from gleaner.operator.objectcache import ObjectCache
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
-from gleaner.operator.placement import QueuedJob, plan_placements
+from gleaner.operator.placement import QueuedJob, explained_placements, plan_placements
 from gleaner.operator.traces import (
     load_node_summaries,
     unbindable_nodes,
@@ -154,13 +159,44 @@ def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
 
 async def _list_everywhere(
     ctx: OperatorContext, path_of: Any, selector: str | None = None
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Every object in the operator's namespaces, and the oldest of the lists' versions."""
     if ctx.config.clusterwide:
-        return await ctx.client.list(path_of(None), label_selector=selector)
+        return await ctx.client.list_versioned(path_of(None), label_selector=selector)
     out: list[dict[str, Any]] = []
+    versions: list[str | None] = []
     for ns in ctx.config.namespaces:
-        out.extend(await ctx.client.list(path_of(ns), label_selector=selector))
-    return out
+        items, version = await ctx.client.list_versioned(path_of(ns), label_selector=selector)
+        out.extend(items)
+        versions.append(version)
+    return out, _oldest(versions)
+
+
+def _oldest(versions: list[str | None]) -> str | None:
+    try:
+        return str(min(int(v) for v in versions if v is not None)) if all(versions) else None
+    except ValueError:
+        return None
+
+
+async def _prime_caches(ctx: OperatorContext) -> None:
+    """List what the pass reads into its caches when they are due (before the first pass,
+    after a standby spell, every ``CACHE_RESYNC_SECONDS``; see ``gleaner.operator.objectcache``).
+    """
+    now = time.monotonic()
+    lists: list[tuple[ObjectCache, Coroutine[Any, Any, tuple[list[dict[str, Any]], str | None]]]]
+    lists = []
+    if ctx.watched_jobs.due_for_prime(now, CACHE_RESYNC_SECONDS):
+        lists.append((ctx.watched_jobs, _list_everywhere(ctx, offlinejobs_path)))
+    if ctx.watched_pods.due_for_prime(now, CACHE_RESYNC_SECONDS):
+        lists.append((ctx.watched_pods, _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR)))
+    if ctx.watched_traces.due_for_prime(now, CACHE_RESYNC_SECONDS):
+        lists.append((ctx.watched_traces, ctx.client.list_versioned(nodetraces_path())))
+    if not lists:
+        return
+    listed = await asyncio.gather(*(work for _, work in lists))
+    for (cache, _), (items, version) in zip(lists, listed, strict=True):
+        cache.prime(items, version, now)
 
 
 def _wait_seconds(due: datetime | None, now: datetime, heartbeat: float) -> float:
@@ -216,6 +252,9 @@ async def _loop(ctx: OperatorContext) -> None:
         if not verdict.active:
             logger.info("scheduling pass skipped: %s", verdict.reason)
             standby = True
+            if verdict.paused:
+                for cache in ctx.caches():
+                    cache.invalidate()  # kopf paused this replica's watches: list again
             continue
         if standby and await load_bias(ctx):
             standby = False
@@ -264,9 +303,9 @@ async def replica_verdict(ctx: OperatorContext) -> PeeringVerdict:
         try:
             body = await ctx.client.get(path)
         except KubeError as exc:
-            return PeeringVerdict(False, f"peering object unreadable: {exc}")
+            return PeeringVerdict(False, f"peering object unreadable: {exc}", paused=True)
         if body is None:
-            return PeeringVerdict(False, f"peering object {path} does not exist")
+            return PeeringVerdict(False, f"peering object {path} does not exist", paused=True)
         status = body.get("status") or {}
         verdict = peering_verdict(
             status if isinstance(status, dict) else {}, ctx.config.peering_priority, now
@@ -307,14 +346,14 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
         result.timings[name] = round(now_m - mark, 3)
         mark = now_m
 
-    # Taken before the lists: a binding that ends after them is in this copy, one that ended
-    # before them is in the lists (its status write and its Pod).
+    await _prime_caches(ctx)
+    # Taken with the caches' snapshots, with no await between: a binding that ended before
+    # is in the caches (its status write and its Pod went in as the API server returned
+    # them), one that has not is in this copy.
     held = dict(ctx.binding)
-    jobs, pods, traces = await asyncio.gather(
-        _list_everywhere(ctx, offlinejobs_path),
-        _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR),
-        ctx.client.list(nodetraces_path()),
-    )
+    jobs = ctx.watched_jobs.items()
+    pods = ctx.watched_pods.items()
+    traces = ctx.watched_traces.items()
     now = datetime.now(UTC)
     result.jobs = len(jobs)
     live = [j for j in jobs if not _meta(j).get("deletionTimestamp")]
@@ -391,8 +430,13 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     )
     await _prime_nodes(ctx)
     run_of = {r.queued.key: r for r in runs}
-    plan = plan_placements(
-        queue[: ctx.config.max_batch] + [r.queued for r in runs],
+    batch = queue[: ctx.config.max_batch] + [r.queued for r in runs]
+    # On a thread: a decision over a large queue takes seconds, and the event loop keeps
+    # binding the last pass's placements and renewing kopf's peering record meanwhile.
+    # Everything it reads is this pass's own (the bias table a copy).
+    plan = await asyncio.to_thread(
+        plan_placements,
+        batch,
         nodes,
         occupied,
         now,
@@ -400,7 +444,8 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
         node_labels=ctx.nodes.labels(),
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
         uninstrumented=uninstrumented,
-        bias=ctx.bias,
+        bias=ctx.bias.copy(),
+        explained=explained_placements(len(batch)),
     )
     stage("decide")
     sem = ctx.bind_slots
@@ -750,11 +795,15 @@ async def _ensure_pod(
     if look_first:
         existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
         if existing is not None:
+            ctx.watched_pods.written(existing)
             return existing
     try:
-        return await ctx.client.create(pods_path(ns), manifest)
+        pod: dict[str, Any] | None = await ctx.client.create(pods_path(ns), manifest)
     except ConflictError:
-        return await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
+        pod = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
+    if pod:
+        ctx.watched_pods.written(pod)
+    return pod
 
 
 async def _bind(
