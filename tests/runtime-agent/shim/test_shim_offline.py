@@ -128,8 +128,14 @@ def test_gate_issues_the_schedule_control_on_libcudas_own_fd(
         assert int(ctl["object"], 16) == h["tsg"] and int(ctl["client"], 16) == h["client"]
         assert ctl["fd"] == ctl["owner_fd"] == str(h["fd"])  # the RM's ownership rule
         assert ctl["status"] == "0x0"
-        gated = p.StatusCode.GATED_BY_AGENT
-        st = agent.wait_for(p.Status, lambda m: m.code == gated, after=mark, timeout=wait)
+        # The status the GATE caused: a loaded shim may still report, after the mark, the
+        # same code from before its HELLO_ACK ("waiting for the agent's HELLO_ACK").
+        st = agent.wait_for(
+            p.Status,
+            lambda m: m.code == p.StatusCode.GATED_BY_AGENT and "gated by the agent" in m.reason,
+            after=mark,
+            timeout=wait,
+        )
         assert "1 object(s) disabled" in st.reason
         agent.send(p.Gate(gate_seq=8, enable=True))
         ack = agent.wait_for(p.GateAck, lambda m: m.gate_seq == 8, timeout=wait)
