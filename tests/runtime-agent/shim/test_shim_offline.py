@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from gleaner.protocol import wire as p
@@ -107,23 +108,37 @@ def test_closing_the_control_fd_drops_its_objects(
 def test_gate_issues_the_schedule_control_on_libcudas_own_fd(
     tmp_path: Path, agent: AgentStub, sock_path: Path
 ) -> None:
+    # Generous waits (they return as soon as the frame is there): a loaded CI machine can
+    # take seconds to schedule the shim's control thread.
+    wait = 30.0
     with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
         h = _setup(sp)
-        agent.wait_for(p.ChannelAdd, lambda m: m.h_object == h["chan"])
+        agent.wait_for(p.ChannelAdd, lambda m: m.h_object == h["chan"], timeout=wait)
         mark = agent.mark()
+        sent_ns = time.monotonic_ns()
         agent.send(p.Gate(gate_seq=7, enable=False))
-        ack = agent.wait_for(p.GateAck, lambda m: m.gate_seq == 7)
+        ack = agent.wait_for(p.GateAck, lambda m: m.gate_seq == 7, timeout=wait)
+        round_trip_ns = time.monotonic_ns() - sent_ns
         assert ack.ok and not ack.enabled and ack.n_objects == 1 and ack.n_failed == 0
-        assert 0 < ack.latency_ns < 1_000_000_000
+        # The shim's latency is a real measurement, from its receipt of the GATE to its last
+        # control: inside the round trip seen here (one clock on one host), however slow.
+        assert 0 < ack.latency_ns <= round_trip_ns
         ctl = _controls(sp)[-1]
         assert ctl["cmd"] == "0xa06c0101" and ctl["enable"] == "0" and ctl["psize"] == "3"
         assert int(ctl["object"], 16) == h["tsg"] and int(ctl["client"], 16) == h["client"]
         assert ctl["fd"] == ctl["owner_fd"] == str(h["fd"])  # the RM's ownership rule
         assert ctl["status"] == "0x0"
-        st = agent.wait_for(p.Status, lambda m: m.code == p.StatusCode.GATED_BY_AGENT, after=mark)
+        # The status the GATE caused: a loaded shim may still report, after the mark, the
+        # same code from before its HELLO_ACK ("waiting for the agent's HELLO_ACK").
+        st = agent.wait_for(
+            p.Status,
+            lambda m: m.code == p.StatusCode.GATED_BY_AGENT and "gated by the agent" in m.reason,
+            after=mark,
+            timeout=wait,
+        )
         assert "1 object(s) disabled" in st.reason
         agent.send(p.Gate(gate_seq=8, enable=True))
-        ack = agent.wait_for(p.GateAck, lambda m: m.gate_seq == 8)
+        ack = agent.wait_for(p.GateAck, lambda m: m.gate_seq == 8, timeout=wait)
         assert ack.ok and ack.enabled and ack.n_objects == 1
         assert _controls(sp)[-1]["enable"] == "1"
 

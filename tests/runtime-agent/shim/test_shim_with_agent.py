@@ -326,12 +326,27 @@ def _lost_online_shim_is_held(
         h = _setup(sp)
         assert wait_until(lambda: _registered(d, h["tsg"]))
         assert sp.cmd("launch 1")["rc"] == "0"
+        # Only a close from here on counts: a loaded node may have closed and reopened the
+        # gate earlier (a stale heartbeat), and such a disable says nothing about this edge.
+        before = len(_controls(sp))
         if stall_s:
             _stall(d, stall_s)
         online = _online(sock_path)
         p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=1))
-        # Closed: by the busy frame, or (stalled) by the offline shim on the stale heartbeat.
-        assert wait_until(lambda: any(c["enable"] == "0" for c in _controls(sp)), timeout=5)
+
+        def closed_on_the_edge() -> bool:
+            # Closed now, by a disable after the busy edge; and unless stalled, the agent
+            # has read the edge (its own gate closed): before that, the busy edge is still
+            # in flight and offline work may run (the frame's latency). Stalled, the offline
+            # shim closes on the stale heartbeat with the frame unread.
+            controls = _controls(sp)
+            disabled = len(controls) > before and controls[-1]["enable"] == "0"
+            return disabled and (bool(stall_s) or d.health()["gates"][str(GPU)] is False)
+
+        assert wait_until(closed_on_the_edge, timeout=30), (
+            f"the busy edge did not close the offline gate; the agent's /healthz: {d.health()}; "
+            f"the offline shim's controls: {_controls(sp)}"
+        )
         online.close()
         sp.send("launch 1")
         assert sp.no_reply_within(held_for_s), (
