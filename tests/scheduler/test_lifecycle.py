@@ -149,6 +149,18 @@ def test_evict_requeues_with_backoff_or_gives_up(
         assert not may_attempt(out.plan.next_attempt_after, now - 1e-6)
 
 
+@given(st.sampled_from(sorted(BOUND_PHASES)), st.integers(0, 10), st.floats(0, 1e6))
+def test_a_move_requeues_at_once_without_barring_the_node(
+    phase: Phase, previous: int, now: float
+) -> None:
+    out = evict(phase, "n2", previous, 3, ["n1"], now, CFG, move=True)
+    assert out.plan.eviction_count == previous and not out.plan.failed
+    assert out.phase is Phase.EVICTED and out.plan.next_attempt_after is None
+    # The forecast keeps the job off n2 through its peak; n2 is not barred for good.
+    assert out.plan.excluded_nodes == ("n1",)
+    assert "does not count toward maxEvictions" in out.plan.message
+
+
 def test_evict_refuses_a_job_that_is_not_bound() -> None:
     with pytest.raises(TransitionError):
         evict(Phase.SUCCEEDED, "n1", 0, 3, [], 0.0, CFG)

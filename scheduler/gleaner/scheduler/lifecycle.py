@@ -170,14 +170,15 @@ def evict(
     ``move`` (a proactive move before a forecast peak, :func:`should_move`): requeued at
     once away from ``node``, not counted toward ``max_evictions``."""
     if move:
-        excluded = tuple(dict.fromkeys([*excluded_nodes, node]))
+        # The node is not excluded: the placement rule keeps the job off it while its
+        # forecast does not admit the job, and lets it back once it does again.
         plan = EvictionPlan(
             previous_evictions,
             failed=False,
             next_attempt_after=None,
-            excluded_nodes=excluded,
-            message=f"placed again at once, away from {node} "
-            "(a move does not count toward maxEvictions)",
+            excluded_nodes=tuple(excluded_nodes),
+            message=f"placed again at once by the placement rule, which does not admit {node} "
+            "over the coming hours (a move does not count toward maxEvictions)",
         )
     else:
         plan = plan_after_eviction(

@@ -9,10 +9,11 @@ simulator calls too) whether the job's node still admits it over the next
 ``--move-horizon`` with its own GPUs counted free, and whether another node admits it by
 the placement rule. When it moves, the SLA eviction's path carries it out
 (``handlers.sla.carry_out_eviction`` with ``move``): the status records it (an
-``evictions`` entry with reason "moved ...", ``excludedNodes`` gains the node, phase Evicted
+``evictions`` entry with reason "moved ...", ``excludedNodes`` unchanged, phase Evicted
 with no backoff, ``Ready`` false with reason ``MovedBeforePeak``, ``evictionCount``
 unchanged), then the Pods are deleted and a Normal Event ``MovedBeforePeak`` says why; the
-scheduling pass places the job again at once, away from the node. The status is written
+scheduling pass places the job again at once by the placement rule (which does not
+admit the node it left over the coming hours). The status is written
 before any Pod is deleted, so a restart in between completes the move once: the job is
 Evicted, its old Pod is collected by the scheduling pass and one new Pod is created.
 """

@@ -168,7 +168,7 @@ async def carry_out_eviction(
     move: bool = False,
 ) -> None:
     """Evict the job from its placement (module docstring). With ``move`` (a move before a
-    forecast peak, ``handlers.move``): requeued at once away from the node, not counted
+    forecast peak, ``handlers.move``): requeued at once by the placement rule, not counted
     toward ``maxEvictions``, no eviction report, a Normal Event ``MovedBeforePeak``."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
