@@ -170,7 +170,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path, s
         "--max-attempts",
         "3",
     ]
-    kills = 0
+    kills = launched = 0
     # Answers take a few ms each, so a kill lands with requests in flight, between an
     # answer's write and the next checkpoint, or inside a write.
     with FakeOpenAIEngine(
@@ -179,6 +179,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path, s
         cmd += ["--engine-url", engine.url]
         while _answers(state) < n - 10 and kills < 6:
             proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+            launched += 1
             target = min(n, _answers(state) + rng.randint(1, 15))
 
             def progressed(t: int = target, p: subprocess.Popen[bytes] = proc) -> bool:
@@ -198,6 +199,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path: Path, s
     check_exactly_once(state, requests, {"req-11", "req-42"})
     checkpoint = json.loads((state / CHECKPOINT_FILE).read_text())
     assert checkpoint["progress"]["complete"] is True
-    assert checkpoint["progress"]["starts"] == kills + 1
+    # Every runner launched made progress (an answer past the last one), so it recorded its
+    # start: the killed ones, one that finished before its kill, and the final run.
+    assert checkpoint["progress"]["starts"] == launched + 1
     assert checkpoint["progress"]["succeeded"] == n - 2
     assert sorted(checkpoint["done"]) == sorted(str(r["custom_id"]) for r in requests)
