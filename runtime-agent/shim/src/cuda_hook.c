@@ -377,7 +377,8 @@ void gl_online_launched(void *stream, int is_graph) {
     busy = 1;
     became_busy = 1;
     gap = last_idle_ns ? now - last_idle_ns : 0;
-    pthread_cond_signal(&trk_cv);
+    /* The tracker is woken after the edge is out (below): woken here, it could take this
+     * CPU before the offline gates hear of the edge. It rechecks `busy` under the lock. */
   }
   if (!tracker_started) {
     const char *q = getenv(GLEANER_NODE_ENV_IDLE_QUIET_US);
@@ -395,13 +396,16 @@ void gl_online_launched(void *stream, int is_graph) {
     gl_agent_start();
     /* The offline gates close on this, without the agent; with a native gate loop the
      * segment carries the edge and its gap, and no frame goes. */
-    if (gl_fg_online_busy(now, gap && gap <= gl_cfg.max_gap_ns ? gap : 0))
-      return;
-    send_edge(GL_MSG_ONLINE_BUSY, now);
-    if (gap && gap <= gl_cfg.max_gap_ns) {
-      gl_decode_gap g = {GL_GPU_ALL, 0, now, gap};
-      gl_agent_send(GL_MSG_DECODE_GAP, &g, sizeof g, 1);
+    if (!gl_fg_online_busy(now, gap && gap <= gl_cfg.max_gap_ns ? gap : 0)) {
+      send_edge(GL_MSG_ONLINE_BUSY, now);
+      if (gap && gap <= gl_cfg.max_gap_ns) {
+        gl_decode_gap g = {GL_GPU_ALL, 0, now, gap};
+        gl_agent_send(GL_MSG_DECODE_GAP, &g, sizeof g, 1);
+      }
     }
+    pthread_mutex_lock(&trk_mu);
+    pthread_cond_signal(&trk_cv);
+    pthread_mutex_unlock(&trk_mu);
   }
 }
 
