@@ -207,7 +207,8 @@ def test_apply_binds_a_pod_that_follows_the_contract(cluster: Cluster) -> None:
     assert "nvidia.com/gpu" not in str(pod.spec.containers[0].resources)
     assert status["placement"]["throughputFraction"] == pytest.approx(0.9)
     assert cluster.condition("llama", "Scheduled")["status"] == "True"
-    assert cluster.events_for("llama", "Scheduled")
+    # The Event is posted after the status write and the Pod: wait for it, do not race it.
+    wait_for(lambda: cluster.events_for("llama", "Scheduled"), timeout=60, message=cluster.logs)
 
     # KWOK runs it (no test patches that), then it completes (KWOK completes no Pod on
     # demand: the test writes the phase, as the kubelet would): the job follows.

@@ -399,8 +399,8 @@ void gl_agent_fast_close(uint32_t code, const char *why, int fail) {
   if (r.n_failed)
     set_status(GL_STATUS_CONTROL_REFUSED, "%s; disable refused on %u of %u object(s)", why,
                r.n_failed, r.n_objects);
-  else
-    set_status(GL_STATUS_GATED_BY_AGENT, "%s", why);
+  else /* the caller's code: a stale heartbeat found right after an open is NO_AGENT */
+    set_status(code, "%s", why);
 }
 
 void gl_agent_resync(const char *why) {
