@@ -381,7 +381,7 @@ static void close_gate_fail_closed(uint32_t code, const char *why) {
     set_status(GL_STATUS_CONTROL_REFUSED, "%s; disabling %u of %u channel group(s) failed", why,
                r.n_failed, r.n_objects);
   else
-    set_status(code, "%s", why);
+    set_status(code != GL_STATUS_OK ? code : GL_STATUS_GATED_BY_AGENT, "%s", why);
   if (was_open)
     gl_log(1, "gate closed (fail closed): %s; %u object(s) disabled, %u failed", why,
            r.n_objects - r.n_failed, r.n_failed);
@@ -400,7 +400,7 @@ void gl_agent_fast_close(uint32_t code, const char *why, int fail) {
     set_status(GL_STATUS_CONTROL_REFUSED, "%s; disable refused on %u of %u object(s)", why,
                r.n_failed, r.n_objects);
   else /* the caller's code: a stale heartbeat found right after an open is NO_AGENT */
-    set_status(code, "%s", why);
+    set_status(code != GL_STATUS_OK ? code : GL_STATUS_GATED_BY_AGENT, "%s", why);
 }
 
 void gl_agent_resync(const char *why) {
