@@ -47,16 +47,23 @@ def test_operator_on_prometheus(start_system: Callable[..., GleanerSystem], exam
     assert (placement["node"], placement["gpuIndices"]) == (expected["node"], expected["gpus"])
     assert placement["compute"] == pytest.approx(expected["compute"], abs=0.06)
 
-    # The SLA monitor observes the job through Prometheus (the per-job timeslice rate).
+    # The SLA monitor observes the job through Prometheus (the per-job timeslice rate). One
+    # 2 s window can land on a scrape gap or a stalled test machine, so the test waits for a
+    # window at the prediction (within 0.1) rather than judging the first one above the SLA.
+    predicted = placement["throughputFraction"]
     observed = system.wait_job(
         JOB,
         lambda j: (
-            ((j.get("status") or {}).get("observed") or {}).get("throughputFraction", 0) >= SLA
+            abs(
+                ((j.get("status") or {}).get("observed") or {}).get("throughputFraction", -1.0)
+                - predicted
+            )
+            <= 0.1
         ),
-        "an SLA window observed through Prometheus",
+        "an SLA window observed through Prometheus at the prediction",
     )["status"]["observed"]
     assert observed["windowSeconds"] == pytest.approx(2.0)
-    assert observed["throughputFraction"] == pytest.approx(placement["throughputFraction"], abs=0.1)
+    assert observed["throughputFraction"] >= SLA
     [pod] = system.pods("batch", JOB)
     assert pod["spec"]["nodeName"] == placement["node"]
 
