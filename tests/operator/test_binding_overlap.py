@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 
 from gleaner.api import OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.operator.builders import build_offline_pod
-from gleaner.operator.handlers.scheduling import _occupied
-from gleaner.operator.placement import plan_placements
+from gleaner.operator.placement import occupied_gpus, plan_placements
 from gleaner.operator.traces import summaries_from_nodetraces
 from gleaner.testing.fixtures import make_placement, make_queued_job
 from gleaner.testing.kube import nodetrace_manifest, offlinejob_manifest
@@ -31,9 +30,9 @@ def test_held_placements_count_as_taken_even_before_their_status_shows_them() ->
     # And "older", bound long ago on GPU 3, has its Pod in the lists.
     older = OfflineJob.model_validate(offlinejob_manifest("older", namespace="ns"))
     pods = [build_offline_pod(older, make_placement("a", [3], decided_at=NOW), 0)]
-    occupied = _occupied(pods, statuses, held)
+    occupied = occupied_gpus(pods, statuses, held)
     assert occupied == {"a": {0: "ns/early", 1: "ns/early", 3: "ns/older"}}
-    assert _occupied(pods, statuses) == {"a": {3: "ns/older"}}  # what the lists alone say
+    assert occupied_gpus(pods, statuses) == {"a": {3: "ns/older"}}  # what the lists alone say
 
     nodes = summaries_from_nodetraces([nodetrace_manifest("a", gpus=4, offline_enabled=0.9)])
     late = [make_queued_job("late1", sla=0.5), make_queued_job("late2", sla=0.5)]
@@ -51,4 +50,5 @@ def test_held_and_recorded_placements_agree() -> None:
         )
     }
     held: dict[tuple[str, str], Placement | None] = {("ns", "early"): placement}
-    assert _occupied([], statuses, held) == _occupied([], statuses) == {"a": {1: "ns/early"}}
+    once = {"a": {1: "ns/early"}}
+    assert occupied_gpus([], statuses, held) == occupied_gpus([], statuses) == once

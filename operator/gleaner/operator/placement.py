@@ -11,15 +11,22 @@ other nodes, judged on the pass's snapshot, for the first :data:`EXPLAINED` plac
 a pass that is not part of a burst, ``explained_placements``: judging every node costs
 about one cycle per job). It decides nothing itself:
 filters, scores, explanations and the model are the scheduler's and perfmodel's.
+
+``occupied_gpus`` builds the snapshot's occupied GPUs from the same reads, for the
+scheduling pass and for the move check alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
-from gleaner.api import OfflineJob, Placement, Profile
+from gleaner.api import OfflineJob, OfflineJobStatus, Placement, Profile
+from gleaner.api.contract import LABEL_JOB
+from gleaner.operator.builders import gpus_of_pod
+from gleaner.operator.status import BOUND_PHASES
 from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.scheduler import (
     BiasTable,
@@ -127,3 +134,51 @@ def plan_placements(
     for miss in result.unschedulable:
         plan.unschedulable.append((by_key[miss.job], miss.message))
     return plan
+
+
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+"""Pod phases in which a Pod holds no GPU any more."""
+
+
+def object_meta(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``metadata`` of an object's body (empty when it has none or it is not a map)."""
+    meta = body.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def object_key(body: Mapping[str, Any]) -> tuple[str, str]:
+    """``(namespace, name)`` of a namespaced object's body; no namespace reads ``default``."""
+    meta = object_meta(body)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def occupied_gpus(
+    pods: Iterable[dict[str, Any]],
+    statuses: Mapping[tuple[str, str], OfflineJobStatus],
+    in_flight: Mapping[tuple[str, str], Placement | None] | None = None,
+) -> dict[str, dict[int, str]]:
+    """GPU index -> ``ns/job`` per node: the live offline Pods', the placements recorded in
+    bound jobs' status, and ``in_flight``, the placements of an earlier pass still being written
+    (decided, maybe not recorded yet: the lists cannot show them). A Pod that finished holds
+    nothing; one with no node or GPU annotation is not counted."""
+    occupied: dict[str, dict[int, str]] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
+            continue
+        held = gpus_of_pod(pod)
+        if held is None:
+            continue
+        node, gpus = held
+        ns, _ = object_key(pod)
+        job = str((object_meta(pod).get("labels") or {}).get(LABEL_JOB, "?"))
+        for gpu in gpus:
+            occupied.setdefault(node, {})[gpu] = f"{ns}/{job}"
+    for (ns, name), status in statuses.items():
+        if status.phase in BOUND_PHASES and status.placement is not None:
+            for gpu in status.placement.gpu_indices:
+                occupied.setdefault(status.placement.node, {})[gpu] = f"{ns}/{name}"
+    for (ns, name), taken in (in_flight or {}).items():
+        if taken is not None:
+            for gpu in taken.gpu_indices:
+                occupied.setdefault(taken.node, {})[gpu] = f"{ns}/{name}"
+    return occupied

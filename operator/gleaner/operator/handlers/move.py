@@ -25,20 +25,17 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from gleaner.api import Phase
 from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
 from gleaner.clients.kube import configmaps_path
 from gleaner.operator.context import OperatorContext
-from gleaner.operator.handlers.scheduling import (
-    _list_histories,
-    _ns_name,
-    _occupied,
-    _prime_caches,
-    replica_verdict,
-)
+from gleaner.operator.handlers.scheduling import replica_verdict
 from gleaner.operator.handlers.sla import carry_out_eviction
 from gleaner.operator.jobs import parse_status
+from gleaner.operator.listing import list_histories, prime_caches
+from gleaner.operator.placement import object_key, object_meta, occupied_gpus
 from gleaner.operator.slahistory import history_for, spec_sla_window_seconds
 from gleaner.operator.traces import (
     load_node_summaries,
@@ -66,27 +63,38 @@ def _moved(
     return out
 
 
+def _created(body: dict[str, Any]) -> str:
+    """The order moves are judged in: oldest job first (its creation timestamp)."""
+    return str(object_meta(body).get("creationTimestamp"))
+
+
+def _annotation(body: dict[str, Any], key: str) -> str | None:
+    """One annotation of ``body`` as a string; None when absent or not a string."""
+    value = (object_meta(body).get("annotations") or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
 async def move_pass(ctx: OperatorContext) -> list[str]:
     """One look at every Running job (module docstring); returns the jobs moved."""
     cfg = ctx.config
-    await _prime_caches(ctx)  # what the scheduling pass reads (its watch caches)
+    await prime_caches(ctx)  # what the scheduling pass reads (its watch caches)
     jobs = ctx.watched_jobs.items()
     pods = ctx.watched_pods.items()
     traces = ctx.watched_traces.items()
     now = datetime.now(UTC)
-    live = [j for j in jobs if not (j.get("metadata") or {}).get("deletionTimestamp")]
-    statuses = {_ns_name(j): parse_status(j) for j in live}
+    live = [j for j in jobs if not object_meta(j).get("deletionTimestamp")]
+    statuses = {object_key(j): parse_status(j) for j in live}
     due = [
         j
         for j in live
-        if (s := statuses[_ns_name(j)]).phase is Phase.RUNNING
+        if (s := statuses[object_key(j)]).phase is Phase.RUNNING
         and s.placement is not None
         and (now - s.placement.decided_at).total_seconds() >= cfg.move_min_stay
     ]
     if not due:
         return []
     if not ctx.histories.listed:
-        await _list_histories(ctx)
+        await list_histories(ctx)
     with_hours = with_histories(traces, ctx.histories)
     nodes = await load_node_summaries(cfg, with_hours, now, ctx.hours)
     coming = await load_node_summaries(cfg, with_hours, now, ctx.hours, cfg.move_horizon)
@@ -95,7 +103,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
         nodes=nodes,
         now=now,
         node_labels=ctx.nodes.labels(),
-        occupied=_occupied(pods, statuses),
+        occupied=occupied_gpus(pods, statuses),
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
         stale_after_seconds=cfg.trace_stale_after,
         bias=ctx.bias,
@@ -105,15 +113,15 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
     # coming peak: its jobs are left to the SLA monitor, not moved on its silence.
     unavailable = snapshot.state().unavailable
     moved: list[str] = []
-    for body in sorted(due, key=lambda b: str((b.get("metadata") or {}).get("creationTimestamp"))):
-        key = _ns_name(body)
-        status = statuses[key]
+    for body in sorted(due, key=_created):
+        ns, name = object_key(body)
+        status = statuses[(ns, name)]
         placement = status.placement
         assert placement is not None
         if placement.node not in coming or placement.node in unavailable:
             continue  # nothing (current) to judge its node by
         cm_name = profile_configmap_name(body)
-        cm = None if not cm_name else await ctx.client.get(configmaps_path(key[0], cm_name))
+        cm = None if not cm_name else await ctx.client.get(configmaps_path(ns, cm_name))
         verdict = validate_job(body, cm)
         if not isinstance(verdict, ValidJob):
             continue
@@ -131,18 +139,17 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
         )
         if not check.move:
             continue
-        meta = body.get("metadata") or {}
         history = history_for(
-            f"{key[0]}/{key[1]}",
+            f"{ns}/{name}",
             request.sla,
             placement,
-            (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
+            _annotation(body, ANNOTATION_SLA_WINDOWS),
             spec_sla_window_seconds(body.get("spec") or {}),
             cfg.sla,
         )
         decision = SLADecision(SLAAction.EVICT, check.reason)
         await carry_out_eviction(ctx, body, status, placement, history, decision, now, move=True)
-        moved.append(f"{key[0]}/{key[1]}")
+        moved.append(f"{ns}/{name}")
         # The next job is judged as the simulator judges it: this one's GPUs free, the
         # destination's held (the scheduling pass places it there by the same rule).
         snapshot = replace(snapshot, occupied=_moved(snapshot.occupied, request.key, check))

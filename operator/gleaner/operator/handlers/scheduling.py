@@ -49,7 +49,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -58,20 +58,17 @@ from pydantic import ValidationError
 
 from gleaner.api import API_VERSION, ConditionType, OfflineJob, OfflineJobStatus, Phase, Placement
 from gleaner.api.common import find_condition
-from gleaner.api.contract import FINALIZER, LABEL_JOB, OFFLINE_SELECTOR
+from gleaner.api.contract import FINALIZER, LABEL_JOB
 from gleaner.clients.kube import (
     ConflictError,
     KubeError,
     configmaps_path,
-    nodehistories_path,
     nodes_path,
-    nodetraces_path,
-    offlinejobs_path,
     pods_path,
 )
 from gleaner.operator import status as st
-from gleaner.operator.builders import build_offline_pod, gpus_of_pod, pod_name
-from gleaner.operator.context import CACHE_RESYNC_SECONDS, OperatorContext
+from gleaner.operator.builders import build_offline_pod, pod_name
+from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event, post_object_event
 from gleaner.operator.handlers import profiling
 from gleaner.operator.handlers.bias import flush_bias, load_bias
@@ -82,10 +79,18 @@ from gleaner.operator.handlers.validate import (
     valid_status,
 )
 from gleaner.operator.jobs import parse_status, update_status
+from gleaner.operator.listing import list_histories, prime_caches
 from gleaner.operator.metrics import cluster_measures, job_gauges
-from gleaner.operator.objectcache import ObjectCache
 from gleaner.operator.peering import PeeringVerdict, peering_paths, peering_verdict
-from gleaner.operator.placement import QueuedJob, explained_placements, plan_placements
+from gleaner.operator.placement import (
+    TERMINAL_POD_PHASES,
+    QueuedJob,
+    explained_placements,
+    object_key,
+    object_meta,
+    occupied_gpus,
+    plan_placements,
+)
 from gleaner.operator.traces import (
     load_node_summaries,
     unbindable_nodes,
@@ -103,21 +108,6 @@ from gleaner.operator.validation import (
 from gleaner.scheduler.explain import chosen_summary
 
 logger = logging.getLogger(__name__)
-
-
-async def _list_histories(ctx: OperatorContext) -> None:
-    """List the NodeHistories once, so the first pass after a start judges nodes by their
-    hours even before the NodeHistory watch delivered them; tried again next pass when the
-    list fails (a cluster without the NodeHistory CRD: no hours, nothing to wait for)."""
-    try:
-        ctx.histories.fill(await ctx.client.list(nodehistories_path()))
-    except KubeError as exc:
-        if exc.status == 404:
-            ctx.histories.listed = True
-        logger.warning("NodeHistories not listed (hours of the day not used yet): %s", exc)
-
-
-TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass
@@ -145,58 +135,6 @@ class PassResult:
 
 def _key_of(q: QueuedJob) -> tuple[str, str]:
     return q.job.metadata.namespace or "default", q.job.metadata.name
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
-    meta = _meta(obj)
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-
-
-async def _list_everywhere(
-    ctx: OperatorContext, path_of: Any, selector: str | None = None
-) -> tuple[list[dict[str, Any]], str | None]:
-    """Every object in the operator's namespaces, and the oldest of the lists' versions."""
-    if ctx.config.clusterwide:
-        return await ctx.client.list_versioned(path_of(None), label_selector=selector)
-    out: list[dict[str, Any]] = []
-    versions: list[str | None] = []
-    for ns in ctx.config.namespaces:
-        items, version = await ctx.client.list_versioned(path_of(ns), label_selector=selector)
-        out.extend(items)
-        versions.append(version)
-    return out, _oldest(versions)
-
-
-def _oldest(versions: list[str | None]) -> str | None:
-    try:
-        return str(min(int(v) for v in versions if v is not None)) if all(versions) else None
-    except ValueError:
-        return None
-
-
-async def _prime_caches(ctx: OperatorContext) -> None:
-    """List what the pass reads into its caches when they are due (before the first pass,
-    after a standby spell, every ``CACHE_RESYNC_SECONDS``; see ``gleaner.operator.objectcache``).
-    """
-    now = time.monotonic()
-    lists: list[tuple[ObjectCache, Coroutine[Any, Any, tuple[list[dict[str, Any]], str | None]]]]
-    lists = []
-    if ctx.watched_jobs.due_for_prime(now, CACHE_RESYNC_SECONDS):
-        lists.append((ctx.watched_jobs, _list_everywhere(ctx, offlinejobs_path)))
-    if ctx.watched_pods.due_for_prime(now, CACHE_RESYNC_SECONDS):
-        lists.append((ctx.watched_pods, _list_everywhere(ctx, pods_path, OFFLINE_SELECTOR)))
-    if ctx.watched_traces.due_for_prime(now, CACHE_RESYNC_SECONDS):
-        lists.append((ctx.watched_traces, ctx.client.list_versioned(nodetraces_path())))
-    if not lists:
-        return
-    listed = await asyncio.gather(*(work for _, work in lists))
-    for (cache, _), (items, version) in zip(lists, listed, strict=True):
-        cache.prime(items, version, now)
 
 
 def _wait_seconds(due: datetime | None, now: datetime, heartbeat: float) -> float:
@@ -346,7 +284,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
         result.timings[name] = round(now_m - mark, 3)
         mark = now_m
 
-    await _prime_caches(ctx)
+    await prime_caches(ctx)
     # Taken with the caches' snapshots, with no await between: a binding that ended before
     # is in the caches (its status write and its Pod went in as the API server returned
     # them), one that has not is in this copy.
@@ -356,14 +294,14 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     traces = ctx.watched_traces.items()
     now = datetime.now(UTC)
     result.jobs = len(jobs)
-    live = [j for j in jobs if not _meta(j).get("deletionTimestamp")]
-    statuses = {_ns_name(j): parse_status(j) for j in live}
-    bodies = {_ns_name(j): j for j in live}
+    live = [j for j in jobs if not object_meta(j).get("deletionTimestamp")]
+    statuses = {object_key(j): parse_status(j) for j in live}
+    bodies = {object_key(j): j for j in live}
     ctx.metrics.set_phases(s.phase for s in statuses.values())
     by_key = {k: (bodies[k], s) for k, s in statuses.items()}
     ctx.metrics.sync_jobs(*job_gauges(by_key))
     ctx.metrics.set_cluster(*cluster_measures(by_key, ctx.config.sla))
-    pods_by_key = {_ns_name(p): p for p in pods}
+    pods_by_key = {object_key(p): p for p in pods}
     stage("read")
 
     # 2. bind what was recorded but not created; requeue what lost its Pod.
@@ -387,7 +325,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
 
     # 3. collect Pods no bound job owns.
     for pkey, pod in list(pods_by_key.items()):
-        if (pkey[0], (_meta(pod).get("labels") or {}).get(LABEL_JOB)) in held:
+        if (pkey[0], (object_meta(pod).get("labels") or {}).get(LABEL_JOB)) in held:
             continue  # its job's status in the lists may be older than the Pod
         if _should_collect(pod, pkey, statuses):
             try:
@@ -398,7 +336,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
             del pods_by_key[pkey]
 
     # 4. occupied GPUs.
-    occupied = _occupied(pods_by_key.values(), statuses, held)
+    occupied = occupied_gpus(pods_by_key.values(), statuses, held)
 
     stage("reconcile")
 
@@ -424,7 +362,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     if not queue and not runs:
         return result
     if not ctx.histories.listed:
-        await _list_histories(ctx)
+        await list_histories(ctx)
     nodes = await load_node_summaries(
         ctx.config, with_histories(traces, ctx.histories), now, ctx.hours
     )
@@ -560,7 +498,7 @@ async def _report_uninstrumented(
     """Post the Events of ``gleaner.operator.uninstrumented`` for what changed since the
     last pass."""
     bound = [
-        BoundJob(ns, name, _meta(bodies[(ns, name)]).get("uid"), s.placement)
+        BoundJob(ns, name, object_meta(bodies[(ns, name)]).get("uid"), s.placement)
         for (ns, name), s in sorted(statuses.items())
         if s.phase in st.BOUND_PHASES and s.placement is not None
     ]
@@ -631,9 +569,9 @@ def _should_collect(
 ) -> bool:
     if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
         return False
-    if _meta(pod).get("deletionTimestamp"):
+    if object_meta(pod).get("deletionTimestamp"):
         return False
-    job = (_meta(pod).get("labels") or {}).get(LABEL_JOB)
+    job = (object_meta(pod).get("labels") or {}).get(LABEL_JOB)
     if not job:
         return False
     status = statuses.get((pkey[0], job))
@@ -644,36 +582,6 @@ def _should_collect(
     if status.phase in st.BOUND_PHASES:
         return not status.pods or status.pods[-1] != pkey[1]
     return status.phase is Phase.EVICTED or status.phase is Phase.UNSCHEDULABLE
-
-
-def _occupied(
-    pods: Iterable[dict[str, Any]],
-    statuses: dict[tuple[str, str], OfflineJobStatus],
-    in_flight: dict[tuple[str, str], Placement | None] | None = None,
-) -> dict[str, dict[int, str]]:
-    """GPU index -> ``ns/job`` per node: the live offline Pods', the placements recorded in
-    bound jobs' status, and ``in_flight``, the placements of an earlier pass still being written
-    (decided, maybe not recorded yet: the lists cannot show them)."""
-    occupied: dict[str, dict[int, str]] = {}
-    for pod in pods:
-        if (pod.get("status") or {}).get("phase") in TERMINAL_POD_PHASES:
-            continue
-        held = gpus_of_pod(pod)
-        if held is None:
-            continue
-        ns, _ = _ns_name(pod)
-        job = (_meta(pod).get("labels") or {}).get(LABEL_JOB, "?")
-        for gpu in held[1]:
-            occupied.setdefault(held[0], {})[gpu] = f"{ns}/{job}"
-    for (ns, name), status in statuses.items():
-        if status.phase in st.BOUND_PHASES and status.placement is not None:
-            for gpu in status.placement.gpu_indices:
-                occupied.setdefault(status.placement.node, {})[gpu] = f"{ns}/{name}"
-    for (ns, name), taken in (in_flight or {}).items():
-        if taken is not None:
-            for gpu in taken.gpu_indices:
-                occupied.setdefault(taken.node, {})[gpu] = f"{ns}/{name}"
-    return occupied
 
 
 @dataclass(frozen=True)
@@ -688,7 +596,7 @@ class Judged:
         self, body: dict[str, Any], cur: OfflineJobStatus, now: datetime
     ) -> OfflineJobStatus | None:
         """``cur`` judged valid; None when the spec changed since it was judged."""
-        if _meta(body).get("generation") != self.generation:
+        if object_meta(body).get("generation") != self.generation:
             return None
         return valid_status(cur, self.verdict, now, self.generation)[0]
 
@@ -711,7 +619,7 @@ async def _build_queue(
     configmaps: dict[tuple[str, str], dict[str, Any] | None] = {}
     for key, status in statuses.items():
         body = bodies[key]
-        if FINALIZER not in (_meta(body).get("finalizers") or []):
+        if FINALIZER not in (object_meta(body).get("finalizers") or []):
             # Not seen by the job handler yet: it adds the finalizer, whose echo kicks a
             # pass. Placing the job now would write on a copy that the finalizer's patch
             # is about to make stale (a 409 and a fresh read per job), and create Pods for
@@ -739,7 +647,7 @@ async def _build_queue(
                 and status.phase in st.QUEUED_PHASES
                 and _due(status, now)
             ):
-                fresh[key] = Judged(verdict, _meta(body).get("generation"))
+                fresh[key] = Judged(verdict, object_meta(body).get("generation"))
                 job = verdict.job.model_copy(update={"status": status})
                 queue.append(QueuedJob(job, verdict.profile))
             else:
@@ -826,7 +734,7 @@ async def _bind(
     recorded: dict[str, Any] = {}
 
     def record(body: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
-        if _meta(body).get("uid") != uid or cur.phase not in st.QUEUED_PHASES:
+        if object_meta(body).get("uid") != uid or cur.phase not in st.QUEUED_PHASES:
             return None  # replaced or moved on since the pass read it
         if judged is not None:
             valid = judged.apply(body, cur, now)
