@@ -517,7 +517,7 @@ _tps = st.sampled_from([0.0, 500.0, 900.0, 1500.0, 2400.0, 2500.0, 2600.0, 2700.
 _curves = st.lists(st.tuples(_values, _tps), min_size=2, max_size=6)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(curve=_curves)
 def test_crd_and_pydantic_agree_on_any_curve(curve: list[tuple[float, float]]) -> None:
     obj = job()
@@ -528,7 +528,7 @@ def test_crd_and_pydantic_agree_on_any_curve(curve: list[tuple[float, float]]) -
     assert crd_ok == (pydantic_error(obj) is None), (curve, messages(validate_object(obj)))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     memory=st.lists(st.integers(1, 200), min_size=2, max_size=8, unique=True),
     gains=st.lists(st.integers(0, 500), min_size=8, max_size=8),

@@ -98,9 +98,7 @@ def test_a_file_shorter_than_its_checkpoint_is_refused(tmp_path: Path) -> None:
         ProgressStore(tmp_path).open()
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     answers=st.lists(st.booleans(), min_size=0, max_size=30),
     every=st.integers(1, 8),

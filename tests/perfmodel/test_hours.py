@@ -41,7 +41,7 @@ def _status(profile: DiurnalProfile, latest: NodeSummary) -> NodeTraceStatus:
     return status.model_copy(update={"hours": profile_to_hours(profile)})
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     st.dictionaries(
         st.integers(0, HOURS - 1),

@@ -51,7 +51,7 @@ def summary(busy: np.ndarray, free: np.ndarray, enabled: np.ndarray | None = Non
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(profiles(), unit_matrix(3), memory_matrix(3), st.booleans(), unit_matrix(3))
 def test_factors_stay_in_unit_interval(
     profile: JobProfile,
@@ -70,7 +70,7 @@ def test_factors_stay_in_unit_interval(
         )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     profiles(),
     memory_matrix(2),
@@ -85,7 +85,7 @@ def test_more_free_memory_never_lowers_p_memory(
         assert memory_factor(profile, high, gpus) >= memory_factor(profile, low, gpus) - 1e-12
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(unit_matrix(2), unit_matrix(2), memory_matrix(2))
 def test_more_online_busy_never_raises_p_compute(
     busy: np.ndarray, more: np.ndarray, free: np.ndarray
@@ -98,7 +98,7 @@ def test_more_online_busy_never_raises_p_compute(
         )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(arrays(np.float64, (N_T,), elements=st.floats(0, 1)), st.integers(2, 4), memory_matrix(4))
 def test_perfectly_aligned_gpus_score_one(busy: np.ndarray, n_gpus: int, free: np.ndarray) -> None:
     aligned = np.repeat(busy[:, None], n_gpus, axis=1)

@@ -139,7 +139,7 @@ def test_memory_states_are_capped_by_doubling_the_step() -> None:
     assert _states(s) == {(0,): 4.0, (1,): 4.0, (2,): 2.0}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     changes=st.lists(
         st.tuples(
@@ -278,7 +278,7 @@ class _EagerReference:
         self.now = t
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     events=st.lists(
         st.tuples(

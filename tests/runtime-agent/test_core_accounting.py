@@ -38,7 +38,7 @@ def _drive(agent: NodeAgent, events: list[tuple[float, str, int]], read_each: bo
             agent.accounting.totals  # noqa: B018 - a read applies what was deferred
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(
     st.lists(
         st.tuples(

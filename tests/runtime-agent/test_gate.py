@@ -150,7 +150,7 @@ def _events(reqs: list[Req]) -> list[tuple[float, int, str, str]]:
     return sorted(out)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(reqs=requests, gaps=st.lists(st.floats(0.0, 0.2), max_size=4), named=st.booleans())
 def test_property_one_preemption_per_request_and_never_enabled_while_busy(
     reqs: list[Req], gaps: list[float], named: bool

@@ -227,7 +227,7 @@ class Oracle:
                     self.lost[g].append(pids)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(events, max_size=60))
 def test_the_gate_never_opens_while_an_uninstrumented_process_is_on_its_gpu(
     script: list[tuple[object, ...]],

@@ -95,7 +95,7 @@ def test_bad_config() -> None:
         MemoryReservation(0, CFG).observe(0.0, -1)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     steps=st.lists(
         st.tuples(st.floats(0.0, 3.0), st.one_of(st.none(), st.integers(0, 400))),
@@ -193,7 +193,7 @@ spans = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(table=st.lists(spans, min_size=1, max_size=8), data=st.data())
 def test_property_greedy_never_worse_than_fifo(
     table: list[list[KvSpan]], data: st.DataObject
@@ -205,7 +205,7 @@ def test_property_greedy_never_worse_than_fifo(
     assert reclaim_cost(handles, chosen) <= reclaim_cost(handles, select_handles_fifo(handles, k))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(table=st.lists(st.lists(st.integers(1, 300), max_size=3), min_size=1, max_size=7))
 def test_property_greedy_is_optimal_when_requests_do_not_share_handles(
     table: list[list[int]],
@@ -232,7 +232,7 @@ def _greedy_by_definition(handles: dict[int, list[KvSpan]], k: int) -> list[int]
     return fifo if reclaim_cost(handles, fifo) < reclaim_cost(handles, chosen) else chosen
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     pool=st.lists(spans, min_size=1, max_size=5),
     data=st.data(),

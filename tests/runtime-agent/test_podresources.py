@@ -340,7 +340,7 @@ class CountOracle:
                     self.lost[g].append(pid)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(events, max_size=60))
 def test_without_host_pids_the_gate_never_opens_over_an_unaccounted_gpu(
     script: list[tuple[object, ...]],

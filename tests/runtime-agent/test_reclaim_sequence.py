@@ -591,7 +591,7 @@ _START = (Join(1, (0,), False), Join(2, (0, 1), False), Join(3, (1,), False))
 """Every run starts with offline processes on both GPUs, one on both (then ops reshape it)."""
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(_OPS, min_size=20, max_size=100))
 # Three restores pending with three deadlines: the final ticks must reach the last one.
 @example(

@@ -51,7 +51,7 @@ def test_popcount_table() -> None:
     assert POPCOUNT[masks].tolist() == [0, 1, 3, 16]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     n=st.integers(1, 8),
     edge_bits=st.integers(0, 2**28 - 1),

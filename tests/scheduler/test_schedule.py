@@ -309,7 +309,7 @@ def _feasible_anywhere(job: JobRequest, cluster: ClusterState) -> bool:
     return False
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(_scenario())
 def test_never_below_sla_never_double_booked_and_complete(
     scenario: tuple[dict[str, NodeSummary], list[JobRequest]],

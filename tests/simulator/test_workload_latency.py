@@ -57,7 +57,7 @@ def test_coefficients_match_public_figures() -> None:
     assert M.kv_bytes_per_token == 131072
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     p=st.lists(st.integers(1, 4096), min_size=1, max_size=16),
     c=st.lists(st.integers(0, 32768), min_size=16, max_size=16),

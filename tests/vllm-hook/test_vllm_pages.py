@@ -63,7 +63,7 @@ def layouts(draw: st.DrawFn) -> tuple[KvLayout, list[int]]:
     return lay, [PAGE * i for i, k in enumerate(keep) if k]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(layouts())
 def test_page_table_matches_brute_force(case: tuple[KvLayout, list[int]]) -> None:
     lay, pages = case
@@ -132,7 +132,7 @@ def test_handle_entries_spans_tokens_empty_and_quarantined_pages() -> None:
     assert span.tokens == 0
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.lists(st.integers(0, 20000), min_size=0, max_size=40))
 def test_handle_frames_fit_and_round_trip(sizes: list[int]) -> None:
     entries = [
@@ -172,7 +172,7 @@ def test_plan_step_retire_release_recompute() -> None:
     assert not plan_step(t, [0x2000], [0x2000], {2, 3}, holders)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     st.sets(st.sampled_from([0x1000, 0x2000, 0x3000, 0x4000])),
     st.sets(st.sampled_from([0x1000, 0x2000, 0x3000, 0x4000])),
@@ -210,7 +210,7 @@ def _draw_report(
     return t, reqs, q, gpu
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(layouts(), st.data())
 def test_encode_handles_is_byte_identical_to_the_reference(
     case: tuple[KvLayout, list[int]], data: st.DataObject
@@ -300,7 +300,7 @@ def _decode_groups(frames: list[bytes], gpu: int) -> tuple[_PerPage, set[int], i
     return per_page, quarantined, sizes.pop() if sizes else 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(layouts(), st.data())
 def test_encode_page_groups_carries_the_reference_table(
     case: tuple[KvLayout, list[int]], data: st.DataObject
