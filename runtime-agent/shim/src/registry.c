@@ -17,9 +17,10 @@
 #define FD_BITS 65536
 
 static gl_obj table[REG_CAP];
-/* Which slots are used, one bit each (2 KiB): gl_reg_each visits only those, so a gate
- * change reads a few cache lines, not the whole 768 KiB table (tens of microseconds on a
- * CPU that just woke, on the close path). Kept with table[i].used by set_used. */
+/* Which slots are used, one bit each (2 KiB): every walk (gl_reg_each, a free, an fd's
+ * close) visits only those, so it reads a few cache lines, not the whole 768 KiB table
+ * (tens of microseconds on a CPU that just woke, on the close path). Kept with
+ * table[i].used by set_used. */
 static uint64_t used_bits[REG_CAP / 64];
 static unsigned count;
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,6 +52,20 @@ static void set_used(unsigned i, int used) {
   else
     used_bits[i / 64] &= ~((uint64_t)1 << (i % 64));
 }
+
+/* The first used slot at or after i (REG_CAP: none). Read afresh at every step of a walk,
+ * it sees what the walk removed or shifted so far, as a check of table[i].used would. */
+static unsigned next_used(unsigned i) {
+  while (i < REG_CAP) {
+    uint64_t w = used_bits[i / 64] >> (i % 64);
+    if (w)
+      return i + (unsigned)__builtin_ctzll(w);
+    i = (i / 64 + 1) * 64;
+  }
+  return REG_CAP;
+}
+
+#define FOR_USED(i) for (unsigned i = next_used(0); i < REG_CAP; i = next_used(i + 1))
 
 static unsigned slot_of(uint32_t c, uint32_t o) {
   uint64_t h = ((uint64_t)c << 32 | o) * 0x9E3779B97F4A7C15ull;
@@ -156,15 +171,16 @@ void gl_reg_free(uint32_t c, uint32_t o, void (*gone)(const gl_obj *)) {
    * pass per level of the handle tree), report it, then remove it. */
   e->dying = 1;
   if (o == c) {
-    for (unsigned i = 0; i < REG_CAP; i++)
-      if (table[i].used && table[i].h_client == c)
+    FOR_USED(i) {
+      if (table[i].h_client == c)
         table[i].dying = 1;
+    }
   } else if (e->kind != GL_KIND_CHANNEL && e->h_class != RM_CLASS_MEMORY_LOCAL_USER) {
     for (int changed = 1, pass = 0; changed && pass < 16; pass++) {
       changed = 0;
-      for (unsigned i = 0; i < REG_CAP; i++) {
+      FOR_USED(i) {
         gl_obj *x = &table[i];
-        if (!x->used || x->dying || x->h_client != c || x->h_parent == x->h_object)
+        if (x->dying || x->h_client != c || x->h_parent == x->h_object)
           continue;
         const gl_obj *parent = gl_reg_find(c, x->h_parent);
         if (parent && parent->dying) {
@@ -174,14 +190,18 @@ void gl_reg_free(uint32_t c, uint32_t o, void (*gone)(const gl_obj *)) {
       }
     }
   }
-  for (unsigned i = 0; i < REG_CAP; i++)
-    if (table[i].used && table[i].dying && gone)
-      gone(&table[i]);
-  for (unsigned i = 0; i < REG_CAP;) {
-    if (table[i].used && table[i].dying)
+  if (gone) {
+    FOR_USED(i) {
+      if (table[i].dying)
+        gone(&table[i]);
+    }
+  }
+  for (unsigned i = next_used(0); i < REG_CAP;) {
+    if (table[i].dying)
       remove_at(i); /* a backward shift may move another entry here: look again */
     else
       i++;
+    i = next_used(i);
   }
 }
 
@@ -189,8 +209,8 @@ void gl_reg_close_fd(int fd, void (*gone)(const gl_obj *)) {
   for (;;) {
     uint32_t client = 0;
     int found = 0;
-    for (unsigned i = 0; i < REG_CAP; i++) {
-      if (table[i].used && rm_is_root_class(table[i].h_class) && table[i].fd == fd) {
+    FOR_USED(i) {
+      if (rm_is_root_class(table[i].h_class) && table[i].fd == fd) {
         client = table[i].h_client;
         found = 1;
         break;
@@ -213,8 +233,8 @@ void gl_reg_each(void (*fn)(gl_obj *, void *), void *ctx) {
 }
 
 uint32_t gl_reg_first_client(int *fd_out) {
-  for (unsigned i = 0; i < REG_CAP; i++) {
-    if (table[i].used && rm_is_root_class(table[i].h_class)) {
+  FOR_USED(i) {
+    if (rm_is_root_class(table[i].h_class)) {
       if (fd_out)
         *fd_out = table[i].fd;
       return table[i].h_client;

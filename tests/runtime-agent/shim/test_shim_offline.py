@@ -337,7 +337,9 @@ def test_a_gate_change_reaches_every_live_group_after_frees_reshuffled_the_regis
 def test_the_registry_visits_exactly_its_live_objects(shim_build: Path) -> None:
     """The registry alone (build/registry_check, built with the shim): filled to 73 % of its
     slots, then 1,500 objects freed in random order (backward shifts move entries); every
-    visit of the gate's walk (gl_reg_each) finds exactly the live objects."""
+    visit of the gate's walk (gl_reg_each) finds exactly the live objects. Then handle trees
+    among them: a device's free, a channel's and an fd's close report and remove exactly
+    their objects, walking the used slots only."""
     out = subprocess.run(
         [str(shim_build / "registry_check")], capture_output=True, text=True, timeout=120
     )
