@@ -51,6 +51,43 @@ def _setup(sp: ShimProcess) -> int:
     return tsg
 
 
+def _offline(tmp: Path, sock_path: Path, env: dict[str, str] | None = None) -> ShimProcess:
+    """An offline shim that logs when its watch thread starts watching the segment."""
+    return ShimProcess(
+        tmp,
+        role="offline",
+        socket_path=sock_path,
+        extra_env={pn.ENV_SHIM_LOG: "debug", **(env or {})},
+    )
+
+
+def _watching(sp: ShimProcess) -> None:
+    """Wait until the offline shim's watch thread has mapped the segment and read its
+    busy counters (an edge written before that would not count as new)."""
+    assert wait_until(lambda: "watching the shared-memory gate" in sp.stderr(), timeout=10), (
+        sp.stderr()
+    )
+
+
+def _launched(sp: ShimProcess, agent: AgentStub) -> int:
+    """Set up, connected, one launch run (the agent said open), the segment watched; the
+    channel group's handle."""
+    tsg = _setup(sp)
+    agent.wait_for(p.Hello)
+    assert sp.cmd("launch 1")["rc"] == "0"
+    _watching(sp)
+    return tsg
+
+
+def _held(
+    sp: ShimProcess, seconds: float, why: str = "offline work ran with the gate closed"
+) -> None:
+    """A launch sent now does not return within ``seconds`` (a window that can only pass
+    falsely, never fail falsely); its reply is the caller's to read once the gate opens."""
+    sp.send("launch 1")
+    assert sp.no_reply_within(seconds), why
+
+
 def _disables(sp: ShimProcess) -> list[dict[str, str]]:
     return [c for c in sp.rm_calls("control") if c.get("enable") == "0"]
 
@@ -86,10 +123,19 @@ def _segment(sock_path: Path, *, stale_s: float = 1.0) -> Iterator[tuple[fg.Gate
         seg.retire()
 
 
-@pytest.fixture
-def stub(sock_path: Path) -> Iterator[AgentStub]:
-    with AgentStub(sock_path, gate_open=True) as agent:
-        yield agent
+@contextlib.contextmanager
+def _watched(
+    tmp: Path, sock_path: Path, agent: AgentStub, *, stale_s: float = 1.0
+) -> Iterator[tuple[fg.GateSegment, Beating, ShimProcess]]:
+    """A beating segment and an offline shim that runs work and watches it."""
+    with _segment(sock_path, stale_s=stale_s) as (seg, beating), _offline(tmp, sock_path) as sp:
+        _launched(sp, agent)
+        yield seg, beating, sp
+
+
+def _native_loop(seg: fg.GateSegment, cool_floor_s: float = 0.01) -> contextlib.closing[GateLoop]:
+    """A native gate loop on ``seg``, closed on exit."""
+    return contextlib.closing(GateLoop(seg.address, GateConfig(cool_floor_s=cool_floor_s).native()))
 
 
 def _status(agent: AgentStub, words: str, after: int = 0, timeout: float = 10.0) -> p.Status:
@@ -134,47 +180,36 @@ def test_the_python_layout_is_the_c_layout(tmp_path: Path) -> None:
 
 
 def test_an_online_edge_in_shared_memory_closes_the_offline_gate_without_the_agent(
-    tmp_path: Path, sock_path: Path, stub: AgentStub
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
     with (
         _segment(sock_path) as (seg, _),
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+        _offline(tmp_path, sock_path) as sp,
     ):
-        tsg = _setup(sp)
-        stub.wait_for(p.Hello)
-        assert sp.cmd("launch 1")["rc"] == "0"  # HELLO_ACK said open
-        time.sleep(0.3)  # the watch thread maps the segment (100 ms checks)
-        seg.online_edge(GPU)  # the stub agent sends nothing
+        tsg = _launched(sp, agent)
+        seg.online_edge(GPU)  # the agent sends nothing
         assert wait_until(lambda: bool(_disables(sp)), timeout=10), "no native close"
         ctl = _disables(sp)[-1]
         assert ctl["cmd"] == "0xa06c0101" and int(ctl["object"], 16) == tsg
-        assert not stub.all_of(p.Gate)
-        sp.send("launch 1")
-        assert sp.no_reply_within(0.3), "offline work ran after the online edge"
+        assert not agent.all_of(p.Gate)
+        _held(sp, 0.3, "offline work ran after the online edge")
         # An enable decided before the agent saw that edge is refused ...
-        stub.send(p.Gate(gate_seq=1, gpu=p.GPU_ALL, enable=True))
-        ack = stub.wait_for(p.GateAck, lambda a: a.gate_seq == 1, timeout=10)
+        agent.send(p.Gate(gate_seq=1, gpu=p.GPU_ALL, enable=True))
+        ack = agent.wait_for(p.GateAck, lambda a: a.gate_seq == 1, timeout=10)
         assert ack.ok and not ack.enabled
         assert sp.no_reply_within(0.2)
         # ... one made after it (open_seq = busy_seq) opens the gate.
         seg.allow(GPU)
-        stub.send(p.Gate(gate_seq=2, gpu=p.GPU_ALL, enable=True))
-        ack = stub.wait_for(p.GateAck, lambda a: a.gate_seq == 2, timeout=10)
+        agent.send(p.Gate(gate_seq=2, gpu=p.GPU_ALL, enable=True))
+        ack = agent.wait_for(p.GateAck, lambda a: a.gate_seq == 2, timeout=10)
         assert ack.ok and ack.enabled
         assert sp.reply(timeout=10)["rc"] == "0"
 
 
 def test_an_edge_on_another_gpu_leaves_the_gate_open(
-    tmp_path: Path, sock_path: Path, stub: AgentStub
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
-    with (
-        _segment(sock_path) as (seg, _),
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
-    ):
-        _setup(sp)
-        stub.wait_for(p.Hello)
-        assert sp.cmd("launch 1")["rc"] == "0"
-        time.sleep(0.3)  # mapped by the watch thread
+    with _watched(tmp_path, sock_path, agent) as (seg, _, sp):
         seg.online_edge(0)
         time.sleep(0.2)
         assert sp.cmd("launch 1")["rc"] == "0"
@@ -184,91 +219,76 @@ def test_an_edge_on_another_gpu_leaves_the_gate_open(
 
 
 def test_a_stale_heartbeat_closes_the_gate_and_says_why(
-    tmp_path: Path, sock_path: Path, stub: AgentStub
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
-    with (
-        _segment(sock_path, stale_s=0.5) as (seg, beating),
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
-    ):
-        _setup(sp)
-        stub.wait_for(p.Hello)
-        assert sp.cmd("launch 1")["rc"] == "0"
-        mark = stub.mark()
+    with _watched(tmp_path, sock_path, agent, stale_s=0.5) as (seg, beating, sp):
+        mark = agent.mark()
         beating.stop()  # the agent stalls
         seg.set_heartbeat_ns(time.monotonic_ns() - 5_000_000_000)
-        st = _status(stub, "heartbeat in shared memory stale", after=mark)
+        st = _status(agent, "heartbeat in shared memory stale", after=mark)
         assert st.code == p.StatusCode.NO_AGENT
         assert wait_until(lambda: bool(_disables(sp)), timeout=10)
-        sp.send("launch 1")
-        assert sp.no_reply_within(0.3)
+        _held(sp, 0.3)
         # Beating again: the shim says so (STATUS) and opens at the agent's next enable.
-        mark = stub.mark()
+        mark = agent.mark()
         again = Beating(seg)
         try:
-            _status(stub, "live again", after=mark)
-            stub.send(p.Gate(gate_seq=9, gpu=p.GPU_ALL, enable=True))
-            assert stub.wait_for(p.GateAck, lambda a: a.gate_seq == 9, timeout=10).enabled
+            _status(agent, "live again", after=mark)
+            agent.send(p.Gate(gate_seq=9, gpu=p.GPU_ALL, enable=True))
+            assert agent.wait_for(p.GateAck, lambda a: a.gate_seq == 9, timeout=10).enabled
             assert sp.reply(timeout=10)["rc"] == "0"
         finally:
             again.stop()
 
 
 def test_a_retired_segment_closes_the_gate(
-    tmp_path: Path, sock_path: Path, stub: AgentStub
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
-    with (
-        _segment(sock_path) as (seg, beating),
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
-    ):
-        _setup(sp)
-        stub.wait_for(p.Hello)
-        assert sp.cmd("launch 1")["rc"] == "0"
-        time.sleep(0.3)  # mapped by the watch thread
-        mark = stub.mark()
+    with _watched(tmp_path, sock_path, agent) as (seg, beating, sp):
+        mark = agent.mark()
         beating.stop()
         seg.retire()  # as the agent does when it stops
-        _status(stub, "retired", after=mark)
+        _status(agent, "retired", after=mark)
         assert wait_until(lambda: bool(_disables(sp)), timeout=10)
-        sp.send("launch 1")
-        assert sp.no_reply_within(0.3)
+        _held(sp, 0.3)
 
 
 def test_a_watch_thread_that_stops_fails_closed_for_good(
-    tmp_path: Path, sock_path: Path, stub: AgentStub
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
     env = {pn.ENV_SHIM_FAULT: pn.SHIM_FAULT_GATE_WATCH_EXIT}
     with (
         _segment(sock_path) as (seg, _),
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path, extra_env=env) as sp,
+        _offline(tmp_path, sock_path, env) as sp,
     ):
         _setup(sp)
-        st = _status(stub, "native gate watch stopped")
+        st = _status(agent, "native gate watch stopped")
         assert st.code == p.StatusCode.NO_AGENT
         seg.allow(GPU)
-        stub.send(p.Gate(gate_seq=5, gpu=p.GPU_ALL, enable=True))
-        ack = stub.wait_for(p.GateAck, lambda a: a.gate_seq == 5, timeout=10)
+        agent.send(p.Gate(gate_seq=5, gpu=p.GPU_ALL, enable=True))
+        ack = agent.wait_for(p.GateAck, lambda a: a.gate_seq == 5, timeout=10)
         assert not ack.enabled
-        sp.send("launch 1")
-        assert sp.no_reply_within(0.3), "work ran without the watch thread"
+        _held(sp, 0.3, "work ran without the watch thread")
 
 
-def test_the_online_shim_bumps_the_segment(tmp_path: Path, sock_path: Path) -> None:
+def test_the_online_shim_bumps_the_segment(
+    tmp_path: Path, sock_path: Path, agent: AgentStub
+) -> None:
     env = {"GLEANER_FAKE_KERNEL_US": "2000"}
     with (
-        AgentStub(sock_path) as stub,
         _segment(sock_path) as (seg, _),
         ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
     ):
         sp.cmd("open")
-        stub.wait_for(p.Hello)  # connected: the busy frame is not dropped
+        agent.wait_for(p.Hello)  # connected: the busy frame is not dropped
         before = (seg.busy_seq(0), seg.busy_seq(GPU))
         sp.cmd("launch 1")
-        stub.wait_for(p.OnlineBusy)
+        agent.wait_for(p.OnlineBusy)
         assert seg.busy_seq(GPU) == before[1] + 1  # bumped before the frame went
         assert seg.busy_seq(0) == before[0]  # its UUID names one GPU
         # The edges go into the ring too, for the native gate loop, once the shim has its
         # source id (HELLO_ACK, which the first launch may precede): busy, then idle.
-        head = _launch_until_ringed(sp, stub, seg)
+        head = _launch_until_ringed(sp, agent, seg)
         busy, idle = seg.edge(head - 2), seg.edge(head - 1)
         assert (busy.commit, busy.kind, busy.mask, busy.request) == (head - 1, fg.EDGE_BUSY, 2, 0)
         assert busy.source == 1 and busy.t_ns > 0  # the connection's id (HELLO_ACK)
@@ -276,13 +296,13 @@ def test_the_online_shim_bumps_the_segment(tmp_path: Path, sock_path: Path) -> N
         assert idle.t_ns >= busy.t_ns
 
 
-def _launch_until_ringed(sp: ShimProcess, stub: AgentStub, seg: fg.GateSegment) -> int:
+def _launch_until_ringed(sp: ShimProcess, agent: AgentStub, seg: fg.GateSegment) -> int:
     """Launch (one busy period each) until the online shim's edges are in the ring; the
     ring's head then."""
     for _ in range(50):
-        mark = stub.mark()
+        mark = agent.mark()
         sp.cmd("launch 1")
-        stub.wait_for(p.OnlineIdle, after=mark, timeout=10)
+        agent.wait_for(p.OnlineIdle, after=mark, timeout=10)
         # The idle frame may reach the agent before the idle edge is committed to the ring
         # (a loaded machine can stall the shim between the two): wait for the entry itself.
         deadline = time.monotonic() + 10
@@ -299,45 +319,38 @@ def _launch_until_ringed(sp: ShimProcess, stub: AgentStub, seg: fg.GateSegment) 
 
 @pytest.mark.parametrize("how", ["killed", "stopped"])
 def test_a_native_gate_loop_that_dies_or_stops_closes_the_gate_and_says_why(
-    tmp_path: Path, sock_path: Path, stub: AgentStub, how: str
+    tmp_path: Path, sock_path: Path, agent: AgentStub, how: str
 ) -> None:
     with (
         _segment(sock_path, stale_s=0.5) as (seg, _),
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+        _offline(tmp_path, sock_path) as sp,
+        _native_loop(seg) as loop,
     ):
-        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
-        try:
-            _setup(sp)
-            stub.wait_for(p.Hello)
-            assert sp.cmd("launch 1")["rc"] == "0"
-            time.sleep(0.3)  # mapped by the watch thread
-            mark = stub.mark()
-            if how == "killed":
-                loop.test_kill()  # dies without a word: only its beat stops
-                words = "native gate loop heartbeat in shared memory stale"
-            else:
-                loop.stop()
-                words = "native gate loop stopped"
-            st = _status(stub, words, after=mark)
-            assert st.code == p.StatusCode.NO_AGENT
-            assert wait_until(lambda: bool(_disables(sp)), timeout=10)
-            sp.send("launch 1")
-            assert sp.no_reply_within(0.3), "work ran without the native gate loop"
-        finally:
-            loop.close()
+        _launched(sp, agent)
+        mark = agent.mark()
+        if how == "killed":
+            loop.test_kill()  # dies without a word: only its beat stops
+            words = "native gate loop heartbeat in shared memory stale"
+        else:
+            loop.stop()
+            words = "native gate loop stopped"
+        st = _status(agent, words, after=mark)
+        assert st.code == p.StatusCode.NO_AGENT
+        assert wait_until(lambda: bool(_disables(sp)), timeout=10)
+        _held(sp, 0.3, "work ran without the native gate loop")
 
 
 def test_without_a_segment_the_socket_path_alone_gates(
-    tmp_path: Path, sock_path: Path, stub: AgentStub
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
-    with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+    with _offline(tmp_path, sock_path) as sp:
         _setup(sp)
-        stub.wait_for(p.Hello)
+        agent.wait_for(p.Hello)
         assert sp.cmd("launch 1")["rc"] == "0"
-        stub.send(p.Gate(gate_seq=1, gpu=p.GPU_ALL, enable=False))
+        agent.send(p.Gate(gate_seq=1, gpu=p.GPU_ALL, enable=False))
         assert wait_until(lambda: bool(_disables(sp)), timeout=10)
-        stub.send(p.Gate(gate_seq=2, gpu=p.GPU_ALL, enable=True))
-        assert stub.wait_for(p.GateAck, lambda a: a.gate_seq == 2, timeout=10).enabled
+        agent.send(p.Gate(gate_seq=2, gpu=p.GPU_ALL, enable=True))
+        assert agent.wait_for(p.GateAck, lambda a: a.gate_seq == 2, timeout=10).enabled
 
 
 @pytest.fixture
@@ -357,16 +370,15 @@ def test_with_the_real_agent_the_native_close_precedes_its_gate_and_the_policy_r
     assert health["gate_segment"]["path"] == str(fg.segment_path(sock_path.parent))
     seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
     try:
-        with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+        with _offline(tmp_path, sock_path) as sp:
             _setup(sp)
             assert wait_until(lambda: daemon.health()["offline_jobs"] == {str(GPU): "team-a/job-1"})
             assert sp.cmd("launch 1")["rc"] == "0"
-            time.sleep(0.3)  # mapped by the watch thread
+            _watching(sp)
             seg.online_edge(GPU)  # no socket frame at all: only shared memory
             assert wait_until(lambda: bool(_disables(sp)), timeout=10)
             assert daemon.agent.gates[GPU].enabled, "the agent's policy did not hear of it"
-            sp.send("launch 1")
-            assert sp.no_reply_within(0.3)
+            _held(sp, 0.3)
             # The online shim's frames reach the policy: disable (already off), cooldown,
             # enable with open_seq = busy_seq, and the shim opens.
             online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -389,7 +401,7 @@ def test_the_real_agent_reports_why_a_shim_holds_work(tmp_path: Path, sock_path:
     guard = InstrumentationConfig(enforce=False)
     with (
         running_agent(sock_path, node="fg-node", instrumentation=guard) as d,
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path, extra_env=env) as sp,
+        _offline(tmp_path, sock_path, env) as sp,
     ):
         _setup(sp)
 
@@ -414,7 +426,7 @@ def test_an_enable_the_agent_decided_before_reading_a_bumped_edges_frame_is_refu
     seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
     online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+        with _offline(tmp_path, sock_path) as sp:
             _setup(sp)
             assert wait_until(lambda: daemon.health()["offline_jobs"] == {str(GPU): "team-a/job-1"})
             assert sp.cmd("launch 1")["rc"] == "0"
@@ -426,8 +438,7 @@ def test_an_enable_the_agent_decided_before_reading_a_bumped_edges_frame_is_refu
             seg.online_edge(GPU)  # edge 2: bumped, its frame not sent yet
             p.send_message(online, p.OnlineIdle(gpu=0, mono_ns=2))  # edge 1 ends
             assert wait_until(lambda: daemon.agent.gates[GPU].enabled, timeout=10)
-            sp.send("launch 1")
-            assert sp.no_reply_within(0.5), "offline work ran beside an online edge"
+            _held(sp, 0.5, "offline work ran beside an online edge")
             assert seg.open_seq(GPU) == seg.busy_seq(GPU) - 1
             p.send_message(online, p.OnlineBusy(gpu=0, mono_ns=3))  # edge 2's frame
             p.send_message(online, p.OnlineIdle(gpu=0, mono_ns=4))
@@ -443,77 +454,64 @@ def _enables(sp: ShimProcess) -> list[dict[str, str]]:
 
 
 def test_the_native_gate_loop_reopens_the_offline_gate_without_the_agent(
-    tmp_path: Path, sock_path: Path
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
     """Agent's word once (open), then only shared memory: online edges close and reopen the
     gate through the loop; a loop hold closes it without a busy edge."""
     with (
-        AgentStub(sock_path, gate_open=True) as stub,
         _segment(sock_path) as (seg, _),
-        ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp,
+        _offline(tmp_path, sock_path) as sp,
+        _native_loop(seg) as loop,
     ):
-        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
-        try:
-            _setup(sp)
-            stub.wait_for(p.Hello)
-            assert sp.cmd("launch 1")["rc"] == "0"
-            time.sleep(0.3)  # mapped by the watch thread
-            frames = len(stub.all_of(p.GateAck))
-            off, on = len(_disables(sp)), len(_enables(sp))
-            for i in range(1, 4):
-                seg.online_edge(GPU)
-                assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
-                sp.send("launch 1")
-                assert sp.no_reply_within(0.2), "work ran while online was busy"
-                seg.online_idle(GPU)
-                assert sp.reply(timeout=10)["rc"] == "0"  # reopened by the loop's word
-                assert wait_until(lambda: len(_enables(sp)) == on + i, timeout=10)  # noqa: B023
-            assert len(stub.all_of(p.GateAck)) == frames, "the agent was asked"
-            loop.hold(1, True)  # slot 1: GPU 3
-            assert wait_until(lambda: len(_disables(sp)) == off + 4, timeout=10)
-            sp.send("launch 1")
-            assert sp.no_reply_within(0.2), "work ran while the loop held the gate"
-            loop.hold(1, False)
-            assert sp.reply(timeout=10)["rc"] == "0"
-        finally:
-            loop.close()
+        _launched(sp, agent)
+        frames = len(agent.all_of(p.GateAck))
+        off, on = len(_disables(sp)), len(_enables(sp))
+        for i in range(1, 4):
+            seg.online_edge(GPU)
+            assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
+            _held(sp, 0.2, "work ran while online was busy")
+            seg.online_idle(GPU)
+            assert sp.reply(timeout=10)["rc"] == "0"  # reopened by the loop's word
+            assert wait_until(lambda: len(_enables(sp)) == on + i, timeout=10)  # noqa: B023
+        assert len(agent.all_of(p.GateAck)) == frames, "the agent was asked"
+        loop.hold(1, True)  # slot 1: GPU 3
+        assert wait_until(lambda: len(_disables(sp)) == off + 4, timeout=10)
+        _held(sp, 0.2, "work ran while the loop held the gate")
+        loop.hold(1, False)
+        assert sp.reply(timeout=10)["rc"] == "0"
 
 
 def test_with_a_native_gate_loop_the_online_shim_sends_edges_only_through_the_segment(
-    tmp_path: Path, sock_path: Path
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
     env = {"GLEANER_FAKE_KERNEL_US": "2000"}
     with (
-        AgentStub(sock_path) as stub,
         _segment(sock_path) as (seg, _),
         ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
+        _native_loop(seg) as loop,
     ):
-        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
-        try:
-            sp.cmd("open")
-            stub.wait_for(p.Hello)
-            time.sleep(1.2)  # the online shim looks for the segment at most once a second
-            sp.cmd("launch 1")  # maps the segment on this edge
-            assert wait_until(lambda: loop.stats(1)[0].edges >= 2, timeout=10)  # busy, idle
-            assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
-            frames = len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle))
-            edges = loop.stats(1)[0].edges
-            sp.cmd("launch 1")
-            assert wait_until(lambda: loop.stats(1)[0].edges >= edges + 2, timeout=10)
-            assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
-            assert loop.stats(1)[1].gpu == GPU
-            time.sleep(0.2)  # a frame that would come has come by now (false passes only)
-            assert len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle)) == frames
-            # The loop gone, frames come again (the agent's socket path decides).
-            loop.stop()
-            sp.cmd("launch 1")
-            stub.wait_for(p.OnlineBusy, timeout=10, after=0)
-            assert wait_until(
-                lambda: len(stub.all_of(p.OnlineBusy)) + len(stub.all_of(p.OnlineIdle)) > frames,
-                timeout=10,
-            )
-        finally:
-            loop.close()
+        sp.cmd("open")
+        agent.wait_for(p.Hello)
+        time.sleep(1.2)  # the online shim looks for the segment at most once a second
+        sp.cmd("launch 1")  # maps the segment on this edge
+        assert wait_until(lambda: loop.stats(1)[0].edges >= 2, timeout=10)  # busy, idle
+        assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
+        frames = len(agent.all_of(p.OnlineBusy)) + len(agent.all_of(p.OnlineIdle))
+        edges = loop.stats(1)[0].edges
+        sp.cmd("launch 1")
+        assert wait_until(lambda: loop.stats(1)[0].edges >= edges + 2, timeout=10)
+        assert wait_until(lambda: not loop.stats(1)[1].busy, timeout=10)
+        assert loop.stats(1)[1].gpu == GPU
+        time.sleep(0.2)  # a frame that would come has come by now (false passes only)
+        assert len(agent.all_of(p.OnlineBusy)) + len(agent.all_of(p.OnlineIdle)) == frames
+        # The loop gone, frames come again (the agent's socket path decides).
+        loop.stop()
+        sp.cmd("launch 1")
+        agent.wait_for(p.OnlineBusy, timeout=10, after=0)
+        assert wait_until(
+            lambda: len(agent.all_of(p.OnlineBusy)) + len(agent.all_of(p.OnlineIdle)) > frames,
+            timeout=10,
+        )
 
 
 def test_the_real_agent_with_a_native_gate_loop_gates_without_frames_and_accounts(
@@ -527,17 +525,16 @@ def test_the_real_agent_with_a_native_gate_loop_gates_without_frames_and_account
         assert wait_until(lambda: (d.health()["gate_loop"] or {}).get("running") is True)
         seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
         try:
-            with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+            with _offline(tmp_path, sock_path) as sp:
                 _setup(sp)
                 assert sp.cmd("launch 1", timeout=10)["rc"] == "0"  # the agent's enable
-                time.sleep(0.3)  # mapped by the watch thread
+                _watching(sp)
                 commands = d.agent.gate_commands
                 off = len(_disables(sp))
                 for i in range(1, 4):
                     seg.online_edge(GPU, source=99)
                     assert wait_until(lambda: len(_disables(sp)) == off + i, timeout=10)  # noqa: B023
-                    sp.send("launch 1")
-                    assert sp.no_reply_within(0.1), "work ran while online was busy"
+                    _held(sp, 0.1, "work ran while online was busy")
                     time.sleep(0.05)
                     seg.online_idle(GPU, source=99)
                     assert sp.reply(timeout=10)["rc"] == "0"
@@ -566,10 +563,10 @@ def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
         seg = fg.GateSegment.open(fg.segment_path(sock_path.parent))
         online = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            with ShimProcess(tmp_path, role="offline", socket_path=sock_path) as sp:
+            with _offline(tmp_path, sock_path) as sp:
                 _setup(sp)
                 assert sp.cmd("launch 1", timeout=10)["rc"] == "0"
-                time.sleep(0.3)  # mapped by the watch thread
+                _watching(sp)
                 online.connect(str(sock_path))
                 p.send_message(online, p.Hello(pid=7, role=p.Role.ONLINE, gpu_indices=(GPU,)))
                 online.settimeout(10)
@@ -580,8 +577,7 @@ def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
                 seg.set_busy_word(ack.source_id, GPU)  # as the online shim does, then the edge
                 seg.online_edge(GPU, source=ack.source_id)
                 assert wait_until(lambda: len(_disables(sp)) == off + 1, timeout=10)
-                sp.send("launch 1")
-                assert sp.no_reply_within(0.2), "work ran while online was busy"
+                _held(sp, 0.2, "work ran while online was busy")
                 online.close()  # gone while busy: no idle edge ever comes, its word stays set
                 assert sp.reply(timeout=10)["rc"] == "0"  # the agent dropped it, word and all
                 assert seg.busy_word(ack.source_id) is None
@@ -589,8 +585,7 @@ def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
                 assert d.server is not None and d.server.loop is not None
                 d.server.loop.test_kill()
                 assert wait_until(lambda: len(_disables(sp)) == off + 2, timeout=10)
-                sp.send("launch 1")
-                assert sp.no_reply_within(0.3), "work ran without the native gate loop"
+                _held(sp, 0.3, "work ran without the native gate loop")
                 assert wait_until(
                     lambda: "native gate loop heartbeat" in str(d.health()["offline_held"]),
                     timeout=10,
@@ -603,7 +598,7 @@ def test_the_real_agent_with_a_native_gate_loop_fails_closed_and_says_why(
 
 
 def test_a_busy_edge_lost_from_the_ring_keeps_the_offline_gate_closed_until_idle(
-    tmp_path: Path, sock_path: Path
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
     """The real online shim's busy edge loses its ring entry (a ticket never filled, as a
     writer that died mid-entry): the loop counts it lost and holds every gate for a second,
@@ -617,36 +612,29 @@ def test_a_busy_edge_lost_from_the_ring_keeps_the_offline_gate_closed_until_idle
         pn.ENV_SHIM_FAULT: pn.SHIM_FAULT_RING_LOSE_BUSY,
     }
     with (
-        AgentStub(sock_path, gate_open=True) as stub,
         _segment(sock_path) as (seg, _),
-        ShimProcess(tmp_path / "off", role="offline", socket_path=sock_path) as off,
+        _offline(tmp_path / "off", sock_path) as off,
         ShimProcess(tmp_path / "on", role="online", socket_path=sock_path, extra_env=env) as on,
+        _native_loop(seg) as loop,
     ):
-        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
-        try:
-            _setup(off)
-            assert off.cmd("launch 1")["rc"] == "0"
-            time.sleep(0.3)  # mapped by the watch thread
-            on.cmd("open")
-            stub.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
-            time.sleep(1.2)  # the online shim looks for the segment at most once a second
-            closes = len(_disables(off))
-            started = time.monotonic()
-            on.cmd("launch 1")  # busy for kernel_s; its ring entry is lost
-            assert wait_until(lambda: loop.stats(1)[0].lost_edges >= 1, timeout=10)
-            assert wait_until(lambda: len(_disables(off)) > closes, timeout=10)
-            off.send("launch 1")
-            assert off.no_reply_within(2.0), "offline work ran while online was busy"
-            assert time.monotonic() - started < kernel_s, "the machine was too slow to tell"
-            assert loop.stats(1)[0].busy_from_words >= 1
-            assert off.reply(timeout=kernel_s + 20)["rc"] == "0"  # after the idle edge
-            assert time.monotonic() - started >= kernel_s * 0.9
-        finally:
-            loop.close()
+        _launched(off, agent)
+        on.cmd("open")
+        agent.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
+        time.sleep(1.2)  # the online shim looks for the segment at most once a second
+        closes = len(_disables(off))
+        started = time.monotonic()
+        on.cmd("launch 1")  # busy for kernel_s; its ring entry is lost
+        assert wait_until(lambda: loop.stats(1)[0].lost_edges >= 1, timeout=10)
+        assert wait_until(lambda: len(_disables(off)) > closes, timeout=10)
+        _held(off, 2.0, "offline work ran while online was busy")
+        assert time.monotonic() - started < kernel_s, "the machine was too slow to tell"
+        assert loop.stats(1)[0].busy_from_words >= 1
+        assert off.reply(timeout=kernel_s + 20)["rc"] == "0"  # after the idle edge
+        assert time.monotonic() - started >= kernel_s * 0.9
 
 
 def test_an_online_edge_the_loop_cannot_read_goes_as_frames_and_leaves_the_gpu_openable(
-    tmp_path: Path, sock_path: Path
+    tmp_path: Path, sock_path: Path, agent: AgentStub
 ) -> None:
     """Every busy word taken: the real online shim cannot put its edges in the ring, so
     while a loop runs it neither bumps the segment (the loop would never read a matching
@@ -656,24 +644,21 @@ def test_an_online_edge_the_loop_cannot_read_goes_as_frames_and_leaves_the_gpu_o
     for d in ("off", "on"):
         (tmp_path / d).mkdir()
     with (
-        AgentStub(sock_path, gate_open=True) as stub,
         _segment(sock_path) as (seg, _),
-        ShimProcess(tmp_path / "off", role="offline", socket_path=sock_path) as off,
+        _offline(tmp_path / "off", sock_path) as off,
         ShimProcess(tmp_path / "on", role="online", socket_path=sock_path, extra_env=env) as on,
     ):
         for source in range(1000, 1000 + fg.SOURCES):  # other connections, idle
             seg.set_busy_word(source, busy=False)
         loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.01).native())
         try:
-            _setup(off)
-            assert off.cmd("launch 1")["rc"] == "0"
-            time.sleep(0.3)  # mapped by the watch thread
+            _launched(off, agent)
             on.cmd("open")
-            stub.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
+            agent.wait_for(p.Hello, lambda h: h.role == p.Role.ONLINE)
             time.sleep(1.2)  # the online shim looks for the segment at most once a second
             on.cmd("launch 1")
-            stub.wait_for(p.OnlineBusy, timeout=10)
-            stub.wait_for(p.OnlineIdle, timeout=10)
+            agent.wait_for(p.OnlineBusy, timeout=10)
+            agent.wait_for(p.OnlineIdle, timeout=10)
             assert off.cmd("launch 1", timeout=10)["rc"] == "0"
             assert seg.open_seq(GPU) == seg.busy_seq(GPU)
             assert loop.stats(1)[0].edges == 0
@@ -688,30 +673,27 @@ def test_an_idle_edge_goes_the_way_its_busy_edge_went(tmp_path: Path, sock_path:
     agent would hold the offline side closed until the connection went away)."""
     env = {"GLEANER_FAKE_KERNEL_US": "400000"}  # the HELLO_ACK comes while the kernel runs
     with (
-        AgentStub(sock_path, auto_ack=False) as stub,
+        AgentStub(sock_path, auto_ack=False) as agent,
         _segment(sock_path) as (seg, _),
         ShimProcess(tmp_path, role="online", socket_path=sock_path, extra_env=env) as sp,
+        _native_loop(seg, cool_floor_s=0.05),  # a native gate loop runs
     ):
-        loop = GateLoop(seg.address, GateConfig(cool_floor_s=0.05).native())
-        try:
-            sp.cmd("open")
-            stub.wait_for(p.Hello)
-            head = seg.edges_written
-            sp.cmd("launch 1")
-            stub.wait_for(p.OnlineBusy)  # a frame: no source id yet
-            stub.send(p.HelloAck(gate_open=True, gate_mode=p.GateMode.SHIM, source_id=1))
-            stub.wait_for(p.OnlineIdle, timeout=10)  # after the kernel: a frame as well
-            assert seg.edges_written == head  # and nothing in the ring for the loop alone
-            # The next busy period, with the source id: the ring, and no frames.
-            mark = stub.mark()
-            sp.cmd("launch 1")
+        sp.cmd("open")
+        agent.wait_for(p.Hello)
+        head = seg.edges_written
+        sp.cmd("launch 1")
+        agent.wait_for(p.OnlineBusy)  # a frame: no source id yet
+        agent.send(p.HelloAck(gate_open=True, gate_mode=p.GateMode.SHIM, source_id=1))
+        agent.wait_for(p.OnlineIdle, timeout=10)  # after the kernel: a frame as well
+        assert seg.edges_written == head  # and nothing in the ring for the loop alone
+        # The next busy period, with the source id: the ring, and no frames.
+        mark = agent.mark()
+        sp.cmd("launch 1")
 
-            def kinds() -> list[int]:  # the decode gap before the busy edge aside
-                ring = [seg.edge(t).kind for t in range(head, seg.edges_written)]
-                return [k for k in ring if k != fg.EDGE_GAP]
+        def kinds() -> list[int]:  # the decode gap before the busy edge aside
+            ring = [seg.edge(t).kind for t in range(head, seg.edges_written)]
+            return [k for k in ring if k != fg.EDGE_GAP]
 
-            assert wait_until(lambda: fg.EDGE_IDLE in kinds(), timeout=10)
-            assert kinds() == [fg.EDGE_BUSY, fg.EDGE_IDLE]
-            assert not [m for _, m in stub.messages[mark:] if isinstance(m, p.OnlineIdle)]
-        finally:
-            loop.close()
+        assert wait_until(lambda: fg.EDGE_IDLE in kinds(), timeout=10)
+        assert kinds() == [fg.EDGE_BUSY, fg.EDGE_IDLE]
+        assert not [m for _, m in agent.messages[mark:] if isinstance(m, p.OnlineIdle)]
