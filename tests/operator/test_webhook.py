@@ -8,6 +8,8 @@ import json
 import ssl
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -139,20 +141,34 @@ def _handshake(port: int, cafile: Path) -> int:
         return c.post(url, content=json.dumps(_review(POD))).status_code
 
 
-def test_the_webhook_reloads_a_rotated_certificate_without_a_restart(tmp_path: Path) -> None:
+def _first_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate directory with its first pair; the directory and that pair's CA."""
     cert_dir = tmp_path / "tls"
     cert_dir.mkdir()
-    first = _rotate(cert_dir, "first")
-    port = free_port()
+    return cert_dir, _rotate(cert_dir, "first")
+
+
+@contextmanager
+def _serving(cert_dir: Path, port: int, reload_interval_s: float) -> Iterator[WebhookServer]:
+    """The webhook on ``port`` with ``cert_dir``'s pair, once it serves (stopped on exit)."""
     server = WebhookServer(
         str(cert_dir / "tls.crt"), str(cert_dir / "tls.key"), "127.0.0.1", port,
-        reload_interval_s=0.05,
+        reload_interval_s=reload_interval_s,
     ).start()  # fmt: skip
     try:
         deadline = time.monotonic() + 10
         while not server.started:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_webhook_reloads_a_rotated_certificate_without_a_restart(tmp_path: Path) -> None:
+    cert_dir, first = _first_pair(tmp_path)
+    port = free_port()
+    with _serving(cert_dir, port, reload_interval_s=0.05) as server:
         assert _handshake(port, first) == 200
         watch = server.certificate
         watch.reloaded.clear()
@@ -162,24 +178,12 @@ def test_the_webhook_reloads_a_rotated_certificate_without_a_restart(tmp_path: P
         assert _handshake(port, second) == 200
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             _handshake(port, first)  # the old certificate is no longer served
-    finally:
-        server.stop()
 
 
 def test_a_broken_certificate_pair_is_not_loaded_and_the_old_one_stays(tmp_path: Path) -> None:
-    cert_dir = tmp_path / "tls"
-    cert_dir.mkdir()
-    first = _rotate(cert_dir, "first")
+    cert_dir, first = _first_pair(tmp_path)
     port = free_port()
-    server = WebhookServer(
-        str(cert_dir / "tls.crt"), str(cert_dir / "tls.key"), "127.0.0.1", port,
-        reload_interval_s=3600,
-    ).start()  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    with _serving(cert_dir, port, reload_interval_s=3600) as server:
         watch = server.certificate
         assert not watch.check()  # nothing changed
         # A new certificate beside the old key: they do not match.
@@ -195,5 +199,3 @@ def test_a_broken_certificate_pair_is_not_loaded_and_the_old_one_stays(tmp_path:
         (cert_dir / "tls.key").write_bytes((other / "tls.key").read_bytes())
         assert watch.check() and watch.reloads == 1
         assert _handshake(port, other / "tls.crt") == 200
-    finally:
-        server.stop()

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
@@ -51,6 +51,21 @@ TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 PHASES = tuple(p.value for p in Phase)
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+
+
+T = TypeVar("T")
+
+
+def _no_such(what: str) -> dict[int | str, dict[str, Any]]:
+    """The 404 answer of a route that names one ``what``, for the OpenAPI document."""
+    return {404: {"description": f"No such {what}"}}
+
+
+def _found(value: T | None, what: str) -> T:
+    """``value``; a 404 saying ``what`` was not found when it is None."""
+    if value is None:
+        raise HTTPException(status_code=404, detail=f"{what} not found")
+    return value
 
 
 class ExportFormat(StrEnum):
@@ -133,14 +148,11 @@ def create_router(source: DashboardSource) -> APIRouter:
     @router.get(
         "/api/nodes/{name}",
         response_model=NodeView,
-        responses={404: {"description": "No such node"}},
+        responses=_no_such("node"),
         tags=["dashboard"],
     )
     def api_node(name: str) -> NodeView:
-        node = data().snapshot.node(name)
-        if node is None:
-            raise HTTPException(status_code=404, detail=f"node {name!r} not found")
-        return node
+        return _found(data().snapshot.node(name), f"node {name!r}")
 
     @router.get("/api/jobs", response_model=list[JobView], tags=["dashboard"])
     def api_jobs(
@@ -161,15 +173,12 @@ def create_router(source: DashboardSource) -> APIRouter:
     @router.get(
         "/api/jobs/{namespace}/{name}",
         response_model=JobView,
-        responses={404: {"description": "No such job"}},
+        responses=_no_such("job"),
         tags=["dashboard"],
     )
     def api_job(namespace: str, name: str) -> JobView:
         """One job, with its runner-up nodes and why they lost."""
-        job = data().job_detail(namespace, name)
-        if job is None:
-            raise HTTPException(status_code=404, detail=f"job {namespace}/{name} not found")
-        return job
+        return _found(data().job_detail(namespace, name), f"job {namespace}/{name}")
 
     @router.get(
         "/api/evictions",
@@ -195,14 +204,11 @@ def create_router(source: DashboardSource) -> APIRouter:
     @router.get(
         "/api/evictions/{report_id}",
         response_model=EvictionView,
-        responses={404: {"description": "No such report"}},
+        responses=_no_such("report"),
         tags=["dashboard"],
     )
     def api_eviction(report_id: str) -> EvictionView:
-        report = data().snapshot.eviction(report_id)
-        if report is None:
-            raise HTTPException(status_code=404, detail=f"eviction report {report_id!r} not found")
-        return report
+        return _found(data().snapshot.eviction(report_id), f"eviction report {report_id!r}")
 
     # -- pages ------------------------------------------------------------------------
 

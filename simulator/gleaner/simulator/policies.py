@@ -96,8 +96,19 @@ class ComputePolicy(Protocol):
         ...
 
 
+class _Ungated:
+    """The baselines keep no gate: an iteration's end and a reclamation's forced disable
+    change nothing for them (``gleaner`` is the one policy that acts on both)."""
+
+    def done(self, t: float, finished: Sequence[str]) -> None:
+        return None
+
+    def force_disable(self, t: float) -> None:
+        return None
+
+
 @dataclass
-class OnlineOnly:
+class OnlineOnly(_Ungated):
     name: str = "online-only"
     preemptions: int = 0
 
@@ -106,12 +117,6 @@ class OnlineOnly:
 
     def launch(self, t: float, requests: Sequence[str]) -> tuple[float, bool, float]:
         return 0.0, False, 0.0
-
-    def done(self, t: float, finished: Sequence[str]) -> None:
-        return None
-
-    def force_disable(self, t: float) -> None:
-        return None
 
 
 @dataclass
@@ -159,7 +164,7 @@ class GleanerGate:
 
 
 @dataclass
-class GPreempt:
+class GPreempt(_Ungated):
     """Offline wakes in every online gap; fast preemption at the next launch."""
 
     preempt_latency_s: float
@@ -180,15 +185,9 @@ class GPreempt:
             return self.preempt_latency_s, True, 0.0
         return 0.0, False, 0.0
 
-    def done(self, t: float, finished: Sequence[str]) -> None:
-        return None
-
-    def force_disable(self, t: float) -> None:
-        return None
-
 
 @dataclass
-class IterationLevel:
+class IterationLevel(_Ungated):
     """Offline runs whenever no online iteration is in flight; kernel-boundary preemption."""
 
     rng: np.random.Generator
@@ -214,12 +213,6 @@ class IterationLevel:
         biased = float(self.rng.lognormal(mu + self.kernel_sigma**2, self.kernel_sigma))
         wait = biased * float(self.rng.random())
         return wait, True, wait
-
-    def done(self, t: float, finished: Sequence[str]) -> None:
-        return None
-
-    def force_disable(self, t: float) -> None:
-        return None
 
 
 # -- memory -------------------------------------------------------------------------------
