@@ -8,7 +8,7 @@ real shim: ``rm_client`` under ``LD_PRELOAD="libgleaner_shim.so libfake_rm.so"``
 channel group on GPU 3, as in tests/runtime-agent/shim. The online side is a socket client
 speaking protocol v1 that sends ONLINE_BUSY / ONLINE_IDLE on a fixed schedule (each cycle of
 ``2 / rate`` seconds: busy, idle an eighth later, the agent re-enables a quarter period after
-the idle edge, next busy). Four paths, same agent, same offline shim:
+the idle edge, next busy). Five paths, same agent, same offline shim:
 
 - ``socket`` (the old path): the busy frame → the agent's event loop → its gate policy →
   GATE frame → the shim's control thread → the RM disable control;
@@ -26,6 +26,11 @@ the idle edge, next busy). Four paths, same agent, same offline shim:
   for the busy eighth; the shim's tracker writes the idle edge when it completes). Its
   reaction starts at the shim's own timestamp of the busy edge (the ring entry's time), so
   no Python sits between the stamp and the futex; the targets stay checked on ``loop``.
+- ``tuned``: the ``loop`` path while ``gleaner cpu-latency --max-wakeup-us 0`` holds a CPU
+  wakeup-latency request (what the chart's ``agent.cpuWakeupLatency`` runs beside the
+  agent): the machine's idle CPUs poll instead of sleeping, so no edge waits for a CPU to
+  wake. It needs write access to ``/dev/cpu_dma_latency`` (root); without it the path is
+  left out and the bench says so. The targets are checked on ``loop`` and on ``tuned``.
 
 Measured, per run: reaction = the busy edge's ``CLOCK_MONOTONIC`` time (taken before the
 bump and the frame) → the fake RM's timestamp of the disable control (``ns=`` in its log,
@@ -47,7 +52,7 @@ agent command; ``--client-cpu N`` pins this process; ``--client-rt`` runs it SCH
 its children); ``--event-loop`` picks the agent's loop. The shim's watch thread asks for
 SCHED_FIFO 1 itself and gets it where the process may (docs/shim.md).
 
-Targets (docs/benchmarks.md), for the loop path: reaction p99 <= 100 µs idle and
+Targets (docs/benchmarks.md), for the loop and tuned paths: reaction p99 <= 100 µs idle and
 <= 500 µs under load, max <= 2 ms under load, agent CPU <= 3 % of a core. ``python -m bench
 agent``; options: ``python -m bench agent --runs 3 --load 2``. Returns 1 when a target is
 missed.
@@ -82,10 +87,16 @@ TARGET_P99_IDLE_S = 100e-6
 TARGET_P99_LOAD_S = 500e-6
 TARGET_MAX_LOAD_S = 2e-3
 TARGET_CPU = 0.03
-PATHS = ("socket", "native", "loop", "shim")
+PATHS = ("socket", "native", "loop", "shim", "tuned")
 TARGET_PATH = "loop"
-"""The path the targets are checked on; ``shim`` is the same path with the real C online
-shim writing the edges (see :func:`run_once`)."""
+"""The path the ratio is taken on; ``shim`` is the same path with the real C online shim
+writing the edges, ``tuned`` the same path with a CPU wakeup-latency request held (see
+:func:`run_once`)."""
+TARGET_PATHS = ("loop", "tuned")
+"""The paths the targets are checked on."""
+LOOP_PATHS = ("loop", "shim", "tuned")
+"""The paths on which the agent runs its native gate loop and the edges go only into the
+shared-memory segment."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,30 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         proc.wait(10)
 
 
+def _hold_cpu_latency() -> subprocess.Popen[bytes]:
+    """``gleaner cpu-latency --max-wakeup-us 0``, once its request is in force."""
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "gleaner.cli.main", "cpu-latency", "--max-wakeup-us", "0"],
+        stderr=subprocess.PIPE,
+    )
+    assert holder.stderr is not None
+    line = holder.stderr.readline().decode()  # written once the request is in force
+    if "holding" not in line:
+        holder.wait(10)
+        raise RuntimeError(f"gleaner cpu-latency did not start: {line.strip()}")
+    return holder
+
+
+def _can_tune() -> str | None:
+    """Why the ``tuned`` path cannot run here, or None."""
+    device = Path("/dev/cpu_dma_latency")
+    if not device.exists():
+        return f"{device} does not exist"
+    if not os.access(device, os.W_OK):
+        return f"{device} is not writable (needs root)"
+    return None
+
+
 def _controls(sp: ShimProcess) -> list[tuple[int, bool]]:
     """(CLOCK_MONOTONIC time, enable) of the fake RM's schedule controls, in time order."""
     rows = [(int(c["ns"]), c.get("enable") == "1") for c in sp.rm_calls("control")]
@@ -234,6 +269,7 @@ def run_once(
     # event loop's timer resolution before the next busy edge.
     cool = period / 4
     tmp = Path(tempfile.mkdtemp(prefix="glb", dir="/tmp"))  # sun_path: 108 bytes at most
+    holder = _hold_cpu_latency() if path == "tuned" else None
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -245,7 +281,7 @@ def run_once(
             "--metrics-port", str(port), "--cool-floor", f"{cool * 1000:.3f}ms",
             "--cool-ceiling", f"{cool * 1000:.3f}ms", "--log-level", "error",
             "--event-loop", event_loop, "--allow-uninstrumented",
-            *(["--native-gate-loop"] if path in ("loop", "shim") else ["--no-native-gate-loop"]),
+            *(["--native-gate-loop"] if path in LOOP_PATHS else ["--no-native-gate-loop"]),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -274,7 +310,7 @@ def run_once(
                     sock_path, p.Hello(pid=os.getpid(), role=p.Role.ONLINE, gpu_indices=(GPU,))
                 )
             seg = GateSegment.open(segment_path(tmp)) if path != "socket" else None
-            frames = path not in ("loop", "shim")  # with the loop, edges only in the segment
+            frames = path not in LOOP_PATHS  # with the loop, edges only in the segment
             hogs = _start_hogs(load)
             busy_sent: list[int] = []
             ring = _RingReader(seg) if online_shim is not None and seg is not None else None
@@ -328,6 +364,8 @@ def run_once(
         _stop(hogs)
         agent.terminate()
         agent.wait(10)
+        if holder is not None:
+            _stop([holder])
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(on_tmp, ignore_errors=True)
     elapsed = wall1 - wall0
@@ -379,10 +417,14 @@ def main(argv: list[str]) -> int:
         os.sched_setscheduler(0, policy, os.sched_param(1))
     prefix = shlex.split(args.agent_prefix)
     loads = [0, args.load] if args.load else [0]
+    why_not = _can_tune()
+    paths = PATHS if why_not is None else tuple(x for x in PATHS if x != "tuned")
+    if why_not is not None:
+        print(f"the tuned path is left out: {why_not}")
     runs: list[Run] = []
     for _ in range(args.runs):  # interleaved: a change of the machine's load hits all alike
         for load in loads:
-            for path in PATHS:
+            for path in paths:
                 runs.append(run_once(args.seconds, args.rate, prefix, args.event_loop, load, path))
     print(f"{'path':7} {'load':>4} {'trans/s':>8} {'closed':>7} {'p50 µs':>7} {'p99 µs':>7} "
           f"{'max µs':>7} {'CPU %':>6} {'user/sys %':>11} {'µs/cycle':>9} "
@@ -398,9 +440,9 @@ def main(argv: list[str]) -> int:
     print(f"\nmedian of {args.runs} run(s) per cell; reaction = busy edge -> RM disable control")
     header = f"{'':22}"
     for load in loads:
-        header += f" {'idle' if load == 0 else f'--load {load}':>{9 * len(PATHS) + 8}}"
+        header += f" {'idle' if load == 0 else f'--load {load}':>{9 * len(paths) + 8}}"
     print(header)
-    cols = "".join("".join(f" {path:>8}" for path in PATHS) + f" {'ratio':>7}" for _ in loads)
+    cols = "".join("".join(f" {path:>8}" for path in paths) + f" {'ratio':>7}" for _ in loads)
     print(f"{'':22}{cols}")
     for name, key, scale in (
         ("reaction p50 (µs)", "p50_s", 1e6),
@@ -413,17 +455,18 @@ def main(argv: list[str]) -> int:
         for load in loads:
             cell = {
                 path: _median([r for r in runs if r.load == load and r.path == path], key)
-                for path in PATHS
+                for path in paths
             }
             old, new = cell["socket"], cell[TARGET_PATH]
             ratio = old / new if new else float("inf")
-            line += "".join(f" {cell[path] * scale:8.1f}" for path in PATHS) + f" {ratio:6.1f}x"
+            line += "".join(f" {cell[path] * scale:8.1f}" for path in paths) + f" {ratio:6.1f}x"
         print(line)
     print(
-        f"ratio: socket / {TARGET_PATH}; shim: the {TARGET_PATH} path with the real C online shim"
+        f"ratio: socket / {TARGET_PATH}; shim: the {TARGET_PATH} path with the real C online "
+        f"shim; tuned: the {TARGET_PATH} path with idle CPUs kept awake (gleaner cpu-latency)"
     )
-    for load in loads:
-        native = [r for r in runs if r.load == load and r.path == TARGET_PATH]
+    for target_path, load in ((tp, ld) for tp in TARGET_PATHS if tp in paths for ld in loads):
+        native = [r for r in runs if r.load == load and r.path == target_path]
         p99, mx, cpu = (_median(native, k) for k in ("p99_s", "max_s", "cpu"))
         # (what, value, target, unit scale, unit): printed in the table's units.
         checks = [
@@ -438,7 +481,7 @@ def main(argv: list[str]) -> int:
             label = "idle" if load == 0 else f"--load {load}"
             verdict = "met" if met else "MISSED"
             print(
-                f"target loop {label} {what}: {value * unit_scale:.1f} {unit} "
+                f"target {target_path} {label} {what}: {value * unit_scale:.1f} {unit} "
                 f"(target <= {target * unit_scale:g} {unit}): {verdict}"
             )
     if any(r.disables < 0.5 * r.busy_edges for r in runs):

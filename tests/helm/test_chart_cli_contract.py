@@ -108,3 +108,40 @@ def test_the_profiling_pool_values_become_the_operators_pool(render: Render) -> 
     # Without the values, no pool: profiling runs share GPUs.
     args = args_of(render({}), "Deployment")
     assert not any(a.startswith("--profiling") for a in args)
+
+
+def _containers(manifests: list[Manifest]) -> dict[str, Manifest]:
+    daemonset = next(m for m in manifests if m["kind"] == "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]} | {
+        f"volume:{v['name']}": v for v in pod["volumes"]
+    }
+
+
+@pytest.mark.parametrize("microseconds", [0, 20])
+def test_the_cpu_wakeup_latency_sidecar_holds_the_value_given(
+    render: Render, microseconds: int
+) -> None:
+    command = real_command("gleaner.cli.cpulatency")
+    values = {"agent": {"cpuWakeupLatency": {"enabled": True, "microseconds": microseconds}}}
+    found = _containers(render(values))
+    sidecar = found["cpu-latency"]
+    assert sidecar["args"][0] == "cpu-latency"
+    with command.make_context("gleaner cpu-latency", sidecar["args"][1:]) as ctx:
+        assert ctx.params["max_wakeup_us"] == microseconds
+        device = ctx.params["device"]
+    # The device the command opens is the one mounted from the node; only the sidecar is
+    # privileged, the agent is not.
+    assert [m["mountPath"] for m in sidecar["volumeMounts"]] == [str(device)]
+    assert found["volume:cpu-dma-latency"]["hostPath"] == {
+        "path": str(device),
+        "type": "CharDevice",
+    }
+    assert sidecar["securityContext"]["privileged"] is True
+    assert found["agent"]["securityContext"]["privileged"] is False
+
+
+def test_no_sidecar_and_no_device_unless_asked(render: Render) -> None:
+    found = _containers(render({}))
+    assert "cpu-latency" not in found
+    assert "volume:cpu-dma-latency" not in found

@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "backtest": ("gleaner.cli.backtest", "Backtest placements on held-out time of a trace."),
     "operator": ("gleaner.cli.operator", "Run the Kubernetes operator (kopf)."),
     "agent": ("gleaner.cli.agent", "Run the per-node runtime agent."),
+    "cpu-latency": (
+        "gleaner.cli.cpulatency",
+        "Hold a CPU wakeup-latency bound for the gate (the agent's sidecar).",
+    ),
     "profile": ("gleaner.cli.profile", "Measure a job's profile with its own engine."),
     "report": ("gleaner.cli.report", "Reports from the cluster (SLA evictions)."),
     "dashboard": ("gleaner.cli.dashboard", "Serve the cluster dashboard."),
