@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
 from gleaner.operator.observation import (
     fraction_from_vector,
     observe_from_nodetrace,
     timeslice_query,
     window_from_fraction,
 )
-from gleaner.operator.slahistory import dump_history, has_window, history_for
+from gleaner.operator.slahistory import dump_history, has_window, history_for, stored_windows
 from gleaner.testing.fixtures import make_placement
 from gleaner.testing.kube import nodetrace_manifest
 
@@ -83,3 +84,20 @@ def test_history_of_another_placement_or_garbage_is_discarded() -> None:
     moved = PLACEMENT.model_copy(update={"node": "n2"})
     assert history_for("ns/j", 0.5, moved, dump_history(h)).windows == ()
     assert history_for("ns/j", 0.5, PLACEMENT, "{not json").windows == ()
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({}, None),
+        ({"metadata": None}, None),
+        ({"metadata": {"annotations": None}}, None),
+        ({"metadata": {"annotations": {ANNOTATION_SLA_WINDOWS: 3}}}, None),
+        ({"metadata": {"annotations": {"other": "x"}}}, None),
+        ({"metadata": {"annotations": {ANNOTATION_SLA_WINDOWS: '{"v": 1}'}}}, '{"v": 1}'),
+    ],
+)
+def test_the_stored_windows_are_read_as_a_string_or_nothing(
+    body: dict[str, object], expected: str | None
+) -> None:
+    assert stored_windows(body) == expected

@@ -58,8 +58,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
 from gleaner.api import BatchProgress, OfflineJobStatus, Phase
-from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
-from gleaner.operator.slahistory import history_for, spec_sla_window_seconds
+from gleaner.operator.slahistory import history_for, spec_sla_window_seconds, stored_windows
 from gleaner.scheduler import measures
 from gleaner.scheduler.lifecycle import BOUND_PHASES
 from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -117,7 +116,7 @@ def cluster_measures(
             "/".join(key),
             sla[key],
             placement,
-            ((body.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
+            stored_windows(body),
             spec_sla_window_seconds(body.get("spec") or {}),
             config,
         )

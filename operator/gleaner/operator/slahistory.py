@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from gleaner.api import DEFAULT_SLA_WINDOW, Placement
-from gleaner.api.contract import SlaWindows
+from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, SlaWindows
 from gleaner.api.units import parse_duration
 from gleaner.scheduler.lifecycle import has_window as has_window  # re-exported
 from gleaner.scheduler.monitor import (
@@ -39,6 +39,15 @@ def spec_sla_window_seconds(spec: Mapping[str, Any]) -> float:
         return parse_duration(str(spec.get("slaWindow") or DEFAULT_SLA_WINDOW))
     except ValueError:
         return parse_duration(DEFAULT_SLA_WINDOW)
+
+
+def stored_windows(body: Mapping[str, Any]) -> str | None:
+    """The job object's ``ANNOTATION_SLA_WINDOWS`` (what :func:`history_for` reads); None
+    when it is absent or not a string."""
+    meta = body.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    value = annotations.get(ANNOTATION_SLA_WINDOWS) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) else None
 
 
 def history_for(

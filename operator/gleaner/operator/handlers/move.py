@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import Phase
-from gleaner.api.contract import ANNOTATION_SLA_WINDOWS
 from gleaner.clients.kube import configmaps_path
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.scheduling import replica_verdict
@@ -36,7 +35,7 @@ from gleaner.operator.handlers.sla import carry_out_eviction
 from gleaner.operator.jobs import parse_status
 from gleaner.operator.listing import list_histories, prime_caches
 from gleaner.operator.placement import object_key, object_meta, occupied_gpus
-from gleaner.operator.slahistory import history_for, spec_sla_window_seconds
+from gleaner.operator.slahistory import history_for, spec_sla_window_seconds, stored_windows
 from gleaner.operator.traces import (
     load_node_summaries,
     unbindable_nodes,
@@ -66,12 +65,6 @@ def _moved(
 def _created(body: dict[str, Any]) -> str:
     """The order moves are judged in: oldest job first (its creation timestamp)."""
     return str(object_meta(body).get("creationTimestamp"))
-
-
-def _annotation(body: dict[str, Any], key: str) -> str | None:
-    """One annotation of ``body`` as a string; None when absent or not a string."""
-    value = (object_meta(body).get("annotations") or {}).get(key)
-    return value if isinstance(value, str) else None
 
 
 async def move_pass(ctx: OperatorContext) -> list[str]:
@@ -143,7 +136,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
             f"{ns}/{name}",
             request.sla,
             placement,
-            _annotation(body, ANNOTATION_SLA_WINDOWS),
+            stored_windows(body),
             spec_sla_window_seconds(body.get("spec") or {}),
             cfg.sla,
         )

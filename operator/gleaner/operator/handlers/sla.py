@@ -51,7 +51,12 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
 from gleaner.operator.jobs import parse_status, patch_annotations, update_status
 from gleaner.operator.observation import ObservedWindow, observe_from_nodetrace
-from gleaner.operator.slahistory import dump_history, history_for, spec_sla_window_seconds
+from gleaner.operator.slahistory import (
+    dump_history,
+    history_for,
+    spec_sla_window_seconds,
+    stored_windows,
+)
 from gleaner.operator.sources.prometheus import observe_from_prometheus
 from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.lifecycle import sla_tick
@@ -111,7 +116,7 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         f"{namespace}/{name}",
         sla,
         placement,
-        (meta.get("annotations") or {}).get(ANNOTATION_SLA_WINDOWS),
+        stored_windows(body),
         spec_sla_window_seconds(body.get("spec") or {}),
         ctx.config.sla,
     )
