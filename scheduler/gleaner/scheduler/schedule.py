@@ -299,7 +299,9 @@ class Scheduler:
         if not node_ok.any():
             return None
         batch = self.candidates(ctx, node_ok, self.slot_mask(ctx))
-        batch = batch.take(self.passes(ctx, batch))
+        ok = self.passes(ctx, batch)
+        if not ok.all():  # a copy of every array of the batch: only when some set failed
+            batch = batch.take(ok)
         if batch.size == 0:
             return None
         if batch.exact:
