@@ -8,8 +8,7 @@ the whole queue, and turns the answer back into API ``Placement`` objects, per-j
 and each placement's explanation and runner-up reasons (``explain_runner_ups``, the same
 call ``gleaner place --explain`` makes: "why not node X" for up to :data:`RUNNER_UPS`
 other nodes, judged on the pass's snapshot, for the first :data:`EXPLAINED` placements of
-a pass that is not part of a burst, ``explained_placements``: judging every node costs
-about one cycle per job). It decides nothing itself:
+a pass that is not part of a burst, ``explained_placements``). It decides nothing itself:
 filters, scores, explanations and the model are the scheduler's and perfmodel's.
 
 ``occupied_gpus`` builds the snapshot's occupied GPUs from the same reads, for the
@@ -48,10 +47,9 @@ BURST = 16
 
 def explained_placements(queued: int) -> int:
     """How many of a pass's placements get runner-up reasons: the first :data:`EXPLAINED`
-    in a pass of at most :data:`BURST` queued jobs, none in a burst. Judging every node
-    costs about one cycle per job, and a burst is decided in many passes (each deciding the
-    jobs that arrived while the last one's writes went on): explaining a few per pass would
-    slow every one of them."""
+    in a pass of at most :data:`BURST` queued jobs, none in a burst: a burst is decided in
+    many passes (each deciding the jobs that arrived while the last one's writes went on),
+    and explaining a few per pass would slow every one of them."""
     return EXPLAINED if queued <= BURST else 0
 
 
@@ -123,9 +121,8 @@ def plan_placements(
         plan.placements.append((by_key[decision.job], decision.to_placement(now)))
         if decision.explanation is not None:
             plan.explanations[decision.job] = decision.explanation
-    # Judging every other node costs about a scheduling cycle per job: the first
-    # ``explained`` placements (the queue's front) get runner-ups, the rest no NotChosen
-    # Event, so a large burst of jobs is not slowed down.
+    # The first ``explained`` placements (the queue's front) get runner-ups, the rest no
+    # NotChosen Event, so a large burst of jobs is not slowed down.
     front = list(plan.explanations.items())[: max(0, explained)]
     why_not = explain_runner_ups(
         snapshot, [(requests[key], ex) for key, ex in front], cfg, RUNNER_UPS

@@ -34,6 +34,7 @@ from gleaner.perfmodel.profile import JobProfile
 from gleaner.perfmodel.summary import NodeSummary
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 BASELINE_MODEL: Literal["valve"] = "valve"
 
@@ -146,16 +147,7 @@ def subset_factors(
         raise ValueError(f"node {node.node}: GPU positions must be within 0..{node.n_gpus - 1}")
     compute = compute_factors(node)[idx].min(axis=1)
     n, k = idx.shape
-    if node.memory.n_states:
-        m = node.memory.tightest_many(idx)  # [states, n]
-        w = node.memory.seconds
-        total = float(w.sum())
-        thr = profile.throughput_at(m)
-        deficit = np.maximum(0.0, profile.required_memory_gib - m)
-        value = (w @ thr - profile.memory_deficit_coefficient * (w @ deficit)) / total
-        memory = np.clip(value / profile.max_tokens_per_second, 0.0, 1.0)
-    else:
-        memory = np.zeros(n)
+    memory = _subset_memory(profile, node, idx)
     if k < 2:
         multi = np.ones(n)
     else:
@@ -167,6 +159,27 @@ def subset_factors(
         np.asarray(memory, dtype=np.float64),
         np.asarray(multi, dtype=np.float64),
     )
+
+
+def subset_memory(profile: JobProfile, node: NodeSummary, subsets: npt.ArrayLike) -> FloatArray:
+    """P_memory of many GPU sets of one node at once (``subset_factors``' memory, alone).
+
+    ``subsets`` is [n, k] of GPU *positions*; the positions are not checked here (the
+    scheduler passes its own tables' positions).
+    """
+    return _subset_memory(profile, node, np.asarray(subsets, dtype=np.int64))
+
+
+def _subset_memory(profile: JobProfile, node: NodeSummary, idx: IntArray) -> FloatArray:
+    if not node.memory.n_states:
+        return np.zeros(idx.shape[0])
+    m = node.memory.tightest_many(idx)  # [states, n]
+    w = node.memory.seconds
+    total = float(w.sum())
+    thr = profile.throughput_at(m)
+    deficit = np.maximum(0.0, profile.required_memory_gib - m)
+    value = (w @ thr - profile.memory_deficit_coefficient * (w @ deficit)) / total
+    return np.asarray(np.clip(value / profile.max_tokens_per_second, 0.0, 1.0), dtype=np.float64)
 
 
 def predict(

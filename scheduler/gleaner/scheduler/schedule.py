@@ -42,6 +42,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from gleaner.perfmodel.admission import corrected
 from gleaner.perfmodel.model import predict, subset_factors
 from gleaner.scheduler.cluster import ClusterState, SchedulingSnapshot
 from gleaner.scheduler.config import SchedulerConfig
@@ -82,9 +83,10 @@ def explain_nodes(
     """
     scheduler = Scheduler(snapshot.state(), config or SchedulerConfig())
     ctx = scheduler.context(job)
+    masks = scheduler.node_masks(ctx)
     skipped = set(skip)
     return [
-        scheduler.explain_node(ctx, row)
+        scheduler.explain_node(ctx, row, masks)
         for row, name in enumerate(scheduler.view.names)
         if name not in skipped
     ]
@@ -102,16 +104,12 @@ def explain_runner_ups(
     if not placed:
         return []
     scheduler = Scheduler(snapshot.state(), config or SchedulerConfig())
-    out: list[tuple[str, ...]] = []
-    for job, chosen in placed:
-        ctx = scheduler.context(job)
-        others = [
-            scheduler.explain_node(ctx, row)
-            for row, name in enumerate(scheduler.view.names)
-            if name != chosen.node
-        ]
-        out.append(runner_up_reasons(chosen, others, limit))
-    return out
+    return [
+        runner_up_reasons(
+            chosen, scheduler.runner_ups(scheduler.context(job), chosen, limit), limit
+        )
+        for job, chosen in placed
+    ]
 
 
 def explain_set(
@@ -212,6 +210,18 @@ class Scheduler:
                 ok = ok & extra
         return ok
 
+    def node_candidates(self, ctx: JobContext, row: int, slot_ok: BoolArray) -> CandidateBatch:
+        """``candidates`` on node ``row`` alone, reading only that node's rows of the table."""
+        view = self.view
+        table = view.table(ctx.k)
+        okmask = int(view.pack(slot_ok[row : row + 1])[0])
+        start, end = int(table.node_start[row]), int(table.node_start[row + 1])
+        rows = start + np.flatnonzero((table.mask[start:end] & ~okmask) == 0)
+        batch = self._batch(ctx, rows.astype(np.int64))
+        if table.truncated[row] and batch.size == 0:
+            batch = _concat([batch, self._dynamic(ctx, row, okmask)])
+        return batch
+
     def candidates(self, ctx: JobContext, node_ok: BoolArray, slot_ok: BoolArray) -> CandidateBatch:
         """Aligned sets whose GPUs all pass ``slot_ok`` on nodes passing ``node_ok``.
 
@@ -234,18 +244,14 @@ class Scheduler:
 
     def _batch(self, ctx: JobContext, rows: IntArray) -> CandidateBatch:
         table = self.view.table(ctx.k)
-        node, slots = table.node[rows], table.slots[rows]
-        if ctx.k == 1:
-            memory = ctx.memory[node, slots[:, 0]]
-        else:
-            memory = ctx.memory[node[:, None], slots].min(axis=1) if rows.size else np.zeros(0)
+        node = table.node[rows]
         return CandidateBatch(
             row=rows,
             node=node,
             mask=table.mask[rows],
-            slots=slots,
+            slots=table.slots[rows],
             compute=table.compute[rows],
-            memory=np.asarray(memory, dtype=np.float64),
+            memory=self.view.memory_bound(ctx.job.profile, ctx.k)[rows],
             multi=table.multi[rows],
             bias=ctx.bias[node],
             neighbours=table.neighbours[rows],
@@ -293,7 +299,9 @@ class Scheduler:
         if not node_ok.any():
             return None
         batch = self.candidates(ctx, node_ok, self.slot_mask(ctx))
-        batch = batch.take(self.passes(ctx, batch))
+        ok = self.passes(ctx, batch)
+        if not ok.all():  # a copy of every array of the batch: only when some set failed
+            batch = batch.take(ok)
         if batch.size == 0:
             return None
         if batch.exact:
@@ -306,9 +314,12 @@ class Scheduler:
         return self._commit(ctx, chosen)
 
     def _exact_rounds(self, ctx: JobContext, batch: CandidateBatch) -> CandidateBatch | None:
-        order = np.argsort(-self.score(ctx, batch), kind="stable")
         step = self.config.exact_batch
-        for start in range(0, order.size, step):
+        keys = -self.score(ctx, batch)
+        order = _first_of_order(keys, step)
+        for start in range(0, batch.size, step):
+            if order.size < min(start + step, keys.size):
+                order = np.argsort(keys, kind="stable")  # past the first round: all of it
             chunk = self.exact(ctx, batch.take(order[start : start + step]))
             chunk = chunk.take(self.passes(ctx, chunk))
             if chunk.size:
@@ -353,13 +364,15 @@ class Scheduler:
 
     # -- explaining one node ------------------------------------------------------------
 
-    def _node_rules(self, ctx: JobContext, row: int) -> list[Rule]:
+    def _node_rules(
+        self, ctx: JobContext, row: int, masks: Sequence[BoolArray] | None = None
+    ) -> list[Rule]:
         """The node filters' verdicts on node ``row``, up to the first that rejects it (as
         the cycle counts a node under its first reason; later ones would only repeat it,
         e.g. "no free GPU" after a gpuSelector that allows none)."""
         rules = []
-        for f in self.plugins.node_filters:
-            ok = bool(f.mask(ctx)[row])
+        for i, f in enumerate(self.plugins.node_filters):
+            ok = bool((f.mask(ctx) if masks is None else masks[i])[row])
             text = f.passed(ctx) if ok else f.reasons(ctx, np.array([row], dtype=np.int64))[0]
             rules.append(Rule(f.name, ok, text))
             if not ok:
@@ -389,14 +402,84 @@ class Scheduler:
             multi_gpu=float(one.multi[0]),
         )
 
-    def explain_node(self, ctx: JobContext, row: int) -> NodeExplanation:
-        """Why ``ctx.job`` would or would not go to node ``row`` (``explain_nodes``)."""
-        rules = self._node_rules(ctx, row)
+    def runner_ups(
+        self, ctx: JobContext, chosen: NodeExplanation, limit: int | None
+    ) -> list[NodeExplanation]:
+        """The explanations (``explain_node``) of the nodes other than ``chosen``'s that
+        ``runner_up_reasons(chosen, ..., limit)`` can name: every one without a limit, else
+        only as many as it takes to know the closest ``limit``.
+
+        ``runner_up_reasons`` ranks feasible nodes by predicted fraction (then name) ahead
+        of the rest. A node's explained fraction is at most the best single-GPU-memory
+        bound among its sets, so nodes are explained in the order of that bound, and the
+        rest are left once ``limit`` feasible ones rank ahead of the next node's bound.
+        Fewer than ``limit`` feasible nodes: every node is explained, as without a limit.
+        """
+        view = self.view
+        masks = self.node_masks(ctx)
+        skip = view.row.get(chosen.node, -1)
+        everyone = [r for r in range(view.n_nodes) if r != skip]
+        if limit is None or limit <= 0:
+            return [self.explain_node(ctx, r, masks) for r in everyone]
+        node_ok = np.ones(view.n_nodes, dtype=bool)
+        for m in masks:
+            node_ok &= m
+        bound = self._fraction_bounds(ctx, node_ok)
+        order = [int(r) for r in np.lexsort((np.arange(view.n_nodes), -bound)) if node_ok[r]]
+        done: dict[int, NodeExplanation] = {}
+        ranked: list[tuple[bool, float, str]] = []
+        for row in order:
+            if len(ranked) >= limit and ranked[limit - 1] < (
+                False,
+                -float(bound[row]),
+                view.names[row],
+            ):
+                return list(done.values())
+            if row == skip:
+                continue
+            explained = self.explain_node(ctx, row, masks)
+            done[row] = explained
+            if explained.feasible:
+                ranked.append((False, -(explained.throughput_fraction or 0.0), explained.node))
+                ranked.sort()
+        if len(ranked) >= limit:
+            return list(done.values())
+        return [done.get(r) or self.explain_node(ctx, r, masks) for r in everyone]
+
+    def _fraction_bounds(self, ctx: JobContext, node_ok: BoolArray) -> FloatArray:
+        """[N] at least the predicted fraction ``explain_node`` can report for a feasible
+        node (its sets' products with the single-GPU memory bound, plus a margin for
+        rounding); +inf where the table does not hold every set it may judge."""
+        view = self.view
+        table = view.table(ctx.k)
+        okmask = view.pack(ctx.allowed & view.free)
+        node = table.node
+        rows = np.flatnonzero(node_ok[node] & ((table.mask & ~okmask[node]) == 0))
+        product = corrected(
+            table.compute[rows]
+            * view.memory_bound(ctx.job.profile, ctx.k)[rows]
+            * table.multi[rows],
+            ctx.bias[node[rows]],
+        )
+        bound = np.full(view.n_nodes, -np.inf)
+        np.maximum.at(bound, node[rows], product + _BOUND_MARGIN)
+        bound[(table.truncated | (bound == -np.inf)) & node_ok] = np.inf
+        return bound
+
+    def node_masks(self, ctx: JobContext) -> list[BoolArray]:
+        """Each node filter's mask for ``ctx`` (in configured order), to judge many nodes of
+        one job on the same occupancy (``explain_node``'s ``masks``)."""
+        return [f.mask(ctx) for f in self.plugins.node_filters]
+
+    def explain_node(
+        self, ctx: JobContext, row: int, masks: Sequence[BoolArray] | None = None
+    ) -> NodeExplanation:
+        """Why ``ctx.job`` would or would not go to node ``row`` (``explain_nodes``);
+        ``masks``: ``node_masks(ctx)`` when many nodes are judged at once."""
+        rules = self._node_rules(ctx, row, masks)
         if not all(r.passed for r in rules):
             return self._explanation(ctx, row, rules, None)
-        node_ok = np.zeros(self.view.n_nodes, dtype=bool)
-        node_ok[row] = True
-        batch = self.exact(ctx, self.candidates(ctx, node_ok, ctx.allowed & self.view.free))
+        batch = self.exact(ctx, self.node_candidates(ctx, row, ctx.allowed & self.view.free))
         if batch.size == 0:
             # No set passes the alignment graph: judge the best unaligned set instead, so
             # that the pair rule says which pairs fail.
@@ -539,6 +622,23 @@ class Scheduler:
                 continue
             text = filters[int(stage)].explain(ctx, batch.take(picked))
             counts[text] += int(picked.size)
+
+
+_BOUND_MARGIN = 1e-9
+"""Added to a fraction bound: the joint memory factor is at most the single-GPU one, but
+the two are computed differently and may round apart."""
+
+
+def _first_of_order(keys: FloatArray, count: int) -> IntArray:
+    """The first ``count`` entries of ``np.argsort(keys, kind="stable")`` (all of it when
+    there are no more), without sorting the rest: the smallest keys, ties by position."""
+    if keys.size <= count:
+        return np.argsort(keys, kind="stable")
+    kth = np.partition(keys, count - 1)[count - 1]
+    if np.isnan(kth):  # fewer than ``count`` numbers: NaNs sort last, by position
+        return np.argsort(keys, kind="stable")[:count]
+    near = np.flatnonzero(keys <= kth)
+    return near[np.argsort(keys[near], kind="stable")][:count]
 
 
 def _or(values: Iterable[int]) -> int:

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gleaner.perfmodel.fleet import GpuFleet
-from gleaner.perfmodel.model import compute_factors, memory_factor, pair_scores, subset_factors
+from gleaner.perfmodel.model import compute_factors, pair_scores, subset_memory
 from gleaner.perfmodel.profile import JobProfile
 from gleaner.perfmodel.summary import NodeSummary
 from gleaner.scheduler.cluster import ClusterState
@@ -133,6 +133,7 @@ class ClusterView:
         self._memory_cache: dict[JobProfile, FloatArray] = {}
         self._tables: dict[int, SetTable] = {}
         self._exact_cache: dict[tuple[JobProfile, int], FloatArray] = {}
+        self._bound_cache: dict[tuple[JobProfile, int], FloatArray] = {}
         self._fleet: GpuFleet | None = None
         self._fleet_flat: IntArray | None = None
 
@@ -332,6 +333,23 @@ class ClusterView:
             node_start=node_start,
         )
 
+    def memory_bound(self, profile: JobProfile, k: int) -> FloatArray:
+        """[m] the single-GPU bound of P_memory (the minimum over its GPUs) of every row of
+        the size-k table, for ``profile`` (exact for k = 1); computed once per cycle."""
+        key = (profile, k)
+        cached = self._bound_cache.get(key)
+        if cached is None:
+            table, memory = self.table(k), self.memory(profile)
+            if k == 1:
+                cached = memory[table.node, table.slots[:, 0]]
+            elif table.node.size:
+                cached = memory[table.node[:, None], table.slots].min(axis=1)
+            else:
+                cached = np.zeros(0)
+            cached = np.asarray(cached, dtype=np.float64)
+            self._bound_cache[key] = cached
+        return cached
+
     def exact_memory(self, profile: JobProfile, k: int, rows: IntArray) -> FloatArray:
         """Joint (tightest-GPU) P_memory of table rows, computed once per (profile, k, row)."""
         table = self.table(k)
@@ -349,10 +367,10 @@ class ClusterView:
             for group in np.split(todo, cuts):
                 summary = self.summaries[int(table.node[group[0]])]
                 if group.size >= _BULK_ROWS:
-                    _, memory, _ = subset_factors(profile, summary, table.slots[group])
-                    cache[group] = memory
-                else:  # a few sets: the plain per-set call has less overhead
+                    cache[group] = subset_memory(profile, summary, table.slots[group])
+                else:  # a few sets: the plain per-set rule (``memory_factor``) costs less
+                    sketch = summary.memory
                     for r in group.tolist():
-                        gpus = [summary.gpus[int(p)].index for p in table.slots[r]]
-                        cache[r] = memory_factor(profile, summary, gpus)
+                        values, seconds = sketch.tightest(table.slots[r].tolist())
+                        cache[r] = profile.memory_factor_of(values, seconds)
         return np.asarray(cache[rows], dtype=np.float64)
