@@ -22,9 +22,9 @@ runner-up reasons), so two versions can be checked to decide the same.
 tree (e.g. ``git archive <commit> | tar -x -C DIR``) in a child process first, and prints
 both side by side with their speed-up and whether the digests agree.
 
-Target: a pass of 1,000 jobs on 1,000 nodes decides in < 1 s of CPU (``python -m bench
-scheduler`` decides 1,000 jobs on 1,250 nodes in about 0.8 s). Exit 1 when it is missed or
-the baseline decides differently.
+The CPU time is reported without a target of its own (``python -m bench scheduler`` decides
+1,000 jobs on 1,250 nodes in about 0.8 s, for comparison); what users wait for is measured
+by ``python -m bench controlplane``. Exit 1 when the baseline decides differently.
 
 Run: ``python -m bench pass`` (``--quick``: one repeat; ``--n``, ``--seed``).
 """
@@ -53,7 +53,6 @@ from typing import Any  # noqa: E402
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 """The pass's clock, and the end of every NodeTrace's window (fixed: runs compare)."""
 GPU_MIX = ((1, 50), (2, 25), (4, 15), (8, 10))
-SECONDS_TARGET = 1.0
 QUEUES = (10, 100, 400, 1000)
 BURST = (100, 400, 400, 100)
 NAMESPACE = "bench-jobs"
@@ -289,11 +288,7 @@ def main(argv: list[str]) -> int:
         print(line)
     print(f"load average at the end: {_load()}")
     largest = next(r for r in runs if r.scenario == f"queue of {max(QUEUES)}")
-    ok = largest.cpu_seconds < SECONDS_TARGET
-    print(
-        f"{largest.jobs} jobs on {args.n} nodes: {largest.cpu_seconds:.3f} s CPU "
-        f"(target < {SECONDS_TARGET} s): {'ok' if ok else 'MISSED'}"
-    )
+    print(f"{largest.jobs} jobs on {args.n} nodes: {largest.cpu_seconds:.3f} s CPU")
     if base is not None:
         print(
             "decisions: the same as the baseline's in every scenario"
@@ -312,7 +307,7 @@ def main(argv: list[str]) -> int:
                 indent=2,
             )
         )
-    return 0 if ok and not differ else 1
+    return 0 if not differ else 1
 
 
 if __name__ == "__main__":
