@@ -25,8 +25,8 @@ the idle edge, next busy). Five paths, same agent, same offline shim:
   with ``role=online`` over the fake libcuda, one launch per cycle whose fake kernel runs
   for the busy eighth; the shim's tracker writes the idle edge when it completes). Its
   reaction starts at the shim's own timestamp of the busy edge (the ring entry's time), so
-  no Python sits between the stamp and the futex; the targets stay checked on ``loop``.
-- ``tuned``: the ``loop`` path while ``gleaner cpu-latency --max-wakeup-us 0`` holds a CPU
+  no Python sits between the stamp and the futex.
+- ``tuned``: the ``shim`` path while ``gleaner cpu-latency --max-wakeup-us 0`` holds a CPU
   wakeup-latency request (what the chart's ``agent.cpuWakeupLatency`` runs beside the
   agent): the machine's idle CPUs poll instead of sleeping, so no edge waits for a CPU to
   wake. It needs write access to ``/dev/cpu_dma_latency`` (root); without it the path is
@@ -90,10 +90,12 @@ TARGET_CPU = 0.03
 PATHS = ("socket", "native", "loop", "shim", "tuned")
 TARGET_PATH = "loop"
 """The path the ratio is taken on; ``shim`` is the same path with the real C online shim
-writing the edges, ``tuned`` the same path with a CPU wakeup-latency request held (see
+writing the edges, ``tuned`` the ``shim`` path with a CPU wakeup-latency request held (see
 :func:`run_once`)."""
 TARGET_PATHS = ("loop", "tuned")
 """The paths the targets are checked on."""
+SHIM_PATHS = ("shim", "tuned")
+"""The paths whose online side is the real C online shim."""
 LOOP_PATHS = ("loop", "shim", "tuned")
 """The paths on which the agent runs its native gate loop and the edges go only into the
 shared-memory segment."""
@@ -299,7 +301,7 @@ def run_once(
                 sp.cmd(cmd, timeout=30)
             sp.cmd("launch 1", timeout=30)  # returns once the agent opened the gate
             online_shim = None
-            if path == "shim":  # the real C online shim: a fake kernel of busy_for per launch
+            if path in SHIM_PATHS:  # the real C online shim: a fake kernel of busy_for per launch
                 kernel = {**env, "GLEANER_FAKE_KERNEL_US": str(round(busy_for * 1e6))}
                 online_shim = stack.enter_context(
                     ShimProcess(on_tmp, role="online", socket_path=sock_path, extra_env=kernel)
@@ -463,7 +465,7 @@ def main(argv: list[str]) -> int:
         print(line)
     print(
         f"ratio: socket / {TARGET_PATH}; shim: the {TARGET_PATH} path with the real C online "
-        f"shim; tuned: the {TARGET_PATH} path with idle CPUs kept awake (gleaner cpu-latency)"
+        "shim; tuned: the shim path with idle CPUs kept awake (gleaner cpu-latency)"
     )
     for target_path, load in ((tp, ld) for tp in TARGET_PATHS if tp in paths for ld in loads):
         native = [r for r in runs if r.load == load and r.path == target_path]
