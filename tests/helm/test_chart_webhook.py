@@ -1,4 +1,5 @@
-"""The chart's online-Pod admission webhook: its selectors, policy, Service and certificate.
+"""The chart's admission webhook: its selectors, policies (online Pods, OfflineJobs), Service and
+certificate.
 
 The selectors are what keep a webhook outage from blocking Pods that never opted in; the
 real kube-apiserver applies this very configuration in e2e/controlplane/test_webhook.py.

@@ -1,4 +1,5 @@
-"""The operator's mutating admission webhook: online Pods get the node shim at creation.
+"""The operator's mutating admission webhook: online Pods get the node shim, OfflineJobs the
+finalizer, at creation.
 
 Contract (docs/operator.md, "Webhook"):
 
