@@ -5,9 +5,13 @@ kube-controller-manager, KWOK; docs/controlplane.md), ``--n`` KWOK nodes of 8 GP
 with a NodeTrace of varied online load. Two rounds on the same API server:
 
 1. Gleaner: the real ``gleaner operator`` process, authenticated as a ServiceAccount bound
-   to exactly ``OPERATOR_RULES``; ``--n`` OfflineJobs (1/2/4/8 GPUs; 5% with an SLA no node
-   meets) created at once. The clock runs from the first creation until every job is
-   Running (its Pod bound and run by KWOK) or Unschedulable with a reason.
+   to exactly ``OPERATOR_RULES`` and serving the admission webhook as the chart deploys it
+   (``--webhook-port``, a throw-away CA; the chart's MutatingWebhookConfiguration, rendered
+   by Helm, registered with its ``clientConfig`` pointed at the operator for this round
+   only), so that OfflineJobs are stored with the finalizer; ``--n`` OfflineJobs
+   (1/2/4/8 GPUs; 5% with an SLA no node meets) created at once. The clock runs from the
+   first creation until every job is Running (its Pod bound and run by KWOK) or
+   Unschedulable with a reason.
 2. kube-scheduler (``glcluster scheduler``, upstream defaults): ``--n`` plain Pods
    requesting the same mix of ``nvidia.com/gpu`` created at once. The clock runs until every
    Pod is bound (and, reported too, Running). The operator is stopped by then; Gleaner's
@@ -20,7 +24,9 @@ object, the load average at each Gleaner round's start and end.
 
 ``--baseline DIR`` pairs two versions in one run: the operator of another source tree (e.g.
 ``git archive <commit> | tar -x -C DIR``) runs a Gleaner round with the same jobs first, on the
-same control plane; its jobs and Pods are then removed, and this tree's round follows.
+same control plane; its jobs and Pods are then removed, and this tree's round follows. The
+baseline round runs without the webhook (an older operator may refuse the reviews it was
+not written for), so its operator adds each job's finalizer itself.
 
 Exit 1 when a round does not finish within ``--timeout`` or an Unschedulable job has no
 reason; 2 without the control-plane binary. Results: docs/benchmarks.md.
@@ -29,6 +35,7 @@ reason; 2 without the control-plane binary. Results: docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import platform
@@ -44,15 +51,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
 import kubernetes
 import yaml
 
+from gleaner.api.contract import FINALIZER
 from gleaner.operator.rbac import OPERATOR_RULES
+from gleaner.operator.webhook import MUTATE_PATH
 from gleaner.testing.controlplane import (
     GPU_RESOURCE,
     ControlPlane,
     ControlPlaneUnavailableError,
     GpuNode,
+    Pki,
     find_binary,
     gpu_node_manifest,
 )
@@ -164,6 +175,25 @@ TRANSIENT = frozenset({429, 500, 502, 503, 504})
 """API server answers after which the bench polls again."""
 
 
+def chart_webhook_configuration(chart_dir: Path, url: str, ca: bytes) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration (every entry, selectors and policies as
+    rendered by Helm) with each entry's ``clientConfig`` pointed at ``url``, trusting ``ca``."""
+    with helm.Chart.load(chart_dir) as chart:
+        rendered = chart.render(None, name="gleaner", namespace=OPERATOR_NAMESPACE, is_install=True)
+    for path, text in rendered.items():
+        for doc in yaml.safe_load_all(text) if path.endswith(".yaml") else ():
+            if doc and doc["kind"] == "MutatingWebhookConfiguration":
+                config: dict[str, Any] = dict(doc)
+                config["metadata"] = {"name": "gleaner-bench-webhook"}
+                for entry in config["webhooks"]:
+                    entry["clientConfig"] = {
+                        "url": url,
+                        "caBundle": base64.b64encode(ca).decode(),
+                    }
+                return config
+    raise SystemExit(f"error: the chart in {chart_dir} renders no MutatingWebhookConfiguration")
+
+
 def _load() -> str:
     """The machine's 1, 5 and 15 minute load averages (other work slows every round)."""
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -195,8 +225,9 @@ def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> flo
 class Bench:
     """The control plane, its clients and the two rounds."""
 
-    def __init__(self, plane: ControlPlane, workers: int) -> None:
+    def __init__(self, plane: ControlPlane, workers: int, repo: Path) -> None:
         self.plane = plane
+        self.repo = repo
         self.workers = workers
         self.loads: dict[str, list[float]] = {}
         self.traces_at = 0.0
@@ -322,15 +353,25 @@ class Bench:
             OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, work / "operator.kubeconfig"
         )
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+        webhook: list[str] = []
+        config: dict[str, Any] | None = None
         if source is not None:
             folders = sorted(str(p) for p in source.iterdir() if (p / "gleaner").is_dir())
             env["PYTHONPATH"] = os.pathsep.join([*folders, env.get("PYTHONPATH", "")])
+        else:
+            tls = Pki(work / "webhook-tls").loopback_server().dir
+            port = free_port()
+            webhook = [f"--webhook-port={port}", f"--webhook-cert-dir={tls}"]
+            url = f"https://127.0.0.1:{port}{MUTATE_PATH}"
+            config = chart_webhook_configuration(
+                self.repo / "helm" / "gleaner", url, (tls / "ca.crt").read_bytes()
+            )
         operator = ManagedProcess(
             "gleaner-operator",
             [
                 sys.executable, "-m", "gleaner.cli.main", "operator", "--all-namespaces",
                 *FAST_OPERATOR_FLAGS, "--unschedulable-backoff=30s",
-                f"--http-port={free_port()}", "--http-host=127.0.0.1",
+                f"--http-port={free_port()}", "--http-host=127.0.0.1", *webhook,
             ],
             work / "logs" / ("operator-baseline.log" if source else "operator.log"),
             env=env,
@@ -339,10 +380,38 @@ class Bench:
         # Not one of the plane's processes: it stops before kube-scheduler starts, and the
         # plane treats any of its own processes that exited as a failure.
         operator.start()
+        registered = False
         try:
+            if config is not None:
+                self.plane.kubectl("create", "-f", "-", input=json.dumps(config))
+                registered = True
+                self.wait_for_webhook(operator)
             return self._gleaner_round(operator, n, rng, timeout)
         finally:
+            if config is not None and registered:
+                self.plane.kubectl(
+                    "delete", "mutatingwebhookconfiguration", config["metadata"]["name"],
+                    check=False,
+                )  # fmt: skip
             operator.stop(grace=15)
+
+    def wait_for_webhook(self, operator: ManagedProcess) -> None:
+        """Until the API server stores a new OfflineJob with the finalizer (a server-side
+        dry run, which calls the webhooks and stores nothing): the operator's webhook serves
+        and the API server has loaded the configuration."""
+        probe = offlinejob_manifest("webhook-probe", namespace=JOBS_NAMESPACE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not operator.alive():
+                raise SystemExit(f"error: the operator exited:\n{operator.log()[-3000:]}")
+            answer = self.custom.create_namespaced_custom_object(
+                "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs", probe, dry_run="All"
+            )
+            if FINALIZER in (answer.get("metadata", {}).get("finalizers") or []):
+                print("  the webhook adds the finalizer at creation", flush=True)
+                return
+            time.sleep(0.5)
+        raise SystemExit("error: the webhook never added the finalizer to a dry-run OfflineJob")
 
     def _gleaner_round(
         self, operator: ManagedProcess, n: int, rng: random.Random, timeout: float
@@ -524,7 +593,7 @@ def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
     try:
         t0 = time.monotonic()
         plane.start()
-        bench = Bench(plane, args.workers)
+        bench = Bench(plane, args.workers, repo)
         bench.install(repo)
         bench.nodes(args.n, rng)
         print(f"  cluster ready in {time.monotonic() - t0:.1f} s", flush=True)

@@ -12,15 +12,17 @@ server:
 - an opted-in Pod that cannot be instrumented is refused with the webhook's reason. It is
   forced by an ``LD_PRELOAD`` taken from a ConfigMap (``valueFrom``): the webhook cannot
   prepend the shim to a value it does not see, so it refuses rather than drop it;
+- an OfflineJob comes back with the operator's finalizer already set (other finalizers
+  kept), with no operator running: the webhook put it there;
 - with the webhook server stopped, opted-in Pods are refused (failurePolicy Fail) while Pods
-  outside opted-in namespaces are still admitted.
+  outside opted-in namespaces are still admitted, and so are OfflineJobs (failurePolicy
+  Ignore), without the finalizer (the operator adds it then).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +36,7 @@ import pytest
 from gleaner.api.contract import (
     ANNOTATION_INJECTED,
     ENV_ROLE,
+    FINALIZER,
     LABEL_ROLE,
     ROLE_EXEMPT,
     ROLE_OFFLINE,
@@ -42,8 +45,9 @@ from gleaner.api.contract import (
     SOCKET_DIR,
 )
 from gleaner.operator.webhook import MUTATE_PATH, WebhookServer
-from gleaner.testing.controlplane import ControlPlane, KubectlError
+from gleaner.testing.controlplane import ControlPlane, KubectlError, Pki
 from gleaner.testing.fixtures import container_env
+from gleaner.testing.kube import offlinejob_manifest
 from gleaner.testing.net import free_port
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
@@ -51,26 +55,11 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(300)]
 CHART = Path(__file__).resolve().parents[2] / "helm" / "gleaner"
 
 
-def _openssl(directory: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA and a serving certificate for IP 127.0.0.1 signed by it (EC P-256)."""
+    """A CA and a serving certificate for IP 127.0.0.1 signed by it."""
     d = tmp_path_factory.mktemp("webhook-tls")
-    ec = ("-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256")
-    _openssl(d, "genpkey", *ec, "-out", "ca.key")
-    _openssl(d, "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=webhook-test-ca",
-             "-days", "1", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign", "-out", "ca.crt")  # fmt: skip
-    _openssl(d, "genpkey", *ec, "-out", "tls.key")
-    _openssl(d, "req", "-new", "-key", "tls.key", "-subj", "/CN=127.0.0.1", "-out", "tls.csr")
-    (d / "tls.ext").write_text(
-        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n"
-    )
-    _openssl(d, "x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "1", "-extfile", "tls.ext", "-out", "tls.crt")  # fmt: skip
+    Pki(d).loopback_server()
     return d
 
 
@@ -133,7 +122,9 @@ def _until(what: str, ready: Any, timeout: float = 30.0) -> None:
 
 
 @pytest.fixture
-def webhook(control_plane: ControlPlane, namespace: str, tls: Path) -> Iterator[Webhook]:
+def webhook(
+    control_plane: ControlPlane, gleaner_crds: list[str], namespace: str, tls: Path
+) -> Iterator[Webhook]:
     """The webhook server on 127.0.0.1 and the chart's configuration pointing at it, in
     force for ``namespace`` (waited for: the API server loads configurations a moment after
     they are created)."""
@@ -240,3 +231,50 @@ def test_with_the_webhook_down_only_opted_in_pods_are_refused(
         assert not instrumented(offline)
     finally:
         plane.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def create_job(plane: ControlPlane, namespace: str, name: str, *finalizers: str) -> dict[str, Any]:
+    job = offlinejob_manifest(name, namespace=namespace)
+    if finalizers:
+        job["metadata"]["finalizers"] = list(finalizers)
+    return create(plane, namespace, job)
+
+
+def release(plane: ControlPlane, namespace: str, name: str) -> None:
+    """Drop the job's finalizers and delete it (no operator runs here to do it), so that
+    the namespace can go."""
+    plane.kubectl("patch", "offlinejob", name, "-n", namespace, "--type=merge",
+                  "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
+    plane.kubectl("delete", "offlinejob", name, "-n", namespace, "--wait=false")
+
+
+def test_an_offline_job_is_stored_with_the_finalizer(webhook: Webhook, namespace: str) -> None:
+    plane = webhook.plane
+    job = create_job(plane, namespace, "plain")
+    try:
+        assert job["metadata"]["finalizers"] == [FINALIZER]
+        stored = json.loads(
+            plane.kubectl("get", "offlinejob", "plain", "-n", namespace, "-o", "json").stdout
+        )
+        assert stored["metadata"]["finalizers"] == [FINALIZER]
+    finally:
+        release(plane, namespace, "plain")
+    other = create_job(plane, namespace, "kept", "example.com/keep")
+    try:
+        assert other["metadata"]["finalizers"] == ["example.com/keep", FINALIZER]
+    finally:
+        release(plane, namespace, "kept")
+
+
+def test_with_the_webhook_down_an_offline_job_is_still_created(
+    webhook: Webhook, namespace: str
+) -> None:
+    plane = webhook.plane
+    webhook.server.stop()
+    _until("the webhook to be down", lambda: _probe(plane, namespace) is None)
+    job = create_job(plane, namespace, "while-down")
+    try:
+        # Admitted without the finalizer (failurePolicy Ignore): the operator adds it later.
+        assert FINALIZER not in (job["metadata"].get("finalizers") or [])
+    finally:
+        release(plane, namespace, "while-down")

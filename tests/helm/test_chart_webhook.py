@@ -1,4 +1,5 @@
-"""The chart's online-Pod admission webhook: its selectors, policy, Service and certificate.
+"""The chart's admission webhook: its selectors, policies (online Pods, OfflineJobs), Service and
+certificate.
 
 The selectors are what keep a webhook outage from blocking Pods that never opted in; the
 real kube-apiserver applies this very configuration in e2e/controlplane/test_webhook.py.
@@ -29,9 +30,19 @@ def _kinds(manifests: list[Manifest]) -> set[str]:
     return {m["kind"] for m in manifests}
 
 
+def _pod_entries(config: Manifest) -> list[Manifest]:
+    return [e for e in config["webhooks"] if e["name"].endswith(".online.gleaner.dev")]
+
+
+def _job_entry(config: Manifest) -> Manifest:
+    (entry,) = [e for e in config["webhooks"] if e["name"] == "offlinejobs.gleaner.dev"]
+    return dict(entry)
+
+
 def test_two_entries_send_only_opted_in_pods_and_fail_closed(render: Render) -> None:
     config = _one(render(), "MutatingWebhookConfiguration")
-    pods, namespaces = config["webhooks"]
+    assert len(config["webhooks"]) == 3
+    pods, namespaces = _pod_entries(config)
     for entry in (pods, namespaces):
         assert entry["failurePolicy"] == "Fail"
         assert entry["sideEffects"] == "None"
@@ -78,9 +89,49 @@ def test_two_entries_send_only_opted_in_pods_and_fail_closed(render: Render) -> 
 
 
 def test_policy_and_timeout_follow_the_values(render: Render) -> None:
-    values = {"operator": {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 2}}}
-    for entry in _one(render(values), "MutatingWebhookConfiguration")["webhooks"]:
-        assert entry["failurePolicy"] == "Ignore" and entry["timeoutSeconds"] == 2
+    values = {"operator": {"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 3}}}
+    entries = _pod_entries(_one(render(values), "MutatingWebhookConfiguration"))
+    assert len(entries) == 2
+    for entry in entries:
+        assert entry["failurePolicy"] == "Ignore" and entry["timeoutSeconds"] == 3
+
+
+def test_offline_jobs_get_the_finalizer_at_creation_and_are_never_blocked(
+    render: Render,
+) -> None:
+    config = _one(render(), "MutatingWebhookConfiguration")
+    job = _job_entry(config)
+    assert job["rules"] == [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": ["gleaner.dev"],
+            "apiVersions": ["*"],
+            "resources": ["offlinejobs"],
+            "scope": "Namespaced",
+        }
+    ]
+    # Never blocks a job: the operator adds the finalizer itself when this call fails.
+    assert job["failurePolicy"] == "Ignore"
+    assert job["sideEffects"] == "None"
+    assert job["admissionReviewVersions"] == ["v1"]
+    assert job["timeoutSeconds"] == 2
+    (pods, _) = _pod_entries(config)
+    assert job["clientConfig"] == pods["clientConfig"]  # the same Service, path and CA
+    # Every namespace by default (the operator watches them all), and no object selector.
+    assert "namespaceSelector" not in job and "objectSelector" not in job
+    # Fail-closed Pods do not change that, and the timeout stays short.
+    values = {"operator": {"webhook": {"failurePolicy": "Fail", "timeoutSeconds": 30}}}
+    job = _job_entry(_one(render(values), "MutatingWebhookConfiguration"))
+    assert job["failurePolicy"] == "Ignore" and job["timeoutSeconds"] == 2
+    shorter = {"operator": {"webhook": {"timeoutSeconds": 1}}}
+    assert _job_entry(_one(render(shorter), "MutatingWebhookConfiguration"))["timeoutSeconds"] == 1
+
+
+def test_with_one_watched_namespace_only_its_jobs_get_the_finalizer(render: Render) -> None:
+    values = {"operator": {"watchNamespace": "research"}}
+    job = _job_entry(_one(render(values), "MutatingWebhookConfiguration"))
+    # A job elsewhere is never handled by this operator: a finalizer would block its deletion.
+    assert job["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "research"}}
 
 
 def test_self_signed_certificate_matches_the_ca_bundle_and_the_service(

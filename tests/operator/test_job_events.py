@@ -1,15 +1,17 @@
-"""What the OfflineJob event handler judges from the object alone (pure parts), and the
-validation a pass writes together with a new job's placement."""
+"""What the OfflineJob event handler judges from the object alone (pure parts), the
+validation a pass writes together with a new job's placement, and the finalizer's patch on
+a new job's first event (sent only when the job arrives without it)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from gleaner.api import ConditionType, OfflineJobStatus, Phase, find_condition
 from gleaner.api.contract import FINALIZER
 from gleaner.operator import status as st
-from gleaner.operator.handlers.jobs import finalizers_without, waits_for_placement
+from gleaner.operator.context import OperatorContext
+from gleaner.operator.handlers.jobs import finalizers_without, job_event, waits_for_placement
 from gleaner.operator.handlers.scheduling import Judged
 from gleaner.operator.handlers.validate import spec_judged
 from gleaner.operator.validation import ValidJob, validate_job
@@ -92,3 +94,55 @@ def test_a_spec_edited_after_the_pass_judged_it_is_not_written_as_valid() -> Non
     judged = _judged(body)
     edited = _job(2)
     assert judged.apply(edited, OfflineJobStatus(), NOW) is None
+
+
+class _Recorder:
+    """The few parts of the operator's context that ``job_event`` touches for a new job:
+    records the API patches it sends and the kicks."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.kicks: list[str] = []
+        self.client = self
+        self.watched_jobs = self
+
+    async def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.patches.append((path, body))
+        return {}
+
+    def observe(self, event_type: str | None, body: dict[str, Any]) -> None:
+        pass
+
+    def keep_job(self, body: dict[str, Any], gone: bool = False) -> None:
+        pass
+
+    def kick(self, why: str) -> None:
+        self.kicks.append(why)
+
+
+async def _first_event(body: dict[str, Any]) -> _Recorder:
+    ctx = _Recorder()
+    outcome = await job_event(cast(OperatorContext, ctx), "ADDED", body)
+    assert outcome == "queued for validation"
+    assert ctx.kicks  # the pass places it either way
+    return ctx
+
+
+async def test_a_job_stored_with_the_finalizer_costs_no_patch() -> None:
+    # What the admission webhook stores: the operator sends nothing before placing it.
+    body = _job(1)
+    body["metadata"]["finalizers"] = ["other.io/keep", FINALIZER]
+    assert (await _first_event(body)).patches == []
+
+
+async def test_a_job_without_the_finalizer_gets_it_in_one_patch() -> None:
+    # Created while the webhook was unreachable: the operator's fallback.
+    body = _job(1)
+    body["metadata"]["finalizers"] = ["other.io/keep"]
+    ctx = await _first_event(body)
+    assert ctx.patches == [
+        (
+            "/apis/gleaner.dev/v1alpha1/namespaces/default/offlinejobs/j1",
+            {"metadata": {"finalizers": ["other.io/keep", FINALIZER]}},
+        )
+    ]

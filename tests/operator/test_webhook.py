@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from gleaner.api.contract import ANNOTATION_INJECTED, LABEL_ROLE, ROLE_ONLINE
+from gleaner.api.contract import ANNOTATION_INJECTED, FINALIZER, LABEL_ROLE, ROLE_ONLINE
 from gleaner.operator.config import OperatorConfig
 from gleaner.operator.main import start_webhook
 from gleaner.operator.webhook import MUTATE_PATH, WebhookServer, build_webhook_app
@@ -76,8 +76,60 @@ def test_a_pod_that_cannot_be_instrumented_is_refused() -> None:
     assert "LD_PRELOAD from valueFrom" in response["status"]["message"]
 
 
-@pytest.mark.parametrize("body", [_review(POD, kind="Deployment"), _review(None), ["x"]])
-def test_anything_but_a_pod_review_is_refused(body: Any) -> None:
+def _job_review(obj: Any, operation: str = "CREATE") -> dict[str, Any]:
+    review = _review(obj)
+    review["request"].update(
+        kind={"group": "gleaner.dev", "version": "v1alpha1", "kind": "OfflineJob"},
+        resource={"group": "gleaner.dev", "version": "v1alpha1", "resource": "offlinejobs"},
+        operation=operation,
+    )
+    return review
+
+
+JOB = {"apiVersion": "gleaner.dev/v1alpha1", "kind": "OfflineJob", "metadata": {"name": "j"}}
+
+
+def test_an_offline_job_gets_the_finalizer_patch() -> None:
+    response = _post(_job_review(JOB))
+    assert response["uid"] == "u-1" and response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    assert patch == [{"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _job_review({**JOB, "metadata": {"name": "j", "finalizers": [FINALIZER]}}),
+        _job_review(JOB, operation="UPDATE"),
+        _job_review(None),
+        _job_review({"metadata": "unreadable"}),  # whatever the object looks like
+    ],
+)
+def test_an_offline_job_is_admitted_unchanged_when_there_is_nothing_to_add(body: Any) -> None:
+    response = _post(body)
+    assert response["allowed"] is True
+    assert "patch" not in response and "status" not in response
+
+
+def test_a_pod_shaped_like_a_job_still_goes_to_the_pod_decision() -> None:
+    # The review's kind routes, not the object: a Pod is instrumented, never finalized.
+    response = _post(_review({**POD, "kind": "OfflineJob"}))
+    patch = json.loads(base64.b64decode(response["patch"]))
+    assert "/metadata/finalizers" not in {op["path"] for op in patch}
+    assert "/spec/containers" in {op["path"] for op in patch}
+
+
+def _other_group_pod() -> dict[str, Any]:
+    review = _review(POD)
+    review["request"]["kind"]["group"] = "example.io"
+    return review
+
+
+@pytest.mark.parametrize(
+    "body", [_review(POD, kind="Deployment"), _other_group_pod(), _review(None), ["x"]]
+)
+def test_anything_but_a_pod_or_offline_job_review_is_refused(body: Any) -> None:
     response = _post(body)
     assert response["allowed"] is False
     assert "Gleaner" in response["status"]["message"]

@@ -117,6 +117,19 @@ def test_the_pki_signs_what_the_api_server_and_its_clients_need(tmp_path: Path) 
     assert derived == pki.path("sa.pub").read_text()
 
 
+def test_a_loopback_server_pair_is_signed_by_its_own_ca_for_127_0_0_1(tmp_path: Path) -> None:
+    pki = Pki(tmp_path / "webhook").loopback_server()
+    assert sorted(p.name for p in pki.dir.glob("*.crt")) == ["ca.crt", "tls.crt"]
+    assert pki.path("tls.key").is_file()
+    assert "OK" in _openssl("verify", "-CAfile", str(pki.path("ca.crt")), str(pki.path("tls.crt")))
+    server = _openssl("x509", "-in", str(pki.path("tls.crt")), "-noout", "-text")
+    assert "TLS Web Server Authentication" in server
+    assert "IP Address:127.0.0.1" in server
+    # The key is the certificate's.
+    public = _openssl("pkey", "-in", str(pki.path("tls.key")), "-pubout")
+    assert public == _openssl("x509", "-in", str(pki.path("tls.crt")), "-noout", "-pubkey")
+
+
 def test_kubectl_errors_carry_kubectl_stderr() -> None:
     result = subprocess.CompletedProcess(["kubectl", "get"], 1, "", "Error from server: nope\n")
     error = KubectlError(result)

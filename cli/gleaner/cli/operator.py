@@ -81,7 +81,8 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     type=int,
     default=0,
     show_default=True,
-    help="TLS port of the online-Pod admission webhook (docs/operator.md); 0 disables.",
+    help="TLS port of the admission webhook (online Pods, OfflineJobs' finalizer; "
+    "docs/operator.md); 0 disables.",
 )
 @click.option(
     "--webhook-cert-dir",

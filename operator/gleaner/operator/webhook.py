@@ -1,12 +1,18 @@
-"""The operator's mutating admission webhook: online Pods get the node shim at creation.
+"""The operator's mutating admission webhook: online Pods get the node shim, OfflineJobs the
+finalizer, at creation.
 
 Contract (docs/operator.md, "Webhook"):
 
-- ``review_response(review)`` (pure) answers one ``admission.k8s.io/v1`` AdmissionReview
-  with the decision of ``gleaner.operator.injection.online_pod_mutation``: allowed with a
-  base64 JSON Patch, allowed unchanged, or refused (403 and a message that says what to fix).
-  A review it cannot read (not a Pod, no object) is refused too: the webhook is only
-  registered for the Pods that opted in, and those must never be admitted uninstrumented.
+- ``review_response(review)`` (pure) answers one ``admission.k8s.io/v1`` AdmissionReview,
+  routed by the request's kind and resource:
+
+  - a Pod: the decision of ``gleaner.operator.injection.online_pod_mutation``: allowed with
+    a base64 JSON Patch, allowed unchanged, or refused (403 and a message that says what to
+    fix). A Pod review without an object is refused: the webhook is only registered for the
+    Pods that opted in, and those must never be admitted uninstrumented;
+  - an OfflineJob: the decision of ``gleaner.operator.jobadmission.offline_job_mutation``,
+    always allowed (with the finalizer's patch on creation); never refused;
+  - anything else: refused (the chart registers the webhook for nothing else).
 - ``build_webhook_app()`` serves it at ``POST MUTATE_PATH`` (and ``GET /healthz``).
 - ``WebhookServer(cert_file, key_file, host, port)`` runs that app over TLS (its own
   certificate, apart from the plain-HTTP dashboard server) on a daemon thread, and with it
@@ -31,7 +37,8 @@ from typing import Any, Final
 
 from fastapi import FastAPI, Request
 
-from gleaner.operator.injection import online_pod_mutation
+from gleaner.operator.injection import Mutation, online_pod_mutation
+from gleaner.operator.jobadmission import is_offline_job, offline_job_mutation
 from gleaner.operator.tls import CertificateWatch, TlsServer
 
 __all__ = [
@@ -46,7 +53,8 @@ __all__ = [
 logger = logging.getLogger("gleaner.operator.webhook")
 
 MUTATE_PATH: Final = "/mutate-online-pods"
-"""Path of the mutating webhook (the chart's MutatingWebhookConfiguration points here)."""
+"""Path of the mutating webhook (every entry of the chart's MutatingWebhookConfiguration
+points here, the OfflineJob one too: the review's kind says which decision answers)."""
 ADMISSION_API: Final = "admission.k8s.io/v1"
 
 
@@ -54,26 +62,45 @@ def _refused(uid: str, message: str) -> dict[str, Any]:
     return {"uid": uid, "allowed": False, "status": {"code": 403, "message": message}}
 
 
+def _answer(uid: str, mutation: Mutation) -> dict[str, Any]:
+    if mutation.refusal is not None:
+        return _refused(uid, mutation.refusal)
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if mutation.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(mutation.patch).encode()).decode()
+    return response
+
+
+def _where(request: Mapping[str, Any], obj: object) -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name") or meta.get("generateName") or request.get("name") or "?"
+    return f"{request.get('namespace')}/{name}"
+
+
 def review_response(review: Mapping[str, Any]) -> dict[str, Any]:
     """The AdmissionReview answering ``review`` (see the module docstring)."""
     request: Mapping[str, Any] = review.get("request") or {}
     uid = str(request.get("uid") or "")
     kind: Mapping[str, Any] = request.get("kind") or {}
-    pod = request.get("object")
-    if kind.get("kind") != "Pod" or not isinstance(pod, Mapping):
-        response = _refused(uid, "Gleaner's online-Pod webhook received something not a Pod")
-    else:
-        mutation = online_pod_mutation(pod)
-        meta: Mapping[str, Any] = pod.get("metadata") or {}
-        where = f"{request.get('namespace')}/{meta.get('name') or meta.get('generateName') or '?'}"
-        logger.info("pod %s: %s", where, mutation.reason)
-        if mutation.refusal is not None:
-            response = _refused(uid, mutation.refusal)
+    resource: Mapping[str, Any] = request.get("resource") or {}
+    obj = request.get("object")
+    if is_offline_job(kind, resource):
+        mutation = offline_job_mutation(obj, str(request.get("operation") or ""))
+        logger.debug("offlinejob %s: %s", _where(request, obj), mutation.reason)
+        response = _answer(uid, mutation)
+    elif kind.get("kind") == "Pod" and not kind.get("group"):
+        if isinstance(obj, Mapping):
+            mutation = online_pod_mutation(obj)
+            logger.info("pod %s: %s", _where(request, obj), mutation.reason)
+            response = _answer(uid, mutation)
         else:
-            response = {"uid": uid, "allowed": True}
-            if mutation.patch:
-                response["patchType"] = "JSONPatch"
-                response["patch"] = base64.b64encode(json.dumps(mutation.patch).encode()).decode()
+            response = _refused(uid, "Gleaner's webhook received a Pod review without the Pod")
+    else:
+        response = _refused(
+            uid, "Gleaner's webhook answers for Pods and OfflineJobs only, and this is neither"
+        )
     return {"apiVersion": ADMISSION_API, "kind": "AdmissionReview", "response": response}
 
 

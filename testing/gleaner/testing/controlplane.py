@@ -49,6 +49,9 @@ Contract.
   is not swallowed: a test that sees its operator exit says so at once).
   ``running_operator_process(kubeconfig, log, *args)`` runs ``gleaner operator`` against the
   plane for the length of a ``with`` block.
+- ``Pki(directory).loopback_server()`` makes only a throw-away CA and a serving certificate
+  for 127.0.0.1 (``ca.crt``, ``tls.crt``, ``tls.key``): for an admission webhook that the
+  API server calls on loopback (the webhook tests and the control-plane benchmark).
 - ``stop()`` stops every process (SIGTERM to its group, SIGKILL after a grace period;
   reverse start order; safe to call twice). ``diagnostics()`` gives each process's
   command, state, log path and last log lines.
@@ -236,7 +239,7 @@ class Pki:
             "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.crt",
         )  # fmt: skip
 
-    def generate(self) -> Self:
+    def _ca(self) -> None:
         if shutil.which("openssl") is None:
             raise ControlPlaneUnavailableError("the control plane needs the openssl CLI")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -246,6 +249,22 @@ class Pki:
             "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", "ca.crt",
         )  # fmt: skip
+
+    def loopback_server(self) -> Self:
+        """Only a CA (``ca.crt``) and a serving certificate for IP 127.0.0.1 signed by it
+        (``tls.crt``, ``tls.key``): what a webhook on loopback shows the API server, which
+        trusts it through a ``caBundle`` of ``ca.crt``."""
+        self._ca()
+        self._signed(
+            "tls",
+            "/CN=127.0.0.1",
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+        )
+        return self
+
+    def generate(self) -> Self:
+        self._ca()
         client = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
         self._signed(
             "apiserver",

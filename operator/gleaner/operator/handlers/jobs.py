@@ -13,7 +13,8 @@ request:
   again), so the job goes;
 - otherwise the finalizer is added when it is missing (one metadata patch per job, once;
   the scheduling pass places only jobs that carry it, so its copy of the job is the one
-  after this patch);
+  after this patch). The admission webhook normally stored it at creation
+  (``gleaner.operator.jobadmission``): then no patch is sent;
 - a spec the operator has not judged yet (``metadata.generation`` differs from the
   ``Valid`` condition's ``observedGeneration``, or no ``Valid`` condition): a job waiting
   for a placement (no phase yet, Pending, Invalid, Unschedulable, Evicted) is left to the
