@@ -109,8 +109,13 @@ def compute_factor(node: NodeSummary, gpus: Sequence[int]) -> float:
 
 def memory_factor(profile: JobProfile, node: NodeSummary, gpus: Sequence[int]) -> float:
     """P_memory of GPU set ``gpus`` with M(t) = min over the set (0 with no memory data)."""
-    pos = node.positions(gpus)
-    values, seconds = node.memory.tightest(pos)
+    return memory_factor_at(profile, node, node.positions(gpus))
+
+
+def memory_factor_at(profile: JobProfile, node: NodeSummary, positions: Sequence[int]) -> float:
+    """``memory_factor`` of the GPUs at ``positions`` of the node (not checked here: the
+    scheduler passes its own tables' positions)."""
+    values, seconds = node.memory.tightest(positions)
     return profile.memory_factor_of(values, seconds)
 
 

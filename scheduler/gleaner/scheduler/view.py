@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gleaner.perfmodel.fleet import GpuFleet
-from gleaner.perfmodel.model import compute_factors, pair_scores, subset_memory
+from gleaner.perfmodel.model import compute_factors, memory_factor_at, pair_scores, subset_memory
 from gleaner.perfmodel.profile import JobProfile
 from gleaner.perfmodel.summary import NodeSummary
 from gleaner.scheduler.cluster import ClusterState
@@ -368,9 +368,7 @@ class ClusterView:
                 summary = self.summaries[int(table.node[group[0]])]
                 if group.size >= _BULK_ROWS:
                     cache[group] = subset_memory(profile, summary, table.slots[group])
-                else:  # a few sets: the plain per-set rule (``memory_factor``) costs less
-                    sketch = summary.memory
+                else:  # a few sets: the plain per-set rule costs less
                     for r in group.tolist():
-                        values, seconds = sketch.tightest(table.slots[r].tolist())
-                        cache[r] = profile.memory_factor_of(values, seconds)
+                        cache[r] = memory_factor_at(profile, summary, table.slots[r].tolist())
         return np.asarray(cache[rows], dtype=np.float64)
