@@ -78,6 +78,7 @@ from pathlib import Path
 
 from gleaner.protocol import node as pn
 from gleaner.protocol import wire as p
+from gleaner.runtime_agent.cpulatency import DEVICE
 from gleaner.runtime_agent.fastgate import EDGE_BUSY, GateSegment, segment_path
 from gleaner.testing.shim import ShimProcess
 
@@ -206,11 +207,10 @@ def _hold_cpu_latency() -> subprocess.Popen[bytes]:
 
 def _can_tune() -> str | None:
     """Why the ``tuned`` path cannot run here, or None."""
-    device = Path("/dev/cpu_dma_latency")
-    if not device.exists():
-        return f"{device} does not exist"
-    if not os.access(device, os.W_OK):
-        return f"{device} is not writable (needs root)"
+    if not DEVICE.exists():
+        return f"{DEVICE} does not exist"
+    if not os.access(DEVICE, os.W_OK):
+        return f"{DEVICE} is not writable (needs root)"
     return None
 
 

@@ -35,7 +35,6 @@ reason; 2 without the control-plane binary. Results: docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import platform
@@ -51,7 +50,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import kubernetes
 import yaml
 
@@ -64,6 +62,7 @@ from gleaner.testing.controlplane import (
     ControlPlaneUnavailableError,
     GpuNode,
     Pki,
+    chart_webhook_configuration,
     find_binary,
     gpu_node_manifest,
 )
@@ -173,25 +172,6 @@ def audited_by_kind(log: Path, user: str, start: float, end: float) -> dict[str,
 
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
 """API server answers after which the bench polls again."""
-
-
-def chart_webhook_configuration(chart_dir: Path, url: str, ca: bytes) -> dict[str, Any]:
-    """The chart's MutatingWebhookConfiguration (every entry, selectors and policies as
-    rendered by Helm) with each entry's ``clientConfig`` pointed at ``url``, trusting ``ca``."""
-    with helm.Chart.load(chart_dir) as chart:
-        rendered = chart.render(None, name="gleaner", namespace=OPERATOR_NAMESPACE, is_install=True)
-    for path, text in rendered.items():
-        for doc in yaml.safe_load_all(text) if path.endswith(".yaml") else ():
-            if doc and doc["kind"] == "MutatingWebhookConfiguration":
-                config: dict[str, Any] = dict(doc)
-                config["metadata"] = {"name": "gleaner-bench-webhook"}
-                for entry in config["webhooks"]:
-                    entry["clientConfig"] = {
-                        "url": url,
-                        "caBundle": base64.b64encode(ca).decode(),
-                    }
-                return config
-    raise SystemExit(f"error: the chart in {chart_dir} renders no MutatingWebhookConfiguration")
 
 
 def _load() -> str:
@@ -364,7 +344,11 @@ class Bench:
             webhook = [f"--webhook-port={port}", f"--webhook-cert-dir={tls}"]
             url = f"https://127.0.0.1:{port}{MUTATE_PATH}"
             config = chart_webhook_configuration(
-                self.repo / "helm" / "gleaner", url, (tls / "ca.crt").read_bytes()
+                self.repo / "helm" / "gleaner",
+                "gleaner-bench-webhook",
+                url,
+                (tls / "ca.crt").read_bytes(),
+                OPERATOR_NAMESPACE,
             )
         operator = ManagedProcess(
             "gleaner-operator",

@@ -21,7 +21,6 @@ server:
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import uuid
@@ -30,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import pytest
 
 from gleaner.api.contract import (
@@ -45,7 +43,12 @@ from gleaner.api.contract import (
     SOCKET_DIR,
 )
 from gleaner.operator.webhook import MUTATE_PATH, WebhookServer
-from gleaner.testing.controlplane import ControlPlane, KubectlError, Pki
+from gleaner.testing.controlplane import (
+    ControlPlane,
+    KubectlError,
+    Pki,
+    chart_webhook_configuration,
+)
 from gleaner.testing.fixtures import container_env
 from gleaner.testing.kube import offlinejob_manifest
 from gleaner.testing.net import free_port
@@ -61,18 +64,6 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("webhook-tls")
     Pki(d).loopback_server()
     return d
-
-
-def chart_webhook_configuration() -> dict[str, Any]:
-    with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(None, name="gleaner", namespace="gleaner-system", is_install=True)
-    import yaml
-
-    for path, text in rendered.items():
-        for doc in yaml.safe_load_all(text) if path.endswith(".yaml") else ():
-            if doc and doc["kind"] == "MutatingWebhookConfiguration":
-                return dict(doc)
-    raise AssertionError("the chart renders no MutatingWebhookConfiguration")
 
 
 @dataclass
@@ -131,12 +122,9 @@ def webhook(
     port = free_port()
     server = WebhookServer(str(tls / "tls.crt"), str(tls / "tls.key"), "127.0.0.1", port).start()
     _until("the webhook server", lambda: server.started, 10.0)
-    config = chart_webhook_configuration()
     name = f"gleaner-webhook-test-{uuid.uuid4().hex[:6]}"
-    config["metadata"] = {"name": name}
-    ca = base64.b64encode((tls / "ca.crt").read_bytes()).decode()
-    for entry in config["webhooks"]:
-        entry["clientConfig"] = {"url": f"https://127.0.0.1:{port}{MUTATE_PATH}", "caBundle": ca}
+    url = f"https://127.0.0.1:{port}{MUTATE_PATH}"
+    config = chart_webhook_configuration(CHART, name, url, (tls / "ca.crt").read_bytes())
     control_plane.kubectl("create", "-f", "-", input=json.dumps(config))
     try:
         _until(

@@ -52,6 +52,10 @@ Contract.
 - ``Pki(directory).loopback_server()`` makes only a throw-away CA and a serving certificate
   for 127.0.0.1 (``ca.crt``, ``tls.crt``, ``tls.key``): for an admission webhook that the
   API server calls on loopback (the webhook tests and the control-plane benchmark).
+- ``chart_webhook_configuration(chart_dir, name, url, ca)`` is the chart's
+  MutatingWebhookConfiguration as Helm renders it (every entry, its selectors and failure
+  policy unchanged), named ``name``, with each entry's ``clientConfig`` pointed at ``url``
+  and trusting the PEM ``ca``: how such a loopback webhook is registered.
 - ``stop()`` stops every process (SIGTERM to its group, SIGKILL after a grace period;
   reverse start order; safe to call twice). ``diagnostics()`` gives each process's
   command, state, log path and last log lines.
@@ -740,3 +744,25 @@ def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
     """``kubectl get ARGS -o json``, or None when kubectl fails (e.g. not found)."""
     result = plane.kubectl("get", *args, "-o", "json", check=False)
     return dict(json.loads(result.stdout)) if result.returncode == 0 else None
+
+
+def chart_webhook_configuration(
+    chart_dir: Path, name: str, url: str, ca: bytes, namespace: str = "gleaner-system"
+) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration, rendered by Helm for a release in
+    ``namespace``, renamed ``name``, every entry's ``clientConfig`` pointed at ``url`` and
+    trusting ``ca`` (the module docstring)."""
+    import helm_python as helm  # a development dependency, like this package
+
+    with helm.Chart.load(chart_dir) as chart:
+        rendered = chart.render(None, name="gleaner", namespace=namespace, is_install=True)
+    for path, text in rendered.items():
+        for doc in yaml.safe_load_all(text) if path.endswith(".yaml") else ():
+            if doc and doc["kind"] == "MutatingWebhookConfiguration":
+                config: dict[str, Any] = dict(doc)
+                config["metadata"] = {"name": name}
+                bundle = base64.b64encode(ca).decode()
+                for entry in config["webhooks"]:
+                    entry["clientConfig"] = {"url": url, "caBundle": bundle}
+                return config
+    raise ValueError(f"the chart in {chart_dir} renders no MutatingWebhookConfiguration")
