@@ -124,6 +124,7 @@ class Inputs:
 
     def jobs(self, count: int, first: int = 0) -> list[Any]:
         """``count`` queued jobs as the operator's queue holds them (validated, Pending)."""
+        from gleaner.api.contract import FINALIZER
         from gleaner.operator.jobs import parse_status
         from gleaner.operator.placement import QueuedJob
         from gleaner.operator.validation import ValidJob, validate_job
@@ -140,7 +141,7 @@ class Inputs:
                 creationTimestamp=NOW.isoformat(),
                 generation=1,
                 resourceVersion=str(10_000 + i),
-                finalizers=["gleaner.dev/finalizer"],
+                finalizers=[FINALIZER],
             )
             verdict = validate_job(body)
             assert isinstance(verdict, ValidJob), verdict
