@@ -1,17 +1,15 @@
 """gleaner.operator.jobadmission: the finalizer an OfflineJob gets at creation (pure).
 
-Each patch is applied to its object the way the API server does: with the ``jsonpatch``
-library where it is installed, else with the small RFC 6902 subset below (``add`` only,
-the one operation the decision emits), so the tests check the resulting object, not the
-patch's spelling.
+Each patch is applied to its object the way the API server does, with the ``jsonpatch``
+library (installed with kopf), so the tests check the resulting object, not the patch's
+spelling.
 """
 
 from __future__ import annotations
 
-import copy
-from types import ModuleType
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from gleaner.api.contract import FINALIZER
@@ -19,42 +17,11 @@ from gleaner.operator.jobadmission import is_offline_job, offline_job_mutation
 from gleaner.testing.kube import offlinejob_manifest
 
 
-def _jsonpatch() -> ModuleType | None:
-    try:
-        import jsonpatch
-    except ImportError:  # depends on the environment
-        return None
-    return jsonpatch
-
-
-JSONPATCH = _jsonpatch()
-
-
-def _apply_add(doc: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 ``add`` (objects and the ``-`` end of arrays), for when jsonpatch is absent."""
-    out = copy.deepcopy(doc)
-    for op in patch:
-        assert op["op"] == "add", op
-        *parents, last = op["path"].split("/")[1:]
-        target: Any = out
-        for part in parents:
-            target = target[part.replace("~1", "/").replace("~0", "~")]
-        if isinstance(target, list):
-            assert last == "-", op
-            target.append(copy.deepcopy(op["value"]))
-        else:
-            target[last.replace("~1", "/").replace("~0", "~")] = copy.deepcopy(op["value"])
-    return out
-
-
 def admitted(job: dict[str, Any]) -> dict[str, Any]:
     """``job`` as stored after the webhook's CREATE answer (which must allow it)."""
     mutation = offline_job_mutation(job, "CREATE")
     assert mutation.allowed and mutation.refusal is None
-    if JSONPATCH is not None:
-        result: dict[str, Any] = JSONPATCH.apply_patch(job, mutation.patch)
-    else:
-        result = _apply_add(job, mutation.patch)
+    result: dict[str, Any] = jsonpatch.apply_patch(job, mutation.patch)
     return result
 
 
