@@ -14,7 +14,10 @@ placement; the admission bound is not a prediction of the mean), averaged over t
   ``cluster.move_horizon_h`` moves to a node that admits it);
 - ``paper``: the paper's model (trailing window, mean rule, 0.95 pair filter);
 - ``no-diurnal``, ``no-worst-hours``, ``no-risk``, ``no-multi-filter``, ``no-move``:
-  ``gleaner`` less one rule.
+  ``gleaner`` less one rule;
+- ``planned-exit``: ``gleaner`` with the planned exit (large jobs no node admits over the
+  admission horizon placed over a shorter one, leaving for the queue before a peak no
+  node admits them through).
 
 Moves are counted with the SLA evictions against the evictions target (each one restarts
 a job, as an eviction does).
@@ -46,6 +49,7 @@ POLICIES: tuple[PolicyName, ...] = (
     "no-risk",
     "no-multi-filter",
     "no-move",
+    "planned-exit",
 )
 
 
