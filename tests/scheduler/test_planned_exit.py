@@ -12,7 +12,6 @@ from gleaner.perfmodel import NodeSummary
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H
 from gleaner.scheduler import JobRequest, SchedulingSnapshot
 from gleaner.scheduler.lifecycle import (
-    DEFAULT_MIN_STAY_SECONDS,
     DEFAULT_PLANNED_EXIT_MIN_GPUS,
     PlannedExitRule,
     should_exit,
@@ -50,14 +49,6 @@ def test_the_rule_refuses_nonsense() -> None:
         PlannedExitRule(admission_horizon_h=0.0)
     with pytest.raises(ValueError):
         PlannedExitRule(admission_horizon_h=1.0, exit_horizon_h=2.0)
-    with pytest.raises(ValueError):
-        PlannedExitRule(min_stay_seconds=-1.0)
-
-
-def test_a_planned_exit_placement_stays_longer_before_it_moves() -> None:
-    rule = PlannedExitRule()
-    assert rule.min_stay(True, DEFAULT_MIN_STAY_SECONDS) == rule.min_stay_seconds
-    assert rule.min_stay(False, DEFAULT_MIN_STAY_SECONDS) == DEFAULT_MIN_STAY_SECONDS
 
 
 def test_a_planned_exit_job_leaves_when_nothing_admits_it_over_the_next_hour() -> None:

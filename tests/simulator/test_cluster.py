@@ -292,7 +292,7 @@ def test_planned_exits_send_large_short_horizon_jobs_back_to_the_queue() -> None
         # Only a placement the shorter pass made exits, after its minimum stay, and the job
         # is no SLA eviction: it keeps its count and its excluded nodes.
         assert left["planned_exit"] and job.gpus >= rule.min_gpus
-        assert left["end"] - left["t"] >= rule.min_stay_seconds
+        assert left["end"] - left["t"] >= cfg.move_min_stay_s
         assert job.evictions == 0 and not job.excluded
         if i + 1 < len(job.placements):
             assert job.placements[i + 1]["t"] >= left["end"]

@@ -191,8 +191,10 @@ def evict(
     return Eviction(plan, advance(phase, eviction_phase(plan.failed)))
 
 
-DEFAULT_MIN_STAY_SECONDS = 7200.0
-"""How long a job runs on its node before a proactive move is considered (two hours)."""
+DEFAULT_MIN_STAY_SECONDS = 14400.0
+"""How long a job runs on its node before a proactive move or a planned exit is considered
+(four hours: with the planned exit, a shorter stay moves jobs more often than it saves
+GPUs; docs/benchmarks.md, "The throughput SLA")."""
 DEFAULT_MOVE_HORIZON_H = 5.0
 """The coming hours a running job's own node is judged over before a move (the admission
 rule over that horizon; a new node is chosen by the placement rule). Five hours: with the
@@ -229,9 +231,6 @@ DEFAULT_PLANNED_EXIT_HORIZON_H = 1.0
 """The coming hours a planned-exit job's own node is judged over before it leaves: when
 its node no longer admits it over these hours and no other node admits it, it goes back
 to the queue with its progress kept."""
-DEFAULT_PLANNED_EXIT_MIN_STAY_SECONDS = 14400.0
-"""How long a planned-exit job runs on its node before it may leave or move (four hours;
-a shorter stay moves such jobs more often than the moves save)."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,6 @@ class PlannedExitRule:
     min_gpus: int = DEFAULT_PLANNED_EXIT_MIN_GPUS
     admission_horizon_h: float = DEFAULT_PLANNED_EXIT_ADMISSION_H
     exit_horizon_h: float = DEFAULT_PLANNED_EXIT_HORIZON_H
-    min_stay_seconds: float = DEFAULT_PLANNED_EXIT_MIN_STAY_SECONDS
 
     def __post_init__(self) -> None:
         if self.min_gpus < 1:
@@ -256,8 +254,6 @@ class PlannedExitRule:
             raise ValueError("the planned exit's horizons must be > 0 hours")
         if self.exit_horizon_h > self.admission_horizon_h:
             raise ValueError("exit_horizon_h must not exceed admission_horizon_h")
-        if self.min_stay_seconds < 0:
-            raise ValueError("min_stay_seconds must be >= 0")
 
     @property
     def admission_horizon_s(self) -> float:
@@ -272,11 +268,6 @@ class PlannedExitRule:
         ``admission_horizon_s``) left unplaced is tried again over the shorter horizon: it is
         large enough, and the shorter horizon is shorter."""
         return gpus >= self.min_gpus and self.admission_horizon_s < admission_horizon_s
-
-    def min_stay(self, planned_exit: bool, default_seconds: float) -> float:
-        """The minimum stay before a move or exit: the rule's for a planned-exit placement,
-        ``default_seconds`` (the move's) for any other."""
-        return max(self.min_stay_seconds, default_seconds) if planned_exit else default_seconds
 
 
 def should_exit(
@@ -313,7 +304,6 @@ __all__ = [
     "DEFAULT_PLANNED_EXIT_ADMISSION_H",
     "DEFAULT_PLANNED_EXIT_HORIZON_H",
     "DEFAULT_PLANNED_EXIT_MIN_GPUS",
-    "DEFAULT_PLANNED_EXIT_MIN_STAY_SECONDS",
     "QUEUED_PHASES",
     "SAME_WINDOW_SECONDS",
     "TRANSITIONS",

@@ -103,6 +103,13 @@ def check_move(
     return MoveCheck(move, here, destination)
 
 
+def exit_open(check: MoveCheck, planned_exit: bool) -> bool:
+    """Whether the move check ``check`` leaves a planned exit open: the placement carries
+    one, its node no longer admits the job over the move horizon and no other node does.
+    Only then is the exit horizon asked (:func:`check_exit`)."""
+    return should_exit(planned_exit, check.admitted_here, check.destination is not None, False)
+
+
 def check_exit(
     check: MoveCheck,
     snapshot: SchedulingSnapshot,
@@ -117,10 +124,10 @@ def check_exit(
     placement carries one, the check found no node that admits it, and ``soon`` (the node's
     summary over the exit horizon) no longer admits it either. The exit horizon is asked
     only when the rest already says leave."""
-    if not should_exit(planned_exit, check.admitted_here, check.destination is not None, False):
+    if not exit_open(check, planned_exit):
         return False
     soon_here = admits_here(snapshot, job, node, soon, config)
     return should_exit(planned_exit, check.admitted_here, check.destination is not None, soon_here)
 
 
-__all__ = ["MoveCheck", "admits_here", "check_exit", "check_move"]
+__all__ = ["MoveCheck", "admits_here", "check_exit", "check_move", "exit_open"]

@@ -567,11 +567,15 @@ def run_policy(
             name = online.node_names[job.node]
             snapshot = _snapshot([], summaries, occupied, now, bias)
             request = _request(job)
-            min_stay = cfg.move_min_stay_s
-            if exit_rule is not None:
-                min_stay = exit_rule.min_stay(job.planned_exit, min_stay)
             check = check_move(
-                snapshot, request, name, coming[name], job.placed_at, now, sched_config, min_stay
+                snapshot,
+                request,
+                name,
+                coming[name],
+                job.placed_at,
+                now,
+                sched_config,
+                cfg.move_min_stay_s,
             )
             if check.destination is None or not check.move:
                 soon = None if exit_rule is None else forecasts.admit(exit_rule.exit_horizon_s)

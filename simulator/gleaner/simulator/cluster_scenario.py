@@ -24,7 +24,6 @@ from gleaner.scheduler.lifecycle import (
     DEFAULT_PLANNED_EXIT_ADMISSION_H,
     DEFAULT_PLANNED_EXIT_HORIZON_H,
     DEFAULT_PLANNED_EXIT_MIN_GPUS,
-    DEFAULT_PLANNED_EXIT_MIN_STAY_SECONDS,
     PlannedExitRule,
 )
 from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -235,12 +234,6 @@ class ClusterScenario(BaseModel):
         description="The coming hours a planned-exit job's node must still admit it, else it "
         "leaves (when no other node admits it).",
     )
-    planned_exit_min_stay_s: float = Field(
-        default=DEFAULT_PLANNED_EXIT_MIN_STAY_SECONDS,
-        ge=0,
-        description="How long a planned-exit placement runs before it may leave or move, "
-        "seconds (the longer of this and move_min_stay_s).",
-    )
     sla_margin: float = Field(
         default=DEFAULT_SLA_MARGIN,
         ge=0,
@@ -290,7 +283,6 @@ class ClusterScenario(BaseModel):
                 min_gpus=self.planned_exit_min_gpus,
                 admission_horizon_h=self.planned_exit_admission_h,
                 exit_horizon_h=self.planned_exit_horizon_h,
-                min_stay_seconds=self.planned_exit_min_stay_s,
             )
         except ValueError as exc:
             raise ValueError(f"planned exit: {exc}") from exc
