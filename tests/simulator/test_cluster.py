@@ -270,7 +270,7 @@ def test_planned_exits_send_large_short_horizon_jobs_back_to_the_queue() -> None
         nodes=8,
         duration_h=18.0,
         history_h=24.0,
-        policies=["planned-exit", "no-planned-exit"],
+        policies=["gleaner", "no-planned-exit"],
         jobs={"gpus": {1: 0.5, 4: 0.5}},
     )
     out = run_cluster(cfg, seed=3, gate_efficiency=0.96)
@@ -279,8 +279,8 @@ def test_planned_exits_send_large_short_horizon_jobs_back_to_the_queue() -> None
     assert not any(
         p.get("planned_exit") for j in out["jobs"]["no-planned-exit"] for p in j.placements
     )
-    on = out["policies"]["planned-exit"]
-    jobs = out["jobs"]["planned-exit"]
+    on = out["policies"]["gleaner"]
+    jobs = out["jobs"]["gleaner"]
     planned = [p for j in jobs for p in j.placements if p.get("planned_exit")]
     exited = [(j, i) for j in jobs for i, p in enumerate(j.placements) if p.get("exited")]
     assert planned, "the shorter admission pass placed no job"

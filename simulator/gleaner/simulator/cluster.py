@@ -439,7 +439,6 @@ def run_policy(
         "no-risk",
         "no-worst-hours",
         "no-move",
-        "planned-exit",
         "no-planned-exit",
     ):
         placer = _scheduler_placer(sched_config, bias)
@@ -782,13 +781,11 @@ def run_policy(
 
 def planned_exit_rule(cfg: ClusterScenario, policy: PolicyName) -> PlannedExitRule | None:
     """The planned exit a policy places by (docs/scheduler.md, "Planned exits"): the
-    scenario's rule when ``planned_exit`` is on, or under ``planned-exit``; none under
-    ``no-planned-exit`` (and, by the caller, none without moves, which it needs)."""
-    if policy == "no-planned-exit":
+    scenario's rule when ``planned_exit`` is on; none under ``no-planned-exit`` (and, by
+    the caller, none without moves, which the exit needs)."""
+    if policy == "no-planned-exit" or not cfg.planned_exit:
         return None
-    if cfg.planned_exit or policy == "planned-exit":
-        return cfg.planned_exit_rule()
-    return None
+    return cfg.planned_exit_rule()
 
 
 def admission_rule(cfg: ClusterScenario, policy: PolicyName) -> AdmissionRisk:

@@ -39,7 +39,6 @@ PolicyName = Literal[
     "no-risk",
     "no-worst-hours",
     "no-move",
-    "planned-exit",
     "no-planned-exit",
 ]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
@@ -48,8 +47,8 @@ window, the mean rule, the 0.95 pair filter), ``no-diurnal`` (the trailing windo
 of the time-of-day forecast), ``no-worst-hours`` (the mean time-of-day forecast over the
 horizon instead of each GPU's worst hour of the job's expected run) and ``no-risk`` (no
 load spread: the worst hours as forecast) are the ablations ``python -m bench sla`` runs
-beside ``gleaner``; ``planned-exit`` is ``gleaner`` with the planned exit on and
-``no-planned-exit`` with it off, whatever ``planned_exit`` says."""
+beside ``gleaner``, and ``no-planned-exit`` (no shorter admission pass for large jobs,
+no planned exit)."""
 
 
 class ServiceKind(BaseModel):
@@ -211,7 +210,7 @@ class ClusterScenario(BaseModel):
         default=300.0, ge=0, description="What a move costs: seconds the job makes nothing."
     )
     planned_exit: bool = Field(
-        default=False,
+        default=True,
         description="With moves: a job of planned_exit_min_gpus or more that no node admits "
         "over forecast_horizon_h may be placed where it is admitted over "
         "planned_exit_admission_h; such a placement leaves its node for the queue (progress "
