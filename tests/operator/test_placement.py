@@ -99,6 +99,11 @@ def test_the_planned_exit_pass_places_large_jobs_over_the_shorter_horizon() -> N
     assert placement.gpu_indices == [0, 1, 2, 3]
     # The small job is not tried over the shorter horizon: it waits, with its reasons.
     assert [q.key for q, _ in plan.unschedulable] == ["default/small"]
+    # A job the pass names no candidate (a profiling run) gets only the first try.
+    none = plan_placements(
+        [big], peak, {}, NOW, planned_exit=rule, short_nodes=quiet, exit_candidates=set()
+    )
+    assert none.placements == [] and len(none.unschedulable) == 1
 
 
 def test_a_job_the_normal_pass_places_carries_no_planned_exit() -> None:

@@ -17,7 +17,7 @@ scheduling pass and for the move check alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -93,6 +93,7 @@ def plan_placements(
     planned_exit: PlannedExitRule | None = None,
     short_nodes: Mapping[str, NodeSummary] | None = None,
     horizon_s: float = ADMISSION_HORIZON_H * 3600.0,
+    exit_candidates: Collection[str] | None = None,
 ) -> PlacementPlan:
     """One scheduling decision for the whole queue (see the module docstring).
 
@@ -109,6 +110,7 @@ def plan_placements(
     ``horizon_s``, the one ``nodes`` were judged over) are decided again on
     ``short_nodes`` (the nodes judged over the shorter horizon), with the first
     decision's placements occupied; what that pass places carries ``plannedExit``.
+    ``exit_candidates`` names the jobs that may get that pass (None: every job).
     """
     plan = PlacementPlan()
     if not queue:
@@ -144,7 +146,9 @@ def plan_placements(
         second = [
             r
             for r in snapshot.jobs
-            if r.key in misses and planned_exit.second_pass(r.gpus, horizon_s)
+            if r.key in misses
+            and planned_exit.second_pass(r.gpus, horizon_s)
+            and (exit_candidates is None or r.key in exit_candidates)
         ]
         if second:
             taken = {n: dict(held) for n, held in occupied.items()}

@@ -371,12 +371,20 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     run_of = {r.queued.key: r for r in runs}
     batch = queue[: ctx.config.max_batch] + [r.queued for r in runs]
     # The planned exit's second pass judges large jobs over a shorter horizon: the nodes
-    # over it are loaded only when such a job waits.
-    rule = ctx.config.planned_exit
+    # over it are loaded only when such a job waits (profiling runs are not such jobs), and
+    # never from Prometheus, whose summaries have no hours (every horizon reads the same).
+    rule = None if ctx.config.prometheus_url else ctx.config.planned_exit
+    candidates = (
+        set()
+        if rule is None
+        else {
+            q.key
+            for q in batch
+            if q.key not in run_of and rule.second_pass(q.job.spec.gpus, FORECAST_HORIZON_S)
+        }
+    )
     short_nodes = None
-    if rule is not None and any(
-        rule.second_pass(q.job.spec.gpus, FORECAST_HORIZON_S) for q in batch if q.key not in run_of
-    ):
+    if rule is not None and candidates:
         short_nodes = await load_node_summaries(
             ctx.config,
             with_histories(traces, ctx.histories),
@@ -402,6 +410,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
         planned_exit=rule if short_nodes is not None else None,
         short_nodes=short_nodes,
         horizon_s=FORECAST_HORIZON_S,
+        exit_candidates=candidates,
     )
     stage("decide")
     sem = ctx.bind_slots
