@@ -13,8 +13,9 @@ placement; the admission bound is not a prediction of the mean), averaged over t
   (each hour, a running job whose node no longer admits it over the coming
   ``cluster.move_horizon_h`` moves to a node that admits it);
 - ``paper``: the paper's model (trailing window, mean rule, 0.95 pair filter);
-- ``no-diurnal``, ``no-worst-hours``, ``no-risk``, ``no-multi-filter``, ``no-move``:
-  ``gleaner`` less one rule.
+- ``no-diurnal``, ``no-worst-hours``, ``no-risk``, ``no-multi-filter``, ``no-move``,
+  ``no-planned-exit``: ``gleaner`` less one rule (``no-planned-exit``: no shorter
+  admission pass for 4-GPU jobs, so no planned exit).
 
 Moves are counted with the SLA evictions against the evictions target (each one restarts
 a job, as an eviction does).
@@ -46,6 +47,7 @@ POLICIES: tuple[PolicyName, ...] = (
     "no-risk",
     "no-multi-filter",
     "no-move",
+    "no-planned-exit",
 )
 
 

@@ -176,3 +176,17 @@ def test_the_operator_moves_and_scores_by_the_simulators_defaults() -> None:
     assert OperatorConfig().move_horizon == DEFAULT_MOVE_HORIZON_H * 3600
     assert ClusterScenario.model_fields["move_horizon_h"].default == DEFAULT_MOVE_HORIZON_H
     assert ClusterScenario.model_fields["sla_margin"].default == SchedulerConfig().sla_margin
+    (stay,) = [p for p in command.params if p.name == "move_min_stay"]
+    assert isinstance(stay.default, str)
+    assert parse_duration(stay.default) == OperatorConfig().move_min_stay
+    assert ClusterScenario.model_fields["move_min_stay_s"].default == OperatorConfig().move_min_stay
+
+
+def test_the_operator_exits_by_the_simulators_planned_exit() -> None:
+    from gleaner.cli.operator import command
+
+    scenario = ClusterScenario()
+    assert scenario.planned_exit and OperatorConfig().planned_exit is not None
+    assert scenario.planned_exit_rule() == OperatorConfig().planned_exit
+    (flag,) = [p for p in command.params if p.name == "planned_exit"]
+    assert flag.default is True

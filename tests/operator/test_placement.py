@@ -19,6 +19,7 @@ from gleaner.operator.traces import (
     with_inventory,
 )
 from gleaner.perfmodel import GpuSpec, NodeSummary
+from gleaner.scheduler.lifecycle import PlannedExitRule
 from gleaner.testing.fixtures import make_queued_job
 from gleaner.testing.kube import nodetrace_manifest
 
@@ -82,3 +83,42 @@ def test_runner_ups_for_the_front_of_a_small_pass_and_none_in_a_burst() -> None:
     burst = plan_placements(queue, nodes, {}, NOW, explained=explained_placements(BURST + 1))
     assert len(burst.placements) == 6 and burst.runner_ups == {}
     assert explained_placements(BURST) == EXPLAINED
+
+
+def test_the_planned_exit_pass_places_large_jobs_over_the_shorter_horizon() -> None:
+    # Over the admission horizon the node is at its peak; over the shorter one it is quiet.
+    peak = summaries_from_nodetraces([nodetrace_manifest("a", gpus=4, offline_enabled=0.1)])
+    quiet = summaries_from_nodetraces([nodetrace_manifest("a", gpus=4, offline_enabled=0.9)])
+    big, small = make_queued_job("big", gpus=4, sla=0.5), make_queued_job("small", sla=0.5)
+    rule = PlannedExitRule()
+    off = plan_placements([big, small], peak, {}, NOW)
+    assert off.placements == [] and len(off.unschedulable) == 2
+    plan = plan_placements([big, small], peak, {}, NOW, planned_exit=rule, short_nodes=quiet)
+    ((queued, placement),) = plan.placements
+    assert queued.key == "default/big" and placement.planned_exit
+    assert placement.gpu_indices == [0, 1, 2, 3]
+    # The small job is not tried over the shorter horizon: it waits, with its reasons.
+    assert [q.key for q, _ in plan.unschedulable] == ["default/small"]
+    # A job the pass names no candidate (a profiling run) gets only the first try.
+    none = plan_placements(
+        [big], peak, {}, NOW, planned_exit=rule, short_nodes=quiet, exit_candidates=set()
+    )
+    assert none.placements == [] and len(none.unschedulable) == 1
+
+
+def test_a_job_the_normal_pass_places_carries_no_planned_exit() -> None:
+    quiet = summaries_from_nodetraces([nodetrace_manifest("a", gpus=8, offline_enabled=0.9)])
+    jobs = [make_queued_job("first", gpus=4), make_queued_job("second", gpus=4)]
+    plan = plan_placements(jobs, quiet, {}, NOW, planned_exit=PlannedExitRule(), short_nodes=quiet)
+    assert len(plan.placements) == 2
+    assert not any(p.planned_exit for _, p in plan.placements)
+    # The shorter pass sees the first pass's placements as taken.
+    one = plan_placements(
+        jobs,
+        quiet,
+        {"a": dict.fromkeys(range(4), "x/held")},
+        NOW,
+        planned_exit=PlannedExitRule(),
+        short_nodes=quiet,
+    )
+    assert len(one.placements) == 1 and len(one.unschedulable) == 1

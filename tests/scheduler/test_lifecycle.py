@@ -189,8 +189,8 @@ def test_should_move_only_off_a_node_that_no_longer_admits_to_one_that_does(
 
 
 def test_should_move_waits_the_minimum_stay() -> None:
-    assert not should_move(0.0, 7199.0, False, True)
-    assert should_move(0.0, 7200.0, False, True)
+    assert not should_move(0.0, 14399.0, False, True)
+    assert should_move(0.0, 14400.0, False, True)
     with pytest.raises(ValueError):
         should_move(0.0, 10.0, False, True, min_stay_seconds=-1.0)
 

@@ -25,7 +25,7 @@ def _coming(busy: float) -> NodeSummary:
 
 
 def test_a_job_moves_off_a_node_forecast_to_peak_to_one_that_admits_it() -> None:
-    check = check_move(_snapshot(), JOB, "peak", _coming(0.95), 0.0, 3 * HOUR)
+    check = check_move(_snapshot(), JOB, "peak", _coming(0.95), 0.0, 5 * HOUR)
     assert check.move
     assert check.admitted_here is False
     assert check.destination is not None and check.destination.node == "quiet"
@@ -34,7 +34,7 @@ def test_a_job_moves_off_a_node_forecast_to_peak_to_one_that_admits_it() -> None
 
 def test_its_own_gpu_counts_free_so_a_quiet_node_keeps_it() -> None:
     # The node's only GPU is the job's own: were it counted taken, the node would not admit.
-    check = check_move(_snapshot(), JOB, "peak", _coming(0.2), 0.0, 3 * HOUR)
+    check = check_move(_snapshot(), JOB, "peak", _coming(0.2), 0.0, 5 * HOUR)
     assert not check.move
     assert check.admitted_here is True
     assert check.destination is None
@@ -42,7 +42,7 @@ def test_its_own_gpu_counts_free_so_a_quiet_node_keeps_it() -> None:
 
 def test_it_stays_when_no_other_node_admits_it() -> None:
     for snapshot in (_snapshot(quiet_busy=0.95), _snapshot(quiet_taken=True)):
-        check = check_move(snapshot, JOB, "peak", _coming(0.95), 0.0, 3 * HOUR)
+        check = check_move(snapshot, JOB, "peak", _coming(0.95), 0.0, 5 * HOUR)
         assert not check.move
         assert check.admitted_here is False and check.destination is None
 

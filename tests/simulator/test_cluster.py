@@ -263,3 +263,45 @@ def test_the_sla_margin_is_gleaners_and_leaves_the_papers_placements_alone() -> 
     # With the margin, a set at the edge of its SLA is placed only where none has the margin.
     assert edge_margin < edge_best_fit
     assert paper_margin == paper_best_fit
+
+
+def test_planned_exits_send_large_short_horizon_jobs_back_to_the_queue() -> None:
+    cfg = _cfg(
+        nodes=8,
+        duration_h=18.0,
+        history_h=24.0,
+        policies=["gleaner", "no-planned-exit"],
+        jobs={"gpus": {1: 0.5, 4: 0.5}},
+    )
+    out = run_cluster(cfg, seed=3, gate_efficiency=0.96)
+    off = out["policies"]["no-planned-exit"]
+    assert off["planned_exits"] == 0
+    assert not any(
+        p.get("planned_exit") for j in out["jobs"]["no-planned-exit"] for p in j.placements
+    )
+    on = out["policies"]["gleaner"]
+    jobs = out["jobs"]["gleaner"]
+    planned = [p for j in jobs for p in j.placements if p.get("planned_exit")]
+    exited = [(j, i) for j in jobs for i, p in enumerate(j.placements) if p.get("exited")]
+    assert planned, "the shorter admission pass placed no job"
+    assert len(exited) == on["planned_exits"] >= 1
+    assert on["moves"] >= on["planned_exits"]
+    rule = cfg.planned_exit_rule()
+    for job, i in exited:
+        left = job.placements[i]
+        # Only a placement the shorter pass made exits, after its minimum stay, and the job
+        # is no SLA eviction: it keeps its count and its excluded nodes.
+        assert left["planned_exit"] and job.gpus >= rule.min_gpus
+        assert left["end"] - left["t"] >= cfg.move_min_stay_s
+        assert job.evictions == 0 and not job.excluded
+        if i + 1 < len(job.placements):
+            assert job.placements[i + 1]["t"] >= left["end"]
+
+
+def test_the_planned_exit_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="exit_horizon_h"):
+        ClusterScenario(planned_exit_admission_h=1.0, planned_exit_horizon_h=2.0)
+    with pytest.raises(ValueError):
+        ClusterScenario(planned_exit_min_gpus=0)
+    rule = ClusterScenario(planned_exit_admission_h=2.0).planned_exit_rule()
+    assert rule.admission_horizon_h == 2.0

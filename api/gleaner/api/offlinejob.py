@@ -454,6 +454,13 @@ class Placement(KubeModel):
         default=None, ge=0, description="throughputFraction x standaloneTokensPerSecond."
     )
     decided_at: datetime = Field(description="When the scheduler decided this placement.")
+    planned_exit: bool = Field(
+        default=False,
+        description="Placed by the planned exit's shorter admission pass (a large job no "
+        "node admitted over the admission horizon): the job leaves this node for the queue, "
+        "progress kept, when the node no longer admits it over the next hour and no other "
+        "node does.",
+    )
 
 
 class Observed(KubeModel):

@@ -22,6 +22,12 @@ from gleaner.operator.config import (
     DEFAULT_RISK_TARGET,
     DEFAULT_STATE_NAMESPACE,
 )
+from gleaner.scheduler.lifecycle import (
+    DEFAULT_MIN_STAY_SECONDS,
+    DEFAULT_PLANNED_EXIT_ADMISSION_H,
+    DEFAULT_PLANNED_EXIT_MIN_GPUS,
+    PlannedExitRule,
+)
 
 if TYPE_CHECKING:
     from gleaner.operator.config import ProfilingPool
@@ -262,7 +268,7 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
 )
 @click.option(
     "--move-min-stay",
-    default="2h",
+    default=f"{DEFAULT_MIN_STAY_SECONDS / 3600:g}h",
     show_default=True,
     help="How long a job runs on its node before it may be moved.",
 )
@@ -271,6 +277,15 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     default=f"{DEFAULT_MOVE_HORIZON_H:g}h",
     show_default=True,
     help="How far ahead a running job's node must still admit it; else it is moved.",
+)
+@click.option(
+    "--planned-exit/--no-planned-exit",
+    default=True,
+    show_default=True,
+    help=f"Place a job of {DEFAULT_PLANNED_EXIT_MIN_GPUS} or more GPUs that no node admits "
+    f"over the coming hours where one admits it over the next "
+    f"{DEFAULT_PLANNED_EXIT_ADMISSION_H:g} h; such a job goes back to the queue, progress "
+    "kept, when its node no longer admits it over the next hour and no other node does.",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def command(
@@ -310,6 +325,7 @@ def command(
     move_check_interval: str,
     move_min_stay: str,
     move_horizon: str,
+    planned_exit: bool,
     verbose: bool,
 ) -> None:
     """Run the Gleaner operator: bind OfflineJobs, watch SLAs, evict, reschedule."""
@@ -411,6 +427,7 @@ def command(
         move_check_interval=_seconds(move_check_interval, "--move-check-interval"),
         move_min_stay=_seconds(move_min_stay, "--move-min-stay"),
         move_horizon=_seconds(move_horizon, "--move-horizon"),
+        planned_exit=PlannedExitRule() if planned_exit else None,
     )
     if config.move_horizon <= 0:
         fail("--move-horizon must be > 0")

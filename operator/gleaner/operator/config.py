@@ -17,7 +17,7 @@ from typing import Any
 # The one value (perfmodel's, also the simulator's default), re-exported for the CLI.
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET as DEFAULT_RISK_TARGET
 from gleaner.scheduler.bias import BiasConfig
-from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS
+from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, PlannedExitRule
 from gleaner.scheduler.lifecycle import DEFAULT_MOVE_HORIZON_H as DEFAULT_MOVE_HORIZON_H
 from gleaner.scheduler.monitor import SLAMonitorConfig
 from gleaner.scheduler.risk import AdmissionRisk
@@ -133,6 +133,10 @@ class OperatorConfig:
     """Seconds a job runs on its node before a move is considered."""
     move_horizon: float = DEFAULT_MOVE_HORIZON_H * 3600.0
     """Seconds ahead a Running job's own node must still admit it, else it moves."""
+    planned_exit: PlannedExitRule | None = field(default_factory=PlannedExitRule)
+    """The planned exit (docs/scheduler.md, "Planned exits"): large jobs no node admits over
+    the admission horizon are placed over a shorter one and leave for the queue before a
+    peak no node admits them through; None: off."""
     risk_target: float | None = DEFAULT_RISK_TARGET
     """Risk-aware admission: the probability a window must meet the SLA with, judged from
     the spread of past windows around their prediction; None: the mean rule."""

@@ -17,8 +17,8 @@ scheduling pass and for the move check alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from gleaner.api.contract import LABEL_JOB
 from gleaner.operator.builders import gpus_of_pod
 from gleaner.operator.status import BOUND_PHASES
 from gleaner.perfmodel import JobProfile, NodeSummary
+from gleaner.perfmodel.admission import ADMISSION_HORIZON_H
 from gleaner.scheduler import (
     BiasTable,
     JobRequest,
@@ -36,6 +37,7 @@ from gleaner.scheduler import (
     decide,
     explain_runner_ups,
 )
+from gleaner.scheduler.lifecycle import PlannedExitRule
 
 RUNNER_UPS = 5
 """Other nodes named in a placement's ``NotChosen`` Event (closest first)."""
@@ -88,6 +90,10 @@ def plan_placements(
     uninstrumented: Mapping[str, Mapping[int, str]] | None = None,
     bias: BiasTable | None = None,
     explained: int = EXPLAINED,
+    planned_exit: PlannedExitRule | None = None,
+    short_nodes: Mapping[str, NodeSummary] | None = None,
+    horizon_s: float = ADMISSION_HORIZON_H * 3600.0,
+    exit_candidates: Collection[str] | None = None,
 ) -> PlacementPlan:
     """One scheduling decision for the whole queue (see the module docstring).
 
@@ -98,6 +104,13 @@ def plan_placements(
     ``bias`` the learned observed/predicted ratios every prediction is corrected by;
     ``explained`` how many placements, the queue's first, get runner-up reasons (the
     operator's pass: ``explained_placements``).
+
+    With ``planned_exit``, the jobs the decision left unplaced that the rule gives a second
+    pass (large enough, and ``planned_exit.admission_horizon_s`` shorter than
+    ``horizon_s``, the one ``nodes`` were judged over) are decided again on
+    ``short_nodes`` (the nodes judged over the shorter horizon), with the first
+    decision's placements occupied; what that pass places carries ``plannedExit``.
+    ``exit_candidates`` names the jobs that may get that pass (None: every job).
     """
     plan = PlacementPlan()
     if not queue:
@@ -128,8 +141,30 @@ def plan_placements(
         snapshot, [(requests[key], ex) for key, ex in front], cfg, RUNNER_UPS
     )
     plan.runner_ups = {key: lines for (key, _), lines in zip(front, why_not, strict=True)}
-    for miss in result.unschedulable:
-        plan.unschedulable.append((by_key[miss.job], miss.message))
+    misses = {miss.job: miss.message for miss in result.unschedulable}
+    if planned_exit is not None and short_nodes is not None:
+        second = [
+            r
+            for r in snapshot.jobs
+            if r.key in misses
+            and planned_exit.second_pass(r.gpus, horizon_s)
+            and (exit_candidates is None or r.key in exit_candidates)
+        ]
+        if second:
+            taken = {n: dict(held) for n, held in occupied.items()}
+            for decision in result.placements:
+                taken.setdefault(decision.node, {}).update(
+                    dict.fromkeys(decision.gpus, decision.job)
+                )
+            short = replace(snapshot, jobs=second, nodes=short_nodes, occupied=taken)
+            for decision in decide(short, cfg).placements:
+                placement = decision.to_placement(now).model_copy(update={"planned_exit": True})
+                plan.placements.append((by_key[decision.job], placement))
+                if decision.explanation is not None:
+                    plan.explanations[decision.job] = decision.explanation
+                del misses[decision.job]
+    for key, message in misses.items():
+        plan.unschedulable.append((by_key[key], message))
     return plan
 
 

@@ -22,8 +22,12 @@ Succeeded job back to Running). The steps both drivers take, with time as an arg
   horizon while another node does (the caller asks the scheduler both questions), and it
   has run on its node for at least a minimum stay (no ping-pong). :func:`move_phases` is
   the phase path of such a move (Evicted, then Scheduled at once); it is not an SLA
-  eviction, so it does not count toward ``maxEvictions``. The simulator drives it; the
-  operator does not yet;
+  eviction, so it does not count toward ``maxEvictions``;
+- **planned exit**: a large job that no node admits over the admission horizon may be
+  placed over a shorter one (:class:`PlannedExitRule`); such a placement leaves its node
+  for the queue, progress kept, when :func:`should_exit` says so (its node no longer
+  admits it over the coming hour and no other node does). It takes the move's path (not
+  an SLA eviction);
 - **finish**: Running → Succeeded or Failed.
 
 docs/operator.md and docs/simulator.md describe the same sequence from each side.
@@ -187,8 +191,10 @@ def evict(
     return Eviction(plan, advance(phase, eviction_phase(plan.failed)))
 
 
-DEFAULT_MIN_STAY_SECONDS = 7200.0
-"""How long a job runs on its node before a proactive move is considered (two hours)."""
+DEFAULT_MIN_STAY_SECONDS = 14400.0
+"""How long a job runs on its node before a proactive move or a planned exit is considered
+(four hours: with the planned exit, a shorter stay moves jobs more often than it saves
+GPUs; docs/benchmarks.md, "The throughput SLA")."""
 DEFAULT_MOVE_HORIZON_H = 5.0
 """The coming hours a running job's own node is judged over before a move (the admission
 rule over that horizon; a new node is chosen by the placement rule). Five hours: with the
@@ -213,6 +219,77 @@ def should_move(
     return stayed and not admitted_here and admitted_elsewhere
 
 
+DEFAULT_PLANNED_EXIT_MIN_GPUS = 4
+"""The smallest job a planned exit applies to: jobs of this many GPUs or more that no node
+admits over the admission horizon may be placed over the shorter
+:data:`DEFAULT_PLANNED_EXIT_ADMISSION_H` (the few aligned sets of four GPUs sit idle
+through the day otherwise; docs/scheduler.md, "Planned exits")."""
+DEFAULT_PLANNED_EXIT_ADMISSION_H = 3.0
+"""The hours a large job is judged over when no node admits it over the admission
+horizon (the same risk rule over a shorter run)."""
+DEFAULT_PLANNED_EXIT_HORIZON_H = 1.0
+"""The coming hours a planned-exit job's own node is judged over before it leaves: when
+its node no longer admits it over these hours and no other node admits it, it goes back
+to the queue with its progress kept."""
+
+
+@dataclass(frozen=True)
+class PlannedExitRule:
+    """Which jobs get a second, shorter admission pass, and when such a placement ends.
+
+    A job of at least ``min_gpus`` GPUs that no node admits over the admission horizon
+    may be placed where it is admitted over ``admission_horizon_h``; that placement
+    carries a *planned exit* (:func:`should_exit`). A job placed by the normal rule never
+    has one.
+    """
+
+    min_gpus: int = DEFAULT_PLANNED_EXIT_MIN_GPUS
+    admission_horizon_h: float = DEFAULT_PLANNED_EXIT_ADMISSION_H
+    exit_horizon_h: float = DEFAULT_PLANNED_EXIT_HORIZON_H
+
+    def __post_init__(self) -> None:
+        if self.min_gpus < 1:
+            raise ValueError("min_gpus must be >= 1")
+        if not self.admission_horizon_h > 0 or not self.exit_horizon_h > 0:
+            raise ValueError("the planned exit's horizons must be > 0 hours")
+        if self.exit_horizon_h > self.admission_horizon_h:
+            raise ValueError("exit_horizon_h must not exceed admission_horizon_h")
+
+    @property
+    def admission_horizon_s(self) -> float:
+        return self.admission_horizon_h * 3600.0
+
+    @property
+    def exit_horizon_s(self) -> float:
+        return self.exit_horizon_h * 3600.0
+
+    def second_pass(self, gpus: int, admission_horizon_s: float) -> bool:
+        """Whether a job of ``gpus`` GPUs that the normal pass (over
+        ``admission_horizon_s``) left unplaced is tried again over the shorter horizon: it is
+        large enough, and the shorter horizon is shorter."""
+        return gpus >= self.min_gpus and self.admission_horizon_s < admission_horizon_s
+
+
+def should_exit(
+    planned_exit: bool,
+    admitted_here: bool | None,
+    admitted_elsewhere: bool,
+    admitted_here_soon: bool | None,
+) -> bool:
+    """Whether a Running job leaves its node for the queue (progress kept, counted as a
+    move): its placement carries a planned exit, the move check found that its node no
+    longer admits it over the move horizon (``admitted_here`` false; None: not asked, too
+    early) and that no other node does (``admitted_elsewhere`` false; when one does, the
+    job moves there instead), and its node no longer admits it over the exit horizon
+    either (``admitted_here_soon`` false; None: not asked)."""
+    return (
+        planned_exit
+        and admitted_here is False
+        and not admitted_elsewhere
+        and admitted_here_soon is False
+    )
+
+
 def move_phases(phase: Phase) -> tuple[Phase, Phase]:
     """The phases a proactive move passes through from a bound ``phase``: Evicted (off the
     old node), then Scheduled (on the new one)."""
@@ -224,10 +301,14 @@ __all__ = [
     "BOUND_PHASES",
     "DEFAULT_MIN_STAY_SECONDS",
     "DEFAULT_MOVE_HORIZON_H",
+    "DEFAULT_PLANNED_EXIT_ADMISSION_H",
+    "DEFAULT_PLANNED_EXIT_HORIZON_H",
+    "DEFAULT_PLANNED_EXIT_MIN_GPUS",
     "QUEUED_PHASES",
     "SAME_WINDOW_SECONDS",
     "TRANSITIONS",
     "Eviction",
+    "PlannedExitRule",
     "SLATick",
     "TransitionError",
     "advance",
@@ -237,6 +318,7 @@ __all__ = [
     "has_window",
     "may_attempt",
     "move_phases",
+    "should_exit",
     "should_move",
     "sla_tick",
 ]

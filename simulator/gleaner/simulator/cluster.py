@@ -35,7 +35,11 @@ Model (docs/simulator.md has the details):
   Failed) plus ``build_eviction_report``, ``may_attempt`` before a queued job is placed,
   and (``gleaner`` with ``move_before_peak``) ``should_move``: every ``move_check_s`` a
   running job whose node no longer admits it over the coming ``move_horizon_h`` moves to a
-  node that admits it (a restart of ``move_restart_s``; not an SLA eviction).
+  node that admits it (a restart of ``move_restart_s``; not an SLA eviction); with the
+  planned exit (``planned_exit``, ``PlannedExitRule``), large jobs no node admits over
+  ``forecast_horizon_h`` are tried over ``planned_exit_admission_h``, and such a job
+  whose node no longer admits it over the next ``planned_exit_horizon_h``, with no other
+  node admitting it, goes back to the queue (``check_exit``; counted as a move).
 - Measures: the dashboard's (``gleaner.scheduler.measures``, docs/dashboard.md), applied
   per step (harvested utilization, offline throughput) and per SLA window (attainment).
 """
@@ -79,7 +83,13 @@ from gleaner.scheduler import (
     decide,
 )
 from gleaner.scheduler.bias import NODE_LEVEL, feed
-from gleaner.scheduler.lifecycle import advance, may_attempt, move_phases, sla_tick
+from gleaner.scheduler.lifecycle import (
+    PlannedExitRule,
+    advance,
+    may_attempt,
+    move_phases,
+    sla_tick,
+)
 from gleaner.scheduler.lifecycle import evict as lifecycle_evict
 from gleaner.scheduler.measures import (
     harvested_utilization,
@@ -89,7 +99,7 @@ from gleaner.scheduler.measures import (
     sla_attainment,
 )
 from gleaner.scheduler.monitor import samples_needed
-from gleaner.scheduler.move import check_move
+from gleaner.scheduler.move import check_exit, check_move
 from gleaner.scheduler.risk import AdmissionRisk
 from gleaner.simulator.cluster_scenario import ClusterScenario, PolicyName
 from gleaner.simulator.latency import MODELS
@@ -162,6 +172,11 @@ class SimJob:
     windows_met: int = 0
     placements: list[dict[str, Any]] = field(default_factory=list)
     series: list[tuple[float, float]] = field(default_factory=list)
+    planned_exit: bool = False
+    """The current placement was made by the planned exit's shorter admission pass."""
+    exited: bool = False
+    """It left its last node by a planned exit: it pays the move's restart when placed
+    again."""
 
 
 def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
@@ -405,6 +420,8 @@ def run_policy(
         and policy not in ("no-move", "first-fit", "no-harvest")
     )
     moves = 0
+    exits = 0
+    exit_rule = planned_exit_rule(cfg, policy) if moving else None
     # The operator's rule: its bias table, fed with each window against the placement's
     # raw prediction (the admission bound under worst-hours), and the load spread of nodes
     # with hours at the same risk target.
@@ -415,7 +432,15 @@ def run_policy(
     # The paper's model scores by best fit alone; Gleaner's policies keep the margin.
     margin = 0.0 if policy == "paper" else cfg.sla_margin
     sched_config = SchedulerConfig(sla_margin=margin)
-    if policy in ("gleaner", "paper", "no-diurnal", "no-risk", "no-worst-hours", "no-move"):
+    if policy in (
+        "gleaner",
+        "paper",
+        "no-diurnal",
+        "no-risk",
+        "no-worst-hours",
+        "no-move",
+        "no-planned-exit",
+    ):
         placer = _scheduler_placer(sched_config, bias)
     elif policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
@@ -532,6 +557,7 @@ def run_policy(
         (``gleaner.scheduler.move.check_move``, as the operator asks it); returns the moves
         made."""
         assert placer is not None and forecasts is not None
+        nonlocal exits
         coming = forecasts.admit(cfg.move_horizon_h * 3600)
         moved = 0
         for job in sorted(running, key=lambda j: j.arrival):
@@ -539,9 +565,10 @@ def run_policy(
                 continue
             name = online.node_names[job.node]
             snapshot = _snapshot([], summaries, occupied, now, bias)
+            request = _request(job)
             check = check_move(
                 snapshot,
-                _request(job),
+                request,
                 name,
                 coming[name],
                 job.placed_at,
@@ -549,13 +576,29 @@ def run_policy(
                 sched_config,
                 cfg.move_min_stay_s,
             )
-            if not check.move or check.destination is None:
+            if check.destination is None or not check.move:
+                soon = None if exit_rule is None else forecasts.admit(exit_rule.exit_horizon_s)
+                if soon is not None and check_exit(
+                    check, snapshot, request, name, soon[name], job.planned_exit, sched_config
+                ):
+                    # The planned exit: back to the queue, progress kept, by the move's path
+                    # (the operator's carry_out_eviction with move).
+                    job.placements[-1]["exited"] = True
+                    end_stay(job, now)
+                    job.phase = move_phases(job.phase)[0]
+                    job.planned_exit = False
+                    job.exited = True
+                    running.remove(job)
+                    pending.append(job)
+                    exits += 1
                 continue
             _, node_name, gpus, factors, raw, placed = _placed(job, check.destination)
             end_stay(job, now)
             job.phase = move_phases(job.phase)[0]
             restart = max(1, round(cfg.move_restart_s / step))
             start_stay(job, node_name, gpus, factors, raw, placed, now, s_abs, restart)
+            # Placed again by the placement rule over the normal horizon.
+            job.planned_exit = False
             moved += 1
         return moved
 
@@ -611,11 +654,25 @@ def run_policy(
                 groups = [
                     (by_horizon[h], forecasts.admit(h)) for h in sorted(by_horizon, reverse=True)
                 ]
-            for group, admit in groups:
+            short = len(groups)
+            if ready and forecasts is not None and exit_rule is not None:
+                # The planned exit's second pass: large jobs the passes above left unplaced,
+                # judged over the shorter horizon.
+                normal_s = cfg.forecast_horizon_h * 3600
+                large = [j for j in ready if exit_rule.second_pass(j.gpus, normal_s)]
+                groups.append((large, forecasts.admit(exit_rule.admission_horizon_s)))
+            for gi, (group, admit) in enumerate(groups):
+                group = [j for j in group if j in pending]
                 for job, node_name, gpus, factors, raw, placed in placer(
                     group, admit, occupied, now
                 ):
-                    start_stay(job, node_name, gpus, factors, raw, placed, now, s_abs, 0)
+                    restart = 0
+                    if job.exited:
+                        restart = max(1, round(cfg.move_restart_s / step))
+                        job.exited = False
+                    start_stay(job, node_name, gpus, factors, raw, placed, now, s_abs, restart)
+                    job.planned_exit = gi >= short
+                    job.placements[-1]["planned_exit"] = job.planned_exit
                     pending.remove(job)
                     running.append(job)
         # Progress of running jobs in this step.
@@ -715,9 +772,20 @@ def run_policy(
     out = _cluster_metrics(
         cfg, online, jobs, policy, offline_used, offline_equiv, sla_ok, reports, preds, evictions
     )
-    out["moves"] = moves
+    # A planned exit counts as a move (a restart, not an SLA eviction).
+    out["moves"] = moves + exits
+    out["planned_exits"] = exits
     out["_dashboard"] = shown
     return out
+
+
+def planned_exit_rule(cfg: ClusterScenario, policy: PolicyName) -> PlannedExitRule | None:
+    """The planned exit a policy places by (docs/scheduler.md, "Planned exits"): the
+    scenario's rule when ``planned_exit`` is on; none under ``no-planned-exit`` (and, by
+    the caller, none without moves, which the exit needs)."""
+    if policy == "no-planned-exit" or not cfg.planned_exit:
+        return None
+    return cfg.planned_exit_rule()
 
 
 def admission_rule(cfg: ClusterScenario, policy: PolicyName) -> AdmissionRisk:

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
 from gleaner.perfmodel.admission import ADMISSION_HORIZON_H, DEFAULT_RISK_TARGET
 from gleaner.scheduler.config import DEFAULT_SLA_MARGIN
-from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, DEFAULT_MOVE_HORIZON_H
+from gleaner.scheduler.lifecycle import (
+    DEFAULT_MIN_STAY_SECONDS,
+    DEFAULT_MOVE_HORIZON_H,
+    DEFAULT_PLANNED_EXIT_ADMISSION_H,
+    DEFAULT_PLANNED_EXIT_HORIZON_H,
+    DEFAULT_PLANNED_EXIT_MIN_GPUS,
+    PlannedExitRule,
+)
 from gleaner.scheduler.monitor import SLAMonitorConfig
 from gleaner.simulator.workload import OUTPUT_TOKENS_MEAN, PROMPT_TOKENS_MEAN
 
@@ -32,6 +39,7 @@ PolicyName = Literal[
     "no-risk",
     "no-worst-hours",
     "no-move",
+    "no-planned-exit",
 ]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
 """The policies a scenario runs by default. ``paper`` (the paper's model: the trailing
@@ -39,7 +47,8 @@ window, the mean rule, the 0.95 pair filter), ``no-diurnal`` (the trailing windo
 of the time-of-day forecast), ``no-worst-hours`` (the mean time-of-day forecast over the
 horizon instead of each GPU's worst hour of the job's expected run) and ``no-risk`` (no
 load spread: the worst hours as forecast) are the ablations ``python -m bench sla`` runs
-beside ``gleaner``."""
+beside ``gleaner``, and ``no-planned-exit`` (no shorter admission pass for large jobs,
+no planned exit)."""
 
 
 class ServiceKind(BaseModel):
@@ -200,6 +209,30 @@ class ClusterScenario(BaseModel):
     move_restart_s: float = Field(
         default=300.0, ge=0, description="What a move costs: seconds the job makes nothing."
     )
+    planned_exit: bool = Field(
+        default=True,
+        description="With moves: a job of planned_exit_min_gpus or more that no node admits "
+        "over forecast_horizon_h may be placed where it is admitted over "
+        "planned_exit_admission_h; such a placement leaves its node for the queue (progress "
+        "kept, counted as a move, the move's restart when placed again) when its node no "
+        "longer admits it over the next planned_exit_horizon_h and no other node admits it.",
+    )
+    planned_exit_min_gpus: int = Field(
+        default=DEFAULT_PLANNED_EXIT_MIN_GPUS,
+        ge=1,
+        description="The smallest job the planned exit's shorter admission pass tries.",
+    )
+    planned_exit_admission_h: float = Field(
+        default=DEFAULT_PLANNED_EXIT_ADMISSION_H,
+        gt=0,
+        description="The hours the shorter admission pass judges a large job over.",
+    )
+    planned_exit_horizon_h: float = Field(
+        default=DEFAULT_PLANNED_EXIT_HORIZON_H,
+        gt=0,
+        description="The coming hours a planned-exit job's node must still admit it, else it "
+        "leaves (when no other node admits it).",
+    )
     sla_margin: float = Field(
         default=DEFAULT_SLA_MARGIN,
         ge=0,
@@ -236,3 +269,19 @@ class ClusterScenario(BaseModel):
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     policies: list[PolicyName] = Field(default_factory=lambda: list(ALL_POLICIES))
+
+    @model_validator(mode="after")
+    def _planned_exit_horizons(self) -> ClusterScenario:
+        self.planned_exit_rule()  # refuses an exit horizon longer than its admission's
+        return self
+
+    def planned_exit_rule(self) -> PlannedExitRule:
+        """The planned exit these settings make (used where it is on)."""
+        try:
+            return PlannedExitRule(
+                min_gpus=self.planned_exit_min_gpus,
+                admission_horizon_h=self.planned_exit_admission_h,
+                exit_horizon_h=self.planned_exit_horizon_h,
+            )
+        except ValueError as exc:
+            raise ValueError(f"planned exit: {exc}") from exc

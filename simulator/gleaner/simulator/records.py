@@ -92,6 +92,11 @@ def phase_message(job: SimJob) -> str:
         return "finished its work"
     if job.phase is Phase.FAILED:
         return f"gave up after {job.evictions} SLA eviction(s)"
+    if job.exited:
+        return (
+            "left its node by its planned exit (its node no longer admitted it over the "
+            "coming hour and no other node did); waiting to be placed again, progress kept"
+        )
     if job.evictions:
         return (
             f"requeued after SLA eviction {job.evictions}; the simulated scheduler has not "

@@ -13,7 +13,15 @@ the placement rule. When it moves, the SLA eviction's path carries it out
 with no backoff, ``Ready`` false with reason ``MovedBeforePeak``, ``evictionCount``
 unchanged), then the Pods are deleted and a Normal Event ``MovedBeforePeak`` says why; the
 scheduling pass places the job again at once by the placement rule (which does not
-admit the node it left over the coming hours). The status is written
+admit the node it left over the coming hours).
+
+A job whose placement carries a planned exit (``status.placement.plannedExit``: placed by
+the scheduling pass's shorter admission pass, ``--planned-exit``) and that no other node
+admits is asked once more, over the exit horizon (the next hour:
+``gleaner.scheduler.move.check_exit``); when its node does not admit it then either, it
+takes the same path with reason "planned exit: ...": it waits in the queue (phase
+Evicted, no backoff, no node excluded) until the placement rule, or the shorter pass
+again, places it. The status is written
 before any Pod is deleted, so a restart in between completes the move once: the job is
 Evicted, its old Pod is collected by the scheduling pass and one new Pod is created.
 """
@@ -43,10 +51,10 @@ from gleaner.operator.traces import (
     with_histories,
 )
 from gleaner.operator.validation import ValidJob, profile_configmap_name, validate_job
-from gleaner.perfmodel import JobProfile
+from gleaner.perfmodel import JobProfile, NodeSummary
 from gleaner.scheduler import JobRequest, SchedulingSnapshot
 from gleaner.scheduler.monitor import SLAAction, SLADecision
-from gleaner.scheduler.move import MoveCheck, check_move
+from gleaner.scheduler.move import MoveCheck, check_exit, check_move, exit_open
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +85,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
     now = datetime.now(UTC)
     live = [j for j in jobs if not object_meta(j).get("deletionTimestamp")]
     statuses = {object_key(j): parse_status(j) for j in live}
+    rule = cfg.planned_exit
     due = [
         j
         for j in live
@@ -105,6 +114,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
     # A node whose trace is stale, or that is cordoned or not ready, says nothing about a
     # coming peak: its jobs are left to the SLA monitor, not moved on its silence.
     unavailable = snapshot.state().unavailable
+    soon: dict[str, NodeSummary] | None = None  # over the exit horizon, loaded when asked
     moved: list[str] = []
     for body in sorted(due, key=_created):
         ns, name = object_key(body)
@@ -130,8 +140,23 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
             None,
             cfg.move_min_stay,
         )
+        reason = check.reason
         if not check.move:
-            continue
+            if rule is None or not exit_open(check, placement.planned_exit):
+                continue
+            if soon is None:
+                soon = await load_node_summaries(
+                    cfg, with_hours, now, ctx.hours, rule.exit_horizon_s
+                )
+            if placement.node not in soon or not check_exit(
+                check, snapshot, request, placement.node, soon[placement.node], True
+            ):
+                continue
+            reason = (
+                f"planned exit: its node no longer admits it over the next "
+                f"{rule.exit_horizon_h:g} h and no other node admits it; it waits in the "
+                "queue until a node does"
+            )
         history = history_for(
             f"{ns}/{name}",
             request.sla,
@@ -140,7 +165,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
             spec_sla_window_seconds(body.get("spec") or {}),
             cfg.sla,
         )
-        decision = SLADecision(SLAAction.EVICT, check.reason)
+        decision = SLADecision(SLAAction.EVICT, reason)
         await carry_out_eviction(ctx, body, status, placement, history, decision, now, move=True)
         moved.append(f"{ns}/{name}")
         # The next job is judged as the simulator judges it: this one's GPUs free, the

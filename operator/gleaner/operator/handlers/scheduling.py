@@ -92,6 +92,7 @@ from gleaner.operator.placement import (
     plan_placements,
 )
 from gleaner.operator.traces import (
+    FORECAST_HORIZON_S,
     load_node_summaries,
     unbindable_nodes,
     uninstrumented_gpus,
@@ -369,6 +370,28 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     await _prime_nodes(ctx)
     run_of = {r.queued.key: r for r in runs}
     batch = queue[: ctx.config.max_batch] + [r.queued for r in runs]
+    # The planned exit's second pass judges large jobs over a shorter horizon: the nodes
+    # over it are loaded only when such a job waits (profiling runs are not such jobs), and
+    # never from Prometheus, whose summaries have no hours (every horizon reads the same).
+    rule = None if ctx.config.prometheus_url else ctx.config.planned_exit
+    candidates = (
+        set()
+        if rule is None
+        else {
+            q.key
+            for q in batch
+            if q.key not in run_of and rule.second_pass(q.job.spec.gpus, FORECAST_HORIZON_S)
+        }
+    )
+    short_nodes = None
+    if rule is not None and candidates:
+        short_nodes = await load_node_summaries(
+            ctx.config,
+            with_histories(traces, ctx.histories),
+            now,
+            ctx.hours,
+            rule.admission_horizon_s,
+        )
     # On a thread: a decision over a large queue takes seconds, and the event loop keeps
     # binding the last pass's placements and renewing kopf's peering record meanwhile.
     # Everything it reads is this pass's own (the bias table a copy).
@@ -384,6 +407,10 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
         uninstrumented=uninstrumented,
         bias=ctx.bias.copy(),
         explained=explained_placements(len(batch)),
+        planned_exit=rule if short_nodes is not None else None,
+        short_nodes=short_nodes,
+        horizon_s=FORECAST_HORIZON_S,
+        exit_candidates=candidates,
     )
     stage("decide")
     sem = ctx.bind_slots

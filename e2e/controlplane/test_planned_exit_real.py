@@ -1,0 +1,196 @@
+"""Planned exits on the real control plane (docs/operator.md, "Planned exits").
+
+The real ``gleaner operator`` runs as a ServiceAccount bound to the chart's rules, its move
+check every second with no minimum stay. Node x has four GPUs busy together (one aligned
+set) and a NodeHistory whose hours are quiet for the next few hours and at a peak after
+that: over the 7 h admission horizon x does not admit a 4-GPU job, over the planned
+exit's 3 h it does. The operator places the job there with ``status.placement.plannedExit``
+and it runs (KWOK). Then x's hours turn to a peak at every hour of the day: x no longer
+admits the job over the next hour and no other node does. The job leaves x for the queue:
+the status records it as a move (an ``evictions`` entry whose reason starts "planned exit",
+``moveCount`` 1, ``evictionCount`` 0, no node excluded), a Normal Event ``MovedBeforePeak``
+says why, its Pod is deleted, and it waits, unplaced, since no node admits it. With
+``--no-planned-exit`` the same job is not placed at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gleaner.api import NodeHistoryStatus, NodeTraceStatus
+from gleaner.api.contract import job_selector
+from gleaner.api.nodetrace import gpu_uuid
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
+from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.summary import GpuSpec, NodeSummary
+from gleaner.runtime_agent.kube import load_client, write_nodehistory
+from gleaner.testing.kube import (
+    FAST_OPERATOR_FLAGS,
+    OperatorProcess,
+    nodetrace_manifest,
+    offlinejob_manifest,
+    refused_lines,
+    wait_for,
+)
+from gleaner.testing.net import free_port
+from gleaner.testing.tenant import OperatorAccount, Tenant
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
+
+GPUS = 4
+QUIET, PEAK = 0.1, 0.95
+
+
+@pytest.fixture
+def account(tenant: Tenant) -> OperatorAccount:
+    return tenant.operator_account()
+
+
+@pytest.fixture
+def operators(tenant: Tenant) -> Iterator[list[OperatorProcess]]:
+    started: list[OperatorProcess] = []
+    try:
+        yield started
+    finally:
+        for op in started:
+            op.stop()
+        tenant.plane.kubectl("delete", "nh", tenant.node("x"), "--wait=false", check=False)
+        refused = refused_lines("\n".join(op.log() for op in started))
+        assert refused == [], "\n".join(refused)
+
+
+def _operator(tenant: Tenant, account: OperatorAccount, *flags: str) -> OperatorProcess:
+    args = [
+        *FAST_OPERATOR_FLAGS,
+        f"--peering={tenant.peering}",
+        f"--state-namespace={tenant.namespace}",
+        f"--http-port={free_port()}",
+        "--http-host=127.0.0.1",
+        "--move-check-interval=1s",
+        "--move-min-stay=0s",
+        *flags,
+    ]
+    return OperatorProcess(account, args, log_name="operator-planned-exit.log").start()
+
+
+def _write_hours(
+    tenant: Tenant,
+    node: str,
+    trace: dict[str, Any],
+    busy_at: Callable[[int], float],
+    day: int = 1,
+) -> None:
+    """``node``'s NodeHistory: its four GPUs busy together at ``busy_at(hour)``, the hours
+    measured on day ``day`` (a later day for a later write, as an agent's would be)."""
+    gpus = [
+        GpuSpec(i, uuid=gpu_uuid(node, i), product="H100", memory_gib=80.0) for i in range(GPUS)
+    ]
+    profile = DiurnalProfile(node)
+    for hour in range(HOURS):
+        t = day * 86400.0 + hour * 3600 + np.arange(0, 3600, 60.0)
+        busy = np.full((t.size, GPUS), busy_at(hour))
+        summary = NodeSummary.from_samples(
+            node, gpus, t, busy, np.full((t.size, GPUS), 60.0), 1.0 - busy
+        )
+        profile = profile.fold(hour, summary)
+    status = NodeTraceStatus.model_validate(trace["status"])
+    client = load_client(str(tenant.plane.admin_kubeconfig))
+    write_nodehistory(
+        client, node, NodeHistoryStatus(gpus=status.gpus, hours=profile_to_hours(profile))
+    )
+
+
+def _quiet_then_peak(now_hour: int, hour: int) -> float:
+    """Quiet from the hour before now to four hours ahead (a test that crosses an hour
+    still sees 3 quiet hours ahead), at a peak from five hours ahead on."""
+    ahead = (hour - now_hour) % HOURS
+    return QUIET if ahead <= 4 or ahead == HOURS - 1 else PEAK
+
+
+def _status(tenant: Tenant, name: str) -> dict[str, Any]:
+    return dict((tenant.api.get_job(name) or {}).get("status") or {})
+
+
+def _setup(
+    tenant: Tenant, account: OperatorAccount, operators: list[OperatorProcess], *flags: str
+) -> tuple[str, dict[str, Any], Callable[[], str]]:
+    x = tenant.node("x")
+    trace = nodetrace_manifest(x, gpus=GPUS, offline_enabled=1.0 - QUIET)
+    tenant.apply_nodetrace(trace)
+    _write_hours(tenant, x, trace, partial(_quiet_then_peak, datetime.now(UTC).hour))
+    operators.append(_operator(tenant, account, *flags))
+
+    def logs() -> str:
+        jobs = {j["metadata"]["name"]: j.get("status") for j in tenant.api.list_jobs()}
+        return f"jobs: {jobs}\n" + "\n".join(op.log()[-4000:] for op in operators)
+
+    job = offlinejob_manifest("large", namespace=tenant.namespace, gpus=GPUS, sla=0.5)
+    tenant.api.create_job(job)
+    return x, trace, logs
+
+
+def _exit_event(tenant: Tenant, name: str) -> str | None:
+    for event in tenant.api.events():
+        if event.reason == "MovedBeforePeak" and event.involved_object.name == name:
+            return str(event.message)
+    return None
+
+
+def test_a_planned_exit_job_goes_back_to_the_queue_before_a_peak(
+    tenant: Tenant, account: OperatorAccount, operators: list[OperatorProcess]
+) -> None:
+    x, trace, logs = _setup(tenant, account, operators)
+
+    def running_on_x() -> dict[str, Any] | None:
+        status = _status(tenant, "large")
+        placement = status.get("placement") or {}
+        return status if status.get("phase") == "Running" and placement.get("node") == x else None
+
+    status = wait_for(running_on_x, timeout=90, message=logs)
+    assert status["placement"]["plannedExit"] is True
+    assert status["placement"]["gpuIndices"] == list(range(GPUS))
+
+    _write_hours(tenant, x, trace, lambda _: PEAK, day=2)  # a peak at every hour from now on
+
+    def left() -> dict[str, Any] | None:
+        status = _status(tenant, "large")
+        return status if status.get("moveCount") == 1 and status.get("phase") != "Running" else None
+
+    status = wait_for(left, timeout=120, message=logs)
+    assert status.get("evictionCount", 0) == 0  # not an SLA eviction
+    (record,) = status["evictions"]
+    assert record["node"] == x and record["reason"].startswith("planned exit"), record
+    assert x not in status.get("excludedNodes", [])
+    message = wait_for(partial(_exit_event, tenant, "large"), timeout=30, message=logs)
+    assert f"moved from {x}: planned exit" in message, message
+
+    def no_live_pod() -> bool:
+        pods = tenant.api.pods(selector=job_selector("large"))
+        return not [p for p in pods if not p.metadata.deletion_timestamp]
+
+    wait_for(no_live_pod, timeout=30, message=logs)
+    # No node admits it now, over either horizon: it waits, unplaced, with the reasons.
+    waiting = wait_for(
+        lambda: (s := _status(tenant, "large")).get("phase") == "Unschedulable" and s,
+        timeout=60,
+        message=logs,
+    )
+    assert waiting["moveCount"] == 1 and waiting.get("evictionCount", 0) == 0
+
+
+def test_with_the_planned_exit_off_the_job_is_not_placed(
+    tenant: Tenant, account: OperatorAccount, operators: list[OperatorProcess]
+) -> None:
+    _, _, logs = _setup(tenant, account, operators, "--no-planned-exit")
+    status = wait_for(
+        lambda: (s := _status(tenant, "large")).get("phase") == "Unschedulable" and s,
+        timeout=90,
+        message=logs,
+    )
+    assert not status.get("placement")
