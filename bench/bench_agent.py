@@ -76,6 +76,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,6 +238,39 @@ def _can_tune() -> str | None:
     if not os.access(DEVICE, os.W_OK):
         return f"{DEVICE} is not writable (needs root)"
     return None
+
+
+def kernel_preemption(
+    debugfs: Path = Path("/sys/kernel/debug/sched/preempt"),
+    dmesg: Callable[[], str] | None = None,
+) -> str:
+    """The running kernel's preemption model, as far as this process may read it: the
+    active mode of a PREEMPT_DYNAMIC kernel (debugfs, else the boot log's "Dynamic Preempt"
+    line), else the build's from ``uname -v``. Under ``none`` (and ``voluntary``) a real-time
+    thread that wakes waits for kernel code running on its CPU to reach a preemption point,
+    which no priority shortens (docs/agent.md, "The kernel's preemption model")."""
+    with contextlib.suppress(OSError):
+        # "none voluntary (full) lazy": the active mode in parentheses.
+        for word in debugfs.read_text().split():
+            if word.startswith("(") and word.endswith(")"):
+                return f"{word[1:-1]} (PREEMPT_DYNAMIC, {debugfs})"
+    read_log = dmesg or _dmesg
+    for line in read_log().splitlines():
+        if "Dynamic Preempt:" in line:
+            return f"{line.rsplit(':', 1)[1].strip()} (PREEMPT_DYNAMIC, boot log)"
+    build = os.uname().version
+    for model in ("PREEMPT_RT", "PREEMPT_DYNAMIC", "PREEMPT"):
+        if model in build.split():
+            return f"{model} build (uname -v), mode not readable"
+    return "none or voluntary build (uname -v)"
+
+
+def _dmesg() -> str:
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def _controls(sp: ShimProcess) -> list[tuple[int, bool]]:
@@ -463,6 +497,7 @@ def main(argv: list[str]) -> int:
     paths = tuple(x for x in PATHS if x in chosen and (why_not is None or x != "tuned"))
     if why_not is not None and "tuned" in chosen:
         print(f"the tuned path is left out: {why_not}")
+    print(f"kernel preemption: {kernel_preemption()}")
     runs: list[Run] = []
     for _ in range(args.runs):  # interleaved: a change of the machine's load hits all alike
         for load in loads:
