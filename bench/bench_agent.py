@@ -35,8 +35,11 @@ the idle edge, next busy). Five paths, same agent, same offline shim:
 Measured, per run: reaction = the busy edge's ``CLOCK_MONOTONIC`` time (taken before the
 bump and the frame) → the fake RM's timestamp of the disable control (``ns=`` in its log,
 the same clock, stamped as its ioctl enters the fake RM): the whole path to the control that
-stops the GPU's channel group, short of the GPU itself; the agent's CPU (utime + stime from
-/proc over the interval, as a share of one core, and per online cycle); the offline
+stops the GPU's channel group, short of the GPU itself; the agent's CPU (each thread's time
+on a CPU, from /proc/PID/task/*/schedstat, in nanoseconds, over the interval, as a share of
+one core and per online cycle; split into the event loop's thread, the native gate loop's
+and the rest: the kubelet client's and the HTTP server's; utime/stime for the user/system
+split); the offline
 process's CPU the same way (its watch and control threads, plus the fake RM's log line per
 control: the native paths move work there, so the trade-off is shown); busy edges that
 found the gate still closed (the re-enable came late; no disable needed) — a disable counts
@@ -73,6 +76,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +122,10 @@ class Run:
     user: float
     system: float
     cpu_per_cycle_s: float
+    cpu_event_loop: float
+    """The agent's event-loop (main) thread, a share of one core."""
+    cpu_gate_loop: float
+    """The agent's native gate loop thread."""
     offline_cpu: float
     """The offline process's CPU (its gate watch thread, control thread and the fake RM), as a
     share of one core: what the native paths move into the offline side."""
@@ -132,6 +140,24 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def _thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of each of a process's threads so far (schedstat: nanoseconds, not clock
+    ticks), by role: ``event loop`` (the main thread), ``gate loop`` (``gleaner-gate``) and
+    ``other``."""
+    out = {"event loop": 0.0, "gate loop": 0.0, "other": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            ns = int((task / "schedstat").read_text().split()[0])
+            comm = (task / "comm").read_text().strip()
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended between the listing and the read
+        role = "event loop" if task.name == str(pid) else "other"
+        if comm == "gleaner-gate":
+            role = "gate loop"
+        out[role] += ns / 1e9
+    return out
 
 
 def _connect(path: Path, hello: p.Hello, timeout: float = 30.0) -> socket.socket:
@@ -212,6 +238,39 @@ def _can_tune() -> str | None:
     if not os.access(DEVICE, os.W_OK):
         return f"{DEVICE} is not writable (needs root)"
     return None
+
+
+def kernel_preemption(
+    debugfs: Path = Path("/sys/kernel/debug/sched/preempt"),
+    dmesg: Callable[[], str] | None = None,
+) -> str:
+    """The running kernel's preemption model, as far as this process may read it: the
+    active mode of a PREEMPT_DYNAMIC kernel (debugfs, else the boot log's "Dynamic Preempt"
+    line), else the build's from ``uname -v``. Under ``none`` (and ``voluntary``) a real-time
+    thread that wakes waits for kernel code running on its CPU to reach a preemption point,
+    which no priority shortens (docs/agent.md, "The kernel's preemption model")."""
+    with contextlib.suppress(OSError):
+        # "none voluntary (full) lazy": the active mode in parentheses.
+        for word in debugfs.read_text().split():
+            if word.startswith("(") and word.endswith(")"):
+                return f"{word[1:-1]} (PREEMPT_DYNAMIC, {debugfs})"
+    read_log = dmesg or _dmesg
+    for line in read_log().splitlines():
+        if "Dynamic Preempt:" in line:
+            return f"{line.rsplit(':', 1)[1].strip()} (PREEMPT_DYNAMIC, boot log)"
+    build = os.uname().version
+    for model in ("PREEMPT_RT", "PREEMPT_DYNAMIC", "PREEMPT"):
+        if model in build.split():
+            return f"{model} build (uname -v), mode not readable"
+    return "none or voluntary build (uname -v)"
+
+
+def _dmesg() -> str:
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def _controls(sp: ShimProcess) -> list[tuple[int, bool]]:
@@ -323,6 +382,7 @@ def run_once(
             for i in range(warmup + n_cycles):
                 if i == warmup:
                     cpu0, wall0 = _cpu_seconds(agent.pid), time.perf_counter()
+                    threads0 = _thread_cpu(agent.pid)
                     off0 = _cpu_seconds(sp.proc.pid)
                     mono0 = time.monotonic_ns()
                     busy_sent.clear()
@@ -351,6 +411,7 @@ def run_once(
                     seg.online_idle(GPU)
             time.sleep(0.05)
             cpu1, wall1 = _cpu_seconds(agent.pid), time.perf_counter()
+            threads1 = _thread_cpu(agent.pid)
             off1 = _cpu_seconds(sp.proc.pid)
             _stop(hogs)
             hogs = []
@@ -373,6 +434,8 @@ def run_once(
     elapsed = wall1 - wall0
     user = (cpu1[0] - cpu0[0]) / elapsed
     system = (cpu1[1] - cpu0[1]) / elapsed
+    share = {role: (threads1[role] - threads0[role]) / elapsed for role in threads1}
+    cpu = sum(share.values())
     return Run(
         path=path,
         load=load,
@@ -382,10 +445,12 @@ def run_once(
         p50_s=_quantile(lat, 0.50),
         p99_s=_quantile(lat, 0.99),
         max_s=max(lat, default=math.nan),
-        cpu=user + system,
+        cpu=cpu,
         user=user,
         system=system,
-        cpu_per_cycle_s=(user + system) * elapsed / max(1, len(busy_sent)),
+        cpu_per_cycle_s=cpu * elapsed / max(1, len(busy_sent)),
+        cpu_event_loop=share["event loop"],
+        cpu_gate_loop=share["gate loop"],
         offline_cpu=(off1[0] + off1[1] - off0[0] - off0[1]) / elapsed,
     )
 
@@ -408,7 +473,16 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="run this process SCHED_FIFO 1 (reset on fork: the agent, shim and hogs are not)",
     )
+    ap.add_argument(
+        "--paths",
+        default=",".join(PATHS),
+        help=f"comma-separated paths to run (default: all of {', '.join(PATHS)})",
+    )
     args = ap.parse_args(argv)
+    chosen = [x.strip() for x in args.paths.split(",") if x.strip()]
+    unknown = sorted(set(chosen) - set(PATHS))
+    if unknown or not chosen:
+        ap.error(f"--paths: unknown {', '.join(unknown) or 'nothing'}; choose from {PATHS}")
     if args.client_cpu is not None:
         os.sched_setaffinity(0, {args.client_cpu})
     if args.client_rt:
@@ -420,22 +494,25 @@ def main(argv: list[str]) -> int:
     prefix = shlex.split(args.agent_prefix)
     loads = [0, args.load] if args.load else [0]
     why_not = _can_tune()
-    paths = PATHS if why_not is None else tuple(x for x in PATHS if x != "tuned")
-    if why_not is not None:
+    paths = tuple(x for x in PATHS if x in chosen and (why_not is None or x != "tuned"))
+    if why_not is not None and "tuned" in chosen:
         print(f"the tuned path is left out: {why_not}")
+    print(f"kernel preemption: {kernel_preemption()}")
     runs: list[Run] = []
     for _ in range(args.runs):  # interleaved: a change of the machine's load hits all alike
         for load in loads:
             for path in paths:
                 runs.append(run_once(args.seconds, args.rate, prefix, args.event_loop, load, path))
     print(f"{'path':7} {'load':>4} {'trans/s':>8} {'closed':>7} {'p50 µs':>7} {'p99 µs':>7} "
-          f"{'max µs':>7} {'CPU %':>6} {'user/sys %':>11} {'µs/cycle':>9} "
+          f"{'max µs':>7} {'CPU %':>6} {'user/sys %':>11} {'loop/gate %':>11} {'µs/cycle':>9} "
           f"{'offline CPU %':>13}")  # fmt: skip
     for r in runs:
         print(
             f"{r.path:7} {r.load:4d} {r.transitions_per_s:8.0f} {r.closed:7d} "
             f"{r.p50_s * 1e6:7.0f} {r.p99_s * 1e6:7.0f} {r.max_s * 1e6:7.0f} {r.cpu * 100:6.1f} "
-            f"{r.user * 100:5.1f}/{r.system * 100:<5.1f} {r.cpu_per_cycle_s * 1e6:9.0f} "
+            f"{r.user * 100:5.1f}/{r.system * 100:<5.1f} "
+            f"{r.cpu_event_loop * 100:5.1f}/{r.cpu_gate_loop * 100:<5.1f} "
+            f"{r.cpu_per_cycle_s * 1e6:9.0f} "
             f"{r.offline_cpu * 100:13.1f}"
         )
     ok = True
@@ -451,6 +528,8 @@ def main(argv: list[str]) -> int:
         ("reaction p99 (µs)", "p99_s", 1e6),
         ("reaction max (µs)", "max_s", 1e6),
         ("agent CPU (% core)", "cpu", 100),
+        ("  its event loop", "cpu_event_loop", 100),
+        ("  its gate loop", "cpu_gate_loop", 100),
         ("offline CPU (% core)", "offline_cpu", 100),
     ):
         line = f"{name:22}"
@@ -459,9 +538,11 @@ def main(argv: list[str]) -> int:
                 path: _median([r for r in runs if r.load == load and r.path == path], key)
                 for path in paths
             }
-            old, new = cell["socket"], cell[TARGET_PATH]
-            ratio = old / new if new else float("inf")
-            line += "".join(f" {cell[path] * scale:8.1f}" for path in paths) + f" {ratio:6.1f}x"
+            ratio = "-"
+            if "socket" in cell and TARGET_PATH in cell:
+                old, new = cell["socket"], cell[TARGET_PATH]
+                ratio = f"{old / new:.1f}x" if new else "inf"
+            line += "".join(f" {cell[path] * scale:8.1f}" for path in paths) + f" {ratio:>7}"
         print(line)
     print(
         f"ratio: socket / {TARGET_PATH}; shim: the {TARGET_PATH} path with the real C online "

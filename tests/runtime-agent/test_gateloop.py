@@ -25,6 +25,8 @@ INVENTORY = synthetic_inventory("n", 4, 80)[::3]
 """GPUs 0 and 3."""
 COOL_S = 0.02
 """The cooldown floor: short, so enables come quickly; it is a floor, not a timing assertion."""
+LOOP_BEAT_S = 0.05
+"""GL_FG_LOOP_BEAT_NS (gleaner_fastgate.h): an idle loop wakes this often by itself."""
 
 
 def _wait(cond: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -148,6 +150,29 @@ def test_hold_and_force_disable_close_without_a_preemption(seg: fg.GateSegment) 
         assert not _open(seg, 3)
         _wait(lambda: _open(seg, 3))  # a cooldown later
         assert loop.stats(1)[1].preemptions == 0
+    finally:
+        loop.close()
+
+
+def test_a_hold_that_changes_nothing_leaves_the_loop_asleep(seg: fg.GateSegment) -> None:
+    """The agent repeats every GPU's hold at each process poll: those that change nothing
+    must not wake the loop (a wakeup each, several a second, on an idle node)."""
+    loop = _loop(seg)
+    try:
+        _wait(lambda: _open(seg, 3))
+        loop.hold(1, True)  # a change: the loop is woken for it
+        before, start = loop.stats(1)[0].wakeups, time.monotonic()
+        repeats = 200
+        for _ in range(repeats):
+            loop.hold(1, True)
+            time.sleep(0.001)
+        woken = loop.stats(1)[0].wakeups - before
+        beats = (time.monotonic() - start) / LOOP_BEAT_S
+        # Its own beats (and the first hold's wakeup) only; a wakeup per hold would be ~200.
+        assert woken <= beats + 20 < repeats, (woken, beats)
+        assert not _open(seg, 3)
+        loop.hold(1, False)
+        _wait(lambda: _open(seg, 3))  # a change still wakes it: it opens a cooldown later
     finally:
         loop.close()
 

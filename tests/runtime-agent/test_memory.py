@@ -389,3 +389,19 @@ def test_free_memory_covers_part_of_a_growth_so_less_is_reclaimed() -> None:
     assert [len(plan.handles) for plan in run(None)] == [4]
     assert [len(plan.handles) for plan in run(free["bytes"])] == [2]  # 4 − 2 free
     assert run(100 * (2 << 20)) == []  # free memory covers it all: nothing reclaimed
+
+
+def test_at_the_floor_nothing_is_due_until_a_pressure_event() -> None:
+    """At ``min_handles`` a tick can release nothing: no deadline, so an idle GPU's shell
+    sleeps instead of ticking every interval; a pressure event brings the deadline back."""
+    cfg = MemoryConfig(initial_handles=3, min_handles=1, initial_interval_s=1.0)
+    m = MemoryReservation(0, cfg)
+    t = 0.0
+    while (due := m.next_deadline()) is not None:
+        assert due < 100, "never reached the floor"
+        t = due
+        m.tick(t)
+    assert m.headroom == cfg.min_handles and m.releases == 2
+    assert m.tick(t + 1000.0) == []  # a late tick changes nothing either
+    assert m.observe(t + 1001.0, 1) == [Grow(0, t + 1001.0, 1)]  # 1 of 1 in use: pressure
+    assert m.headroom == 2 and m.next_deadline() == t + 1001.0 + m.interval_s

@@ -393,14 +393,14 @@ class NodeAgent:
         """Let every memory reservation whose deadline has come act (release intervals)."""
         self._memory_changed = True
         for gpu, res in self.memory.items():
-            if res.next_deadline() <= t:
+            if (d := res.next_deadline()) is not None and d <= t:
                 self._apply_memory(t, res.tick(t))
                 self._refresh_harvestable(t, gpu)
 
     def next_deadline(self) -> float | None:
         """The earliest time a :meth:`tick` has something to do."""
         deadlines = [d for g in self.gates.values() if (d := g.next_deadline()) is not None]
-        deadlines += [m.next_deadline() for m in self.memory.values()]
+        deadlines += [d for m in self.memory.values() if (d := m.next_deadline()) is not None]
         return min(deadlines) if deadlines else None
 
     def gate_deadline(self, gpu: int) -> float | None:
@@ -408,8 +408,9 @@ class NodeAgent:
         return self.gates[gpu].next_deadline()
 
     def memory_deadline(self) -> float | None:
-        """When :meth:`tick_memory` has something to do."""
-        return min((m.next_deadline() for m in self.memory.values()), default=None)
+        """When :meth:`tick_memory` has something to do (None: only an observation can)."""
+        deadlines = [d for m in self.memory.values() if (d := m.next_deadline()) is not None]
+        return min(deadlines, default=None)
 
     def take_changed(self) -> tuple[set[int], bool]:
         """GPUs whose gate, and whether any memory reservation, was touched since the last call.

@@ -420,7 +420,7 @@ class AgentDaemon:
         """Run until :meth:`stop` (or SIGINT/SIGTERM through uvicorn)."""
         import uvicorn
 
-        from gleaner.runtime_agent.http import build_app
+        from gleaner.runtime_agent.http import QuietServer, build_app
 
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
@@ -445,7 +445,7 @@ class AgentDaemon:
             lifespan="off",
             access_log=False,
         )
-        self._uvicorn = uvicorn.Server(config)
+        self._uvicorn = QuietServer(config)
         tasks = [asyncio.create_task(self._report_loop(), name="reporter")]
         if self.sim is not None:
             tasks.append(asyncio.create_task(self._sim_loop(), name="simulator"))

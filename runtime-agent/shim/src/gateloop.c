@@ -484,6 +484,7 @@ EXPORT int gl_loop_hold(gl_loop *l, uint32_t k, int held) {
     return GL_GATE_NONE;
   pthread_mutex_lock(&l->mu);
   catch_up(l, now_for(l, k));
+  int changed = l->held[k] != (held != 0);
   l->held[k] = held != 0;
   int eff = l->held[k] || l->lost_until > 0;
   int rc = gl_gate_hold(l->gate[k], now_for(l, k), eff);
@@ -493,7 +494,10 @@ EXPORT int gl_loop_hold(gl_loop *l, uint32_t k, int held) {
     wake_watchers(l->seg);
   }
   pthread_mutex_unlock(&l->mu);
-  futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL); /* a new deadline, maybe */
+  /* A new deadline, maybe. The agent repeats its holds every poll: a hold that changed
+   * nothing leaves the loop asleep (its deadlines are the ones it already waits for). */
+  if (changed || rc != GL_GATE_NONE)
+    futex(&l->seg->edge_head, FUTEX_WAKE, INT_MAX, NULL);
   return rc;
 }
 

@@ -392,11 +392,12 @@ class GleanerMemory:
 
     def advance(self, t0: float, t1: float, run_s: float) -> float:
         res = self.reservation
-        while res.next_deadline() <= t1:
+        while (due := res.next_deadline()) is not None and due <= t1:
             before = res.releases
-            deadline = max(res.next_deadline(), t0)
+            deadline = max(due, t0)
             self._apply(deadline, res.tick(deadline), OnlineOnly())
-            if res.releases == before and res.next_deadline() <= deadline:
+            after = res.next_deadline()
+            if res.releases == before and after is not None and after <= deadline:
                 break
         if run_s <= 0:
             return 0.0

@@ -5,7 +5,8 @@ Contract. The online workload keeps a headroom of ``H`` pre-mapped memory handle
 give memory back. A :class:`MemoryReservation` is fed, in non-decreasing time order,
 
 - :meth:`MemoryReservation.observe` — how many headroom handles online uses now;
-- :meth:`MemoryReservation.tick` — time passed (call it at :meth:`next_deadline`),
+- :meth:`MemoryReservation.tick` — time passed (call it at :meth:`next_deadline`; None
+  there: at ``min_handles``, only an observation can change anything),
 
 and answers with commands: :class:`Grow` (take that many handles from offline work — the
 shell runs a reclamation, see :mod:`gleaner.runtime_agent.policy.reclaim` — and map them to online)
@@ -133,8 +134,12 @@ class MemoryReservation:
         self._trim(self._now)
         return len(self._events) / self.config.rate_window_s
 
-    def next_deadline(self) -> float:
-        """When :meth:`tick` may next release a handle."""
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` may next release a handle (None: only :meth:`observe` can
+        change anything, because the headroom is at ``min_handles``, where a tick releases
+        nothing and only a pressure event grows it; an idle GPU's shell sleeps)."""
+        if self.headroom <= self.config.min_handles:
+            return None
         return self._last_release + self.interval_s
 
     def observe(self, t: float, used: int) -> list[MemoryAction]:

@@ -1,0 +1,25 @@
+"""``python -m bench agent``'s reading of the kernel's preemption model (printed with every
+run: under ``none`` no thread priority shortens a wakeup's wait for kernel code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.bench_agent import kernel_preemption
+
+
+def test_the_active_mode_from_debugfs(tmp_path: Path) -> None:
+    debugfs = tmp_path / "preempt"
+    debugfs.write_text("none voluntary (full) lazy\n")
+    assert kernel_preemption(debugfs, lambda: "").startswith("full (PREEMPT_DYNAMIC")
+
+
+def test_the_boot_log_when_debugfs_is_not_readable(tmp_path: Path) -> None:
+    log = "[    0.1] rcu: Hierarchical RCU\n[    0.2] Dynamic Preempt: voluntary\n"
+    found = kernel_preemption(tmp_path / "absent", lambda: log)
+    assert found == "voluntary (PREEMPT_DYNAMIC, boot log)"
+
+
+def test_neither_readable_falls_back_to_the_build(tmp_path: Path) -> None:
+    found = kernel_preemption(tmp_path / "absent", lambda: "")
+    assert "uname -v" in found
