@@ -171,6 +171,7 @@ def test_kubectl_get_oj_wide_shows_the_printer_columns(
             "multiGPU": 1.0,
             "throughputFraction": 0.71,
             "decidedAt": "2026-01-01T00:00:00Z",
+            "plannedExit": True,
         },
         "evictionCount": 0,
         "message": "placed",
@@ -184,14 +185,14 @@ def test_kubectl_get_oj_wide_shows_the_printer_columns(
     header, *rows = table(control_plane.kubectl("get", "oj", "-n", namespace, "-o", "wide").stdout)
     assert header == [
         "NAME", "PHASE", "NODE", "GPUS", "SLA", "PREDICTED", "OBSERVED", "EVICTIONS",
-        "REQUESTS", "AGE", "COMPUTE", "MEMORY", "MULTI-GPU", "REASON",
+        "REQUESTS", "AGE", "COMPUTE", "MEMORY", "MULTI-GPU", "PLANNED-EXIT", "REASON",
     ]  # fmt: skip
     (row,) = rows
     # OBSERVED (no observation yet) and REQUESTS (not a spec.batch job) are empty, so the row
     # has two words less than the header.
     assert row[:7] == [name, "Running", "gpu-a", "1", "0.5", "0.71", "0"], row
-    # -o wide adds the predicted factors and the phase's reason.
-    assert row[8:] == ["0.79", "0.9", "1", "placed"], row
+    # -o wide adds the predicted factors, the planned exit and the phase's reason.
+    assert row[8:] == ["0.79", "0.9", "1", "true", "placed"], row
     plain = table(control_plane.kubectl("get", "oj", "-n", namespace).stdout)[0]
     assert plain[-1] == "AGE" and "COMPUTE" not in plain
 

@@ -188,12 +188,13 @@ def test_offlinejob_names_scope_and_columns() -> None:
         ("Requests", "string", ".status.batch.summary"),
         ("Age", "date", ".metadata.creationTimestamp"),
     ]
-    # kubectl get -o wide adds the predicted factors and the phase's reason.
+    # kubectl get -o wide adds the predicted factors, the planned exit and the phase's reason.
     wide = [(c["name"], c["type"], c["jsonPath"]) for c in printed if c.get("priority") == 1]
     assert wide == [
         ("Compute", "number", ".status.placement.compute"),
         ("Memory", "number", ".status.placement.memory"),
         ("Multi-GPU", "number", ".status.placement.multiGPU"),
+        ("Planned-Exit", "boolean", ".status.placement.plannedExit"),
         ("Reason", "string", ".status.message"),
     ]
 
@@ -221,7 +222,13 @@ def test_nodetrace_names_scope_and_columns() -> None:
 def test_every_printer_column_points_at_a_schema_field(kind: str) -> None:
     crd = crdgen.crd_for_kind(kind)
     schema = schema_of(kind)
-    type_of = {"string": "string", "integer": "integer", "number": "number", "date": "string"}
+    type_of = {
+        "string": "string",
+        "integer": "integer",
+        "number": "number",
+        "date": "string",
+        "boolean": "boolean",
+    }
     for column in crd["spec"]["versions"][0]["additionalPrinterColumns"]:
         node: Mapping[str, Any] = schema
         for part in column["jsonPath"].lstrip(".").split("."):

@@ -185,6 +185,14 @@ CRDS: tuple[CrdSpec, ...] = (
                 priority=1,
             ),
             PrinterColumn(
+                "Planned-Exit",
+                "boolean",
+                ".status.placement.plannedExit",
+                "Placed for the hours before a forecast peak: goes back to the queue when its "
+                "node no longer admits it.",
+                priority=1,
+            ),
+            PrinterColumn(
                 "Reason",
                 "string",
                 ".status.message",
