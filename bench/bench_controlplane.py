@@ -47,7 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,8 @@ class Round:
     finished: bool = True
     created_seconds: float = 0.0
     """Seconds to create the ``objects`` (part of ``seconds``)."""
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds (user + system) each process spent during the round (``cpu_seconds``)."""
 
     @property
     def per_second(self) -> float:
@@ -182,6 +184,37 @@ TRANSIENT = frozenset({429, 500, 502, 503, 504})
 def _load() -> str:
     """The machine's 1, 5 and 15 minute load averages (other work slows every round)."""
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes of process group ``pgid`` (each
+    plane component and the operator runs in a group of its own), from /proc; 0 where
+    /proc is not Linux's."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # exited meanwhile
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def cpu_seconds(processes: list[ManagedProcess]) -> dict[str, float]:
+    """CPU seconds so far of each live process (by name; its group's processes summed) and
+    of this benchmark's own process, ``bench client`` (its threads create the objects and
+    poll for the outcome)."""
+    times = os.times()
+    seen = {p.name: group_cpu_seconds(p.pid) for p in processes if p.pid and p.alive()}
+    return {**seen, "bench client": times.user + times.system}
+
+
+def cpu_during(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds spent between two ``cpu_seconds`` readings, by process."""
+    return {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
 
 
 def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> float | None:
@@ -454,21 +487,24 @@ class Bench:
             return finished, n
 
         print(f"  load average at the start: {_load()}", flush=True)
+        watched = [*self.plane.processes.processes, operator]
+        cpu_before = cpu_seconds(watched)
         began = time.time()
         start = time.monotonic()
         self.parallel(create, jobs)
         created = time.monotonic() - start
         print(f"  {n} OfflineJobs created in {created:.1f} s", flush=True)
         waited = _wait(done, timeout, "jobs Running or Unschedulable")
-        print(f"  load average at the end: {_load()}", flush=True)
         seconds = time.monotonic() - start
+        cpu = cpu_during(cpu_before, cpu_seconds(watched))
+        print(f"  load average at the end: {_load()}", flush=True)
         ended = time.time()
         kinds = audited_by_kind(work / "audit.log", OPERATOR_USER, began, ended)
         if unexplained:
             phases["Unschedulable without a reason"] = unexplained
         bound = phases.get("Running", 0)
         total = sum(kinds.values())
-        return Round(n, bound, seconds, total, kinds, waited is not None, created), phases
+        return Round(n, bound, seconds, total, kinds, waited is not None, created, cpu), phases
 
     def clear_jobs(self) -> None:
         """Remove a Gleaner round's jobs and Pods (the operator has stopped), so that the
@@ -535,6 +571,7 @@ class Bench:
 
             return done
 
+        cpu_before = cpu_seconds(self.plane.processes.processes)
         began = time.time()
         start = time.monotonic()
         self.parallel(create, pods)
@@ -542,13 +579,14 @@ class Bench:
         print(f"  {n} Pods created in {created:.1f} s", flush=True)
         bound = _wait(count(running=False), timeout, "Pods bound")
         seconds = time.monotonic() - start
+        cpu = cpu_during(cpu_before, cpu_seconds(self.plane.processes.processes))
         ended = time.time()
         running = _wait(count(running=True), timeout, "Pods Running")
         run_seconds = time.monotonic() - start if running is not None else float("inf")
         kinds = audited_by_kind(self.plane.workdir / "audit.log", SCHEDULER_USER, began, ended)
         bound_pods = count(running=False)()[0]
         total = sum(kinds.values())
-        done = Round(n, bound_pods, seconds, total, kinds, bound is not None, created)
+        done = Round(n, bound_pods, seconds, total, kinds, bound is not None, created, cpu)
         return done, run_seconds
 
 
@@ -629,6 +667,9 @@ def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
     for name, done, _ in [*rounds, ("kube-scheduler", kube, {})]:
         per = ", ".join(f"{k} {v / max(done.bound, 1):.2f}" for k, v in done.by_kind.items())
         print(f"{name} requests per bound object: {per}")
+    for name, done, _ in [*rounds, ("kube-scheduler", kube, {})]:
+        spent = ", ".join(f"{k} {v:.1f}" for k, v in sorted(done.cpu.items(), key=lambda i: -i[1]))
+        print(f"{name} CPU seconds during its {done.seconds:.1f} s: {spent}")
     print(f"ratio Gleaner jobs bound/s : kube-scheduler Pods bound/s = {ratio:.2f}")
     if args.json is not None:
         args.json.write_text(

@@ -1,5 +1,5 @@
 """How the chart gives each OfflineJob the operator's finalizer at creation
-(``operator.finalizerAtAdmission``; docs/operator.md, "The finalizer"): the
+(``operator.finalizerAtAdmission``; docs/operator.md, "The finalizer at creation"): the
 MutatingAdmissionPolicy and its binding, or the webhook's offlinejobs entry, never both.
 
 Rendered offline, Helm's built-in capabilities list API groups and versions but no kinds, so
