@@ -5,10 +5,12 @@ kube-controller-manager, KWOK; docs/controlplane.md), ``--n`` KWOK nodes of 8 GP
 with a NodeTrace of varied online load. Two rounds on the same API server:
 
 1. Gleaner: the real ``gleaner operator`` process, authenticated as a ServiceAccount bound
-   to exactly ``OPERATOR_RULES`` and serving the admission webhook as the chart deploys it
-   (``--webhook-port``, a throw-away CA; the chart's MutatingWebhookConfiguration, rendered
-   by Helm, registered with its ``clientConfig`` pointed at the operator for this round
-   only), so that OfflineJobs are stored with the finalizer; ``--n`` OfflineJobs
+   to exactly ``OPERATOR_RULES``, with the admission configuration the chart installs on
+   this API server (Kubernetes 1.36, so ``operator.finalizerAtAdmission: auto`` picks the
+   MutatingAdmissionPolicy): the chart's policy and binding, which store each OfflineJob
+   with the finalizer, and the chart's MutatingWebhookConfiguration for online Pods
+   (rendered by Helm, ``clientConfig`` pointed at the operator's ``--webhook-port`` with a
+   throw-away CA), registered for this round only; ``--n`` OfflineJobs
    (1/2/4/8 GPUs; 5% with an SLA no node meets) created at once. The clock runs from the
    first creation until every job is Running (its Pod bound and run by KWOK) or
    Unschedulable with a reason.
@@ -25,8 +27,8 @@ object, the load average at each Gleaner round's start and end.
 ``--baseline DIR`` pairs two versions in one run: the operator of another source tree (e.g.
 ``git archive <commit> | tar -x -C DIR``) runs a Gleaner round with the same jobs first, on the
 same control plane; its jobs and Pods are then removed, and this tree's round follows. The
-baseline round runs without the webhook (an older operator may refuse the reviews it was
-not written for), so its operator adds each job's finalizer itself.
+baseline round runs without any admission configuration (an older operator may refuse the
+reviews it was not written for), so its operator adds each job's finalizer itself.
 
 Exit 1 when a round does not finish within ``--timeout`` or an Unschedulable job has no
 reason; 2 without the control-plane binary. Results: docs/benchmarks.md.
@@ -45,7 +47,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ from gleaner.testing.controlplane import (
     ControlPlaneUnavailableError,
     GpuNode,
     Pki,
+    chart_finalizer_policy,
     chart_webhook_configuration,
     find_binary,
     gpu_node_manifest,
@@ -103,6 +106,10 @@ class Round:
     requests: int
     by_kind: dict[str, int]
     finished: bool = True
+    created_seconds: float = 0.0
+    """Seconds to create the ``objects`` (part of ``seconds``)."""
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds (user + system) each process spent during the round (``cpu_seconds``)."""
 
     @property
     def per_second(self) -> float:
@@ -177,6 +184,37 @@ TRANSIENT = frozenset({429, 500, 502, 503, 504})
 def _load() -> str:
     """The machine's 1, 5 and 15 minute load averages (other work slows every round)."""
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes of process group ``pgid`` (each
+    plane component and the operator runs in a group of its own), from /proc; 0 where
+    /proc is not Linux's."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # exited meanwhile
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def cpu_seconds(processes: list[ManagedProcess]) -> dict[str, float]:
+    """CPU seconds so far of each live process (by name; its group's processes summed) and
+    of this benchmark's own process, ``bench client`` (its threads create the objects and
+    poll for the outcome)."""
+    times = os.times()
+    seen = {p.name: group_cpu_seconds(p.pid) for p in processes if p.pid and p.alive()}
+    return {**seen, "bench client": times.user + times.system}
+
+
+def cpu_during(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds spent between two ``cpu_seconds`` readings, by process."""
+    return {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
 
 
 def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> float | None:
@@ -334,7 +372,7 @@ class Bench:
         )
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
         webhook: list[str] = []
-        config: dict[str, Any] | None = None
+        admission: list[dict[str, Any]] = []
         if source is not None:
             folders = sorted(str(p) for p in source.iterdir() if (p / "gleaner").is_dir())
             env["PYTHONPATH"] = os.pathsep.join([*folders, env.get("PYTHONPATH", "")])
@@ -343,13 +381,20 @@ class Bench:
             port = free_port()
             webhook = [f"--webhook-port={port}", f"--webhook-cert-dir={tls}"]
             url = f"https://127.0.0.1:{port}{MUTATE_PATH}"
-            config = chart_webhook_configuration(
-                self.repo / "helm" / "gleaner",
-                "gleaner-bench-webhook",
-                url,
-                (tls / "ca.crt").read_bytes(),
-                OPERATOR_NAMESPACE,
-            )
+            chart = self.repo / "helm" / "gleaner"
+            # What "auto" renders on this API server, which serves MutatingAdmissionPolicy.
+            values = {"operator": {"finalizerAtAdmission": "policy"}}
+            admission = [
+                chart_webhook_configuration(
+                    chart,
+                    "gleaner-bench-webhook",
+                    url,
+                    (tls / "ca.crt").read_bytes(),
+                    OPERATOR_NAMESPACE,
+                    values,
+                ),
+                *chart_finalizer_policy(chart, "gleaner-bench-finalizer", OPERATOR_NAMESPACE),
+            ]
         operator = ManagedProcess(
             "gleaner-operator",
             [
@@ -364,26 +409,24 @@ class Bench:
         # Not one of the plane's processes: it stops before kube-scheduler starts, and the
         # plane treats any of its own processes that exited as a failure.
         operator.start()
-        registered = False
+        registered: list[str] = []
         try:
-            if config is not None:
-                self.plane.kubectl("create", "-f", "-", input=json.dumps(config))
-                registered = True
-                self.wait_for_webhook(operator)
+            for doc in admission:
+                self.plane.kubectl("create", "-f", "-", input=json.dumps(doc))
+                registered.append(f"{doc['kind'].lower()}/{doc['metadata']['name']}")
+            if admission:
+                self.wait_for_finalizer_at_admission(operator)
             return self._gleaner_round(operator, n, rng, timeout)
         finally:
-            if config is not None and registered:
-                self.plane.kubectl(
-                    "delete", "mutatingwebhookconfiguration", config["metadata"]["name"],
-                    check=False,
-                )  # fmt: skip
+            if registered:
+                self.plane.kubectl("delete", *registered, check=False)
             operator.stop(grace=15)
 
-    def wait_for_webhook(self, operator: ManagedProcess) -> None:
+    def wait_for_finalizer_at_admission(self, operator: ManagedProcess) -> None:
         """Until the API server stores a new OfflineJob with the finalizer (a server-side
-        dry run, which calls the webhooks and stores nothing): the operator's webhook serves
-        and the API server has loaded the configuration."""
-        probe = offlinejob_manifest("webhook-probe", namespace=JOBS_NAMESPACE)
+        dry run, which runs admission and stores nothing): the API server has loaded the
+        policy and its binding."""
+        probe = offlinejob_manifest("admission-probe", namespace=JOBS_NAMESPACE)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if not operator.alive():
@@ -392,10 +435,10 @@ class Bench:
                 "gleaner.dev", "v1alpha1", JOBS_NAMESPACE, "offlinejobs", probe, dry_run="All"
             )
             if FINALIZER in (answer.get("metadata", {}).get("finalizers") or []):
-                print("  the webhook adds the finalizer at creation", flush=True)
+                print("  the API server adds the finalizer at creation", flush=True)
                 return
             time.sleep(0.5)
-        raise SystemExit("error: the webhook never added the finalizer to a dry-run OfflineJob")
+        raise SystemExit("error: admission never added the finalizer to a dry-run OfflineJob")
 
     def _gleaner_round(
         self, operator: ManagedProcess, n: int, rng: random.Random, timeout: float
@@ -444,19 +487,24 @@ class Bench:
             return finished, n
 
         print(f"  load average at the start: {_load()}", flush=True)
+        watched = [*self.plane.processes.processes, operator]
+        cpu_before = cpu_seconds(watched)
         began = time.time()
         start = time.monotonic()
         self.parallel(create, jobs)
-        print(f"  {n} OfflineJobs created in {time.monotonic() - start:.1f} s", flush=True)
+        created = time.monotonic() - start
+        print(f"  {n} OfflineJobs created in {created:.1f} s", flush=True)
         waited = _wait(done, timeout, "jobs Running or Unschedulable")
-        print(f"  load average at the end: {_load()}", flush=True)
         seconds = time.monotonic() - start
+        cpu = cpu_during(cpu_before, cpu_seconds(watched))
+        print(f"  load average at the end: {_load()}", flush=True)
         ended = time.time()
         kinds = audited_by_kind(work / "audit.log", OPERATOR_USER, began, ended)
         if unexplained:
             phases["Unschedulable without a reason"] = unexplained
         bound = phases.get("Running", 0)
-        return Round(n, bound, seconds, sum(kinds.values()), kinds, waited is not None), phases
+        total = sum(kinds.values())
+        return Round(n, bound, seconds, total, kinds, waited is not None, created, cpu), phases
 
     def clear_jobs(self) -> None:
         """Remove a Gleaner round's jobs and Pods (the operator has stopped), so that the
@@ -523,18 +571,22 @@ class Bench:
 
             return done
 
+        cpu_before = cpu_seconds(self.plane.processes.processes)
         began = time.time()
         start = time.monotonic()
         self.parallel(create, pods)
-        print(f"  {n} Pods created in {time.monotonic() - start:.1f} s", flush=True)
+        created = time.monotonic() - start
+        print(f"  {n} Pods created in {created:.1f} s", flush=True)
         bound = _wait(count(running=False), timeout, "Pods bound")
         seconds = time.monotonic() - start
+        cpu = cpu_during(cpu_before, cpu_seconds(self.plane.processes.processes))
         ended = time.time()
         running = _wait(count(running=True), timeout, "Pods Running")
         run_seconds = time.monotonic() - start if running is not None else float("inf")
         kinds = audited_by_kind(self.plane.workdir / "audit.log", SCHEDULER_USER, began, ended)
         bound_pods = count(running=False)()[0]
-        done = Round(n, bound_pods, seconds, sum(kinds.values()), kinds, bound is not None)
+        total = sum(kinds.values())
+        done = Round(n, bound_pods, seconds, total, kinds, bound is not None, created, cpu)
         return done, run_seconds
 
 
@@ -602,7 +654,7 @@ def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
         print(f"{name}: {args.n} jobs, phases {dict(sorted(seen.items()))}")
         when = "all Running or explained in" if done.finished else "NOT all done at the timeout,"
         print(
-            f"  {when} {done.seconds:.1f} s: "
+            f"  {when} {done.seconds:.1f} s (created in {done.created_seconds:.1f} s): "
             f"{done.per_second:.1f} jobs bound/s (ratio {done.per_second / kube.per_second:.2f}); "
             f"{done.requests} operator requests, {done.requests_per_bound:.2f} per bound job"
         )
@@ -615,6 +667,9 @@ def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
     for name, done, _ in [*rounds, ("kube-scheduler", kube, {})]:
         per = ", ".join(f"{k} {v / max(done.bound, 1):.2f}" for k, v in done.by_kind.items())
         print(f"{name} requests per bound object: {per}")
+    for name, done, _ in [*rounds, ("kube-scheduler", kube, {})]:
+        spent = ", ".join(f"{k} {v:.1f}" for k, v in sorted(done.cpu.items(), key=lambda i: -i[1]))
+        print(f"{name} CPU seconds during its {done.seconds:.1f} s: {spent}")
     print(f"ratio Gleaner jobs bound/s : kube-scheduler Pods bound/s = {ratio:.2f}")
     if args.json is not None:
         args.json.write_text(

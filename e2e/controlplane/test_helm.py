@@ -1,6 +1,9 @@
 """The Helm chart installed for real: helm-python-sdk (Helm's own Go SDK) installs
 helm/gleaner into the real kube-apiserver, upgrades it and uninstalls it, and the operator
 and agent processes run locally as the chart's ServiceAccounts (docs/controlplane.md).
+Installed against this API server (Kubernetes 1.36), the chart's default
+``operator.finalizerAtAdmission: auto`` installs the finalizer's MutatingAdmissionPolicy, so
+the job the test creates is stored with the finalizer.
 
 No image can run here (KWOK fakes Pods), so the Deployment and DaemonSet only exist as
 objects; their processes run on this machine instead, authenticated with a token the
@@ -30,6 +33,7 @@ import helm_python as helm
 import pytest
 import yaml
 
+from gleaner.api.contract import FINALIZER
 from gleaner.operator.rbac import OPERATOR_RULES
 from gleaner.runtime_agent.rbac import AGENT_RULES
 from gleaner.testing.controlplane import (
@@ -62,6 +66,7 @@ NAMESPACE = "gleaner-helm"
 FULLNAME = f"{RELEASE}-gleaner"  # the chart's gleaner.fullname for this release
 OPERATOR_ACCOUNT = f"{FULLNAME}-operator"
 AGENT_ACCOUNT = f"{FULLNAME}-agent"
+FINALIZER_POLICY = f"{FULLNAME}-offlinejob-finalizer"
 JOB_NAMESPACE = "batch"
 NODES = (GpuNode("gpu-a", gpus=8), GpuNode("gpu-b", gpus=2))
 
@@ -236,6 +241,13 @@ def test_helm_installs_upgrades_and_uninstalls_the_chart_and_its_rbac_suffices(
             {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
         ]
     assert get_json(plane, "clusterkopfpeering", "gleaner") is not None  # the post-install hook
+    # This API server serves MutatingAdmissionPolicy: "auto" installed the finalizer policy,
+    # and the webhook has no OfflineJob entry.
+    for kind in ("mutatingadmissionpolicy", "mutatingadmissionpolicybinding"):
+        assert get_json(plane, kind, FINALIZER_POLICY) is not None, kind
+    webhook = get_json(plane, "mutatingwebhookconfiguration", f"{FULLNAME}-webhook")
+    assert webhook is not None
+    assert "offlinejobs.gleaner.dev" not in [e["name"] for e in webhook["webhooks"]]
 
     # ---- upgrade: a changed value reaches the Deployment -----------------------------
     upgraded = helm_config.upgrade(
@@ -278,6 +290,7 @@ def test_helm_installs_upgrades_and_uninstalls_the_chart_and_its_rbac_suffices(
     assert get_json(plane, "daemonset", AGENT_ACCOUNT, "-n", NAMESPACE) is None
     assert get_json(plane, "clusterrole", OPERATOR_ACCOUNT) is None
     assert get_json(plane, "clusterrolebinding", AGENT_ACCOUNT) is None
+    assert get_json(plane, "mutatingadmissionpolicy", FINALIZER_POLICY) is None
     assert get_json(plane, "serviceaccount", OPERATOR_ACCOUNT, "-n", NAMESPACE) is None
     assert get_json(plane, "crd", "offlinejobs.gleaner.dev") is not None
     assert helm_config.list() == []
@@ -329,10 +342,12 @@ def exercise(plane: ControlPlane, operator: ManagedProcess, agent: ManagedProces
         return bool(trace and trace.get("status", {}).get("gpus"))
 
     wait_for(agent_reported, lambda: agent.log()[-3000:])
-    plane.kubectl(
-        "create", "-f", "-",
+    created = plane.kubectl(
+        "create", "-o", "json", "-f", "-",
         input=json.dumps(offlinejob_manifest("llama", namespace=JOB_NAMESPACE, sla=0.5)),
     )  # fmt: skip
+    # Stored with the operator's finalizer: the chart's admission policy put it there.
+    assert json.loads(created.stdout)["metadata"]["finalizers"] == [FINALIZER]
 
     def job() -> dict[str, Any]:
         return get_json(plane, "oj", "llama", "-n", JOB_NAMESPACE) or {}

@@ -114,3 +114,26 @@ image.registry when set. */}}
 {{- define "gleaner.webhook.fullname" -}}
 {{- printf "%s-webhook" (include "gleaner.fullname" . | trunc 48 | trimSuffix "-") -}}
 {{- end -}}
+
+{{/*
+How OfflineJobs get the operator's finalizer at creation (operator.finalizerAtAdmission):
+"policy" (a MutatingAdmissionPolicy the API server evaluates itself), "webhook" (the
+offlinejobs entry of the operator's webhook) or "" (neither: the operator patches it on).
+"auto" is the policy when the API server serves admissionregistration.k8s.io/v1
+MutatingAdmissionPolicy (Kubernetes 1.36 and later), else the webhook entry; the webhook
+entry only ever when the webhook is enabled.
+*/}}
+{{- define "gleaner.finalizerAtAdmission" -}}
+{{- $mode := .Values.operator.finalizerAtAdmission -}}
+{{- $policyServed := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+{{- if or (eq $mode "policy") (and (eq $mode "auto") $policyServed) -}}
+policy
+{{- else if and (or (eq $mode "webhook") (eq $mode "auto")) .Values.operator.webhook.enabled -}}
+webhook
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the finalizer MutatingAdmissionPolicy and its binding (cluster-scoped). */}}
+{{- define "gleaner.finalizerPolicy.fullname" -}}
+{{- printf "%s-offlinejob-finalizer" (include "gleaner.fullname" . | trunc 42 | trimSuffix "-") -}}
+{{- end -}}

@@ -55,7 +55,12 @@ Contract.
 - ``chart_webhook_configuration(chart_dir, name, url, ca)`` is the chart's
   MutatingWebhookConfiguration as Helm renders it (every entry, its selectors and failure
   policy unchanged), named ``name``, with each entry's ``clientConfig`` pointed at ``url``
-  and trusting the PEM ``ca``: how such a loopback webhook is registered.
+  and trusting the PEM ``ca``: how such a loopback webhook is registered. ``values`` are
+  the chart values to render with (default: the chart's own).
+- ``chart_finalizer_policy(chart_dir, name)`` is the chart's MutatingAdmissionPolicy and
+  MutatingAdmissionPolicyBinding that add the operator's finalizer to each OfflineJob at
+  creation (rendered with ``operator.finalizerAtAdmission: policy``), both named ``name``:
+  what the chart installs on an API server that serves MutatingAdmissionPolicy.
 - ``stop()`` stops every process (SIGTERM to its group, SIGKILL after a grace period;
   reverse start order; safe to call twice). ``diagnostics()`` gives each process's
   command, state, log path and last log lines.
@@ -98,6 +103,8 @@ __all__ = [
     "KubectlError",
     "Pki",
     "apply",
+    "chart_finalizer_policy",
+    "chart_webhook_configuration",
     "find_binary",
     "get_json",
     "gpu_node_manifest",
@@ -746,23 +753,71 @@ def get_json(plane: ControlPlane, *args: str) -> dict[str, Any] | None:
     return dict(json.loads(result.stdout)) if result.returncode == 0 else None
 
 
-def chart_webhook_configuration(
-    chart_dir: Path, name: str, url: str, ca: bytes, namespace: str = "gleaner-system"
-) -> dict[str, Any]:
-    """The chart's MutatingWebhookConfiguration, rendered by Helm for a release in
-    ``namespace``, renamed ``name``, every entry's ``clientConfig`` pointed at ``url`` and
-    trusting ``ca`` (the module docstring)."""
+def _chart_documents(
+    chart_dir: Path, namespace: str, values: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The chart's manifests as Helm renders them offline for release ``gleaner``."""
     import helm_python as helm  # a development dependency, like this package
 
     with helm.Chart.load(chart_dir) as chart:
-        rendered = chart.render(None, name="gleaner", namespace=namespace, is_install=True)
-    for path, text in rendered.items():
-        for doc in yaml.safe_load_all(text) if path.endswith(".yaml") else ():
-            if doc and doc["kind"] == "MutatingWebhookConfiguration":
-                config: dict[str, Any] = dict(doc)
-                config["metadata"] = {"name": name}
-                bundle = base64.b64encode(ca).decode()
-                for entry in config["webhooks"]:
-                    entry["clientConfig"] = {"url": url, "caBundle": bundle}
-                return config
+        rendered = chart.render(
+            dict(values) if values else None, name="gleaner", namespace=namespace, is_install=True
+        )
+    return [
+        dict(doc)
+        for path, text in sorted(rendered.items())
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def chart_webhook_configuration(
+    chart_dir: Path,
+    name: str,
+    url: str,
+    ca: bytes,
+    namespace: str = "gleaner-system",
+    values: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration, rendered by Helm with ``values`` for a
+    release in ``namespace``, renamed ``name``, every entry's ``clientConfig`` pointed at
+    ``url`` and trusting ``ca`` (the module docstring)."""
+    for doc in _chart_documents(chart_dir, namespace, values):
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            config: dict[str, Any] = dict(doc)
+            config["metadata"] = {"name": name}
+            bundle = base64.b64encode(ca).decode()
+            for entry in config["webhooks"]:
+                entry["clientConfig"] = {"url": url, "caBundle": bundle}
+            return config
     raise ValueError(f"the chart in {chart_dir} renders no MutatingWebhookConfiguration")
+
+
+def chart_finalizer_policy(
+    chart_dir: Path,
+    name: str,
+    namespace: str = "gleaner-system",
+    values: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The chart's MutatingAdmissionPolicy and its binding (OfflineJobs' finalizer at
+    creation), rendered by Helm with ``values`` and ``operator.finalizerAtAdmission:
+    policy`` for a release in ``namespace``, both renamed ``name`` (the binding names its
+    policy so): how the chart registers them on an API server that serves the API."""
+    operator = {**dict((values or {}).get("operator") or {}), "finalizerAtAdmission": "policy"}
+    docs = _chart_documents(chart_dir, namespace, {**dict(values or {}), "operator": operator})
+    found = [
+        doc
+        for doc in docs
+        if doc["kind"] in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+    ]
+    if sorted(doc["kind"] for doc in found) != [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    ]:
+        raise ValueError(f"the chart in {chart_dir} renders no finalizer policy and binding")
+    for doc in found:
+        doc["metadata"] = {"name": name}
+        if doc["kind"] == "MutatingAdmissionPolicyBinding":
+            doc["spec"]["policyName"] = name
+    return sorted(found, key=lambda doc: str(doc["kind"]))
