@@ -495,6 +495,7 @@ def _job_view(
         message=status.message,
         node=placement.node if placed and placement is not None else None,
         gpus=list(placement.gpu_indices) if placed and placement is not None else [],
+        planned_exit=placed and placement is not None and placement.planned_exit,
         ran_on=placement.node if finished and placement is not None else last_stay_node,
         ran_on_gpus=(
             list(placement.gpu_indices) if finished and placement is not None else last_stay_gpus

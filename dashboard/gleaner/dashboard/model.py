@@ -304,6 +304,13 @@ class JobView(DashModel):
     message: str = ""
     node: str | None = None
     gpus: list[int] = Field(default_factory=list, description="GPU indices held.")
+    planned_exit: bool = Field(
+        default=False,
+        description="The job's current placement is a planned exit "
+        "(status.placement.plannedExit): it was placed for the quiet hours before a "
+        "forecast peak, and goes back to the queue, progress kept, when its node no longer "
+        "admits it over the next hour and no other node does.",
+    )
     ran_on: str | None = Field(
         default=None, description="The node a finished (Succeeded or Failed) job last ran on."
     )
