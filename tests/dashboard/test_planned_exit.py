@@ -2,7 +2,8 @@
 badge beside its node in the jobs table and on its page, with what it means.
 
 The record (``gleaner.testing.dashboard.planned_exit_record``) is the example cluster plus
-a 4-GPU job running on gpu-node-c whose ``status.placement.plannedExit`` is true.
+a 4-GPU job running on gpu-node-c whose ``status.placement.plannedExit`` is true. Once the
+job has left by its planned exit, it counts a move, not an SLA eviction.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gleaner.dashboard.app import create_app
 from gleaner.dashboard.build import build_dashboard
 from gleaner.dashboard.sources import StaticSource
 from gleaner.dashboard.views import PLANNED_EXIT_HINT
+from gleaner.scheduler.lifecycle import PlannedExitRule
 from gleaner.testing.dashboard import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -50,6 +52,34 @@ def test_a_finished_job_shows_no_planned_exit() -> None:
     snap = build_dashboard(record.model_copy(update={"offline_jobs": jobs})).snapshot
     job = snap.job("batch", PLANNED_EXIT_JOB)
     assert job is not None and job.ran_on == "gpu-node-c" and not job.planned_exit
+
+
+def test_a_job_that_left_by_its_planned_exit_counts_a_move_not_an_eviction() -> None:
+    record = planned_exit_record()
+    before = build_dashboard(record).snapshot
+    jobs = [dict(j) for j in record.offline_jobs]
+    for j in jobs:
+        if j["metadata"]["name"] == PLANNED_EXIT_JOB:
+            placement = j["status"]["placement"]
+            exit_record = {
+                "time": placement["decidedAt"],
+                "node": placement["node"],
+                "gpuIndices": placement["gpuIndices"],
+                "reason": PlannedExitRule().exit_reason,
+                "sla": 0.5,
+                "predictedThroughputFraction": placement["throughputFraction"],
+                "observedThroughputFraction": 0.7,
+            }
+            j["status"] = {"phase": "Evicted", "moveCount": 1, "evictions": [exit_record]}
+    data = build_dashboard(record.model_copy(update={"offline_jobs": jobs}))
+    job = data.snapshot.job("batch", PLANNED_EXIT_JOB)
+    assert job is not None and job.node is None and not job.planned_exit
+    assert (job.eviction_count, job.move_count) == (0, 1)
+    assert [e.reason for e in job.evictions] == [PlannedExitRule().exit_reason]
+    assert data.snapshot.summary.evictions == before.summary.evictions
+    with TestClient(create_app(StaticSource(data))) as c:
+        page = c.get(f"/jobs/batch/{PLANNED_EXIT_JOB}").text
+    assert "<dt>Moves</dt><dd>1 " in page and "planned exit: its node" in page
 
 
 def test_api_and_pages(client: TestClient) -> None:

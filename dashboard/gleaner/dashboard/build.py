@@ -511,7 +511,9 @@ def _job_view(
         observed_series=series,
         predicted_series=predicted_steps(series, evictions, predicted, since),
         meets_sla=meets,
-        eviction_count=max(status.eviction_count, len(status.evictions)),
+        # The records hold moves too (a planned exit is one); they are not SLA evictions.
+        eviction_count=max(status.eviction_count, len(status.evictions) - status.move_count),
+        move_count=status.move_count,
         evictions=evictions,
         excluded_nodes=list(status.excluded_nodes),
         created_at=meta.creation_timestamp,
