@@ -8,8 +8,9 @@ exit's 3 h it does. The operator places the job there with ``status.placement.pl
 and it runs (KWOK). Then x's hours turn to a peak at every hour of the day: x no longer
 admits the job over the next hour and no other node does. The job leaves x for the queue:
 the status records it as a move (an ``evictions`` entry whose reason starts "planned exit",
-``moveCount`` 1, ``evictionCount`` 0, no node excluded), a Normal Event ``MovedBeforePeak``
-says why, its Pod is deleted, and it waits, unplaced, since no node admits it. With
+``moveCount`` 1, ``evictionCount`` 0, no node excluded, ``Ready`` false with reason
+``PlannedExit``), a Normal Event ``PlannedExit`` says why (and no ``MovedBeforePeak``
+one), its Pod is deleted, and it waits, unplaced, since no node admits it. With
 ``--no-planned-exit`` the same job is not placed at all.
 """
 
@@ -135,9 +136,9 @@ def _setup(
     return x, trace, logs
 
 
-def _exit_event(tenant: Tenant, name: str) -> str | None:
+def _event(tenant: Tenant, name: str, reason: str) -> str | None:
     for event in tenant.api.events():
-        if event.reason == "MovedBeforePeak" and event.involved_object.name == name:
+        if event.reason == reason and event.involved_object.name == name:
             return str(event.message)
     return None
 
@@ -167,8 +168,11 @@ def test_a_planned_exit_job_goes_back_to_the_queue_before_a_peak(
     (record,) = status["evictions"]
     assert record["node"] == x and record["reason"].startswith("planned exit"), record
     assert x not in status.get("excludedNodes", [])
-    message = wait_for(partial(_exit_event, tenant, "large"), timeout=30, message=logs)
-    assert f"moved from {x}: planned exit" in message, message
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PlannedExit"), ready
+    message = wait_for(partial(_event, tenant, "large", "PlannedExit"), timeout=30, message=logs)
+    assert f"left {x}: planned exit" in message, message
+    assert _event(tenant, "large", "MovedBeforePeak") is None
 
     def no_live_pod() -> bool:
         pods = tenant.api.pods(selector=job_selector("large"))

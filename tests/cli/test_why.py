@@ -9,6 +9,7 @@ import pytest
 from gleaner.api import Phase
 from gleaner.cli.main import main as gleaner_main
 from gleaner.cli.why import PHASE_MEANING, explain_job, explanation_json
+from gleaner.scheduler.lifecycle import PlannedExitRule
 
 T = "2026-01-01T09:00:00Z"
 
@@ -103,6 +104,60 @@ def test_a_running_job_shows_its_prediction_observation_and_evictions() -> None:
         "(predicted 0.70, observed 0.38)"
     ]
     assert lines["kept off"] == ["gpu-node-3"]
+
+
+PLACEMENT = {
+    "node": "gpu-node-5",
+    "gpuIndices": [0, 1, 2, 3],
+    "compute": 0.8,
+    "memory": 0.9,
+    "multiGPU": 0.95,
+    "throughputFraction": 0.684,
+    "decidedAt": T,
+}
+
+
+def test_a_planned_exit_placement_says_what_will_happen() -> None:
+    lines = text(explain_job(job({"phase": "Running", "placement": PLACEMENT})))
+    assert "planned exit" not in lines
+    planned = {"phase": "Running", "placement": {**PLACEMENT, "plannedExit": True}}
+    lines = text(explain_job(job(planned)))
+    assert lines["planned exit"] == [
+        "placed for the quiet hours before a forecast peak: it goes back to the queue, "
+        "progress kept, when gpu-node-5 no longer admits it over the next hour and no other "
+        "node does"
+    ]
+    # a finished job's placement is where it ran: nothing will happen any more
+    done = text(explain_job(job({**planned, "phase": "Succeeded"})))
+    assert "planned exit" not in done and done["placed on"]
+
+
+def test_a_job_that_left_by_its_planned_exit_shows_the_move() -> None:
+    reason = PlannedExitRule().exit_reason  # what the operator writes
+    assert reason.startswith("planned exit: its node no longer admits it over the next 1 h")
+    status = {
+        "phase": "Unschedulable",
+        "moveCount": 1,
+        "evictions": [
+            {
+                "time": "2026-01-01T07:00:00Z",
+                "node": "gpu-node-5",
+                "gpuIndices": [0, 1, 2, 3],
+                "reason": reason,
+                "sla": 0.5,
+                "predictedThroughputFraction": 0.68,
+                "observedThroughputFraction": 0.66,
+            }
+        ],
+    }
+    lines = text(explain_job(job(status)))
+    assert "evictions" not in lines and "evicted" not in lines
+    assert lines["moves"] == [
+        "1 (off a node before a forecast peak, planned exits included; not SLA evictions)"
+    ]
+    assert lines["exited"] == [
+        f"2026-01-01 07:00:00Z from gpu-node-5: {reason} (predicted 0.68, observed 0.66)"
+    ]
 
 
 def test_an_invalid_job_names_the_field() -> None:

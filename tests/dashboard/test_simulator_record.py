@@ -12,17 +12,18 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gleaner.api import NodeTrace, OfflineJob
+from gleaner.api import NodeTrace, OfflineJob, Phase
 from gleaner.dashboard.app import create_app
 from gleaner.dashboard.build import build_dashboard
 from gleaner.dashboard.model import ClusterRecord
 from gleaner.dashboard.sources import SnapshotSource, StaticSource
-from gleaner.scheduler import EvictionReport
-from gleaner.simulator.cluster import run_cluster
+from gleaner.perfmodel import JobProfile
+from gleaner.scheduler import EvictionReport, PredictedFactors
+from gleaner.simulator.cluster import SimJob, run_cluster
 from gleaner.simulator.cluster_scenario import ClusterScenario
-from gleaner.simulator.records import snapshot
+from gleaner.simulator.records import offline_job, snapshot
 from gleaner.simulator.snapshot import dashboard_record, write_dashboard_record
-from gleaner.testing.dashboard import example_record
+from gleaner.testing.dashboard import PROFILE, example_record
 
 
 def test_sim_record_validates_and_builds(tmp_path: Path) -> None:
@@ -238,3 +239,32 @@ def test_counts_show_when_a_source_has_them(record: ClusterRecord) -> None:
     assert any(n.preemptions for n in snap.nodes)
     busiest = max(snap.nodes, key=lambda n: n.preemptions)
     assert f'<td data-value="{busiest.preemptions}">{busiest.preemptions}</td>' in page
+
+
+@pytest.mark.parametrize("planned", [False, True])
+def test_a_planned_exit_placement_is_recorded_as_the_operator_writes_it(planned: bool) -> None:
+    """A simulated job placed by the planned exit's second pass carries
+    ``status.placement.plannedExit``, so the dashboard shows it as it does on a cluster."""
+    profile = JobProfile.from_api(PROFILE)
+    job = SimJob(
+        key="sim/large",
+        gpus=4,
+        sla=0.5,
+        profile=profile,
+        work_tokens=1e9,
+        arrival=0.0,
+        max_evictions=3,
+        phase=Phase.RUNNING,
+        predicted=PredictedFactors(
+            compute=0.8, memory=0.9, multi_gpu=0.95, throughput_fraction=0.684
+        ),
+        placements=[{"t": 600.0, "node": "node-0", "gpus": [0, 1, 2, 3], "planned_exit": planned}],
+    )
+    status = offline_job(job, [], 300.0).status
+    assert status.placement is not None and status.placement.planned_exit is planned
+    record = example_record()
+    record = record.model_copy(
+        update={"offline_jobs": [*record.offline_jobs, offline_job(job, [], 300.0).to_k8s()]}
+    )
+    view = build_dashboard(record).snapshot.job("sim", "large")
+    assert view is not None and view.planned_exit is planned

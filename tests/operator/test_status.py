@@ -138,6 +138,32 @@ def test_evicted_bounds_the_records_and_fails_when_told() -> None:
     assert f.phase is Phase.FAILED
 
 
+@pytest.mark.parametrize(
+    ("planned_exit", "reason"), [(False, "MovedBeforePeak"), (True, "PlannedExit")]
+)
+def test_a_move_and_a_planned_exit_have_their_own_ready_reason(
+    planned_exit: bool, reason: str
+) -> None:
+    s = st.scheduled(st.valid(OfflineJobStatus(), NOW, 1), PLACEMENT, "job-0", NOW)
+    s = st.observed(s, Observed(throughput_fraction=0.9, window_seconds=60), 0.5, True, NOW)
+    m = st.evicted(
+        s,
+        _record(1),
+        eviction_count=0,
+        excluded_nodes=[],
+        failed=False,
+        next_attempt_after=None,
+        message="placed again at once",
+        now=NOW,
+        moved=True,
+        planned_exit=planned_exit,
+    )
+    assert st.move_reason(planned_exit) == reason
+    assert _cond(m, ConditionType.READY)[:2] == ("False", reason)
+    assert _cond(m, ConditionType.SLA_MET)[:2] == ("True", "SLAMet")  # no window missed
+    assert m.move_count == 1 and m.eviction_count == 0 and m.phase is Phase.EVICTED
+
+
 def test_observed_sets_slamet() -> None:
     obs = Observed(throughput_fraction=0.3, window_seconds=60)
     s = st.observed(OfflineJobStatus(phase=Phase.RUNNING), obs, 0.5, False, NOW)

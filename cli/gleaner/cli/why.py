@@ -6,9 +6,11 @@ status (the operator writes everything it decided there: docs/api.md). In order:
 and its phase with what that phase means; for a job waiting for a placement the
 scheduler's reasons (``status.message``) and the next attempt; for an Invalid job the field
 that failed; for a placed job where it runs and the model's prediction factor by factor
-against the SLA; the last observed window; the SLA evictions so far with their reasons and
-the nodes the job is kept off; then every condition. :func:`explanation_json` is the same
-content as a JSON-ready mapping. A status that does not parse is a ValueError with one line.
+against the SLA, and, when that placement is a planned exit, what will happen; the last
+observed window; the SLA evictions and moves so far, each record with its reason (a planned
+exit's labelled ``exited``), and the nodes the job is kept off; then every condition.
+:func:`explanation_json` is the same content as a JSON-ready mapping. A status that does not
+parse is a ValueError with one line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gleaner.api import OfflineJobStatus, Phase
+from gleaner.scheduler.lifecycle import PLANNED_EXIT_REASON_PREFIX
 
 PHASE_MEANING: Mapping[Phase, str] = {
     Phase.PENDING: "valid and waiting for the next scheduling pass",
@@ -29,10 +32,24 @@ PHASE_MEANING: Mapping[Phase, str] = {
     Phase.SCHEDULED: "a placement was chosen and its Pod created on that node",
     Phase.RUNNING: "its Pod runs; the SLA monitor compares its throughput with its SLA",
     Phase.EVICTED: "its Pod was stopped (SLA missed persistently, or the Pod was deleted); "
-    "it is placed again after a backoff, away from that node",
+    "it is placed again after a backoff, away from that node (after a move before a "
+    "forecast peak or a planned exit: at once, wherever a node admits it)",
     Phase.SUCCEEDED: "its Pod completed",
     Phase.FAILED: "its Pod failed, or it reached maxEvictions",
 }
+
+
+PLACED = frozenset({Phase.SCHEDULED, Phase.RUNNING})
+"""Phases in which ``status.placement`` is where the job is now."""
+
+
+def planned_exit_text(node: str) -> str:
+    """What a planned exit placement means for the job, in one sentence."""
+    return (
+        "placed for the quiet hours before a forecast peak: it goes back to the queue, "
+        f"progress kept, when {node} no longer admits it over the next hour and no other "
+        "node does"
+    )
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,8 @@ def explain_job(job: Mapping[str, Any]) -> list[Line]:
         lines.append(
             Line("placed on", f"{placement.node} GPU(s) {gpus} at {_time(placement.decided_at)}")
         )
+        if placement.planned_exit and status.phase in PLACED:
+            lines.append(Line("planned exit", planned_exit_text(placement.node)))
         verdict = ">=" if sla is None or placement.throughput_fraction >= float(sla) else "<"
         lines.append(
             Line(
@@ -104,10 +123,20 @@ def explain_job(job: Mapping[str, Any]) -> list[Line]:
         limit = spec.get("maxEvictions")
         of = f" of maxEvictions {limit}" if limit is not None else ""
         lines.append(Line("evictions", f"{status.eviction_count}{of}"))
+    if status.move_count:
+        lines.append(
+            Line(
+                "moves",
+                f"{status.move_count} (off a node before a forecast peak, planned exits "
+                "included; not SLA evictions)",
+            )
+        )
+    if status.eviction_count or status.move_count:
         for record in status.evictions:
+            exited = record.reason.startswith(PLANNED_EXIT_REASON_PREFIX)
             lines.append(
                 Line(
-                    "evicted",
+                    "exited" if exited else "evicted",
                     f"{_time(record.time)} from {record.node}: {record.reason} "
                     f"(predicted {record.predicted_throughput_fraction:.2f}, observed "
                     f"{record.observed_throughput_fraction:.2f})",

@@ -97,6 +97,7 @@ def _environment() -> Environment:
     env.filters["span"] = views.span
     env.filters["duration"] = views.duration
     env.filters["outlook"] = views.outlook
+    env.globals["planned_exit_hint"] = views.PLANNED_EXIT_HINT
     return env
 
 

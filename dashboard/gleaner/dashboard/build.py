@@ -495,6 +495,7 @@ def _job_view(
         message=status.message,
         node=placement.node if placed and placement is not None else None,
         gpus=list(placement.gpu_indices) if placed and placement is not None else [],
+        planned_exit=placed and placement is not None and placement.planned_exit,
         ran_on=placement.node if finished and placement is not None else last_stay_node,
         ran_on_gpus=(
             list(placement.gpu_indices) if finished and placement is not None else last_stay_gpus
@@ -510,7 +511,9 @@ def _job_view(
         observed_series=series,
         predicted_series=predicted_steps(series, evictions, predicted, since),
         meets_sla=meets,
-        eviction_count=max(status.eviction_count, len(status.evictions)),
+        # The records hold moves too (a planned exit is one); they are not SLA evictions.
+        eviction_count=max(status.eviction_count, len(status.evictions) - status.move_count),
+        move_count=status.move_count,
         evictions=evictions,
         excluded_nodes=list(status.excluded_nodes),
         created_at=meta.creation_timestamp,

@@ -304,6 +304,13 @@ class JobView(DashModel):
     message: str = ""
     node: str | None = None
     gpus: list[int] = Field(default_factory=list, description="GPU indices held.")
+    planned_exit: bool = Field(
+        default=False,
+        description="The job's current placement is a planned exit "
+        "(status.placement.plannedExit): it was placed for the quiet hours before a "
+        "forecast peak, and goes back to the queue, progress kept, when its node no longer "
+        "admits it over the next hour and no other node does.",
+    )
     ran_on: str | None = Field(
         default=None, description="The node a finished (Succeeded or Failed) job last ran on."
     )
@@ -325,8 +332,16 @@ class JobView(DashModel):
         description="Observed (else predicted) does not miss the SLA (the SLA monitor's rule, "
         "with its tolerance); for a finished job, the mean of its last placement's windows.",
     )
-    eviction_count: int = 0
-    evictions: list[JobEviction] = Field(default_factory=list)
+    eviction_count: int = Field(default=0, description="SLA evictions so far.")
+    move_count: int = Field(
+        default=0,
+        description="Moves off a node before a forecast peak so far, planned exits included "
+        "(status.moveCount; not SLA evictions).",
+    )
+    evictions: list[JobEviction] = Field(
+        default_factory=list,
+        description="The job's last SLA evictions and moves, oldest first (a move has no report).",
+    )
     excluded_nodes: list[str] = Field(default_factory=list)
     runner_ups: list[RunnerUp] = Field(default_factory=list)
     created_at: datetime | None = None

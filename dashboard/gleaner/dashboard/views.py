@@ -5,7 +5,8 @@ piece of the snapshot to named SVG charts (:mod:`gleaner.dashboard.charts`); the
 only place them. A series the source says it does not produce (``series.notes``) shows its
 note instead of an empty chart. The job timeline draws each placement's prediction over its
 stay and marks the evictions. ``pct``, ``num``, ``when``, ``duration`` and ``outlook``
-format values for the templates ("–" for missing values).
+format values for the templates ("–" for missing values); ``PLANNED_EXIT_HINT`` says in one
+sentence what a planned exit means.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ from gleaner.dashboard.model import (
 )
 
 MISSING = "–"
+PLANNED_EXIT_HINT = (
+    "Placed for the quiet hours before a forecast peak: the job goes back to the queue, "
+    "progress kept, when this node no longer admits it over the next hour and no other "
+    "node does."
+)
+"""What a planned exit means (the jobs table's badge tooltip, the job page's line)."""
 FACTOR_COLORS = ("#2563eb", "#16a34a", "#0891b2", "#7c3aed")
 OBSERVED_COLOR = "#ea580c"
 

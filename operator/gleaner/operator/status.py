@@ -243,6 +243,15 @@ def observed(
 
 MOVED_REASON = "MovedBeforePeak"
 """The reason (condition, Event) of a move off a node before a forecast peak."""
+PLANNED_EXIT_REASON = "PlannedExit"
+"""The reason (condition, Event) of a planned exit: a job placed for the hours before a
+forecast peak leaves its node for the queue (no other node admits it)."""
+
+
+def move_reason(planned_exit: bool) -> str:
+    """The ``Ready`` condition's and the Event's reason of a move (``planned_exit``: the job
+    left by its planned exit, with no destination)."""
+    return PLANNED_EXIT_REASON if planned_exit else MOVED_REASON
 
 
 def evicted(
@@ -256,13 +265,15 @@ def evicted(
     message: str,
     now: datetime,
     moved: bool = False,
+    planned_exit: bool = False,
 ) -> OfflineJobStatus:
     """An SLA eviction: recorded (bounded list), then Evicted (requeued) or Failed. With
-    ``moved``, a move before a forecast peak: Ready false with reason ``MovedBeforePeak``,
-    ``SLAMet`` left as it was (no window missed)."""
+    ``moved``, a move before a forecast peak: Ready false with reason ``MovedBeforePeak``
+    (``PlannedExit`` with ``planned_exit``: the job left by its planned exit), ``SLAMet``
+    left as it was (no window missed)."""
     new = transition(status, eviction_phase(failed), message)
     records = [*new.evictions, record][-MAX_EVICTION_RECORDS:]
-    ready_reason = MOVED_REASON if moved else "SLAEvicted"
+    ready_reason = move_reason(planned_exit) if moved else "SLAEvicted"
     conds = _cond(new, ConditionType.READY, False, ready_reason, record.reason, now)
     new = new.model_copy(update={"conditions": conds})
     if not moved:

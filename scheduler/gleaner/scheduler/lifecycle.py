@@ -232,6 +232,10 @@ DEFAULT_PLANNED_EXIT_HORIZON_H = 1.0
 its node no longer admits it over these hours and no other node admits it, it goes back
 to the queue with its progress kept."""
 
+PLANNED_EXIT_REASON_PREFIX = "planned exit"
+"""How the reason of a planned exit begins (:attr:`PlannedExitRule.exit_reason`): readers of
+a job's ``evictions`` records tell a planned exit from a move or an SLA eviction by it."""
+
 
 @dataclass(frozen=True)
 class PlannedExitRule:
@@ -262,6 +266,16 @@ class PlannedExitRule:
     @property
     def exit_horizon_s(self) -> float:
         return self.exit_horizon_h * 3600.0
+
+    @property
+    def exit_reason(self) -> str:
+        """Why a job leaves by its planned exit, in words (the ``evictions`` record's reason;
+        it begins with :data:`PLANNED_EXIT_REASON_PREFIX`)."""
+        return (
+            f"{PLANNED_EXIT_REASON_PREFIX}: its node no longer admits it over the next "
+            f"{self.exit_horizon_h:g} h and no other node admits it; it waits in the "
+            "queue until a node does"
+        )
 
     def second_pass(self, gpus: int, admission_horizon_s: float) -> bool:
         """Whether a job of ``gpus`` GPUs that the normal pass (over

@@ -153,6 +153,8 @@ def offline_job(job: SimJob, reports: list[EvictionReport], step_s: float) -> Of
     decision = placement_decision(job)
     if decision is not None:
         status.placement = decision.to_placement(EPOCH + timedelta(seconds=job.placements[-1]["t"]))
+        if job.placements[-1].get("planned_exit"):  # placed by the planned exit's second pass
+            status.placement = status.placement.model_copy(update={"planned_exit": True})
     # The operator clears status.observed when it places a job: a running job shows only a
     # window of its current placement.
     window = job.series[-1] if job.series else None

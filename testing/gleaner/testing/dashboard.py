@@ -8,7 +8,8 @@ report, one unschedulable, one pending with its profile in a ConfigMap), per-job
 series and a day of cluster time series. Everything is built through the real API models
 and the scheduler's ``EvictionReport``, so the record is exactly what the sources produce.
 :func:`batch_record` adds three ``spec.batch`` jobs on gpu-node-c: one on track for its
-deadline, one that will miss it, one finished.
+deadline, one that will miss it, one finished. :func:`planned_exit_record` adds a 4-GPU job
+whose placement is a planned exit.
 """
 
 from __future__ import annotations
@@ -461,6 +462,29 @@ def batch_record(now: datetime = NOW, seed: int = 7) -> ClusterRecord:
         _batch_job(BATCH_JOBS[2], now=now, deadline=now + timedelta(hours=1), status=finished),
     ]
     return record.model_copy(update={"offline_jobs": [*record.offline_jobs, *jobs]})
+
+
+PLANNED_EXIT_JOB = "long-summaries"
+"""The 4-GPU job :func:`planned_exit_record` adds (namespace ``batch``)."""
+
+
+def planned_exit_record(now: datetime = NOW, seed: int = 7) -> ClusterRecord:
+    """:func:`example_record` with a 4-GPU job running on gpu-node-c (GPUs 0 to 3) whose
+    placement is a planned exit (``status.placement.plannedExit``)."""
+    record = example_record(now, seed)
+    placement = _placement("gpu-node-c", [0, 1, 2, 3], 0.84, 0.9, 0.95, now - timedelta(hours=1))
+    job = _job(
+        PLANNED_EXIT_JOB,
+        gpus=4,
+        sla=0.5,
+        created=now - timedelta(hours=5),
+        status=OfflineJobStatus(
+            phase=Phase.RUNNING,
+            message="running on gpu-node-c GPUs 0-3",
+            placement=placement.model_copy(update={"planned_exit": True}),
+        ),
+    )
+    return record.model_copy(update={"offline_jobs": [*record.offline_jobs, job]})
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,9 +19,10 @@ A job whose placement carries a planned exit (``status.placement.plannedExit``: 
 the scheduling pass's shorter admission pass, ``--planned-exit``) and that no other node
 admits is asked once more, over the exit horizon (the next hour:
 ``gleaner.scheduler.move.check_exit``); when its node does not admit it then either, it
-takes the same path with reason "planned exit: ...": it waits in the queue (phase
-Evicted, no backoff, no node excluded) until the placement rule, or the shorter pass
-again, places it. The status is written
+takes the same path with reason "planned exit: ..." (``Ready`` false and a Normal Event,
+both with reason ``PlannedExit``, the Event saying "left NODE: planned exit: ..."): it waits
+in the queue (phase Evicted, no backoff, no node excluded) until the placement rule, or the
+shorter pass again, places it. The status is written
 before any Pod is deleted, so a restart in between completes the move once: the job is
 Evicted, its old Pod is collected by the scheduling pass and one new Pod is created.
 """
@@ -141,6 +142,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
             cfg.move_min_stay,
         )
         reason = check.reason
+        planned_exit = not check.move
         if not check.move:
             if rule is None or not exit_open(check, placement.planned_exit):
                 continue
@@ -152,11 +154,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
                 check, snapshot, request, placement.node, soon[placement.node], True
             ):
                 continue
-            reason = (
-                f"planned exit: its node no longer admits it over the next "
-                f"{rule.exit_horizon_h:g} h and no other node admits it; it waits in the "
-                "queue until a node does"
-            )
+            reason = rule.exit_reason
         history = history_for(
             f"{ns}/{name}",
             request.sla,
@@ -166,7 +164,17 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
             cfg.sla,
         )
         decision = SLADecision(SLAAction.EVICT, reason)
-        await carry_out_eviction(ctx, body, status, placement, history, decision, now, move=True)
+        await carry_out_eviction(
+            ctx,
+            body,
+            status,
+            placement,
+            history,
+            decision,
+            now,
+            move=True,
+            planned_exit=planned_exit,
+        )
         moved.append(f"{ns}/{name}")
         # The next job is judged as the simulator judges it: this one's GPUs free, the
         # destination's held (the scheduling pass places it there by the same rule).

@@ -171,10 +171,13 @@ async def carry_out_eviction(
     decision: SLADecision,
     now: datetime,
     move: bool = False,
+    planned_exit: bool = False,
 ) -> None:
     """Evict the job from its placement (module docstring). With ``move`` (a move before a
     forecast peak, ``handlers.move``): requeued at once by the placement rule, not counted
-    toward ``maxEvictions``, no eviction report, a Normal Event ``MovedBeforePeak``."""
+    toward ``maxEvictions``, no eviction report, a Normal Event ``MovedBeforePeak``; with
+    ``planned_exit`` too (the job leaves by its planned exit, for the queue), the Event and
+    the ``Ready`` condition say ``PlannedExit`` instead."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
@@ -236,6 +239,7 @@ async def carry_out_eviction(
             message=plan.message,
             now=now,
             moved=move,
+            planned_exit=move and planned_exit,
         )
 
     new = await update_status(ctx, namespace, name, mark)
@@ -247,14 +251,15 @@ async def carry_out_eviction(
         await ctx.client.delete(pods_path(namespace, str((pod.get("metadata") or {}).get("name"))))
     await patch_annotations(ctx, namespace, name, {ANNOTATION_SLA_WINDOWS: None})
     if move:
+        left = "left" if planned_exit else "moved from"
         await post_event(
             ctx.client,
             namespace,
             name,
             meta.get("uid"),
             "Normal",
-            st.MOVED_REASON,
-            f"moved from {placement.node}: {decision.reason}; {plan.message}",
+            st.move_reason(planned_exit),
+            f"{left} {placement.node}: {decision.reason}; {plan.message}",
         )
         ctx.kick(f"move {namespace}/{name}")
         return
