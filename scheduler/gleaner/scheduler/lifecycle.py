@@ -181,8 +181,9 @@ def evict(
             failed=False,
             next_attempt_after=None,
             excluded_nodes=tuple(excluded_nodes),
-            message=f"placed again at once by the placement rule, which does not admit {node} "
-            "over the coming hours (a move does not count toward maxEvictions)",
+            message=f"back in the queue at once, with no backoff: placed again where the "
+            f"placement rule admits it, not on {node} while its forecast does not (a move "
+            "does not count toward maxEvictions)",
         )
     else:
         plan = plan_after_eviction(
