@@ -75,6 +75,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -263,6 +264,44 @@ def kernel_preemption(
         if model in build.split():
             return f"{model} build (uname -v), mode not readable"
     return "none or voluntary build (uname -v)"
+
+
+def _thread_ns() -> int:
+    """This thread's time on a CPU so far, nanoseconds (schedstat, as for the agent)."""
+    return int(
+        Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").read_text().split()[0]
+    )
+
+
+def _unit_of_work(n: int = 2000) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def wakeup_cost(sleeps_s: tuple[float, ...] = (0.001, 0.1), budget_s: float = 2.0) -> list[str]:
+    """What one wakeup costs on this machine: a thread sleeps, then runs the same small unit
+    of work (tens of microseconds); the CPU time it is charged per wakeup, after short and
+    after long sleeps. On a machine of its own the two are close; on a virtual machine whose
+    host runs other guests, a vCPU that slept long comes back to cold caches (or is charged
+    for the host's delays) and every wakeup costs more. The agent's beats and timers are
+    such wakeups, so this is the yardstick for its CPU column on the machine at hand."""
+    _unit_of_work()  # warm
+    t0 = time.perf_counter()
+    for _ in range(50):
+        _unit_of_work()
+    work_us = (time.perf_counter() - t0) / 50 * 1e6
+    lines = [f"one unit of work, back to back: {work_us:.0f} µs"]
+    for sleep in sleeps_s:
+        n = max(5, int(budget_s / sleep / 2) if sleep < 0.05 else int(budget_s / sleep))
+        before = _thread_ns()
+        for _ in range(n):
+            time.sleep(sleep)
+            _unit_of_work()
+        per = (_thread_ns() - before) / n / 1e3
+        lines.append(f"after a {sleep * 1000:g} ms sleep: {per:.0f} µs of CPU per wakeup")
+    return lines
 
 
 def _dmesg() -> str:
@@ -498,6 +537,7 @@ def main(argv: list[str]) -> int:
     if why_not is not None and "tuned" in chosen:
         print(f"the tuned path is left out: {why_not}")
     print(f"kernel preemption: {kernel_preemption()}")
+    print("wakeup cost on this machine: " + "; ".join(wakeup_cost()))
     runs: list[Run] = []
     for _ in range(args.runs):  # interleaved: a change of the machine's load hits all alike
         for load in loads:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.bench_agent import kernel_preemption
+from bench.bench_agent import kernel_preemption, wakeup_cost
 
 
 def test_the_active_mode_from_debugfs(tmp_path: Path) -> None:
@@ -23,3 +23,13 @@ def test_the_boot_log_when_debugfs_is_not_readable(tmp_path: Path) -> None:
 def test_neither_readable_falls_back_to_the_build(tmp_path: Path) -> None:
     found = kernel_preemption(tmp_path / "absent", lambda: "")
     assert "uname -v" in found
+
+
+def test_the_wakeup_cost_is_measured_after_each_sleep() -> None:
+    lines = wakeup_cost((0.001, 0.01), budget_s=0.05)
+    assert lines[0].startswith("one unit of work, back to back: ")
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "after a 1 ms sleep",
+        "after a 10 ms sleep",
+    ]
+    assert all(int(line.split(": ")[1].split()[0]) > 0 for line in lines)
