@@ -143,6 +143,11 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
+def _schedstat_ns(task: Path) -> int:
+    """A thread's time on a CPU so far, nanoseconds (``task``: its /proc task directory)."""
+    return int((task / "schedstat").read_text().split()[0])
+
+
 def _thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds of each of a process's threads so far (schedstat: nanoseconds, not clock
     ticks), by role: ``event loop`` (the main thread), ``gate loop`` (``gleaner-gate``) and
@@ -150,7 +155,7 @@ def _thread_cpu(pid: int) -> dict[str, float]:
     out = {"event loop": 0.0, "gate loop": 0.0, "other": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            ns = int((task / "schedstat").read_text().split()[0])
+            ns = _schedstat_ns(task)
             comm = (task / "comm").read_text().strip()
         except (OSError, ValueError, IndexError):
             continue  # a thread that ended between the listing and the read
@@ -266,13 +271,6 @@ def kernel_preemption(
     return "none or voluntary build (uname -v)"
 
 
-def _thread_ns() -> int:
-    """This thread's time on a CPU so far, nanoseconds (schedstat, as for the agent)."""
-    return int(
-        Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").read_text().split()[0]
-    )
-
-
 def _unit_of_work(n: int = 2000) -> int:
     total = 0
     for i in range(n):
@@ -293,13 +291,14 @@ def wakeup_cost(sleeps_s: tuple[float, ...] = (0.001, 0.1), budget_s: float = 2.
         _unit_of_work()
     work_us = (time.perf_counter() - t0) / 50 * 1e6
     lines = [f"one unit of work, back to back: {work_us:.0f} µs"]
+    this_thread = Path(f"/proc/self/task/{threading.get_native_id()}")
     for sleep in sleeps_s:
         n = max(5, int(budget_s / sleep / 2) if sleep < 0.05 else int(budget_s / sleep))
-        before = _thread_ns()
+        before = _schedstat_ns(this_thread)
         for _ in range(n):
             time.sleep(sleep)
             _unit_of_work()
-        per = (_thread_ns() - before) / n / 1e3
+        per = (_schedstat_ns(this_thread) - before) / n / 1e3
         lines.append(f"after a {sleep * 1000:g} ms sleep: {per:.0f} µs of CPU per wakeup")
     return lines
 
