@@ -26,14 +26,12 @@ import pytest
 
 from gleaner.operator.bias import BIAS_CONFIGMAP, BIAS_KEY
 from gleaner.testing.kube import (
-    FAST_OPERATOR_FLAGS,
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
     refused_lines,
     wait_for,
 )
-from gleaner.testing.net import free_port
 from gleaner.testing.tenant import OperatorAccount, Tenant
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -48,14 +46,7 @@ def account(tenant: Tenant) -> OperatorAccount:
 
 
 def _operator(tenant: Tenant, account: OperatorAccount, log_name: str) -> OperatorProcess:
-    args = [
-        *FAST_OPERATOR_FLAGS,
-        f"--peering={tenant.peering}",
-        f"--state-namespace={tenant.namespace}",
-        "--bias-persist-interval=1s",
-        f"--http-port={free_port()}",
-        "--http-host=127.0.0.1",
-    ]
+    args = tenant.operator_args("--bias-persist-interval=1s")
     return OperatorProcess(account, args, log_name=log_name).start()
 
 

@@ -19,25 +19,16 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pytest
 
-from gleaner.api import NodeHistoryStatus, NodeTraceStatus
 from gleaner.api.contract import job_selector
-from gleaner.api.nodetrace import gpu_uuid
-from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
-from gleaner.perfmodel.hours import profile_to_hours
-from gleaner.perfmodel.summary import GpuSpec, NodeSummary
-from gleaner.runtime_agent.kube import load_client, write_nodehistory
 from gleaner.testing.kube import (
-    FAST_OPERATOR_FLAGS,
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
     refused_lines,
     wait_for,
 )
-from gleaner.testing.net import free_port
 from gleaner.testing.tenant import OperatorAccount, Tenant
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -63,34 +54,13 @@ def operators(tenant: Tenant) -> Iterator[list[OperatorProcess]]:
 
 
 def _operator(tenant: Tenant, account: OperatorAccount, interval: str) -> OperatorProcess:
-    args = [
-        *FAST_OPERATOR_FLAGS,
-        f"--peering={tenant.peering}",
-        f"--state-namespace={tenant.namespace}",
-        f"--http-port={free_port()}",
-        "--http-host=127.0.0.1",
-        f"--move-check-interval={interval}",
-        "--move-min-stay=0s",
-    ]
+    args = tenant.operator_args(f"--move-check-interval={interval}", "--move-min-stay=0s")
     return OperatorProcess(account, args, log_name=f"operator-move-{interval}.log").start()
 
 
 def _peak_hours(tenant: Tenant, node: str, trace: dict[str, Any]) -> None:
     """x's NodeHistory: its online load at 0.95 at every hour of the day."""
-    gpus = [GpuSpec(0, uuid=gpu_uuid(node, 0), product="H100", memory_gib=80.0)]
-    profile = DiurnalProfile(node)
-    for hour in range(HOURS):
-        t = 86400.0 + hour * 3600 + np.arange(0, 3600, 60.0)
-        busy = np.full((t.size, 1), 0.95)
-        summary = NodeSummary.from_samples(
-            node, gpus, t, busy, np.full((t.size, 1), 60.0), 1.0 - busy
-        )
-        profile = profile.fold(hour, summary)
-    status = NodeTraceStatus.model_validate(trace["status"])
-    client = load_client(str(tenant.plane.admin_kubeconfig))
-    write_nodehistory(
-        client, node, NodeHistoryStatus(gpus=status.gpus, hours=profile_to_hours(profile))
-    )
+    tenant.write_hours(node, trace, 1, lambda hour: 0.95)
 
 
 def _running_on(tenant: Tenant, name: str, node: str) -> dict[str, Any] | None:

@@ -21,25 +21,17 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pytest
 
-from gleaner.api import NodeHistoryStatus, NodeTraceStatus
 from gleaner.api.contract import job_selector
-from gleaner.api.nodetrace import gpu_uuid
-from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
-from gleaner.perfmodel.hours import profile_to_hours
-from gleaner.perfmodel.summary import GpuSpec, NodeSummary
-from gleaner.runtime_agent.kube import load_client, write_nodehistory
+from gleaner.perfmodel.diurnal import HOURS
 from gleaner.testing.kube import (
-    FAST_OPERATOR_FLAGS,
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
     refused_lines,
     wait_for,
 )
-from gleaner.testing.net import free_port
 from gleaner.testing.tenant import OperatorAccount, Tenant
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -67,44 +59,8 @@ def operators(tenant: Tenant) -> Iterator[list[OperatorProcess]]:
 
 
 def _operator(tenant: Tenant, account: OperatorAccount, *flags: str) -> OperatorProcess:
-    args = [
-        *FAST_OPERATOR_FLAGS,
-        f"--peering={tenant.peering}",
-        f"--state-namespace={tenant.namespace}",
-        f"--http-port={free_port()}",
-        "--http-host=127.0.0.1",
-        "--move-check-interval=1s",
-        "--move-min-stay=0s",
-        *flags,
-    ]
+    args = tenant.operator_args("--move-check-interval=1s", "--move-min-stay=0s", *flags)
     return OperatorProcess(account, args, log_name="operator-planned-exit.log").start()
-
-
-def _write_hours(
-    tenant: Tenant,
-    node: str,
-    trace: dict[str, Any],
-    busy_at: Callable[[int], float],
-    day: int = 1,
-) -> None:
-    """``node``'s NodeHistory: its four GPUs busy together at ``busy_at(hour)``, the hours
-    measured on day ``day`` (a later day for a later write, as an agent's would be)."""
-    gpus = [
-        GpuSpec(i, uuid=gpu_uuid(node, i), product="H100", memory_gib=80.0) for i in range(GPUS)
-    ]
-    profile = DiurnalProfile(node)
-    for hour in range(HOURS):
-        t = day * 86400.0 + hour * 3600 + np.arange(0, 3600, 60.0)
-        busy = np.full((t.size, GPUS), busy_at(hour))
-        summary = NodeSummary.from_samples(
-            node, gpus, t, busy, np.full((t.size, GPUS), 60.0), 1.0 - busy
-        )
-        profile = profile.fold(hour, summary)
-    status = NodeTraceStatus.model_validate(trace["status"])
-    client = load_client(str(tenant.plane.admin_kubeconfig))
-    write_nodehistory(
-        client, node, NodeHistoryStatus(gpus=status.gpus, hours=profile_to_hours(profile))
-    )
 
 
 def _quiet_then_peak(now_hour: int, hour: int) -> float:
@@ -124,7 +80,7 @@ def _setup(
     x = tenant.node("x")
     trace = nodetrace_manifest(x, gpus=GPUS, offline_enabled=1.0 - QUIET)
     tenant.apply_nodetrace(trace)
-    _write_hours(tenant, x, trace, partial(_quiet_then_peak, datetime.now(UTC).hour))
+    tenant.write_hours(x, trace, GPUS, partial(_quiet_then_peak, datetime.now(UTC).hour))
     operators.append(_operator(tenant, account, *flags))
 
     def logs() -> str:
@@ -157,7 +113,7 @@ def test_a_planned_exit_job_goes_back_to_the_queue_before_a_peak(
     assert status["placement"]["plannedExit"] is True
     assert status["placement"]["gpuIndices"] == list(range(GPUS))
 
-    _write_hours(tenant, x, trace, lambda _: PEAK, day=2)  # a peak at every hour from now on
+    tenant.write_hours(x, trace, GPUS, lambda _: PEAK, day=2)  # a peak at every hour from now on
 
     def left() -> dict[str, Any] | None:
         status = _status(tenant, "large")

@@ -31,6 +31,12 @@ Contract.
   ClusterRole of its own, and returns a ``KubeTarget`` (kubeconfig with its token, and the
   tenant's workdir) to start ``gleaner operator`` with, so every call it makes is one the
   chart grants; ``close()`` deletes the ClusterRole and its binding.
+- ``operator_args(*flags)`` is the command line of an operator of this tenant: the tests'
+  fast intervals (``FAST_OPERATOR_FLAGS``), its peering and state namespace, HTTP on a free
+  loopback port, then ``flags``.
+- ``write_hours(node, trace, gpus, busy_at, day)`` writes ``node``'s NodeHistory as its
+  agent would: every hour of the day measured on day ``day``, its first ``gpus`` GPUs (those
+  of the NodeTrace ``trace``) busy together at ``busy_at(hour)``.
 - ``close()`` deletes what the tenant made: its jobs' finalizers and its namespaces, its
   Pods at once (no kubelet finalizes Pods on a node that does not exist), its NodeTraces,
   Nodes and peering objects. It does not wait for the namespaces to go.
@@ -44,16 +50,23 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+import numpy as np
 import yaml
 
-from gleaner.api import GROUP, VERSION
+from gleaner.api import GROUP, VERSION, NodeHistoryStatus, NodeTraceStatus
+from gleaner.api.nodetrace import gpu_uuid
+from gleaner.perfmodel.diurnal import HOURS, DiurnalProfile
+from gleaner.perfmodel.hours import profile_to_hours
+from gleaner.perfmodel.summary import GpuSpec, NodeSummary
+from gleaner.runtime_agent.kube import load_client, write_nodehistory
 from gleaner.testing.controlplane import ControlPlane, GpuNode, gpu_node_manifest
-from gleaner.testing.kube import PEERING_NAME, KubeApi
+from gleaner.testing.kube import FAST_OPERATOR_FLAGS, PEERING_NAME, KubeApi
+from gleaner.testing.net import free_port
 
 __all__ = ["KOPF_GROUP", "OperatorAccount", "Tenant"]
 
@@ -271,6 +284,35 @@ class Tenant:
         if name not in self.nodes:
             self.nodes.append(name)
 
+    def write_hours(
+        self,
+        node: str,
+        trace: Mapping[str, Any],
+        gpus: int,
+        busy_at: Callable[[int], float],
+        day: int = 1,
+    ) -> None:
+        """``node``'s NodeHistory: its first ``gpus`` GPUs busy together at
+        ``busy_at(hour)``, every hour measured on day ``day`` (a later day for a later
+        write, as an agent's would be); the GPUs' specs from the NodeTrace ``trace``."""
+        specs = [
+            GpuSpec(i, uuid=gpu_uuid(node, i), product="H100", memory_gib=80.0) for i in range(gpus)
+        ]
+        profile = DiurnalProfile(node)
+        for hour in range(HOURS):
+            t = day * 86400.0 + hour * 3600 + np.arange(0, 3600, 60.0)
+            busy = np.full((t.size, gpus), busy_at(hour))
+            summary = NodeSummary.from_samples(
+                node, specs, t, busy, np.full((t.size, gpus), 60.0), 1.0 - busy
+            )
+            profile = profile.fold(hour, summary)
+        status = NodeTraceStatus.model_validate(trace["status"])
+        write_nodehistory(
+            load_client(str(self.plane.admin_kubeconfig)),
+            node,
+            NodeHistoryStatus(gpus=status.gpus, hours=profile_to_hours(profile)),
+        )
+
     def wait_nodes_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         for name in self.nodes:
@@ -278,3 +320,16 @@ class Tenant:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"node {name} not Ready after {timeout:.0f} s")
                 time.sleep(0.25)
+
+    # ---- operators -------------------------------------------------------------------
+
+    def operator_args(self, *flags: str) -> list[str]:
+        """An operator's command line for this tenant (the module docstring), then ``flags``."""
+        return [
+            *FAST_OPERATOR_FLAGS,
+            f"--peering={self.peering}",
+            f"--state-namespace={self.namespace}",
+            f"--http-port={free_port()}",
+            "--http-host=127.0.0.1",
+            *flags,
+        ]
