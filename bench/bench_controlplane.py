@@ -37,14 +37,19 @@ reason; 2 without the control-plane binary. Results: docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import random
 import shutil
+import ssl
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -136,6 +141,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "commit): its operator runs a Gleaner round first, on the same control plane",
     )
     parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="take CPU profiles of kube-apiserver during each round (pprof files in DIR) and "
+        "print where its time went ('go tool pprof' reads them)",
+    )
+    parser.add_argument(
         "--keep",
         action="store_true",
         help="keep the control plane's directory (logs, audit log) after a successful run; "
@@ -217,6 +230,69 @@ def cpu_during(before: dict[str, float], after: dict[str, float]) -> dict[str, f
     return {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
 
 
+class ApiServerProfile:
+    """CPU profiles of kube-apiserver while a round runs (``--profile``): taken back to back,
+    ``SLICE_SECONDS`` each, from its ``/debug/pprof/profile`` endpoint as the admin, written
+    to ``directory`` as ``NAME-NNN.pb.gz``; :meth:`top` merges them with ``go tool pprof``.
+    The last slice runs up to ``SLICE_SECONDS`` past the round's end."""
+
+    SLICE_SECONDS = 2
+
+    def __init__(self, plane: ControlPlane, directory: Path, name: str) -> None:
+        self.url = f"{plane.server}/debug/pprof/profile?seconds={self.SLICE_SECONDS}"
+        self.directory = directory
+        self.name = name
+        self.files: list[Path] = []
+        self.error = ""
+        self._context = ssl.create_default_context(cafile=str(plane.pki.path("ca.crt")))
+        self._context.load_cert_chain(plane.pki.path("admin.crt"), plane.pki.path("admin.key"))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"profile-{name}", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(
+                    self.url, context=self._context, timeout=self.SLICE_SECONDS + 30
+                ) as response:
+                    data = response.read()
+            except OSError as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+                return
+            path = self.directory / f"{self.name}-{len(self.files):03d}.pb.gz"
+            path.write_bytes(data)
+            self.files.append(path)
+
+    def __enter__(self) -> ApiServerProfile:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def top(self, lines: int = 25) -> str:
+        """``go tool pprof -top`` over every slice: the functions by CPU spent in them (flat)
+        and under them (cum), also written to ``NAME-top.txt`` and ``NAME-cum.txt``."""
+        if not self.files:
+            why = self.error or "the round was too short"
+            return f"no profile of kube-apiserver was taken ({why})"
+        go = shutil.which("go")
+        if go is None:
+            return f"profiles in {self.directory}; 'go tool pprof' reads them (go not found here)"
+        out = []
+        for order, flags in (("top", ["-top"]), ("cum", ["-top", "-cum"])):
+            shown = subprocess.run(
+                [go, "tool", "pprof", *flags, f"-nodecount={lines}", *map(str, self.files)],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            text = shown.stdout or shown.stderr
+            (self.directory / f"{self.name}-{order}.txt").write_text(text)
+            out.append(text)
+        return "\n".join(out)
+
+
 def _wait(done: Callable[[], tuple[int, int]], timeout: float, what: str) -> float | None:
     """Poll ``done`` (finished, total) until all finished; seconds from now, or None."""
     start = time.monotonic()
@@ -247,12 +323,23 @@ class Bench:
         self.plane = plane
         self.repo = repo
         self.workers = workers
+        self.profile_dir: Path | None = None
+        """Where ``--profile`` writes kube-apiserver's CPU profiles (None: not taken)."""
+        self.profiles: dict[str, ApiServerProfile] = {}
         self.loads: dict[str, list[float]] = {}
         self.traces_at = 0.0
         client = plane.api_client()
         client.configuration.connection_pool_maxsize = workers * 2
         self.core: Any = kubernetes.client.CoreV1Api(client)
         self.custom: Any = kubernetes.client.CustomObjectsApi(client)
+
+    def profiled(self, name: str) -> contextlib.AbstractContextManager[object]:
+        """Profile kube-apiserver inside the block when ``--profile`` asked for it."""
+        if self.profile_dir is None:
+            return contextlib.nullcontext()
+        profile = ApiServerProfile(self.plane, self.profile_dir, name)
+        self.profiles[name] = profile
+        return profile
 
     def parallel(self, fn: Callable[[Any], object], items: list[Any]) -> None:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
@@ -416,7 +503,8 @@ class Bench:
                 registered.append(f"{doc['kind'].lower()}/{doc['metadata']['name']}")
             if admission:
                 self.wait_for_finalizer_at_admission(operator)
-            return self._gleaner_round(operator, n, rng, timeout)
+            label = "gleaner-baseline" if source else "gleaner"
+            return self._gleaner_round(operator, n, rng, timeout, label)
         finally:
             if registered:
                 self.plane.kubectl("delete", *registered, check=False)
@@ -441,7 +529,7 @@ class Bench:
         raise SystemExit("error: admission never added the finalizer to a dry-run OfflineJob")
 
     def _gleaner_round(
-        self, operator: ManagedProcess, n: int, rng: random.Random, timeout: float
+        self, operator: ManagedProcess, n: int, rng: random.Random, timeout: float, label: str
     ) -> tuple[Round, dict[str, int]]:
         work = self.plane.workdir
         time.sleep(3.0)  # kopf's start-up: peering, CRD scan, the first listings
@@ -491,11 +579,12 @@ class Bench:
         cpu_before = cpu_seconds(watched)
         began = time.time()
         start = time.monotonic()
-        self.parallel(create, jobs)
-        created = time.monotonic() - start
-        print(f"  {n} OfflineJobs created in {created:.1f} s", flush=True)
-        waited = _wait(done, timeout, "jobs Running or Unschedulable")
-        seconds = time.monotonic() - start
+        with self.profiled(label):
+            self.parallel(create, jobs)
+            created = time.monotonic() - start
+            print(f"  {n} OfflineJobs created in {created:.1f} s", flush=True)
+            waited = _wait(done, timeout, "jobs Running or Unschedulable")
+            seconds = time.monotonic() - start
         cpu = cpu_during(cpu_before, cpu_seconds(watched))
         print(f"  load average at the end: {_load()}", flush=True)
         ended = time.time()
@@ -574,11 +663,12 @@ class Bench:
         cpu_before = cpu_seconds(self.plane.processes.processes)
         began = time.time()
         start = time.monotonic()
-        self.parallel(create, pods)
-        created = time.monotonic() - start
-        print(f"  {n} Pods created in {created:.1f} s", flush=True)
-        bound = _wait(count(running=False), timeout, "Pods bound")
-        seconds = time.monotonic() - start
+        with self.profiled("kube-scheduler"):
+            self.parallel(create, pods)
+            created = time.monotonic() - start
+            print(f"  {n} Pods created in {created:.1f} s", flush=True)
+            bound = _wait(count(running=False), timeout, "Pods bound")
+            seconds = time.monotonic() - start
         cpu = cpu_during(cpu_before, cpu_seconds(self.plane.processes.processes))
         ended = time.time()
         running = _wait(count(running=True), timeout, "Pods Running")
@@ -622,6 +712,7 @@ def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
             f"--audit-policy-file={policy}",
             f"--audit-log-path={workdir / 'audit.log'}",
             "--audit-log-maxsize=0",
+            *(["--profiling=true"] if args.profile is not None else []),
         ),
     )
     rng = random.Random(args.seed)
@@ -630,6 +721,7 @@ def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
         t0 = time.monotonic()
         plane.start()
         bench = Bench(plane, args.workers, repo)
+        bench.profile_dir = args.profile
         bench.install(repo)
         bench.nodes(args.n, rng)
         print(f"  cluster ready in {time.monotonic() - t0:.1f} s", flush=True)
@@ -670,6 +762,9 @@ def _run(args: argparse.Namespace, binary: Path, workdir: Path) -> int:
     for name, done, _ in [*rounds, ("kube-scheduler", kube, {})]:
         spent = ", ".join(f"{k} {v:.1f}" for k, v in sorted(done.cpu.items(), key=lambda i: -i[1]))
         print(f"{name} CPU seconds during its {done.seconds:.1f} s: {spent}")
+    for name, profile in bench.profiles.items():
+        print(f"kube-apiserver's CPU profile during the {name} round:")
+        print(profile.top())
     print(f"ratio Gleaner jobs bound/s : kube-scheduler Pods bound/s = {ratio:.2f}")
     # Gleaner's clock stops when its jobs are Running (the Pod bound and run by KWOK, the
     # job's status written); kube-scheduler's when its Pods are bound. The same end for both:
