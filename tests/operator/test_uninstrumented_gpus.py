@@ -11,7 +11,7 @@ from typing import Any, cast
 from gleaner.api import OfflineJobStatus, Phase, Placement
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.scheduling import _report_uninstrumented
-from gleaner.operator.traces import uninstrumented_gpus
+from gleaner.operator.traces import HourProfiles, uninstrumented_gpus
 from gleaner.operator.uninstrumented import (
     REASON,
     RECOVERED,
@@ -46,6 +46,31 @@ def test_uninstrumented_gpus_by_node_unless_the_node_opted_out() -> None:
         {"metadata": {"name": "broken"}, "status": {"perGPU": "nope"}},
     ]
     assert uninstrumented_gpus(traces) == {"a": {1: "pod ns/web"}, "c": {1: "pid 42"}}
+    assert uninstrumented_gpus(traces, HourProfiles()) == uninstrumented_gpus(traces)
+
+
+def test_the_answer_is_kept_per_resource_version() -> None:
+    parsed = HourProfiles()
+    first = _trace("a", "Enforced", [{"pid": 42, "reason": "silent"}])
+    first["metadata"]["resourceVersion"] = "1"
+    assert uninstrumented_gpus([first], parsed) == {"a": {1: "pid 42"}}
+    # The same version is not parsed again: a body changed behind its version shows the old
+    # answer (the API server never does that; here it shows that the cache answered).
+    first["status"]["perGPU"][1]["uninstrumentedProcesses"] = []
+    assert uninstrumented_gpus([first], parsed) == {"a": {1: "pid 42"}}
+    # A new version is parsed: the process went away.
+    newer = _trace("a", "Enforced", [])
+    newer["metadata"]["resourceVersion"] = "2"
+    assert uninstrumented_gpus([newer], parsed) == {}
+    # Without a version nothing is kept.
+    unversioned = _trace("b", "Enforced", [{"pid": 7}])
+    assert uninstrumented_gpus([unversioned], parsed) == {"b": {1: "pid 7"}}
+    unversioned["status"]["perGPU"][1]["uninstrumentedProcesses"] = []
+    assert uninstrumented_gpus([unversioned], parsed) == {}
+    # A NodeTrace that is gone is forgotten.
+    parsed.retain(set())
+    first["metadata"]["resourceVersion"] = "1"
+    assert uninstrumented_gpus([first], parsed) == {}
 
 
 # -- the Events (gleaner.operator.uninstrumented, and the pass that posts them) -----------

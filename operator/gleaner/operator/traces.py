@@ -27,9 +27,11 @@ Prometheus summary takes its GPUs' UUIDs, products and memory from the node's No
 there is one (``with_inventory``: the load from Prometheus, the inventory from the agent's
 NodeTrace).
 
-``uninstrumented_gpus(nodetraces)`` lists, per node, the GPUs whose agent reports a process no
-shim accounts for (``perGPU[].uninstrumentedProcesses``; none for a node that opted out):
-the scheduler's Instrumented filter keeps offline work off them.
+``uninstrumented_gpus(nodetraces, parsed)`` lists, per node, the GPUs whose agent reports a
+process no shim accounts for (``perGPU[].uninstrumentedProcesses``; none for a node that opted
+out): the scheduler's Instrumented filter keeps offline work off them. With ``parsed`` (the
+operator's ``HourProfiles``) each NodeTrace is read once per ``resourceVersion``, not once per
+pass.
 
 ``unbindable_nodes(summaries)`` names the nodes a Pod cannot be bound to because a GPU's
 UUID is unknown (``NVIDIA_VISIBLE_DEVICES`` needs them): the scheduling pass treats them as
@@ -73,6 +75,7 @@ class HourProfiles:
     def __init__(self) -> None:
         self._by_node: dict[str, tuple[tuple[Any, ...], DiurnalProfile | None]] = {}
         self._parsed: dict[str, tuple[str, dict[str, NodeSummary]]] = {}
+        self._uninstrumented: dict[str, tuple[str, dict[int, str]]] = {}
         self.spread = LoadSpread()
         self._learned: dict[str, tuple[datetime | None, float]] = {}
 
@@ -126,12 +129,27 @@ class HourProfiles:
             self._parsed[name] = (version, dict(loaded))
         return loaded
 
+    def uninstrumented(self, obj: Mapping[str, Any]) -> dict[int, str]:
+        """``uninstrumented_of(obj)``, kept while its ``resourceVersion`` is the same (every
+        scheduling and move pass asks it of every NodeTrace)."""
+        meta = obj.get("metadata") or {}
+        name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+        cached = self._uninstrumented.get(name)
+        if version and cached is not None and cached[0] == version:
+            return cached[1]
+        found = uninstrumented_of(obj)
+        if version:
+            self._uninstrumented[name] = (version, found)
+        return found
+
     def retain(self, names: set[str]) -> None:
         """Forget the nodes not in ``names`` (their NodeTraces are gone)."""
         for name in set(self._by_node) - names:
             del self._by_node[name]
         for name in set(self._parsed) - names:
             del self._parsed[name]
+        for name in set(self._uninstrumented) - names:
+            del self._uninstrumented[name]
         for node in set(self._learned) - names:
             del self._learned[node]
         self.spread.retain(names)
@@ -232,18 +250,27 @@ def with_inventory(
     return out
 
 
-def uninstrumented_gpus(nodetraces: Sequence[dict[str, Any]]) -> dict[str, dict[int, str]]:
-    """node -> {GPU index: ``pod ns/name`` or ``pid N``} from the NodeTraces' status."""
+def uninstrumented_of(obj: Mapping[str, Any]) -> dict[int, str]:
+    """One NodeTrace's GPUs with an uninstrumented process: {GPU index: ``pod ns/name`` or
+    ``pid N``} (empty when its status does not parse: summaries_from_nodetraces warns)."""
+    try:
+        status = NodeTraceStatus.model_validate(without_hours(obj).get("status") or {})
+    except ValueError:
+        return {}
+    return {gpu: proc.describe() for gpu, proc in status.uninstrumented_gpus().items()}
+
+
+def uninstrumented_gpus(
+    nodetraces: Sequence[dict[str, Any]], parsed: HourProfiles | None = None
+) -> dict[str, dict[int, str]]:
+    """node -> {GPU index: ``pod ns/name`` or ``pid N``} from the NodeTraces' status;
+    ``parsed`` keeps each NodeTrace's answer while its ``resourceVersion`` is the same."""
     out: dict[str, dict[int, str]] = {}
     for obj in nodetraces:
         name = (obj.get("metadata") or {}).get("name")
-        try:
-            status = NodeTraceStatus.model_validate(without_hours(obj).get("status") or {})
-        except ValueError:
-            continue  # summaries_from_nodetraces already warned about it
-        found = status.uninstrumented_gpus()
+        found = uninstrumented_of(obj) if parsed is None else parsed.uninstrumented(obj)
         if name and found:
-            out[str(name)] = {gpu: proc.describe() for gpu, proc in found.items()}
+            out[str(name)] = dict(found)
     return out
 
 

@@ -110,7 +110,7 @@ async def move_pass(ctx: OperatorContext) -> list[str]:
         unavailable={**unbindable_nodes(nodes), **ctx.nodes.unavailable()},
         stale_after_seconds=cfg.trace_stale_after,
         bias=ctx.bias,
-        uninstrumented=uninstrumented_gpus(traces),
+        uninstrumented=uninstrumented_gpus(traces, ctx.hours),
     )
     # A node whose trace is stale, or that is cordoned or not ready, says nothing about a
     # coming peak: its jobs are left to the SLA monitor, not moved on its silence.

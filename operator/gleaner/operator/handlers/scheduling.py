@@ -342,7 +342,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     stage("reconcile")
 
     # Uninstrumented GPUs: Events on their NodeTrace, Node and the bound jobs they pause.
-    uninstrumented = uninstrumented_gpus(traces)
+    uninstrumented = uninstrumented_gpus(traces, ctx.hours)
     await _report_uninstrumented(ctx, uninstrumented, statuses, bodies)
 
     # 5. place the queue.
