@@ -203,6 +203,7 @@ def test_a_batch_evicted_mid_way_finishes_with_every_request_answered_once(
     status = job["status"]
     assert status["evictionCount"] == 1
     assert status["evictions"][0]["node"] == tenant.node("a")
+    assert status["evictions"][0]["type"] == "SLAEviction"
 
     answered = lines(output)
     ids = [a["custom_id"] for a in answered]

@@ -104,6 +104,7 @@ def test_a_running_job_moves_off_a_node_forecast_to_peak(
     assert status["moveCount"] == 1
     (record,) = status["evictions"]
     assert record["node"] == x and "forecast peak" in record["reason"]
+    assert record["type"] == "Move", record
     assert x not in status.get("excludedNodes", [])  # kept off by its forecast, not for good
     message = wait_for(partial(_moved_event, tenant, "mover"), timeout=30, message=logs)
     assert f"moved from {x}" in message and "forecast peak" in message, message

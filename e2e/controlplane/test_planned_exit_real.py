@@ -123,6 +123,7 @@ def test_a_planned_exit_job_goes_back_to_the_queue_before_a_peak(
     assert status.get("evictionCount", 0) == 0  # not an SLA eviction
     (record,) = status["evictions"]
     assert record["node"] == x and record["reason"].startswith("planned exit"), record
+    assert record["type"] == "PlannedExit", record  # kept by the CRD's schema, not pruned
     assert x not in status.get("excludedNodes", [])
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "PlannedExit"), ready

@@ -160,6 +160,32 @@ def test_a_job_that_left_by_its_planned_exit_shows_the_move() -> None:
     ]
 
 
+def test_each_record_is_labelled_by_how_the_job_left() -> None:
+    def record(node: str, reason: str, type_: str | None) -> dict[str, object]:
+        rec: dict[str, object] = {
+            "time": "2026-01-01T07:00:00Z", "node": node, "gpuIndices": [0], "reason": reason,
+            "sla": 0.5, "predictedThroughputFraction": 0.6, "observedThroughputFraction": 0.4,
+        }  # fmt: skip
+        if type_ is not None:
+            rec["type"] = type_
+        return rec
+
+    status = {
+        "phase": "Pending",
+        "evictionCount": 1,
+        "moveCount": 2,
+        "evictions": [
+            record("a", "missed SLA 0.50", "SLAEviction"),
+            record("b", "a forecast peak on b", "Move"),
+            record("c", "its node no longer admits it", "PlannedExit"),
+        ],
+    }
+    lines = text(explain_job(job(status)))
+    assert [line.split(" from ")[1].split(":")[0] for line in lines["evicted"]] == ["a"]
+    assert [line.split(" from ")[1].split(":")[0] for line in lines["moved"]] == ["b"]
+    assert [line.split(" from ")[1].split(":")[0] for line in lines["exited"]] == ["c"]
+
+
 def test_an_invalid_job_names_the_field() -> None:
     field = "spec.profileFrom.name: ConfigMap batch/profiles not found"
     lines = text(

@@ -17,8 +17,9 @@ from fastapi.testclient import TestClient
 
 from gleaner.dashboard.app import create_app
 from gleaner.dashboard.build import build_dashboard
+from gleaner.dashboard.model import Point
 from gleaner.dashboard.sources import StaticSource
-from gleaner.dashboard.views import PLANNED_EXIT_HINT
+from gleaner.dashboard.views import PLANNED_EXIT_HINT, job_charts
 from gleaner.scheduler.lifecycle import PlannedExitRule
 from gleaner.testing.dashboard import (
     CHROMIUM,
@@ -80,6 +81,49 @@ def test_a_job_that_left_by_its_planned_exit_counts_a_move_not_an_eviction() -> 
     with TestClient(create_app(StaticSource(data))) as c:
         page = c.get(f"/jobs/batch/{PLANNED_EXIT_JOB}").text
     assert "<dt>Moves</dt><dd>1 " in page and "planned exit: its node" in page
+    # A record written before status.evictions[].type existed: told apart by its reason.
+    assert [e.type for e in job.evictions] == ["PlannedExit"]
+    assert '<td class="nowrap">planned exit</td>' in page and "Evictions and moves" in page
+
+
+def test_each_record_is_shown_as_what_it_was() -> None:
+    record = planned_exit_record()
+    jobs = [dict(j) for j in record.offline_jobs]
+    for j in jobs:
+        if j["metadata"]["name"] == PLANNED_EXIT_JOB:
+            placement = j["status"]["placement"]
+            base = {
+                "time": placement["decidedAt"], "gpuIndices": placement["gpuIndices"],
+                "sla": 0.5, "predictedThroughputFraction": 0.6, "observedThroughputFraction": 0.4,
+            }  # fmt: skip
+            j["status"] = {
+                "phase": "Evicted",
+                "evictionCount": 1,
+                "moveCount": 1,
+                "evictions": [
+                    {**base, "node": "gpu-node-a", "reason": "missed SLA", "type": "SLAEviction"},
+                    {**base, "node": "gpu-node-b", "reason": "a peak is coming", "type": "Move"},
+                ],
+            }
+    data = build_dashboard(record.model_copy(update={"offline_jobs": jobs}))
+    job = data.snapshot.job("batch", PLANNED_EXIT_JOB)
+    assert job is not None
+    assert [(e.node, e.type) for e in job.evictions] == [
+        ("gpu-node-a", "SLAEviction"), ("gpu-node-b", "Move")
+    ]  # fmt: skip
+    with TestClient(create_app(StaticSource(data))) as c:
+        page = c.get(f"/jobs/batch/{PLANNED_EXIT_JOB}").text
+        api = c.get(f"/api/jobs/batch/{PLANNED_EXIT_JOB}").json()
+    assert [e["type"] for e in api["evictions"]] == ["SLAEviction", "Move"]
+    rows = page.split('id="job-evictions"')[1].split("</table>")[0]
+    assert rows.index("SLA eviction") < rows.index("moved before a peak")
+    assert "evicted from gpu-node-b" not in page
+    # The timeline marks each record as what it was.
+    t0 = job.evictions[0].time.timestamp()
+    observed = [Point(t=t0 - 600, v=0.5), Point(t=t0 + 600, v=0.5)]
+    svg = str(job_charts(job.model_copy(update={"observed_series": observed}))["timeline"])
+    assert "evicted from gpu-node-a" in svg and "moved from gpu-node-b" in svg
+    assert "evicted from gpu-node-b" not in svg
 
 
 def test_api_and_pages(client: TestClient) -> None:

@@ -474,8 +474,20 @@ class Observed(KubeModel):
     updated_at: datetime | None = Field(default=None, description="When it was last measured.")
 
 
+class LeaveType(StrEnum):
+    """How a job left a placement (``status.evictions[].type``)."""
+
+    SLA_EVICTION = "SLAEviction"
+    """The SLA monitor evicted it: counted toward maxEvictions, with a full report."""
+    MOVE = "Move"
+    """Moved off its node before a forecast peak, placed again at once."""
+    PLANNED_EXIT = "PlannedExit"
+    """Left by its planned exit for the queue, its progress kept."""
+
+
 class EvictionRecord(KubeModel):
-    """One SLA eviction, as kept in status (the full report is a separate object)."""
+    """One SLA eviction or move, as kept in status (an eviction's full report is a separate
+    object)."""
 
     time: datetime = Field(description="When the job was evicted.")
     node: str = Field(description="The node it was evicted from.")
@@ -490,6 +502,12 @@ class EvictionRecord(KubeModel):
     )
     report: str | None = Field(
         default=None, description="Name of the ConfigMap that holds the full eviction report."
+    )
+    type: LeaveType = Field(
+        default=LeaveType.SLA_EVICTION,
+        description="SLAEviction: the SLA monitor evicted the job; Move: moved before a "
+        "forecast peak; PlannedExit: left by its planned exit for the queue. Records written "
+        "before this field existed read as SLAEviction.",
     )
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gleaner.api import OfflineJobStatus, Phase
-from gleaner.scheduler.lifecycle import PLANNED_EXIT_REASON_PREFIX
+from gleaner.api import LeaveType, OfflineJobStatus, Phase
+from gleaner.scheduler.lifecycle import leave_type_of
 
 PHASE_MEANING: Mapping[Phase, str] = {
     Phase.PENDING: "valid and waiting for the next scheduling pass",
@@ -41,6 +41,12 @@ PHASE_MEANING: Mapping[Phase, str] = {
 
 PLACED = frozenset({Phase.SCHEDULED, Phase.RUNNING})
 """Phases in which ``status.placement`` is where the job is now."""
+_LEFT = {
+    LeaveType.SLA_EVICTION: "evicted",
+    LeaveType.MOVE: "moved",
+    LeaveType.PLANNED_EXIT: "exited",
+}
+"""The line's label for each way a job left a placement."""
 
 
 def planned_exit_text(node: str) -> str:
@@ -133,10 +139,9 @@ def explain_job(job: Mapping[str, Any]) -> list[Line]:
         )
     if status.eviction_count or status.move_count:
         for record in status.evictions:
-            exited = record.reason.startswith(PLANNED_EXIT_REASON_PREFIX)
             lines.append(
                 Line(
-                    "exited" if exited else "evicted",
+                    _LEFT[leave_type_of(record)],
                     f"{_time(record.time)} from {record.node}: {record.reason} "
                     f"(predicted {record.predicted_throughput_fraction:.2f}, observed "
                     f"{record.observed_throughput_fraction:.2f})",

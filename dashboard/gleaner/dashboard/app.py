@@ -98,6 +98,7 @@ def _environment() -> Environment:
     env.filters["duration"] = views.duration
     env.filters["outlook"] = views.outlook
     env.globals["planned_exit_hint"] = views.PLANNED_EXIT_HINT
+    env.globals["left_kind"] = views.LEFT_KIND
     return env
 
 

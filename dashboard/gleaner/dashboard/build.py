@@ -81,7 +81,7 @@ from gleaner.scheduler import (
     explain_nodes,
     measures,
 )
-from gleaner.scheduler.lifecycle import BOUND_PHASES
+from gleaner.scheduler.lifecycle import BOUND_PHASES, leave_type_of
 
 MAX_SETS_PER_NODE = 512
 """GPU sets tried per node when looking for a job's runner-ups."""
@@ -458,6 +458,7 @@ def _job_view(
                 time=rec.time,
                 node=rec.node,
                 gpus=list(rec.gpu_indices),
+                type=leave_type_of(rec).value,
                 reason=rec.reason,
                 sla=rec.sla,
                 predicted_throughput_fraction=rec.predicted_throughput_fraction,

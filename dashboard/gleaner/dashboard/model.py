@@ -256,11 +256,16 @@ class RunnerUp(DashModel):
 
 
 class JobEviction(DashModel):
-    """One eviction of a job (from its status), linked to its full report."""
+    """One eviction or move of a job (from its status), linked to an eviction's full report."""
 
     time: datetime
     node: str
     gpus: list[int] = Field(default_factory=list)
+    type: Literal["SLAEviction", "Move", "PlannedExit"] = Field(
+        default="SLAEviction",
+        description="How the job left: an SLA eviction, a move before a forecast peak, or "
+        "its planned exit (status.evictions[].type).",
+    )
     reason: str
     sla: float
     predicted_throughput_fraction: float

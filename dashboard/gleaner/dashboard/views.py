@@ -4,9 +4,9 @@ Contract. ``overview_charts``, ``node_charts``, ``job_charts`` and ``eviction_ch
 piece of the snapshot to named SVG charts (:mod:`gleaner.dashboard.charts`); the templates
 only place them. A series the source says it does not produce (``series.notes``) shows its
 note instead of an empty chart. The job timeline draws each placement's prediction over its
-stay and marks the evictions. ``pct``, ``num``, ``when``, ``duration`` and ``outlook``
-format values for the templates ("–" for missing values); ``PLANNED_EXIT_HINT`` says in one
-sentence what a planned exit means.
+stay and marks the evictions and moves (``LEFT`` words them). ``pct``, ``num``, ``when``,
+``duration`` and ``outlook`` format values for the templates ("–" for missing values);
+``PLANNED_EXIT_HINT`` says in one sentence what a planned exit means.
 """
 
 from __future__ import annotations
@@ -38,6 +38,14 @@ from gleaner.dashboard.model import (
 )
 
 MISSING = "–"
+LEFT = {"SLAEviction": "evicted from", "Move": "moved from", "PlannedExit": "planned exit from"}
+"""How the timeline words each way a job left a node (its markers)."""
+LEFT_KIND = {
+    "SLAEviction": "SLA eviction",
+    "Move": "moved before a peak",
+    "PlannedExit": "planned exit",
+}
+"""The job page's table: what each record is."""
 PLANNED_EXIT_HINT = (
     "Placed for the quiet hours before a forecast peak: the job goes back to the queue, "
     "progress kept, when this node no longer admits it over the next hour and no other "
@@ -214,7 +222,7 @@ def job_charts(job: JobView) -> dict[str, Markup]:
         reference=(job.sla, f"SLA {job.sla:.2f}"),
         percent=True,
         markers=[
-            (e.time.timestamp(), f"evicted from {e.node}")
+            (e.time.timestamp(), f"{LEFT[e.type]} {e.node}")
             for e in sorted(job.evictions, key=lambda e: e.time)
         ],
         # While the job waited between placements nothing was observed: no line there.

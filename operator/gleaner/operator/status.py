@@ -37,6 +37,7 @@ from gleaner.api import (
     ConditionStatus,
     ConditionType,
     EvictionRecord,
+    LeaveType,
     Observed,
     OfflineJobStatus,
     Phase,
@@ -252,6 +253,14 @@ def move_reason(planned_exit: bool) -> str:
     """The ``Ready`` condition's and the Event's reason of a move (``planned_exit``: the job
     left by its planned exit, with no destination)."""
     return PLANNED_EXIT_REASON if planned_exit else MOVED_REASON
+
+
+def leave_type(moved: bool, planned_exit: bool) -> LeaveType:
+    """The ``type`` of the record a job's leaving writes: an SLA eviction, a move before a
+    forecast peak, or (``planned_exit`` too) a planned exit."""
+    if not moved:
+        return LeaveType.SLA_EVICTION
+    return LeaveType.PLANNED_EXIT if planned_exit else LeaveType.MOVE
 
 
 def evicted(

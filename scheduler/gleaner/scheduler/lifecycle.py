@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gleaner.api import Phase
+from gleaner.api import EvictionRecord, LeaveType, Phase
 from gleaner.scheduler.monitor import (
     EvictionPlan,
     SLADecision,
@@ -234,8 +234,18 @@ its node no longer admits it over these hours and no other node admits it, it go
 to the queue with its progress kept."""
 
 PLANNED_EXIT_REASON_PREFIX = "planned exit"
-"""How the reason of a planned exit begins (:attr:`PlannedExitRule.exit_reason`): readers of
-a job's ``evictions`` records tell a planned exit from a move or an SLA eviction by it."""
+"""How the reason of a planned exit begins (:attr:`PlannedExitRule.exit_reason`); records
+written before ``evictions[].type`` existed are told apart by it (:func:`leave_type_of`)."""
+
+
+def leave_type_of(record: EvictionRecord) -> LeaveType:
+    """How the job left the placement of ``record``: its ``type``; a record written before
+    that field existed reads as an SLA eviction, unless its reason says planned exit."""
+    if record.type is LeaveType.SLA_EVICTION and record.reason.startswith(
+        PLANNED_EXIT_REASON_PREFIX
+    ):
+        return LeaveType.PLANNED_EXIT
+    return record.type
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,7 @@ async def carry_out_eviction(
         predicted_throughput_fraction=placement.throughput_fraction,
         observed_throughput_fraction=last,
         report=report_name,
+        type=st.leave_type(move, planned_exit),
     )
     next_at = (
         None
