@@ -19,6 +19,9 @@ with a NodeTrace of varied online load. Two rounds on the same API server:
    Pod is bound (and, reported too, Running). The operator is stopped by then; Gleaner's
    Pods request no ``nvidia.com/gpu``, so every GPU is free to kube-scheduler.
 
+Each round's outcome is read from a watch on its objects (``Watched``), not from lists.
+``--profile DIR`` also takes CPU profiles of kube-apiserver through each round.
+
 The API server audits (metadata only) the requests of the operator's ServiceAccount and of
 ``system:kube-scheduler``; the rounds' windows give requests per bound job/Pod, also per kind
 of request. Reported: jobs and Pods bound per second, their ratio, requests per bound
