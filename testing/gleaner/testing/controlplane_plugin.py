@@ -24,12 +24,14 @@ log path and last lines.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gleaner.testing.controlplane import (
     REPO_ROOT,
@@ -82,6 +84,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 def _apply_established(plane: ControlPlane, directory: Path) -> list[str]:
+    """Apply the CRDs in ``directory``, wait until they are Established and until the API
+    server serves each one's resources (for a few seconds after Established it may still
+    answer a create with "no matches for kind")."""
     files = sorted(directory.glob("*.yaml"))
     names = [path.name.removesuffix(".yaml") for path in files]
     plane.kubectl("apply", *(f"--filename={path}" for path in files))
@@ -89,6 +94,15 @@ def _apply_established(plane: ControlPlane, directory: Path) -> list[str]:
         "wait", "--for=condition=Established", "--timeout=60s",
         *(f"crd/{name}" for name in names),
     )  # fmt: skip
+    for path in files:
+        spec = yaml.safe_load(path.read_text())["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+        url = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}?limit=1"
+        deadline = time.monotonic() + 60.0
+        while plane.kubectl("get", "--raw", url, check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the API server does not serve {url} 60 s after Established")
+            time.sleep(0.2)
     return names
 
 
