@@ -68,6 +68,53 @@ def test_operator_arguments_parse(render: Render, values: dict[str, Any]) -> Non
         assert ctx.params
 
 
+SCHEDULING_OPTIONS = {
+    "risk_target": ("scheduling", "riskTarget"),
+    "planned_exit": ("scheduling", "plannedExit"),
+    "move_check_interval": ("scheduling", "moves", "checkInterval"),
+    "move_min_stay": ("scheduling", "moves", "minStay"),
+    "move_horizon": ("scheduling", "moves", "horizon"),
+    "sla_violations": ("sla", "violations"),
+    "sla_grace": ("sla", "grace"),
+    "eviction_backoff": ("sla", "evictionBackoff"),
+    "eviction_backoff_max": ("sla", "evictionBackoffMax"),
+}
+"""``gleaner operator`` parameter -> its key under ``operator`` in values.yaml."""
+
+
+def test_the_chart_defaults_are_the_operators_defaults(render: Render) -> None:
+    command = real_command("gleaner.cli.operator")
+    defaults = {p.name: p.default for p in command.params if isinstance(p, click.Option)}
+    args = args_of(render({}), "Deployment")
+    with command.make_context("gleaner operator", args[1:], resilient_parsing=False) as ctx:
+        for name in SCHEDULING_OPTIONS:
+            assert ctx.params[name] == defaults[name], name
+
+
+def test_the_scheduling_and_sla_values_become_the_options(render: Render) -> None:
+    command = real_command("gleaner.cli.operator")
+    chosen: dict[str, Any] = {
+        "risk_target": "off",
+        "planned_exit": False,
+        "move_check_interval": "0",
+        "move_min_stay": "2h",
+        "move_horizon": "90m",
+        "sla_violations": "2/4",
+        "sla_grace": "10m",
+        "eviction_backoff": "1m",
+        "eviction_backoff_max": "2h",
+    }
+    values: dict[str, Any] = {}
+    for name, path in SCHEDULING_OPTIONS.items():
+        at = values.setdefault("operator", {})
+        for key in path[:-1]:
+            at = at.setdefault(key, {})
+        at[path[-1]] = chosen[name]
+    args = args_of(render(values), "Deployment")
+    with command.make_context("gleaner operator", args[1:], resilient_parsing=False) as ctx:
+        assert {name: ctx.params[name] for name in SCHEDULING_OPTIONS} == chosen
+
+
 @pytest.mark.parametrize("values", AGENT_VALUES)
 def test_agent_arguments_parse(render: Render, values: dict[str, Any]) -> None:
     command = real_command("gleaner.cli.agent")

@@ -259,6 +259,14 @@ def test_rendered_crds_are_the_generated_files(render: Render, chart_dir: Path) 
         assert got["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gleaner"
 
 
+POLICY_ARGS = [
+    "--risk-target", "0.9", "--planned-exit", "--move-check-interval", "1h",
+    "--move-min-stay", "4h", "--move-horizon", "5h", "--sla-violations", "3/5",
+    "--sla-grace", "300s", "--eviction-backoff", "30s", "--eviction-backoff-max", "30m",
+]  # fmt: skip
+"""The admission, move and SLA-monitor flags the default values render."""
+
+
 def test_operator_deployment_arguments_follow_the_values(render: Render) -> None:
     deploy = one(render(), "Deployment")
     container = deploy["spec"]["template"]["spec"]["containers"][0]
@@ -272,6 +280,7 @@ def test_operator_deployment_arguments_follow_the_values(render: Render) -> None
         "9443",
         "--webhook-cert-dir",
         "/etc/gleaner/webhook",
+        *POLICY_ARGS,
     ]
     assert container["image"] == "docker.io/gleaner/gleaner:0.1.0"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -307,6 +316,7 @@ def test_operator_deployment_arguments_follow_the_values(render: Render) -> None
         "ml-batch",
         "--prometheus-url",
         "http://prom:9090",
+        *POLICY_ARGS,
         "--verbose",
     ]
     assert "livenessProbe" not in container
