@@ -9,6 +9,7 @@ import pytest
 from gleaner.api import (
     ConditionType,
     EvictionRecord,
+    LeaveType,
     Observed,
     OfflineJobStatus,
     Phase,
@@ -162,6 +163,17 @@ def test_a_move_and_a_planned_exit_have_their_own_ready_reason(
     assert _cond(m, ConditionType.READY)[:2] == ("False", reason)
     assert _cond(m, ConditionType.SLA_MET)[:2] == ("True", "SLAMet")  # no window missed
     assert m.move_count == 1 and m.eviction_count == 0 and m.phase is Phase.EVICTED
+
+
+def test_each_way_of_leaving_writes_its_own_record_type() -> None:
+    assert st.leave_type(moved=False, planned_exit=False) is LeaveType.SLA_EVICTION
+    assert st.leave_type(moved=True, planned_exit=False) is LeaveType.MOVE
+    assert st.leave_type(moved=True, planned_exit=True) is LeaveType.PLANNED_EXIT
+    # The type survives the round trip through the API server's JSON.
+    record = _record(1).model_copy(update={"type": LeaveType.MOVE})
+    status = OfflineJobStatus(evictions=[record]).to_k8s()
+    assert status["evictions"][0]["type"] == "Move"
+    assert OfflineJobStatus.model_validate(status).evictions[0].type is LeaveType.MOVE
 
 
 def test_observed_sets_slamet() -> None:
