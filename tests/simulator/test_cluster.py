@@ -242,6 +242,22 @@ def test_moves_go_to_another_node_at_once_and_are_not_sla_evictions() -> None:
     assert out["policies"]["gleaner"]["evictions"] == sum(
         j.evictions for j in out["jobs"]["gleaner"]
     )
+    # The recorded status says so as the operator's does: moveCount, and a Move record of
+    # the node each move left, beside the SLA evictions' records.
+    from gleaner.api import LeaveType
+    from gleaner.simulator.records import offline_job
+
+    reports = out["policies"]["gleaner"]["_reports"]
+    assert sum(j.moves for j in out["jobs"]["gleaner"]) == moved
+    for job in out["jobs"]["gleaner"]:
+        status = offline_job(job, reports, 600.0).status
+        assert status.move_count == job.moves
+        moves = [r for r in status.evictions if r.type is LeaveType.MOVE]
+        assert [r.node for r in moves] == [p["node"] for p in job.placements if "left" in p]
+        assert all("forecast peak" in r.reason for r in moves)
+        evicted = [r for r in status.evictions if r.type is LeaveType.SLA_EVICTION]
+        assert len(evicted) == job.evictions
+        assert [r.time for r in status.evictions] == sorted(r.time for r in status.evictions)
 
 
 def test_the_sla_margin_is_gleaners_and_leaves_the_papers_placements_alone() -> None:
@@ -287,7 +303,14 @@ def test_planned_exits_send_large_short_horizon_jobs_back_to_the_queue() -> None
     assert len(exited) == on["planned_exits"] >= 1
     assert on["moves"] >= on["planned_exits"]
     rule = cfg.planned_exit_rule()
+    from gleaner.api import LeaveType
+    from gleaner.simulator.records import offline_job
+
     for job, i in exited:
+        status = offline_job(job, on["_reports"], 600.0).status
+        exits = [r for r in status.evictions if r.type is LeaveType.PLANNED_EXIT]
+        assert exits and all(r.reason == rule.exit_reason for r in exits)
+        assert status.move_count == job.moves >= len(exits)
         left = job.placements[i]
         # Only a placement the shorter pass made exits, after its minimum stay, and the job
         # is no SLA eviction: it keeps its count and its excluded nodes.

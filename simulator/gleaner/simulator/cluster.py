@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gleaner.api import Phase, Placement
+from gleaner.api import LeaveType, Phase, Placement
 from gleaner.api.nodetrace import gpu_uuid
 from gleaner.perfmodel import JobProfile, NodeSummary, predict
 from gleaner.perfmodel.admission import LoadSpread
@@ -177,6 +177,9 @@ class SimJob:
     exited: bool = False
     """It left its last node by a planned exit: it pays the move's restart when placed
     again."""
+    moves: int = 0
+    """Moves before a forecast peak, planned exits included (the operator's ``moveCount``);
+    the stay each one ended carries ``left``: its record type, reason and observed mean."""
 
 
 def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
@@ -474,6 +477,17 @@ def run_policy(
     pending: list[SimJob] = []
     running: list[SimJob] = []
 
+    def leave(job: SimJob, how: LeaveType, reason: str) -> None:
+        """Record on the current stay that the job leaves it by a move or its planned exit
+        (what the operator writes into ``status.evictions``), and count the move."""
+        running_part = job.stay_observed[job.restart_steps :]
+        job.placements[-1]["left"] = {
+            "type": how.value,
+            "reason": reason,
+            "observed": float(np.mean(running_part)) if running_part else 0.0,
+        }
+        job.moves += 1
+
     def end_stay(job: SimJob, t_end: float) -> None:
         if job.placements:
             job.placements[-1]["end"] = t_end
@@ -584,6 +598,8 @@ def run_policy(
                     # The planned exit: back to the queue, progress kept, by the move's path
                     # (the operator's carry_out_eviction with move).
                     job.placements[-1]["exited"] = True
+                    assert exit_rule is not None
+                    leave(job, LeaveType.PLANNED_EXIT, exit_rule.exit_reason)
                     end_stay(job, now)
                     job.phase = move_phases(job.phase)[0]
                     job.planned_exit = False
@@ -593,6 +609,7 @@ def run_policy(
                     exits += 1
                 continue
             _, node_name, gpus, factors, raw, placed = _placed(job, check.destination)
+            leave(job, LeaveType.MOVE, check.reason)
             end_stay(job, now)
             job.phase = move_phases(job.phase)[0]
             restart = max(1, round(cfg.move_restart_s / step))

@@ -21,6 +21,7 @@ from typing import Any
 
 from gleaner.api import (
     EvictionRecord,
+    LeaveType,
     MemoryPoint,
     NodeTrace,
     NodeTraceSpec,
@@ -169,7 +170,7 @@ def offline_job(job: SimJob, reports: list[EvictionReport], step_s: float) -> Of
             updated_at=EPOCH + timedelta(seconds=t),
         )
     mine = [r for r in reports if r.job == job.key]
-    status.evictions = [
+    evicted = [
         EvictionRecord(
             time=EPOCH + timedelta(seconds=r.time - EPOCH.timestamp()),
             node=r.node,
@@ -179,8 +180,26 @@ def offline_job(job: SimJob, reports: list[EvictionReport], step_s: float) -> Of
             predicted_throughput_fraction=min(1.0, r.predicted.throughput_fraction),
             observed_throughput_fraction=r.observed.mean,
         )
-        for r in mine[-MAX_EVICTION_RECORDS:]
+        for r in mine
     ]
+    # Moves and planned exits, recorded as the operator records them (no report).
+    left = [
+        EvictionRecord(
+            time=EPOCH + timedelta(seconds=stay["end"]),
+            node=stay["node"],
+            gpu_indices=list(stay["gpus"]),
+            reason=stay["left"]["reason"],
+            sla=job.sla,
+            predicted_throughput_fraction=min(1.0, max(0.0, stay["predicted"])),
+            observed_throughput_fraction=stay["left"]["observed"],
+            type=LeaveType(stay["left"]["type"]),
+        )
+        for stay in job.placements
+        if "left" in stay
+    ]
+    records = sorted([*evicted, *left], key=lambda rec: rec.time)
+    status.evictions = records[-MAX_EVICTION_RECORDS:]
+    status.move_count = job.moves
     status.excluded_nodes = list(job.excluded)
     return OfflineJob(
         metadata=ObjectMeta(name=name, namespace=ns or "default"),
