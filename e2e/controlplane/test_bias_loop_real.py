@@ -29,7 +29,6 @@ from gleaner.testing.kube import (
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
-    refused_lines,
     wait_for,
 )
 from gleaner.testing.tenant import OperatorAccount, Tenant
@@ -52,15 +51,8 @@ def _operator(tenant: Tenant, account: OperatorAccount, log_name: str) -> Operat
 
 @pytest.fixture
 def operators(tenant: Tenant, account: OperatorAccount) -> Iterator[list[OperatorProcess]]:
-    started: list[OperatorProcess] = []
-    try:
+    with tenant.operator_processes() as started:
         yield started
-    finally:
-        for op in started:
-            op.stop()
-        logs = "\n".join(op.log() for op in started)
-        refused = refused_lines(logs)
-        assert refused == [], "\n".join(refused)
 
 
 def _stored_ratios(tenant: Tenant) -> dict[str, float]:

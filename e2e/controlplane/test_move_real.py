@@ -26,7 +26,6 @@ from gleaner.testing.kube import (
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
-    refused_lines,
     wait_for,
 )
 from gleaner.testing.tenant import OperatorAccount, Tenant
@@ -41,16 +40,8 @@ def account(tenant: Tenant) -> OperatorAccount:
 
 @pytest.fixture
 def operators(tenant: Tenant) -> Iterator[list[OperatorProcess]]:
-    started: list[OperatorProcess] = []
-    try:
+    with tenant.operator_processes(tenant.node("x"), tenant.node("y")) as started:
         yield started
-    finally:
-        for op in started:
-            op.stop()
-        for node in (tenant.node("x"), tenant.node("y")):
-            tenant.plane.kubectl("delete", "nh", node, "--wait=false", check=False)
-        refused = refused_lines("\n".join(op.log() for op in started))
-        assert refused == [], "\n".join(refused)
 
 
 def _operator(tenant: Tenant, account: OperatorAccount, interval: str) -> OperatorProcess:

@@ -29,7 +29,6 @@ from gleaner.testing.kube import (
     OperatorProcess,
     nodetrace_manifest,
     offlinejob_manifest,
-    refused_lines,
     wait_for,
 )
 from gleaner.testing.tenant import OperatorAccount, Tenant
@@ -47,15 +46,8 @@ def account(tenant: Tenant) -> OperatorAccount:
 
 @pytest.fixture
 def operators(tenant: Tenant) -> Iterator[list[OperatorProcess]]:
-    started: list[OperatorProcess] = []
-    try:
+    with tenant.operator_processes(tenant.node("x")) as started:
         yield started
-    finally:
-        for op in started:
-            op.stop()
-        tenant.plane.kubectl("delete", "nh", tenant.node("x"), "--wait=false", check=False)
-        refused = refused_lines("\n".join(op.log() for op in started))
-        assert refused == [], "\n".join(refused)
 
 
 def _operator(tenant: Tenant, account: OperatorAccount, *flags: str) -> OperatorProcess:

@@ -50,7 +50,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -65,7 +65,13 @@ from gleaner.perfmodel.hours import profile_to_hours
 from gleaner.perfmodel.summary import GpuSpec, NodeSummary
 from gleaner.runtime_agent.kube import load_client, write_nodehistory
 from gleaner.testing.controlplane import ControlPlane, GpuNode, gpu_node_manifest
-from gleaner.testing.kube import FAST_OPERATOR_FLAGS, PEERING_NAME, KubeApi
+from gleaner.testing.kube import (
+    FAST_OPERATOR_FLAGS,
+    PEERING_NAME,
+    KubeApi,
+    OperatorProcess,
+    refused_lines,
+)
 from gleaner.testing.net import free_port
 
 __all__ = ["KOPF_GROUP", "OperatorAccount", "Tenant"]
@@ -322,6 +328,22 @@ class Tenant:
                 time.sleep(0.25)
 
     # ---- operators -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def operator_processes(self, *histories: str) -> Iterator[list[OperatorProcess]]:
+        """A list for a test's operator processes. On exit each one is stopped, the
+        NodeHistories of the nodes ``histories`` are deleted, and no operator's log may
+        hold a request the API server refused (a verb missing from the RBAC)."""
+        started: list[OperatorProcess] = []
+        try:
+            yield started
+        finally:
+            for op in started:
+                op.stop()
+            for node in histories:
+                self.plane.kubectl("delete", "nh", node, "--wait=false", check=False)
+            refused = refused_lines("\n".join(op.log() for op in started))
+            assert refused == [], "\n".join(refused)
 
     def operator_args(self, *flags: str) -> list[str]:
         """An operator's command line for this tenant (the module docstring), then ``flags``."""
