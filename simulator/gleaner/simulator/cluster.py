@@ -477,23 +477,15 @@ def run_policy(
     pending: list[SimJob] = []
     running: list[SimJob] = []
 
-    def leave(job: SimJob, how: LeaveType, reason: str) -> None:
-        """Record on the current stay that the job leaves it by a move or its planned exit
-        (what the operator writes into ``status.evictions``), and count the move."""
-        running_part = job.stay_observed[job.restart_steps :]
-        job.placements[-1]["left"] = {
-            "type": how.value,
-            "reason": reason,
-            "observed": float(np.mean(running_part)) if running_part else 0.0,
-        }
-        job.moves += 1
-
-    def end_stay(job: SimJob, t_end: float) -> None:
+    def end_stay(job: SimJob, t_end: float, left: tuple[LeaveType, str] | None = None) -> None:
+        """End the job's current stay at ``t_end``. ``left``: it leaves by a move or its
+        planned exit, with this reason; the stay records it (what the operator writes into
+        ``status.evictions``) with the stay's observed mean, and the move is counted."""
         if job.placements:
             job.placements[-1]["end"] = t_end
         running_part = job.stay_observed[job.restart_steps :]
-        if running_part and job.predicted is not None:
-            observed = float(np.mean(running_part))
+        observed = float(np.mean(running_part)) if running_part else None
+        if observed is not None and job.predicted is not None:
             preds.append(
                 {
                     "predicted": job.predicted_mean,
@@ -501,6 +493,14 @@ def run_policy(
                     "gpus": float(job.gpus),
                 }
             )
+        if left is not None:
+            how, reason = left
+            job.placements[-1]["left"] = {
+                "type": how.value,
+                "reason": reason,
+                "observed": 0.0 if observed is None else observed,
+            }
+            job.moves += 1
         job.stay_observed = []
         for r in job.rows:
             gpu_job[r] = None
@@ -599,8 +599,7 @@ def run_policy(
                     # (the operator's carry_out_eviction with move).
                     job.placements[-1]["exited"] = True
                     assert exit_rule is not None
-                    leave(job, LeaveType.PLANNED_EXIT, exit_rule.exit_reason)
-                    end_stay(job, now)
+                    end_stay(job, now, (LeaveType.PLANNED_EXIT, exit_rule.exit_reason))
                     job.phase = move_phases(job.phase)[0]
                     job.planned_exit = False
                     job.exited = True
@@ -609,8 +608,7 @@ def run_policy(
                     exits += 1
                 continue
             _, node_name, gpus, factors, raw, placed = _placed(job, check.destination)
-            leave(job, LeaveType.MOVE, check.reason)
-            end_stay(job, now)
+            end_stay(job, now, (LeaveType.MOVE, check.reason))
             job.phase = move_phases(job.phase)[0]
             restart = max(1, round(cfg.move_restart_s / step))
             start_stay(job, node_name, gpus, factors, raw, placed, now, s_abs, restart)
