@@ -42,10 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gleaner.api import NodeTraceStatus
 from gleaner.api.nodetrace import without_hours
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from gleaner.operator.tracecache import HistoryCache
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 UNKNOWN_UUIDS_REASON = "GPU UUIDs unknown"
 FORECAST_HORIZON_S = timedelta(hours=ADMISSION_HORIZON_H).total_seconds()
@@ -118,29 +119,15 @@ class HourProfiles:
     def summaries(self, obj: Mapping[str, Any]) -> dict[str, NodeSummary]:
         """NodeTrace ``obj``'s latest window, summarized (``TraceFormatError`` or
         ``ValueError`` when it does not parse); kept while its ``resourceVersion`` is the same
-        (summaries are immutable, so every pass may share them)."""
-        meta = obj.get("metadata") or {}
-        name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
-        cached = self._parsed.get(name)
-        if version and cached is not None and cached[0] == version:
-            return dict(cached[1])
-        loaded = NodeTraceListSource([obj]).load()
-        if version:
-            self._parsed[name] = (version, dict(loaded))
-        return loaded
+        (summaries are immutable, so every pass may share them; each caller gets its own
+        dict)."""
+        kept = _per_version(self._parsed, obj, lambda o: NodeTraceListSource([o]).load())
+        return dict(kept)
 
     def uninstrumented(self, obj: Mapping[str, Any]) -> dict[int, str]:
         """``uninstrumented_of(obj)``, kept while its ``resourceVersion`` is the same (every
         scheduling and move pass asks it of every NodeTrace)."""
-        meta = obj.get("metadata") or {}
-        name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
-        cached = self._uninstrumented.get(name)
-        if version and cached is not None and cached[0] == version:
-            return cached[1]
-        found = uninstrumented_of(obj)
-        if version:
-            self._uninstrumented[name] = (version, found)
-        return found
+        return _per_version(self._uninstrumented, obj, uninstrumented_of)
 
     def retain(self, names: set[str]) -> None:
         """Forget the nodes not in ``names`` (their NodeTraces are gone)."""
@@ -156,6 +143,24 @@ class HourProfiles:
 
     def __len__(self) -> int:
         return len(self._by_node)
+
+
+def _per_version(
+    cache: dict[str, tuple[str, _T]],
+    obj: Mapping[str, Any],
+    compute: Callable[[Mapping[str, Any]], _T],
+) -> _T:
+    """``compute(obj)``, kept in ``cache`` by the object's name while its ``resourceVersion``
+    is the same (an object without one is computed every time)."""
+    meta = obj.get("metadata") or {}
+    name, version = str(meta.get("name")), str(meta.get("resourceVersion") or "")
+    cached = cache.get(name)
+    if version and cached is not None and cached[0] == version:
+        return cached[1]
+    value = compute(obj)
+    if version:
+        cache[name] = (version, value)
+    return value
 
 
 def with_histories(
