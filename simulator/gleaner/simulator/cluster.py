@@ -177,9 +177,13 @@ class SimJob:
     exited: bool = False
     """It left its last node by a planned exit: it pays the move's restart when placed
     again."""
-    moves: int = 0
-    """Moves before a forecast peak, planned exits included (the operator's ``moveCount``);
-    the stay each one ended carries ``left``: its record type, reason and observed mean."""
+
+    @property
+    def moves(self) -> int:
+        """Moves before a forecast peak, planned exits included (the operator's
+        ``moveCount``): the stays that carry ``left`` (its record type, reason and observed
+        mean)."""
+        return sum(1 for stay in self.placements if "left" in stay)
 
 
 def make_jobs(cfg: ClusterScenario, rng: np.random.Generator) -> list[SimJob]:
@@ -480,7 +484,7 @@ def run_policy(
     def end_stay(job: SimJob, t_end: float, left: tuple[LeaveType, str] | None = None) -> None:
         """End the job's current stay at ``t_end``. ``left``: it leaves by a move or its
         planned exit, with this reason; the stay records it (what the operator writes into
-        ``status.evictions``) with the stay's observed mean, and the move is counted."""
+        ``status.evictions``) with the stay's observed mean."""
         if job.placements:
             job.placements[-1]["end"] = t_end
         running_part = job.stay_observed[job.restart_steps :]
@@ -500,7 +504,6 @@ def run_policy(
                 "reason": reason,
                 "observed": 0.0 if observed is None else observed,
             }
-            job.moves += 1
         job.stay_observed = []
         for r in job.rows:
             gpu_job[r] = None
