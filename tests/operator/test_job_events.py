@@ -11,8 +11,8 @@ from gleaner.api import ConditionType, OfflineJobStatus, Phase, find_condition
 from gleaner.api.contract import FINALIZER
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
+from gleaner.operator.handlers.binding import Judged
 from gleaner.operator.handlers.jobs import finalizers_without, job_event, waits_for_placement
-from gleaner.operator.handlers.scheduling import Judged
 from gleaner.operator.handlers.validate import spec_judged
 from gleaner.operator.validation import ValidJob, validate_job
 from gleaner.testing.fixtures import make_placement

@@ -504,33 +504,39 @@ def test_restart_mid_binding_converges_without_duplicate_pods(cluster: Cluster) 
     cluster.apply_nodetrace(nodetrace_manifest(cluster.node("node-a"), gpus=4))
     first = cluster.start_operator(env={"GLEANER_OPERATOR_BIND_DELAY": "120"})
     names = [f"r{i}" for i in range(4)]
-    # r0's placement is recorded, and its binding sleeps before creating the Pod. The next
+    # r0's Pod is made at once and its status write is held back (the bind delay). The next
     # pass does not wait for it: it places r1-r3, which arrived meanwhile, on the GPUs r0
-    # left (their bindings sleep too). Which jobs one pass sees depends on timing, so the
-    # test sets the split up instead of hoping all four land in one pass.
+    # left (their status writes are held back too). Which jobs one pass sees depends on
+    # timing, so the test sets the split up instead of hoping all four land in one pass.
     cluster.api.create_job(offlinejob_manifest("r0", namespace=cluster.ns))
-    recorded = cluster.wait_phase("r0", "Scheduled")["placement"]
+    wait_for(lambda: len(cluster.pods_of("r0")) == 1, timeout=60, message=cluster.logs)
     for name in names[1:]:
         cluster.api.create_job(offlinejob_manifest(name, namespace=cluster.ns))
-    placed = [cluster.wait_phase(name, "Scheduled", timeout=60)["placement"] for name in names[1:]]
-    assert sorted(g for p in [recorded, *placed] for g in p["gpuIndices"]) == [0, 1, 2, 3]
+    wait_for(lambda: len(cluster.api.pods()) == 4, timeout=60, message=cluster.logs)
+    made = {p.metadata.name: p for p in cluster.api.pods()}
+    assert sorted(p.metadata.annotations["gleaner.dev/gpus"] for p in made.values()) == [
+        "0",
+        "1",
+        "2",
+        "3",
+    ]
     assert all(FINALIZER in (cluster.job(n)["metadata"].get("finalizers") or []) for n in names)
-    assert cluster.api.pods() == []
-    # Killed with four placements recorded and no Pod created.
+    # Killed with four Pods made and no placement recorded.
+    assert all(cluster.status(n).get("placement") is None for n in names)
     first.kill()
 
     cluster.start_operator()
-    wait_for(lambda: len(cluster.api.pods()) == 4, timeout=60, message=cluster.logs)
     for name in names:
-        pods = cluster.pods_of(name)
-        assert [p.metadata.name for p in pods] == [f"{name}-0"]
-        assert cluster.status(name)["pods"] == [f"{name}-0"]
-    held = sorted(p.metadata.annotations["gleaner.dev/gpus"] for p in cluster.api.pods())
-    assert held == ["0", "1", "2", "3"]
-    # The recorded placement is the one bound; the waiting jobs got the other GPUs.
-    [r0_pod] = cluster.pods_of("r0")
-    assert r0_pod.spec.node_name == recorded["node"]
-    assert [int(r0_pod.metadata.annotations["gleaner.dev/gpus"])] == recorded["gpuIndices"]
+        status = cluster.wait_phase(name, "Scheduled", "Running", timeout=60)
+        [pod] = cluster.pods_of(name)
+        # The Pod made before the crash, adopted: not deleted, not made again.
+        assert pod.metadata.uid == made[f"{name}-0"].metadata.uid
+        assert status["pods"] == [f"{name}-0"]
+        assert status["placement"]["node"] == pod.spec.node_name
+        assert [int(pod.metadata.annotations["gleaner.dev/gpus"])] == status["placement"][
+            "gpuIndices"
+        ]
+    assert len(cluster.api.pods()) == 4
 
     # And restarting once more changes nothing: the resumed jobs are seen, nothing is added.
     cluster.operators[-1].stop()
@@ -597,8 +603,12 @@ def test_namespaced_operator_serves_only_its_namespace(cluster: Cluster) -> None
     c.api.create_job(offlinejob_manifest("theirs", namespace=other))
     wait_for(lambda: c.api.pods(team_a), message=c.logs)
     assert [p.metadata.name for p in c.api.pods(team_a)] == ["mine-0"]
-    job = c.api.get_job("mine", team_a)
-    assert job is not None and job["status"]["phase"] == "Scheduled"
+    # The Pod never runs here (no KWOK stage): the placement is recorded on its own.
+    wait_for(
+        lambda: ((c.api.get_job("mine", team_a) or {}).get("status") or {}).get("phase")
+        == "Scheduled",
+        message=c.logs,
+    )
     assert c.api.pods(other) == []
     assert "status" not in (c.api.get_job("theirs", other) or {})
 

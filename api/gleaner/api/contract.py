@@ -57,6 +57,7 @@ __all__ = [
     "ANNOTATION_BATCH_API",
     "ANNOTATION_GPUS",
     "ANNOTATION_INJECTED",
+    "ANNOTATION_PLACEMENT",
     "ANNOTATION_PROFILE_FIT",
     "ANNOTATION_PROFILE_GPU_TIME",
     "ANNOTATION_PROFILE_IMAGE",
@@ -120,6 +121,12 @@ LABEL_ATTEMPT: Final = f"{_PREFIX}attempt"
 """The attempt number (the job's eviction count when the Pod was made)."""
 ANNOTATION_GPUS: Final = f"{_PREFIX}gpus"
 """Comma-separated node GPU indices the Pod holds."""
+ANNOTATION_PLACEMENT: Final = f"{_PREFIX}placement"
+"""The placement the Pod was made for, as JSON: ``placement`` (the job's
+``status.placement``), ``why`` (the scheduler's reasons, for the ``Scheduled`` condition)
+and ``generation`` (the job's ``metadata.generation`` the placement was decided for). The
+operator records it in the job's status once the Pod exists; after a restart it reads it
+back from here (docs/architecture.md, "Binding")."""
 OFFLINE_SELECTOR: Final = f"{LABEL_ROLE}={ROLE_OFFLINE}"
 """Label selector of every offline Pod the operator made."""
 
@@ -194,7 +201,7 @@ one the installed package carries (docs/agent.md)."""
 
 # --- The operator's process environment (test-only knobs) ----------------------------------
 ENV_OPERATOR_BIND_DELAY: Final = "GLEANER_OPERATOR_BIND_DELAY"
-"""Seconds the operator waits between recording a placement and creating its Pod."""
+"""Seconds the operator holds a placement's status write back after creating its Pod."""
 
 
 def gpus_annotation(indices: Iterable[int]) -> str:

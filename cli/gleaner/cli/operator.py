@@ -202,6 +202,14 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     help="Least time between two scheduling passes.",
 )
 @click.option(
+    "--record-delay",
+    default="5s",
+    show_default=True,
+    help="Time after a job's Pod is made before the job's status shows the placement "
+    "(Scheduled) on its own; a Pod that starts sooner is recorded as Running at once, "
+    "in one status write.",
+)
+@click.option(
     "--trace-stale-after",
     default="10m",
     show_default=True,
@@ -314,6 +322,7 @@ def command(
     unschedulable_backoff: str,
     requeue_interval: str,
     min_pass_interval: str,
+    record_delay: str,
     trace_stale_after: str,
     watch_timeout: str,
     profiling_node_selector: tuple[str, ...],
@@ -419,6 +428,7 @@ def command(
         unschedulable_backoff=_seconds(unschedulable_backoff, "--unschedulable-backoff"),
         trace_stale_after=_seconds(trace_stale_after, "--trace-stale-after"),
         watch_timeout=_seconds(watch_timeout, "--watch-timeout"),
+        record_delay=_seconds(record_delay, "--record-delay"),
         bind_delay=_seconds(bind_delay, "--bind-delay"),
         profiling_pool=_profiling_pool(profiling_node_selector, profiling_tolerations),
         state_namespace=state_namespace,

@@ -30,11 +30,16 @@ Nothing here does I/O; the builders are unit-tested without a cluster.
 from __future__ import annotations
 
 import copy
+import json
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ValidationError
 
 from gleaner.api import API_VERSION, OfflineJob, Placement
 from gleaner.api.contract import (
     ANNOTATION_GPUS,
+    ANNOTATION_PLACEMENT,
     ENV_JOB,
     LABEL_ATTEMPT,
     LABEL_JOB,
@@ -60,10 +65,12 @@ __all__ = [
     "MAX_LABEL_VALUE",
     "SHIM_VOLUME",
     "SOCKET_VOLUME",
+    "PodPlacement",
     "build_eviction_report_configmap",
     "build_offline_pod",
     "gpus_of_pod",
     "owner_reference",
+    "placement_of_pod",
     "pod_name",
 ]
 
@@ -100,8 +107,11 @@ def _strip_gpu_resources(container: dict[str, Any]) -> None:
                 resources.pop(section)
 
 
-def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> dict[str, Any]:
-    """The Pod for ``attempt`` of ``job`` on ``placement`` (see the module docstring)."""
+def build_offline_pod(
+    job: OfflineJob, placement: Placement, attempt: int, why: str = ""
+) -> dict[str, Any]:
+    """The Pod for ``attempt`` of ``job`` on ``placement`` (see the module docstring);
+    ``why`` is the scheduler's short reason, kept with the placement."""
     name = job.metadata.name
     namespace = job.metadata.namespace or "default"
     template = copy.deepcopy(template_of(job))  # spec.template, or what spec.batch implies
@@ -112,6 +122,10 @@ def build_offline_pod(job: OfflineJob, placement: Placement, attempt: int) -> di
     labels.update({LABEL_JOB: name, LABEL_ROLE: ROLE_OFFLINE, LABEL_ATTEMPT: str(attempt)})
     annotations = {str(k): str(v) for k, v in (tmeta.get("annotations") or {}).items()}
     annotations[ANNOTATION_GPUS] = gpus_annotation(placement.gpu_indices)
+    annotations[ANNOTATION_PLACEMENT] = json.dumps(
+        {"placement": placement.to_k8s(), "why": why, "generation": job.metadata.generation},
+        separators=(",", ":"),
+    )
 
     env = {
         "NVIDIA_VISIBLE_DEVICES": ",".join(placement.gpu_uuids),
@@ -166,3 +180,40 @@ def gpus_of_pod(pod: dict[str, Any]) -> tuple[str, list[int]] | None:
     if not node or gpus is None:
         return None
     return str(node), gpus
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    """What an offline Pod says of the placement it was made for (``ANNOTATION_PLACEMENT``,
+    its ``LABEL_ATTEMPT`` and its controller's UID)."""
+
+    placement: Placement
+    why: str
+    generation: int | None
+    attempt: int
+    job_uid: str | None
+
+
+def placement_of_pod(pod: dict[str, Any]) -> PodPlacement | None:
+    """The placement an offline Pod was made for; None when the Pod does not say (made by
+    an operator that recorded the placement first) or says it unreadably."""
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(ANNOTATION_PLACEMENT)
+    attempt = str((meta.get("labels") or {}).get(LABEL_ATTEMPT, ""))
+    if not raw or not attempt.isdigit():
+        return None
+    try:
+        doc = json.loads(str(raw))
+        placement = Placement.model_validate(doc["placement"])
+        generation = doc.get("generation")
+        why = str(doc.get("why") or "")
+    except (ValueError, TypeError, KeyError, ValidationError):
+        return None
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    return PodPlacement(
+        placement=placement,
+        why=why,
+        generation=generation if isinstance(generation, int) else None,
+        attempt=int(attempt),
+        job_uid=str(owners[0].get("uid")) if owners else None,
+    )

@@ -113,8 +113,12 @@ class OperatorConfig:
     """NodeTraces older than this (by lastReportTime) are not used for placement."""
     watch_timeout: float = 300.0
     """Server-side timeout of kopf's watch requests, seconds (the client adds 30)."""
+    record_delay: float = 5.0
+    """Seconds after a placement's Pod is made before its status write records the placement
+    alone; a Pod that reports a phase sooner is recorded with it, in one write."""
     bind_delay: float = 0.0
-    """Fault injection for tests: seconds between recording a placement and creating its Pod."""
+    """Fault injection for tests: seconds a placement's status write is held back after its
+    Pod is made."""
     max_batch: int = 1000
     """Most jobs considered in one scheduling pass (the rest wait for the next pass)."""
     profiling_pool: ProfilingPool | None = None

@@ -25,15 +25,11 @@ converges from what it finds. What it does hold:
   SLA monitor and read by every scheduling pass; a copy of the ConfigMap ``gleaner-bias``
   (loaded at start and when a standby replica becomes active, written back by
   ``bias_clock``'s rule: ``gleaner.operator.handlers.bias``).
-- ``remember_bound`` / ``take_bound``: the job object the API server returned when a pass
-  recorded a placement, handed once to the Pod follower, which writes Running on it with
-  its resourceVersion as a precondition instead of reading the job again (a copy, never the
-  truth: a stale one costs a 409 and a fresh read). Bounded by the jobs waiting for their
-  Pod to run; dropped by ``forget_job``.
 - ``binding``: the jobs whose placement (or Unschedulable reason: ``None``) a pass decided
-  and handed to background binding (``handlers.scheduling``), until that write and Pod
-  creation are done; the next pass may start meanwhile, counts these placements' GPUs as
-  taken and leaves these jobs alone. ``bind_slots`` bounds the writes in flight across all
+  and handed to background binding (``handlers.scheduling``), until the placement's Pod
+  exists and its status write is done (``unrecorded``: what that write is to record,
+  ``handlers.binding``); the next pass may start meanwhile, counts these placements' GPUs
+  as taken and leaves these jobs alone. ``bind_slots`` bounds the writes in flight across all
   passes; ``bind_tasks`` are the background bindings, cancelled with the loop.
 - ``watched_jobs``, ``watched_pods``, ``watched_traces``: the OfflineJobs, the offline Pods
   and the NodeTraces as the watches last delivered them, and as the operator's own writes
@@ -51,13 +47,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gleaner.api import Placement
 from gleaner.clients.kube import KubeClient
 from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.bias import PersistClock
 from gleaner.operator.config import OperatorConfig
+
+if TYPE_CHECKING:
+    from gleaner.operator.handlers.binding import Unrecorded
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
@@ -90,6 +89,7 @@ class OperatorContext:
     """The loops over Running jobs (SLA monitor, batch progress), cancelled at cleanup."""
     kick_reasons: set[str] = field(default_factory=set)
     binding: dict[tuple[str, str], Placement | None] = field(default_factory=dict)
+    unrecorded: dict[tuple[str, str], Unrecorded] = field(default_factory=dict)
     bind_slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(BIND_CONCURRENCY)
     )
@@ -104,7 +104,6 @@ class OperatorContext:
     """Each node's parsed hours of the day, kept until they change."""
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
-    _bound: dict[str, dict[str, Any]] = field(default_factory=dict)
     bias: BiasTable = field(default_factory=BiasTable)
     bias_clock: PersistClock = field(default_factory=lambda: PersistClock(60.0))
     bias_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -130,12 +129,6 @@ class OperatorContext:
             lock = self._job_locks[key] = asyncio.Lock()
         return lock
 
-    def remember_bound(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self._bound[f"{namespace}/{name}"] = body
-
-    def take_bound(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._bound.pop(f"{namespace}/{name}", None)
-
     def keep_job(self, body: dict[str, Any], *, gone: bool = False) -> None:
         """Keep ``body`` in ``running`` while its phase is Running (``gone``: deleted)."""
         meta = body.get("metadata") or {}
@@ -147,7 +140,8 @@ class OperatorContext:
             self.running[key] = body
 
     def forget_job(self, namespace: str, name: str) -> None:
-        self._bound.pop(f"{namespace}/{name}", None)
+        if self.unrecorded.pop((namespace, name), None) is not None:
+            self.binding.pop((namespace, name), None)
         self.running.pop(f"{namespace}/{name}", None)
         lock = self._job_locks.get(f"{namespace}/{name}")
         if lock is not None and not lock.locked():

@@ -67,6 +67,7 @@ __all__ = [
     "invalid",
     "observed",
     "pod_lost",
+    "recorded",
     "scheduled",
     "status_patch",
     "transition",
@@ -203,6 +204,27 @@ def from_pod_phase(
         case _:
             return None
     return new.model_copy(update={"conditions": conds})
+
+
+def recorded(
+    status: OfflineJobStatus,
+    placement: Placement,
+    pod: str,
+    attempt: int,
+    pod_phase: str,
+    now: datetime,
+    detail: str = "",
+    pod_detail: str = "",
+) -> OfflineJobStatus | None:
+    """A queued job's placement, recorded once its Pod ``pod`` (made for ``attempt``)
+    exists: ``scheduled``, and in the same status the Pod's phase when it already runs or
+    ended (``from_pod_phase``, with ``pod_detail`` for a failure). None when the job is not
+    queued any more (recorded already, or moved on) or the Pod is not its current
+    attempt's."""
+    if status.phase not in QUEUED_PHASES or status.attempt != attempt:
+        return None
+    new = scheduled(status, placement, pod, now, detail)
+    return from_pod_phase(new, pod, pod_phase, now, pod_detail) or new
 
 
 def pod_lost(status: OfflineJobStatus, pod_name: str, now: datetime) -> OfflineJobStatus | None:

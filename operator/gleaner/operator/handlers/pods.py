@@ -24,18 +24,9 @@ from gleaner.batch.tracking import finished
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
+from gleaner.operator.handlers.binding import failure_detail
+from gleaner.operator.handlers.binding import follow_recorded as record_with_phase
 from gleaner.operator.jobs import update_status
-
-
-def failure_detail(pod: dict[str, Any]) -> str:
-    """Why a Pod failed, from its status (first terminated container), or its reason."""
-    status = pod.get("status") or {}
-    for cs in status.get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or {}
-        if term:
-            reason = term.get("reason") or "Error"
-            return f"container {cs.get('name')} {reason} (exit code {term.get('exitCode', '?')})"
-    return str(status.get("reason") or status.get("message") or "")
 
 
 async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str, Any]) -> None:
@@ -73,10 +64,11 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
             new = finished(new)  # a batch job's last requests, answered after its last tick
         return new
 
-    # The copy the pass's placement write returned, once (a fresh read when there is none or
-    # the job changed since).
-    new = await update_status(ctx, namespace, job, follow, known=ctx.take_bound(namespace, job))
-    if new is None:
+    # A placement not recorded yet is recorded with this phase, in one write.
+    new = await record_with_phase(ctx, namespace, job, pod)
+    if new is False:
+        new = await update_status(ctx, namespace, job, follow)
+    if not isinstance(new, OfflineJobStatus):
         return
     if phase in ("Succeeded", "Failed"):
         ctx.kick(f"pod {namespace}/{name} {phase.lower()}")

@@ -64,19 +64,20 @@ from gleaner.clients.kube import (
     KubeError,
     configmaps_path,
     nodes_path,
+    offlinejobs_path,
     pods_path,
 )
 from gleaner.operator import status as st
-from gleaner.operator.builders import build_offline_pod, pod_name
+from gleaner.operator.builders import build_offline_pod, placement_of_pod, pod_name
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event, post_object_event
-from gleaner.operator.handlers import profiling
+from gleaner.operator.handlers import binding, profiling
 from gleaner.operator.handlers.bias import flush_bias, load_bias
+from gleaner.operator.handlers.binding import Judged
 from gleaner.operator.handlers.validate import (
     WAITING_PHASES,
     apply_verdict,
     spec_judged,
-    valid_status,
 )
 from gleaner.operator.jobs import parse_status, update_status
 from gleaner.operator.listing import list_histories, prime_caches
@@ -324,9 +325,22 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
             if new is not None:
                 statuses[key] = new
 
+    # A queued job whose current attempt's Pod exists, its placement not held: the operator
+    # stopped between making the Pod and recording it. Record it now (or delete the Pod).
+    adopted: set[tuple[str, str]] = set()
+    for key, status in statuses.items():
+        if status.phase not in st.QUEUED_PHASES or key in held:
+            continue
+        pod = pods_by_key.get((key[0], pod_name(key[1], status.attempt)))
+        if pod is not None and (object_meta(pod).get("labels") or {}).get(LABEL_JOB) == key[1]:
+            adopted.add(key)
+            await binding.adopt(ctx, key, status, pod)
+            result.bound_missing += 1
+
     # 3. collect Pods no bound job owns.
     for pkey, pod in list(pods_by_key.items()):
-        if (pkey[0], (object_meta(pod).get("labels") or {}).get(LABEL_JOB)) in held:
+        owner = (pkey[0], str((object_meta(pod).get("labels") or {}).get(LABEL_JOB)))
+        if owner in held or owner in adopted:
             continue  # its job's status in the lists may be older than the Pod
         if _should_collect(pod, pkey, statuses):
             try:
@@ -348,7 +362,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     # 5. place the queue.
     needs_profile: list[OfflineJob] = []
     fresh: dict[tuple[str, str], Judged] = {}
-    waiting = {k: s for k, s in statuses.items() if k not in held}
+    waiting = {k: s for k, s in statuses.items() if k not in held and k not in adopted}
     queue = await _build_queue(ctx, bodies, waiting, now, needs_profile, fresh)
     # Profile on submit: runs to place go through the same decide() call.
     runs, retry = await profiling.advance_profiles(
@@ -458,7 +472,8 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
             try:
                 return bool(await work)
             finally:
-                ctx.binding.pop(key, None)
+                if key not in ctx.unrecorded:  # held until its placement is recorded
+                    ctx.binding.pop(key, None)
 
         task = asyncio.create_task(
             _finish_binding(
@@ -611,23 +626,6 @@ def _should_collect(
     return status.phase is Phase.EVICTED or status.phase is Phase.UNSCHEDULABLE
 
 
-@dataclass(frozen=True)
-class Judged:
-    """A job this pass validated (its spec was not judged yet): the verdict is written with
-    the job's placement or Unschedulable reason, in the same status write."""
-
-    verdict: ValidJob
-    generation: int | None
-
-    def apply(
-        self, body: dict[str, Any], cur: OfflineJobStatus, now: datetime
-    ) -> OfflineJobStatus | None:
-        """``cur`` judged valid; None when the spec changed since it was judged."""
-        if object_meta(body).get("generation") != self.generation:
-            return None
-        return valid_status(cur, self.verdict, now, self.generation)[0]
-
-
 async def _build_queue(
     ctx: OperatorContext,
     bodies: dict[tuple[str, str], dict[str, Any]],
@@ -714,6 +712,7 @@ async def _ensure_pod(
     attempt: int,
     *,
     look_first: bool = True,
+    why: str = "",
 ) -> dict[str, Any] | None:
     """Create the job's Pod unless it exists (deterministic name; 409 means it exists).
 
@@ -725,7 +724,7 @@ async def _ensure_pod(
     job = _job_from_body(body)
     if job is None:
         return None
-    manifest = build_offline_pod(job, placement, attempt)
+    manifest = build_offline_pod(job, placement, attempt, why)
     ns = manifest["metadata"]["namespace"]
     if look_first:
         existing = await ctx.client.get(pods_path(ns, manifest["metadata"]["name"]))
@@ -752,45 +751,40 @@ async def _bind(
     known: dict[str, Any] | None = None,
     judged: Judged | None = None,
 ) -> bool:
-    """Record ``placement`` in the job's status (judged on the pass's own copy of the job,
-    ``known``, with its resourceVersion as a precondition), then create its Pod. With
-    ``judged``, the same write records the pass's validation (``Valid=True``)."""
+    """Create the job's Pod for ``placement``; its status records the placement once the
+    Pod exists (``handlers.binding``: with the Pod's phase when it runs soon, else after
+    ``record_delay``). ``known`` is the pass's copy of the job; with ``judged``, the same
+    status write records the pass's validation (``Valid=True``)."""
     ns = q.job.metadata.namespace or "default"
     name = q.job.metadata.name
-    uid = q.job.metadata.uid
-    recorded: dict[str, Any] = {}
-
-    def record(body: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
-        if object_meta(body).get("uid") != uid or cur.phase not in st.QUEUED_PHASES:
-            return None  # replaced or moved on since the pass read it
-        if judged is not None:
-            valid = judged.apply(body, cur, now)
-            if valid is None:
-                return None  # its spec changed since this pass judged it: the next pass
-            cur = valid
-        recorded["body"] = body
-        return st.scheduled(cur, placement, pod_name(name, cur.attempt), now, detail)
-
-    def written(body: dict[str, Any]) -> None:
-        ctx.remember_bound(ns, name, body)  # the Pod follower's copy for the Running write
-
-    new = await update_status(ctx, ns, name, record, known=known, on_written=written)
-    if new is None:
+    key = (ns, name)
+    body = known if known is not None else await ctx.client.get(offlinejobs_path(ns, name))
+    if body is None or object_meta(body).get("deletionTimestamp"):
         return False
-    statuses[(ns, name)] = new
-    if ctx.config.bind_delay > 0:
-        await asyncio.sleep(ctx.config.bind_delay)
-    pod = await _ensure_pod(ctx, recorded["body"], placement, new.attempt, look_first=False)
+    cur = parse_status(body)
+    if object_meta(body).get("uid") != q.job.metadata.uid or cur.phase not in st.QUEUED_PHASES:
+        return False  # replaced or moved on since the pass read it
+    pod = await _ensure_pod(ctx, body, placement, cur.attempt, look_first=False, why=detail)
     if pod is None:
         return False
+    made = placement_of_pod(pod)
+    ours = made is not None and made.job_uid == q.job.metadata.uid
+    if object_meta(pod).get("deletionTimestamp") or made is None or not ours:
+        return False  # this attempt's Pod is going, or not ours: the next pass sees to it
+    if made.placement != placement:
+        judged = None  # another replica's Pod of this attempt: record its placement
+    binding.hold(ctx, key, pod, made, judged, body)
+    new = st.scheduled(cur, made.placement, str(object_meta(pod).get("name")), now, made.why)
+    statuses[key] = new
     ctx.metrics.placements.inc()
     created = q.job.metadata.creation_timestamp
     if created is not None:
         ctx.metrics.queue_latency.observe(max(0.0, (datetime.now(UTC) - created).total_seconds()))
-    await post_event(ctx.client, ns, name, uid, "Normal", "Scheduled", new.message)
+    await post_event(ctx.client, ns, name, q.job.metadata.uid, "Normal", "Scheduled", new.message)
     if why_not:
         # "Why not node X", as `gleaner place --explain` words it.
-        await post_event(ctx.client, ns, name, uid, "Normal", "NotChosen", "; ".join(why_not))
+        why = "; ".join(why_not)
+        await post_event(ctx.client, ns, name, q.job.metadata.uid, "Normal", "NotChosen", why)
     return True
 
 
