@@ -605,8 +605,9 @@ def test_namespaced_operator_serves_only_its_namespace(cluster: Cluster) -> None
     assert [p.metadata.name for p in c.api.pods(team_a)] == ["mine-0"]
     # The Pod never runs here (no KWOK stage): the placement is recorded on its own.
     wait_for(
-        lambda: ((c.api.get_job("mine", team_a) or {}).get("status") or {}).get("phase")
-        == "Scheduled",
+        lambda: (
+            ((c.api.get_job("mine", team_a) or {}).get("status") or {}).get("phase") == "Scheduled"
+        ),
         message=c.logs,
     )
     assert c.api.pods(other) == []

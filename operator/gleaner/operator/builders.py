@@ -13,7 +13,9 @@ a ``spec.batch`` job, the engine-and-runner template of ``gleaner.batch.pod``:
   GPUs are already held by online pods, so the offline Pod requests no ``nvidia.com/gpu``; any such
   request or limit in the template is removed);
 - labels ``gleaner.dev/job``, ``gleaner.dev/role=offline``, ``gleaner.dev/attempt``;
-  annotation ``gleaner.dev/gpus`` = comma-separated GPU indices;
+  annotation ``gleaner.dev/gpus`` = comma-separated GPU indices, and
+  ``gleaner.dev/placement`` = the placement as JSON (``placement_of_pod`` reads it back: the
+  job's status records it after the Pod exists, ``handlers.binding``);
 - an ownerReference to the OfflineJob (controller);
 - in every container (and init container): ``NVIDIA_VISIBLE_DEVICES`` = the GPU UUIDs,
   ``LD_PRELOAD`` = the shim (prepended to the template's own LD_PRELOAD, if any),

@@ -28,10 +28,12 @@ under the global scheduling lock:
    ``nextAttemptAfter``) with one call to the scheduler, which also reads the Kubernetes
    Nodes' labels (``gpuSelector.nodeSelector``) and cordons from ``ctx.nodes`` (listed
    once when the cache is not primed yet, then kept current by the Node watch); each
-   placement is recorded in the job's status first (judged on the job as this pass listed
-   it, with its resourceVersion as a precondition: a job changed since is read again and
-   judged afresh), then its Pod is created (create first: a 409 means it is there, and
-   reads it); jobs that fit
+   placement's Pod is created first (create first: a 409 means it is there, and reads it;
+   ``handlers.binding``), and the job's status records the placement once the Pod runs or
+   ``record_delay`` has passed (judged on the job as this pass listed it, with its
+   resourceVersion as a precondition: a job changed since is read again and judged
+   afresh); a queued job whose current attempt's Pod exists with no placement held (a
+   restart between the two) adopts that Pod's placement; jobs that fit
    nowhere become Unschedulable with the scheduler's reasons, a ``FailedScheduling`` Event
    (only when the reasons change), and a backoff before the next attempt. Jobs whose
    profile is being measured (``handlers.profiling``) take their next profiling run through
@@ -39,7 +41,7 @@ under the global scheduling lock:
 
 The loop runs passes with ``background=True``: step 5's writes (placements and Unschedulable
 reasons) go on in a task while the next pass runs; ``ctx.binding`` holds them until each is
-written (and its Pod created). A pass takes a copy of it with its caches' snapshots and counts those
+written (its Pod created and its placement recorded). A pass takes a copy of it with its caches' snapshots and counts those
 placements' GPUs as taken in step 4, and leaves their jobs out of steps 2, 3 and 5.
 """
 
