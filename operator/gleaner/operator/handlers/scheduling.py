@@ -41,8 +41,9 @@ under the global scheduling lock:
 
 The loop runs passes with ``background=True``: step 5's writes (placements and Unschedulable
 reasons) go on in a task while the next pass runs; ``ctx.binding`` holds them until each is
-written (its Pod created and its placement recorded). A pass takes a copy of it with its caches' snapshots and counts those
-placements' GPUs as taken in step 4, and leaves their jobs out of steps 2, 3 and 5.
+written (its Pod created and its placement recorded). A pass takes a copy of it with its
+caches' snapshots and counts those placements' GPUs as taken in step 4, and leaves their
+jobs out of steps 2, 3 and 5.
 """
 
 from __future__ import annotations
