@@ -124,7 +124,7 @@ class Cluster:
         return self.api.pods(selector=f"gleaner.dev/job={job}")
 
     def wait_pods(self, job: str) -> list[Any]:
-        """The job's Pods once there are any: Scheduled is recorded before the Pod is made."""
+        """The job's Pods once there are any (made before the placement is recorded)."""
         return wait_for(lambda: self.pods_of(job), message=self.logs)
 
     def condition(self, name: str, type_: str) -> dict[str, Any]:
@@ -612,6 +612,59 @@ def test_namespaced_operator_serves_only_its_namespace(cluster: Cluster) -> None
     )
     assert c.api.pods(other) == []
     assert "status" not in (c.api.get_job("theirs", other) or {})
+
+
+def _phases_since(cluster: Cluster, name: str, version: str) -> list[str | None]:
+    """The phase of every version of job ``name`` the API server stored after ``version``
+    (a watch from that resourceVersion replays each write; etcd has not compacted them)."""
+    import kubernetes
+
+    seen: list[str | None] = []
+    watch: Any = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+    stream = watch.stream(
+        cluster.api.custom.list_namespaced_custom_object,
+        "gleaner.dev",
+        "v1alpha1",
+        cluster.ns,
+        "offlinejobs",
+        field_selector=f"metadata.name={name}",
+        resource_version=version,
+        timeout_seconds=2,
+    )
+    for event in stream:
+        seen.append(((event["object"] or {}).get("status") or {}).get("phase"))
+    return seen
+
+
+def test_a_pod_that_runs_at_once_is_recorded_with_its_phase_in_one_status_write(
+    cluster: Cluster,
+) -> None:
+    """The Pod is made first; the job's status records the placement once, together with
+    Running (the record delay is long here, so only the Pod's phase can record it)."""
+    cluster.apply_nodetrace(nodetrace_manifest(cluster.node("node-a"), gpus=2))
+    cluster.start_operator("--record-delay=120s")
+    created = cluster.api.create_job(offlinejob_manifest("quick", namespace=cluster.ns))
+    status = cluster.wait_phase("quick", "Running", timeout=60)
+    [pod] = cluster.pods_of("quick")
+    assert status["pods"] == ["quick-0"] and status["placement"]["node"] == pod.spec.node_name
+    for type_ in ("Scheduled", "Ready", "Valid"):
+        assert cluster.condition("quick", type_)["status"] == "True"
+    phases = _phases_since(cluster, "quick", created["metadata"]["resourceVersion"])
+    assert "Scheduled" not in phases, phases
+    assert phases.count("Running") == 1, phases
+
+
+def test_a_pod_that_does_not_run_is_recorded_scheduled_after_the_record_delay(
+    cluster: Cluster,
+) -> None:
+    cluster.apply_nodetrace(nodetrace_manifest(cluster.node("node-a"), gpus=2), kwok=False)
+    cluster.start_operator("--record-delay=1s")
+    cluster.api.create_job(offlinejob_manifest("slow", namespace=cluster.ns))
+    [pod] = cluster.wait_pods("slow")
+    status = cluster.wait_phase("slow", "Scheduled", timeout=30)
+    assert status["pods"] == ["slow-0"]
+    assert status["placement"]["node"] == pod.spec.node_name
+    assert [int(pod.metadata.annotations["gleaner.dev/gpus"])] == status["placement"]["gpuIndices"]
 
 
 def test_the_job_says_why_this_node_and_why_not_the_other(cluster: Cluster) -> None:
