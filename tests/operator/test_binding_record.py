@@ -86,7 +86,9 @@ def _judged(body: dict[str, Any]) -> Judged:
 def _change(body: dict[str, Any], pod: dict[str, Any], judged: Judged | None = None) -> Any:
     made = placement_of_pod(pod)
     assert made is not None
-    return recorded_change(pod["metadata"]["name"], made, judged, pod)
+    return recorded_change(
+        pod["metadata"]["name"], made, None if judged is None else judged.apply, pod
+    )
 
 
 def test_the_change_records_the_placement_and_the_validation_together() -> None:

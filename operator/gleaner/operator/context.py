@@ -47,22 +47,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gleaner.api import Placement
 from gleaner.clients.kube import KubeClient
 from gleaner.clients.prometheus import PrometheusClient
 from gleaner.operator.bias import PersistClock
 from gleaner.operator.config import OperatorConfig
-
-if TYPE_CHECKING:
-    from gleaner.operator.handlers.binding import Unrecorded
 from gleaner.operator.http import Health
 from gleaner.operator.metrics import OperatorMetrics
 from gleaner.operator.nodes import NodeCache
 from gleaner.operator.objectcache import ObjectCache
 from gleaner.operator.tracecache import HistoryCache, TraceCache
 from gleaner.operator.traces import HourProfiles
+from gleaner.operator.unrecorded import Unrecorded
 from gleaner.scheduler.bias import BiasTable
 
 logger = logging.getLogger("gleaner.operator")

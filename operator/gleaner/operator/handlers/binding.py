@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gleaner.api import OfflineJobStatus, Placement
+from gleaner.api import OfflineJobStatus
 from gleaner.batch.tracking import finished
 from gleaner.clients.kube import NotFoundError, pods_path
 from gleaner.operator import status as st
@@ -42,6 +42,7 @@ from gleaner.operator.context import OperatorContext
 from gleaner.operator.handlers.validate import valid_status
 from gleaner.operator.jobs import StatusChange, update_status
 from gleaner.operator.placement import object_meta
+from gleaner.operator.unrecorded import JudgeValid, Unrecorded
 from gleaner.operator.validation import ValidJob
 
 logger = logging.getLogger(__name__)
@@ -66,21 +67,8 @@ class Judged:
         return valid_status(cur, self.verdict, now, self.generation)[0]
 
 
-@dataclass(frozen=True)
-class Unrecorded:
-    """A placement whose Pod exists and whose status write is still to come."""
-
-    pod: str
-    made: PodPlacement
-    judged: Judged | None
-    known: dict[str, Any] | None
-    """The pass's copy of the job (its resourceVersion, the write's precondition)."""
-    not_before: float
-    """``time.monotonic()`` before which the write is held back (``bind_delay``)."""
-
-
 def recorded_change(
-    pod_name: str, made: PodPlacement, judged: Judged | None, pod: dict[str, Any] | None
+    pod_name: str, made: PodPlacement, judged: JudgeValid | None, pod: dict[str, Any] | None
 ) -> StatusChange:
     """The status change that records ``made`` (and the Pod's phase, from ``pod``)."""
     phase = str(((pod or {}).get("status") or {}).get("phase") or "")
@@ -98,7 +86,7 @@ def recorded_change(
             new = st.from_pod_phase(cur, pod_name, phase, now, detail)
         else:
             if judged is not None:
-                valid = judged.apply(body, cur, now)
+                valid = judged(body, cur, now)
                 if valid is None:
                     return None
                 cur = valid
@@ -135,7 +123,11 @@ def hold(
     name = str(object_meta(pod).get("name"))
     delay = max(ctx.config.record_delay, ctx.config.bind_delay)
     ctx.unrecorded[key] = Unrecorded(
-        name, made, judged, known, time.monotonic() + ctx.config.bind_delay
+        name,
+        made,
+        None if judged is None else judged.apply,
+        known,
+        time.monotonic() + ctx.config.bind_delay,
     )
     ctx.binding[key] = made.placement
     _arm(ctx, key, delay)
@@ -223,6 +215,15 @@ async def follow_recorded(
     return await record(ctx, key, pod)
 
 
+def dropped(ctx: OperatorContext, namespace: str, job: str, pod: str) -> None:
+    """The Pod of a placement not recorded yet was deleted: nothing is to be recorded, and
+    the job is free for the next pass (the caller kicks it)."""
+    rec = ctx.unrecorded.get((namespace, job))
+    if rec is not None and rec.pod == pod:
+        del ctx.unrecorded[(namespace, job)]
+        ctx.binding.pop((namespace, job), None)
+
+
 async def adopt(
     ctx: OperatorContext, key: Key, status: OfflineJobStatus, pod: dict[str, Any]
 ) -> bool:
@@ -240,9 +241,3 @@ async def adopt(
     ctx.binding[key] = made.placement
     await record(ctx, key, pod)
     return True
-
-
-def placement_held(ctx: OperatorContext, key: Key) -> Placement | None:
-    """The placement held for ``key`` until it is recorded (None: none)."""
-    rec = ctx.unrecorded.get(key)
-    return None if rec is None else rec.made.placement

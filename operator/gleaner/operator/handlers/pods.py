@@ -24,7 +24,7 @@ from gleaner.batch.tracking import finished
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
-from gleaner.operator.handlers.binding import failure_detail
+from gleaner.operator.handlers.binding import dropped, failure_detail
 from gleaner.operator.handlers.binding import follow_recorded as record_with_phase
 from gleaner.operator.jobs import update_status
 
@@ -46,6 +46,7 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
         return
 
     if event_type == "DELETED":
+        dropped(ctx, namespace, job, name)
 
         def lost(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
             return st.pod_lost(cur, name, now)
