@@ -438,25 +438,16 @@ def run_policy(
     placer: Placer | None
     # The paper's model scores by best fit alone; Gleaner's policies keep the margin.
     margin = 0.0 if policy == "paper" else cfg.sla_margin
-    sched_config = SchedulerConfig(sla_margin=margin)
-    if policy in (
-        "gleaner",
-        "paper",
-        "no-diurnal",
-        "no-risk",
-        "no-worst-hours",
-        "no-move",
-        "no-planned-exit",
-    ):
-        placer = _scheduler_placer(sched_config, bias)
-    elif policy == "no-multi-filter":
+    filters = DEFAULT_FILTERS
+    if policy == "no-multi-filter":
         filters = tuple(f for f in DEFAULT_FILTERS if f != "PairOverlap")
-        sched_config = SchedulerConfig(filters=filters, sla_margin=margin)
-        placer = _scheduler_placer(sched_config, bias)
-    elif policy == "first-fit":
+    sched_config = SchedulerConfig(filters=filters, sla_margin=margin)
+    if policy == "first-fit":
         placer = _first_fit
-    else:
+    elif policy == "no-harvest":
         placer = None
+    else:  # every other policy is the scheduler's, the ablations with one rule changed
+        placer = _scheduler_placer(sched_config, bias)
     summaries: dict[str, NodeSummary] = {}
     means: dict[str, NodeSummary] = {}
     forecasts: Forecasts | None = None
