@@ -71,6 +71,7 @@ def test_operator_arguments_parse(render: Render, values: dict[str, Any]) -> Non
 SCHEDULING_OPTIONS = {
     "risk_target": ("scheduling", "riskTarget"),
     "planned_exit": ("scheduling", "plannedExit"),
+    "record_delay": ("scheduling", "recordDelay"),
     "move_check_interval": ("scheduling", "moves", "checkInterval"),
     "move_min_stay": ("scheduling", "moves", "minStay"),
     "move_horizon": ("scheduling", "moves", "horizon"),
@@ -96,6 +97,7 @@ def test_the_scheduling_and_sla_values_become_the_options(render: Render) -> Non
     chosen: dict[str, Any] = {
         "risk_target": "off",
         "planned_exit": False,
+        "record_delay": "30s",
         "move_check_interval": "0",
         "move_min_stay": "2h",
         "move_horizon": "90m",
