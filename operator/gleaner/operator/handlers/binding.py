@@ -9,7 +9,7 @@ exists instead of making another. The job's status records the placement (phase
 
 - the Pod reports a phase (``Running``, or it already ended): the same write records it
   (``Scheduled`` then ``Running`` in one status), so a Pod that starts quickly costs the
-  job one status write instead of two (:func:`follow_recorded`, from the Pod watch);
+  job one status write instead of two (:func:`record`, from the Pod watch);
 - ``record_delay`` seconds after the Pod was made (``OperatorConfig.record_delay``): the
   placement alone (``Scheduled``), for a Pod that waits for its image (:func:`_timer`).
 
@@ -172,6 +172,13 @@ async def record(
     # Claimed: one writer records it (the job stays held in ``binding`` until written); a
     # later Pod event finds it recorded and follows the Pod as usual.
     del ctx.unrecorded[key]
+    return await _write(ctx, key, rec, pod)
+
+
+async def _write(
+    ctx: OperatorContext, key: Key, rec: Unrecorded, pod: dict[str, Any] | None
+) -> OfflineJobStatus | None:
+    """The status write of ``record`` (``rec`` claimed, the job held in ``binding``)."""
     change = recorded_change(rec.pod, rec.made, rec.judged, pod)
     judged_on: list[OfflineJobStatus] = []
 
@@ -202,24 +209,17 @@ async def _delete_pod(ctx: OperatorContext, namespace: str, name: str) -> None:
         await ctx.client.delete(pods_path(namespace, name))
 
 
-async def follow_recorded(
-    ctx: OperatorContext, namespace: str, job: str, pod: dict[str, Any]
-) -> OfflineJobStatus | bool | None:
-    """The Pod watch's part: a Pod whose job's placement is not recorded yet records it
-    with the Pod's phase. False when the job's placement is not waiting to be recorded
-    (the caller follows the Pod as usual)."""
-    key = (namespace, job)
-    rec = ctx.unrecorded.get(key)
-    if rec is None or rec.pod != object_meta(pod).get("name"):
-        return False
-    return await record(ctx, key, pod)
+def unrecorded_pod(ctx: OperatorContext, namespace: str, job: str, pod: str) -> bool:
+    """Whether ``pod`` is the Pod of ``job``'s placement still to be recorded (the Pod
+    watch then records it with the Pod's phase: :func:`record`)."""
+    rec = ctx.unrecorded.get((namespace, job))
+    return rec is not None and rec.pod == pod
 
 
 def dropped(ctx: OperatorContext, namespace: str, job: str, pod: str) -> None:
     """The Pod of a placement not recorded yet was deleted: nothing is to be recorded, and
     the job is free for the next pass (the caller kicks it)."""
-    rec = ctx.unrecorded.get((namespace, job))
-    if rec is not None and rec.pod == pod:
+    if unrecorded_pod(ctx, namespace, job, pod):
         del ctx.unrecorded[(namespace, job)]
         ctx.binding.pop((namespace, job), None)
 
@@ -237,7 +237,6 @@ async def adopt(
     if made is None or made.attempt != status.attempt:
         await _delete_pod(ctx, key[0], str(meta.get("name")))
         return True
-    ctx.unrecorded[key] = Unrecorded(str(meta.get("name")), made, None, None, 0.0)
     ctx.binding[key] = made.placement
-    await record(ctx, key, pod)
+    await _write(ctx, key, Unrecorded(str(meta.get("name")), made, None, None, 0.0), pod)
     return True

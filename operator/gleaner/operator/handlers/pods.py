@@ -24,8 +24,7 @@ from gleaner.batch.tracking import finished
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
-from gleaner.operator.handlers.binding import dropped, failure_detail
-from gleaner.operator.handlers.binding import follow_recorded as record_with_phase
+from gleaner.operator.handlers.binding import dropped, failure_detail, record, unrecorded_pod
 from gleaner.operator.jobs import update_status
 
 
@@ -65,11 +64,12 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
             new = finished(new)  # a batch job's last requests, answered after its last tick
         return new
 
-    # A placement not recorded yet is recorded with this phase, in one write.
-    new = await record_with_phase(ctx, namespace, job, pod)
-    if new is False:
+    if unrecorded_pod(ctx, namespace, job, name):
+        # A placement not recorded yet is recorded with this phase, in one write.
+        new = await record(ctx, (namespace, job), pod)
+    else:
         new = await update_status(ctx, namespace, job, follow)
-    if not isinstance(new, OfflineJobStatus):
+    if new is None:
         return
     if phase in ("Succeeded", "Failed"):
         ctx.kick(f"pod {namespace}/{name} {phase.lower()}")
