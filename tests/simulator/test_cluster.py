@@ -157,6 +157,16 @@ def test_the_run_follows_the_shared_lifecycle_and_measures(run: dict[str, Any]) 
         met += [False] * (sum(j.windows_total for j in jobs) - len(met))
         assert pols[name]["sla_attainment"] == pytest.approx(sla_attainment(met))
         assert pols[name]["sla_windows"] == len(met)
+        # By job size: the same windows, split by each job's GPUs.
+        by_gpus = pols[name]["sla_windows_by_gpus"]
+        assert set(by_gpus) == {j.gpus for j in jobs}
+        for gpus, row in by_gpus.items():
+            sized = [j for j in jobs if j.gpus == gpus]
+            assert row == {
+                "windows": sum(j.windows_total for j in sized),
+                "met": sum(j.windows_met for j in sized),
+            }
+        assert sum(r["met"] for r in by_gpus.values()) == sum(met)
         # Per step, harvested utilization never exceeds the GPUs the jobs hold.
         used = np.array(pols[name]["series"]["offline_used"])
         assert ((used >= 0) & (used <= 1 + 1e-9)).all()

@@ -938,6 +938,17 @@ def _epoch_s(t: float) -> float:
     return EPOCH.timestamp() + t
 
 
+def _windows_by_gpus(jobs: list[SimJob]) -> dict[int, dict[str, int]]:
+    """Per job size (GPUs), the SLA windows judged and met: the attainment a user with
+    jobs of that size sees, which the pooled figure can hide."""
+    out: dict[int, dict[str, int]] = {}
+    for j in jobs:
+        row = out.setdefault(j.gpus, {"windows": 0, "met": 0})
+        row["windows"] += j.windows_total
+        row["met"] += j.windows_met
+    return dict(sorted(out.items()))
+
+
 def _cluster_metrics(
     cfg: ClusterScenario,
     online: OnlineCluster,
@@ -983,6 +994,7 @@ def _cluster_metrics(
         )
         / max(1, sum(1 for j in jobs if j.windows_total)),
         "sla_windows": windows_total,
+        "sla_windows_by_gpus": _windows_by_gpus(jobs),
         "evictions": evictions,
         "jobs": len(jobs),
         "phases": phases,
