@@ -127,3 +127,30 @@ def test_cluster_tables_fit_100_columns_and_give_a_verdict(
     assert "Seed 5: 12 GPUs in 3 nodes, 6 h of synthetic online load" in verdict
     assert "no-harvest ran no job" in verdict
     assert "has the most GPUs saved" in verdict and "Comparison with first-fit" in verdict
+
+
+def test_cluster_windows_met_by_job_size_match_the_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER, encoding="utf-8")
+    base = ["simulate", "--scenario", str(path), "--no-progress"]
+    assert main([*base, "--format", "json"]) == 0
+    policies = json.loads(capsys.readouterr().out)["cluster"]["policies"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Cluster level: SLA windows met by job size") :].splitlines()
+    header = next(line for line in table if line.startswith("┃ policy"))
+    sizes = sorted({int(g) for m in policies.values() for g in m["sla_windows_by_gpus"]})
+    assert [f"{g}-GPU jobs (%)" in header for g in sizes] == [True] * len(sizes)
+    for name, m in policies.items():
+        row = next(line for line in table if line.startswith(f"│ {name} "))
+        cells = [c.strip() for c in row.strip("│ ").split("│")][1:]
+        expected = []
+        for g in sizes:
+            w = m["sla_windows_by_gpus"].get(str(g))
+            expected.append(f"{100 * w['met'] / w['windows']:.1f}" if w and w["windows"] else "–")
+        assert cells == expected, name
+    # The pooled attainment is these windows together.
+    gleaner = policies["gleaner"]["sla_windows_by_gpus"].values()
+    assert sum(w["windows"] for w in gleaner) == policies["gleaner"]["sla_windows"]

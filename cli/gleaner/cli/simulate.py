@@ -239,6 +239,7 @@ def _print_tables(results: dict[str, Any]) -> None:
             f"Cluster level ({setting})",
         )
         _table(["policy", "jobs at the end, by phase"], jobs, "Cluster level: OfflineJobs")
+        _sizes_table(cluster["policies"])
         click.echo(
             _wrap(
                 "Prediction error: the mean absolute difference between the predicted and the "
@@ -250,6 +251,30 @@ def _print_tables(results: dict[str, Any]) -> None:
             click.echo("Verdict (cluster level):")
             for line in verdict:
                 click.echo(_wrap(line, "  "))
+
+
+def _sizes_table(policies: dict[str, Any]) -> None:
+    """SLA windows met per job size: what users of large jobs see, which the pooled
+    figure (every job's windows counted alike) can hide."""
+    by_policy = {
+        name: {int(g): w for g, w in (m.get("sla_windows_by_gpus") or {}).items()}
+        for name, m in policies.items()
+    }
+    sizes = sorted({g for rows in by_policy.values() for g in rows})
+    if not sizes:
+        return
+    rows = []
+    for name, by in by_policy.items():
+        cells = [name]
+        for g in sizes:
+            w = by.get(g)
+            cells.append(f"{100 * w['met'] / w['windows']:.1f}" if w and w["windows"] else DASH)
+        rows.append(cells)
+    _table(
+        ["policy", *(f"{g}-GPU jobs (%)" for g in sizes)],
+        rows,
+        "Cluster level: SLA windows met by job size",
+    )
 
 
 def _with_requests(
