@@ -16,7 +16,10 @@ then the windows met by job size (1, 2, 4 GPUs), pooled over the seeds:
 - ``paper``: the paper's model (trailing window, mean rule, 0.95 pair filter);
 - ``no-diurnal``, ``no-worst-hours``, ``no-risk``, ``no-multi-filter``, ``no-move``,
   ``no-planned-exit``: ``gleaner`` less one rule (``no-planned-exit``: no shorter
-  admission pass for 4-GPU jobs, so no planned exit).
+  admission pass for 4-GPU jobs, so no planned exit);
+- ``oracle``: ``gleaner`` admitting by the run's own future load (each GPU at its worst
+  hour of the horizon, no load spread). Nobody can run it; it bounds what a better
+  forecast of the hours ahead could buy.
 
 Moves are counted with the SLA evictions against the evictions target (each one restarts
 a job, as an eviction does).
@@ -49,6 +52,7 @@ POLICIES: tuple[PolicyName, ...] = (
     "no-multi-filter",
     "no-move",
     "no-planned-exit",
+    "oracle",
 )
 
 
@@ -129,12 +133,19 @@ def main(argv: list[str]) -> int:
         ("median |prediction error| <= 0.05", g["err"] <= 0.05, f"{g['err']:.3f}"),
     ]
     for policy in chosen:
-        if policy in ("gleaner", "paper"):
+        if policy in ("gleaner", "paper", "oracle"):
             continue
         a = summary[policy]
         dm, ds = g["met"] - a["met"], g["saved"] - a["saved"]
         verdict = "gleaner beats it" if dm >= 0 and ds >= 0 else "not beaten"
         print(f"vs {policy}: windows met {dm:+.2f} points, GPUs saved {ds:+.2f}: {verdict}")
+    if "oracle" in summary:
+        o = summary["oracle"]
+        print(
+            f"oracle (sees each GPU's worst hour ahead, a bound): windows met "
+            f"{o['met'] - g['met']:+.2f} points, GPUs saved {o['saved'] - g['saved']:+.2f} "
+            "against gleaner: what a perfect forecast of the hours ahead would add"
+        )
     for name, ok, value in targets:
         print(f"target {name}: {'met' if ok else 'MISSED'} ({value})")
     return 0 if all(ok for _, ok, _ in targets) else 1

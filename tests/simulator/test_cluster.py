@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from gleaner.api import Phase
-from gleaner.perfmodel import multi_gpu_factor
+from gleaner.perfmodel import multi_gpu_factor, predict
 from gleaner.perfmodel.model import compute_factors
 from gleaner.scheduler.measures import sla_attainment
-from gleaner.simulator.cluster import run_cluster, trailing_idle
+from gleaner.simulator.cluster import run_cluster, trailing_idle, worst_hour_ahead
 from gleaner.simulator.cluster_scenario import ClusterScenario
 from gleaner.simulator.latency import MODELS
-from gleaner.simulator.online import EPOCH, generate_online, node_summary
+from gleaner.simulator.online import EPOCH, GateEfficiency, generate_online, node_summary
 
 
 def _cfg(**kw: Any) -> ClusterScenario:
@@ -338,3 +338,51 @@ def test_the_planned_exit_settings_are_validated() -> None:
         ClusterScenario(planned_exit_min_gpus=0)
     rule = ClusterScenario(planned_exit_admission_h=2.0).planned_exit_rule()
     assert rule.admission_horizon_h == 2.0
+
+
+def test_the_oracle_admits_by_each_gpus_worst_hour_of_the_future() -> None:
+    cfg = _cfg()
+    online = generate_online(cfg, np.random.default_rng(3))
+    eta = GateEfficiency(0.96)
+    start, horizon_s = online.t0_step, 3 * 3600.0
+    hour = round(3600 / online.step_s)
+    s = worst_hour_ahead(online, 1, start, horizon_s, eta)
+    rows = online.busy[online.rows(1), start : start + round(horizon_s / online.step_s)]
+    whole = node_summary(online, 1, start, start + rows.shape[1], eta)
+    assert s.window_seconds == whole.window_seconds
+    for g in range(cfg.gpus_per_node):
+        # Brute force over the hour-long windows every 15 min: the lowest enabled share,
+        # and the busy share of that same hour.
+        hours = [
+            (eta.enabled(rows[g, w : w + hour]).mean(), rows[g, w : w + hour].mean())
+            for w in range(0, rows.shape[1] - hour + 1, hour // 4)
+        ]
+        enabled, busy = min(hours)
+        assert s.offline_enabled_seconds is not None
+        assert s.offline_enabled_seconds[g] / s.window_seconds == pytest.approx(enabled)
+        assert s.online_busy_seconds[g] / s.window_seconds == pytest.approx(busy)
+        # Never idler than the horizon on average.
+        assert s.online_busy_seconds[g] >= whole.online_busy_seconds[g] - 1e-6
+    assert s.pair_overlap_seconds[0, 1] == whole.pair_overlap_seconds[0, 1]
+
+
+def test_the_oracle_places_by_the_future_it_sees() -> None:
+    cfg = _cfg(policies=["oracle"])
+    out = run_cluster(cfg, seed=5, gate_efficiency=0.96)
+    online, gate = out["online"], out["gate"]
+    # First placements (moves and the planned exit's shorter pass aside), each judged by
+    # the future from the forecast's last hourly refresh before it.
+    first = [
+        (j, j.placements[0])
+        for j in out["jobs"]["oracle"]
+        if j.placements and j.gpus < cfg.planned_exit_min_gpus
+    ]
+    assert len(first) >= 5
+    horizon_s = cfg.forecast_horizon_h * 3600
+    refresh = round(cfg.summary_refresh_s / cfg.step_s)
+    for job, placed in first:
+        node = online.node_names.index(placed["node"])
+        step = online.t0_step + int(placed["t"] / cfg.step_s) // refresh * refresh
+        seen = worst_hour_ahead(online, node, step, horizon_s, gate)
+        expected = predict(job.profile, job.sla, seen, placed["gpus"]).throughput_fraction
+        assert placed["predicted"] == pytest.approx(expected)

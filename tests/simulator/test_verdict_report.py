@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import re
+import typing
 from typing import Any
 
 import pytest
 
+from gleaner.simulator.cluster_scenario import PolicyName
 from gleaner.simulator.node import NodeScenario
 from gleaner.simulator.report import KNOWN_COLORS, log_ticks, policy_colors, render_report
 from gleaner.simulator.runner import run_scenario
 from gleaner.simulator.scenario import Scenario
-from gleaner.simulator.verdict import POLICY_TEXT, cluster_verdict, node_verdict, target_value
+from gleaner.simulator.verdict import (
+    CLUSTER_POLICY_TEXT,
+    POLICY_TEXT,
+    cluster_verdict,
+    node_verdict,
+    target_value,
+)
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +135,8 @@ def test_values_equal_as_printed_are_a_tie_not_a_lead() -> None:
     assert _lead(apart, "the fewest preemptions", True, lambda v: f"{v:.2f}") == (
         "prism has the fewest preemptions (0.19), ahead of gleaner (0.20) by 0.01."
     )
+
+
+def test_every_cluster_policy_has_its_sentence() -> None:
+    # The report describes each policy a scenario can name, not "a custom placement policy".
+    assert set(typing.get_args(PolicyName)) == set(CLUSTER_POLICY_TEXT)

@@ -629,6 +629,8 @@ def run_policy(
                     if shared is not None:
                         shared[s_abs] = fb
                 forecasts = fb.forecasts(forecast_mode, rule)
+                if policy == "oracle":
+                    forecasts = Foresight(**vars(forecasts), online=online, step=s_abs, eta=eta)
                 means = forecasts.means
                 summaries = forecasts.admit(cfg.forecast_horizon_h * 3600)
             elif s_abs > start:
@@ -875,6 +877,69 @@ class Forecasts:
                 for n, (name, mean) in enumerate(self.means.items())
             }
         return self.cache[horizon_s]
+
+
+@dataclass
+class Foresight(Forecasts):
+    """The ``oracle`` policy's forecasts: what admission is judged by comes from the run's
+    own future load, each GPU at its worst hour of the horizon (:func:`worst_hour_ahead`),
+    with no load spread. Not a policy anyone can run: a bound on what a better forecast
+    of the hours ahead could buy (``python -m bench sla``). Its means (the prediction the
+    error is measured on) stay the time-of-day forecast's."""
+
+    online: OnlineCluster | None = None
+    step: int = 0
+    """The first step of the horizon (the forecast's refresh)."""
+    eta: GateEfficiency | None = None
+
+    def admit(self, horizon_s: float) -> dict[str, NodeSummary]:
+        if self.online is None or self.eta is None or not self.means:
+            return self.means
+        if horizon_s not in self.cache:
+            self.cache[horizon_s] = {
+                name: worst_hour_ahead(self.online, n, self.step, horizon_s, self.eta)
+                for n, name in enumerate(self.means)
+            }
+        return self.cache[horizon_s]
+
+
+def worst_hour_ahead(
+    online: OnlineCluster, node: int, start: int, horizon_s: float, eta: GateEfficiency
+) -> NodeSummary:
+    """The node's summary over [start, start + horizon) of the run's own load, each GPU's
+    busy and offline-enabled shares taken from its worst hour in it (the lowest enabled
+    share of the hour-long windows starting every 15 min), the pair overlap of the whole
+    horizon: what :func:`gleaner.perfmodel.diurnal.worst_hours` bounds, known exactly."""
+    end = min(online.busy.shape[1], start + max(1, round(horizon_s / online.step_s)))
+    whole = node_summary(online, node, start, end, eta)
+    busy = online.busy[online.rows(node), start:end]
+    enabled = eta.enabled(busy)
+    hour = max(1, round(3600 / online.step_s))
+    if busy.shape[1] <= hour:
+        worst_busy, worst_enabled = busy.mean(axis=1), enabled.mean(axis=1)
+    else:
+        stride = max(1, hour // 4)
+        starts = np.arange(0, busy.shape[1] - hour + 1, stride)
+        csum_b = np.concatenate([np.zeros((busy.shape[0], 1)), busy.cumsum(axis=1)], axis=1)
+        csum_e = np.concatenate([np.zeros((busy.shape[0], 1)), enabled.cumsum(axis=1)], axis=1)
+        hour_busy = (csum_b[:, starts + hour] - csum_b[:, starts]) / hour
+        hour_enabled = (csum_e[:, starts + hour] - csum_e[:, starts]) / hour
+        worst = hour_enabled.argmin(axis=1)
+        rows = np.arange(busy.shape[0])
+        worst_busy, worst_enabled = hour_busy[rows, worst], hour_enabled[rows, worst]
+    window = whole.window_seconds
+    busy_s = worst_busy * window
+    overlap = whole.pair_overlap_seconds.copy()
+    union = whole.pair_union_seconds.copy()
+    np.fill_diagonal(overlap, busy_s)
+    np.fill_diagonal(union, busy_s)
+    return replace(
+        whole,
+        online_busy_seconds=busy_s,
+        offline_enabled_seconds=worst_enabled * window,
+        pair_overlap_seconds=overlap,
+        pair_union_seconds=union,
+    )
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ PolicyName = Literal[
     "no-worst-hours",
     "no-move",
     "no-planned-exit",
+    "oracle",
 ]
 ALL_POLICIES: tuple[PolicyName, ...] = ("no-harvest", "gleaner", "first-fit", "no-multi-filter")
 """The policies a scenario runs by default. ``paper`` (the paper's model: the trailing
@@ -48,7 +49,8 @@ of the time-of-day forecast), ``no-worst-hours`` (the mean time-of-day forecast 
 horizon instead of each GPU's worst hour of the job's expected run) and ``no-risk`` (no
 load spread: the worst hours as forecast) are the ablations ``python -m bench sla`` runs
 beside ``gleaner``, and ``no-planned-exit`` (no shorter admission pass for large jobs,
-no planned exit)."""
+no planned exit). ``oracle`` is ``gleaner`` admitting by the run's own future load (each
+GPU at its worst hour of the horizon, no spread): a bound, not a policy one can run."""
 
 
 class ServiceKind(BaseModel):

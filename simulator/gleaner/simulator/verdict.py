@@ -44,6 +44,16 @@ CLUSTER_POLICY_TEXT: dict[str, str] = {
     "SLA holds, and the SLA monitor evicts and reschedules jobs that keep missing it.",
     "first-fit": "The first node with enough free GPUs, without a model or an SLA check.",
     "no-multi-filter": "Gleaner's scheduler without the multi-GPU overlap filter.",
+    "paper": "The paper's model: the trailing window, the mean rule and the 0.95 pair filter.",
+    "no-diurnal": "Gleaner's scheduler with the trailing window instead of the time-of-day "
+    "forecast.",
+    "no-worst-hours": "Gleaner's scheduler admitting by the mean time-of-day forecast instead "
+    "of each GPU's busiest hour.",
+    "no-risk": "Gleaner's scheduler without the load spread: the busiest hours as forecast.",
+    "no-move": "Gleaner's scheduler without moves before a forecast peak (nor planned exits).",
+    "no-planned-exit": "Gleaner's scheduler without the planned exit for large jobs.",
+    "oracle": "Gleaner's scheduler admitting by the run's own future load, each GPU at its "
+    "worst hour ahead: a bound on what a better forecast could buy, not a policy one can run.",
 }
 """One sentence per shipped cluster-level placement policy."""
 
