@@ -408,8 +408,20 @@ def worst_hours(
     scaled_busy = np.minimum(1.0, busy * busy_scale)
     idle = 1.0 - busy
     enabled = np.where(idle > 0, enabled * (1.0 - scaled_busy) / np.maximum(idle, 1e-12), 0.0)
+    return with_gpu_shares(
+        whole, scaled_busy, None if whole.offline_enabled_seconds is None else enabled
+    )
+
+
+def with_gpu_shares(
+    whole: NodeSummary, busy: FloatArray, enabled: FloatArray | None
+) -> NodeSummary:
+    """``whole`` with each GPU's online-busy and offline-enabled shares replaced (None: no
+    enabled seconds), over the same window: how a bound that takes each GPU at its own worst
+    time is written as a summary. The pair overlap and union stay the whole window's; their
+    diagonals (a GPU with itself) are the new busy seconds."""
     window = whole.window_seconds
-    busy_s = scaled_busy * window
+    busy_s = busy * window
     overlap = whole.pair_overlap_seconds.copy()
     union = whole.pair_union_seconds.copy()
     np.fill_diagonal(overlap, busy_s)
@@ -417,7 +429,7 @@ def worst_hours(
     return replace(
         whole,
         online_busy_seconds=busy_s,
-        offline_enabled_seconds=None if whole.offline_enabled_seconds is None else enabled * window,
+        offline_enabled_seconds=None if enabled is None else enabled * window,
         pair_overlap_seconds=overlap,
         pair_union_seconds=union,
     )
@@ -473,5 +485,6 @@ __all__ = [
     "is_weekend",
     "report_ratios",
     "scaled",
+    "with_gpu_shares",
     "worst_hours",
 ]

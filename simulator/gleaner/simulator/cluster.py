@@ -67,6 +67,7 @@ from gleaner.perfmodel.diurnal import (
     forecast,
     hour_busy,
     is_weekend,
+    with_gpu_shares,
 )
 from gleaner.scheduler import (
     DEFAULT_FILTERS,
@@ -927,19 +928,7 @@ def worst_hour_ahead(
         worst = hour_enabled.argmin(axis=1)
         rows = np.arange(busy.shape[0])
         worst_busy, worst_enabled = hour_busy[rows, worst], hour_enabled[rows, worst]
-    window = whole.window_seconds
-    busy_s = worst_busy * window
-    overlap = whole.pair_overlap_seconds.copy()
-    union = whole.pair_union_seconds.copy()
-    np.fill_diagonal(overlap, busy_s)
-    np.fill_diagonal(union, busy_s)
-    return replace(
-        whole,
-        online_busy_seconds=busy_s,
-        offline_enabled_seconds=worst_enabled * window,
-        pair_overlap_seconds=overlap,
-        pair_union_seconds=union,
-    )
+    return with_gpu_shares(whole, worst_busy, worst_enabled)
 
 
 @dataclass(frozen=True)
