@@ -29,7 +29,8 @@ Model (docs/simulator.md has the details):
   summaries, occupancy, the learned bias, each job's eviction history) with its default
   config;
   ``no-multi-filter`` = the same without the ``PairOverlap`` filter; ``first-fit`` = the
-  first node with enough free GPUs, no model; ``no-harvest`` = nothing offline.
+  first node with enough free GPUs, no model; ``no-harvest`` = nothing offline; ``oracle``
+  = ``gleaner`` admitting by the run's own future load (:class:`Foresight`), a bound.
 - Lifecycle: the operator's (``gleaner.scheduler.lifecycle``): API phases, ``sla_tick``
   each window (grace, k of n), ``evict`` (requeue with backoff away from the node, or
   Failed) plus ``build_eviction_report``, ``may_attempt`` before a queued job is placed,
@@ -1131,6 +1132,7 @@ def total_steps(cfg: ClusterScenario) -> int:
 __all__ = [
     "ForecastBase",
     "Forecasts",
+    "Foresight",
     "SimJob",
     "admission_rule",
     "current_observed",
@@ -1139,4 +1141,5 @@ __all__ = [
     "run_cluster",
     "run_policy",
     "trailing_idle",
+    "worst_hour_ahead",
 ]
