@@ -150,6 +150,19 @@ def test_burst_evicts_and_reschedules(
     )
     assert system.job(JOB)["status"]["evictionCount"] == 1
 
+    # Every SLA window the monitor judged is counted by result and job size: the misses on
+    # the first node (at least those the report holds), then met windows on the new one.
+    gpus = str(len(first["gpuIndices"]))
+
+    def windows(result: str) -> float:
+        value = system.operator_metric(
+            "gleaner_operator_sla_windows_total", namespace="batch", gpus=gpus, result=result
+        )
+        return value or 0.0
+
+    assert windows("missed") >= report["observed"]["windowsMissed"]
+    poll(lambda: windows("met") >= 1, timeout=30, what="a met SLA window counted")
+
     # The dashboard API shows the report and the job's history.
     evictions = system.wait_dashboard(
         "/api/evictions", lambda body: len(body) == 1, "one eviction report"

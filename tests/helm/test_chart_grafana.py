@@ -21,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from gleaner.operator.metrics import OperatorMetrics
+from gleaner.operator.metrics import OperatorMetrics, exported_names
 
 Manifest = dict[str, Any]
 Render = Callable[..., list[Manifest]]
@@ -51,10 +51,7 @@ AGENT_HISTOGRAMS = {"gleaner_gpu_harvestable_memory_bytes", "gleaner_online_requ
 def operator_series_names() -> set[str]:
     registry = CollectorRegistry()
     OperatorMetrics(registry)
-    families = list(registry.collect())
-    # A labelled gauge has no samples until a job sets it; its family name is its series name.
-    gauges = {family.name for family in families if family.type == "gauge"}
-    return gauges | {sample.name for family in families for sample in family.samples}
+    return exported_names(registry)
 
 
 def known_series() -> set[str]:

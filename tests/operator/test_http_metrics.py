@@ -35,6 +35,14 @@ def test_metrics_live_in_their_own_registry() -> None:
     assert get("gleaner_operator_evictions_total") == 1
     assert get("gleaner_operator_scheduling_latency_seconds_count") == 1
     assert get("gleaner_operator_scheduling_latency_seconds_bucket", {"le": "0.25"}) == 1
+    # SLA windows by result and job size; attainment is met / all of them.
+    metrics.count_windows("batch", 4, [True, False, True])
+    metrics.count_windows("batch", 1, [True])
+    metrics.count_windows("batch", 1, [])
+    windows = {"namespace": "batch", "gpus": "4"}
+    assert get("gleaner_operator_sla_windows_total", {**windows, "result": "met"}) == 2
+    assert get("gleaner_operator_sla_windows_total", {**windows, "result": "missed"}) == 1
+    assert get("gleaner_operator_sla_windows_total", {**windows, "gpus": "1", "result": "met"}) == 1
     # Two instances never collide (no global registry).
     OperatorMetrics(CollectorRegistry())
 

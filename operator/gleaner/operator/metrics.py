@@ -7,6 +7,12 @@ contract: ``gleaner_operator_`` prefix) and nothing in the global default regist
 - ``gleaner_operator_placements_total`` (counter): Pods bound to a placement;
 - ``gleaner_operator_evictions_total`` (counter): SLA evictions;
 - ``gleaner_operator_unschedulable_total`` (counter): jobs found unschedulable in a pass;
+- ``gleaner_operator_sla_windows_total{namespace,gpus,result}`` (counter): SLA windows the
+  SLA monitor judged, ``result`` = ``met`` or ``missed``, by the job's namespace and GPUs.
+  Attainment over any range is ``met`` ÷ all (``rate`` or ``increase`` of both), and by
+  ``gpus`` it is what the users of jobs of each size see. A window is counted once, after
+  the job's history annotation records its sample (a restarted operator skips samples
+  already recorded); a crash between the two loses that count, never doubles it;
 - ``gleaner_operator_scheduling_latency_seconds`` (histogram): wall time of one scheduling
   pass (list state, decide, bind);
 - ``gleaner_operator_job_queue_latency_seconds`` (histogram): job creation to binding;
@@ -126,6 +132,20 @@ def cluster_measures(
     return measures.sla_attainment(met), measures.offline_throughput(credited)
 
 
+SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+"""The series a metric family of each type exports beside its samples' names."""
+
+
+def exported_names(registry: CollectorRegistry) -> set[str]:
+    """Every series name ``registry``'s families can export, including labelled families
+    that have no labels set yet (no samples): what dashboards and alerts may name."""
+    names: set[str] = set()
+    for family in registry.collect():
+        names |= {sample.name for sample in family.samples}
+        names |= {family.name + suffix for suffix in SERIES_SUFFIXES.get(family.type, ("",))}
+    return names
+
+
 class OperatorMetrics:
     """Metric objects the handlers update (see the module docstring)."""
 
@@ -150,6 +170,13 @@ class OperatorMetrics:
         self.unschedulable = PromCounter(
             "gleaner_operator_unschedulable",
             "Jobs found unschedulable by a scheduling pass.",
+            registry=self.registry,
+        )
+        self.sla_windows = PromCounter(
+            "gleaner_operator_sla_windows",
+            "SLA windows judged by the SLA monitor, by result (met or missed), by the job's "
+            "namespace and GPUs.",
+            ["namespace", "gpus", "result"],
             registry=self.registry,
         )
         self.scheduling_latency = Histogram(
@@ -222,6 +249,11 @@ class OperatorMetrics:
         """The cluster measures of the last pass (:func:`cluster_measures`)."""
         self.sla_attainment.set(math.nan if attainment is None else attainment)
         self.offline_throughput.set(throughput)
+
+    def count_windows(self, namespace: str, gpus: int, judged: Iterable[bool]) -> None:
+        """Count the SLA windows a tick judged (each True: met) for a job of ``gpus``."""
+        for met in judged:
+            self.sla_windows.labels(namespace, str(gpus), "met" if met else "missed").inc()
 
     def set_job(self, namespace: str, job: str, sla: float, observed: float | None) -> None:
         """One job's SLA and, when given, its observed fraction (None removes it)."""

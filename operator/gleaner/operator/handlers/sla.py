@@ -10,7 +10,8 @@ Contract. Each tick (``handlers.running``: one loop over the Running OfflineJobs
 2. appends the sample to the placement's history (annotation ``gleaner.dev/sla-windows``),
    judged over the job's ``spec.slaWindow`` (``gleaner.scheduler.monitor.sla_windows``), and
    writes ``status.observed`` and the ``SLAMet`` condition (and the job's
-   ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges);
+   ``gleaner_operator_job_observed_throughput_fraction`` / ``..._throughput_sla`` gauges),
+   and counts each SLA window it closed in ``gleaner_operator_sla_windows_total``;
 3. feeds the recorded sample to the bias table (``gleaner.operator.bias.feed``: observed
    against the placement's raw prediction, under the job's class), which later scheduling
    passes correct their predictions by and ``handlers.bias`` writes back to its ConfigMap;
@@ -135,6 +136,8 @@ async def monitor_sla(ctx: OperatorContext, body: dict[str, Any]) -> str:
         # skip samples it already recorded, so none is fed twice).
         if feed(ctx.bias, placement, job_class(meta.get("labels")), obs.throughput_fraction):
             ctx.bias_clock.changed()
+        # The windows this sample closed, counted once for the same reason.
+        ctx.metrics.count_windows(namespace, len(placement.gpu_indices), tick.judged)
         met = tick.met  # None: this sample closed no SLA window
         observed = Observed(
             throughput_fraction=obs.throughput_fraction,
