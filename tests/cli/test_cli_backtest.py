@@ -18,6 +18,7 @@ from gleaner.scheduler.backtest import (
     Group,
     Judged,
     OriginResult,
+    by_gpus,
     by_hour,
     by_margin,
     rolling_origins,
@@ -37,14 +38,14 @@ spec:
 """
 
 
-def _day_and_night(path: Path, days: int) -> Path:
-    """``days`` days, 5-minute samples, one node of two GPUs: idle at night (busy 0.05),
-    busy 8:00-20:00 (0.85)."""
+def _day_and_night(path: Path, days: int, gpus: int = 2) -> Path:
+    """``days`` days, 5-minute samples, one node of ``gpus`` GPUs: idle at night (busy
+    0.05), busy 8:00-20:00 (0.85)."""
     rows = []
     for t in range(0, days * 86400, 300):
         hour = (t // 3600) % 24
         busy = 0.85 if 8 <= hour < 20 else 0.05
-        for gpu in range(2):
+        for gpu in range(gpus):
             rows.append((float(t), "n1", gpu, busy, 60.0))
     pd.DataFrame(
         rows, columns=["timestamp", "node", "gpu", "online_busy", "free_memory_gib"]
@@ -110,6 +111,35 @@ def test_the_table_prints_totals_and_a_verdict(
     out = capsys.readouterr().out
     assert "attainment:" in out and "oracle (sees the horizon)" in out
     assert out.strip().splitlines()[-1].startswith("verdict: ")
+
+
+def test_placements_met_are_split_by_job_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _day_and_night(tmp_path / "four.csv", 2, gpus=4)
+    jobs = tmp_path / "sized"
+    jobs.mkdir()
+    (jobs / "one.yaml").write_text(JOB.format(name="one", sla=0.5))
+    (jobs / "two.yaml").write_text(JOB.format(name="two", sla=0.5) + "  gpus: 2\n")
+    args = ("--every", "2h", "--horizon", "2h", "--min-history", "26h")
+    data = _run(trace, jobs, *args, capsys=capsys)
+    placements = [p for o in data["origins"] for p in o["placements"]]
+    expected = {
+        size: {
+            "gpus": size,
+            "placed": sum(1 for p in placements if len(p["gpus"]) == size),
+            "met": sum(1 for p in placements if len(p["gpus"]) == size and p["met"]),
+        }
+        for size in (1, 2)
+    }
+    assert data["by_gpus"] == [expected[1], expected[2]]
+    assert expected[1]["placed"] > 0 and expected[2]["placed"] > 0
+    rc = main(["backtest", "--trace", str(trace), "--jobs", str(jobs), *args])
+    assert rc in (0, None)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("met by job"))
+    for size in (1, 2):
+        share = 100 * expected[size]["met"] / expected[size]["placed"]
+        assert f"{size}-GPU jobs {share:.1f}% of {expected[size]['placed']}" in line
 
 
 def test_a_trace_too_short_is_an_error(
@@ -197,10 +227,17 @@ def test_misses_are_grouped_by_hour_and_margin() -> None:
             ),
             OriginResult(2 * day + 3 * 3600, (Judged("c", "n", (0,), 0.2, 0.9, 0.9),), 1),
             OriginResult(2 * day + 5 * 3600, (Judged("d", "n", (0,), 0.2, 0.3, None),), 1),
+            OriginResult(2 * day + 6 * 3600, (Judged("e", "n", (2, 3), 0.3, 0.4, 0.35),), 1),
         )
     )
-    assert by_hour(result) == [Group(3, 3, 2), Group(5, 1, 0)]
-    assert by_margin(result) == [Group(0, 1, 0), Group(1, 1, 1), Group(2, 1, 0), Group(6, 1, 1)]
+    assert by_hour(result) == [Group(3, 3, 2), Group(5, 1, 0), Group(6, 1, 1)]
+    assert by_gpus(result) == [Group(1, 4, 2), Group(2, 1, 1)]
+    assert by_margin(result) == [
+        Group(0, 1, 0),
+        Group(1, 1, 1),
+        Group(2, 2, 1),
+        Group(6, 1, 1),
+    ]
     assert by_margin(result)[0].missed_share == 1.0 and Group(0, 0, 0).missed_share == 0.0
     with pytest.raises(ValueError):
         by_margin(result, step=0)

@@ -17,7 +17,8 @@ oracle place the queue from the horizon itself (:func:`run_backtest`, which
 - ``trailing``: the trailing ``--window`` (the paper's rule).
 
 It prints one row per origin, the totals (attainment: placements that met their SLA;
-placements; the oracle's), and a verdict line against the targets (99% attainment, 80% of
+placements; the oracle's; with jobs of several sizes, the share met per size), and a
+verdict line against the targets (99% attainment, 80% of
 the oracle's placements). Bad input prints one ``error: ...`` line and exits 2.
 """
 
@@ -325,7 +326,7 @@ def command(
     """Backtest placements on held-out time of a trace, against an oracle."""
     from gleaner.perfmodel import TraceFormatError, read_trace_frame
     from gleaner.perfmodel import validate_trace_frame as validate
-    from gleaner.scheduler.backtest import rolling_origins, verdict
+    from gleaner.scheduler.backtest import by_gpus, rolling_origins, verdict
 
     every_s, horizon_s = _seconds(every, "--every"), _seconds(horizon, "--horizon")
     history_s, window_s = _seconds(min_history, "--min-history"), _seconds(window, "--window")
@@ -382,6 +383,7 @@ def command(
             "attainment": result.attainment,
             "oracle_placed": result.oracle_placed,
             "oracle_share": result.oracle_share,
+            "by_gpus": [{"gpus": g.key, "placed": g.placed, "met": g.met} for g in by_gpus(result)],
             "verdict": line,
         }
         echo_json(data)
@@ -405,4 +407,12 @@ def command(
         f"({result.met} of {result.placed} placements met their SLA on their horizon)"
     )
     click.echo(f"placements: {result.placed}; oracle (sees the horizon): {result.oracle_placed}")
+    sizes = by_gpus(result)
+    if len(sizes) > 1:
+        click.echo(
+            "met by job size: "
+            + ", ".join(
+                f"{g.key}-GPU jobs {100 * g.met / g.placed:.1f}% of {g.placed}" for g in sizes
+            )
+        )
     click.echo(line)

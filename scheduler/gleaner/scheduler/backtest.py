@@ -18,7 +18,7 @@ of what the oracle places).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gleaner.perfmodel import JobProfile, NodeSummary, predict
@@ -138,16 +138,26 @@ class Group:
         return 0.0 if self.placed == 0 else 1.0 - self.met / self.placed
 
 
-def by_hour(result: BacktestResult) -> list[Group]:
-    """The placements grouped by the hour of the day (UTC) of their origin, in hour order."""
+def _grouped(result: BacktestResult, key: Callable[[float, Judged], int]) -> list[Group]:
+    """The placements grouped by ``key(origin, placement)``, in key order."""
     counts: dict[int, list[int]] = {}
     for o in result.origins:
-        hour = int(o.origin // 3600) % 24
         for j in o.judged:
-            c = counts.setdefault(hour, [0, 0])
+            c = counts.setdefault(key(o.origin, j), [0, 0])
             c[0] += 1
             c[1] += int(j.met)
     return [Group(k, c[0], c[1]) for k, c in sorted(counts.items())]
+
+
+def by_hour(result: BacktestResult) -> list[Group]:
+    """The placements grouped by the hour of the day (UTC) of their origin, in hour order."""
+    return _grouped(result, lambda origin, _: int(origin // 3600) % 24)
+
+
+def by_gpus(result: BacktestResult) -> list[Group]:
+    """The placements grouped by their job's GPUs, smallest first: what the users of jobs
+    of each size would see, which the pooled attainment can hide."""
+    return _grouped(result, lambda _, j: len(j.gpus))
 
 
 def by_margin(result: BacktestResult, step: float = 0.05, last: int = 6) -> list[Group]:
@@ -155,14 +165,9 @@ def by_margin(result: BacktestResult, step: float = 0.05, last: int = 6) -> list
     group ``k`` holds margins in [k * step, (k + 1) * step), group ``last`` all above."""
     if not step > 0 or last < 0:
         raise ValueError("step must be > 0 and last >= 0")
-    counts: dict[int, list[int]] = {}
-    for o in result.origins:
-        for j in o.judged:
-            k = min(last, max(0, int((j.predicted - j.sla + SLA_EPS) // step)))
-            c = counts.setdefault(k, [0, 0])
-            c[0] += 1
-            c[1] += int(j.met)
-    return [Group(k, c[0], c[1]) for k, c in sorted(counts.items())]
+    return _grouped(
+        result, lambda _, j: min(last, max(0, int((j.predicted - j.sla + SLA_EPS) // step)))
+    )
 
 
 def verdict(
@@ -193,6 +198,7 @@ __all__ = [
     "Group",
     "Judged",
     "OriginResult",
+    "by_gpus",
     "by_hour",
     "by_margin",
     "judge",
