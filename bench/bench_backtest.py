@@ -41,6 +41,7 @@ from gleaner.scheduler.backtest import (
     TARGET_ORACLE_SHARE,
     BacktestResult,
     Group,
+    by_gpus,
     by_hour,
     by_margin,
 )
@@ -166,6 +167,7 @@ def main(argv: list[str]) -> int:
         lambda k: f">={0.05 * k:.2f}" if k == 6 else f"<{0.05 * (k + 1):.2f}",
         by_margin(total),
     )
+    _groups("by job size", lambda k: f"{k}-GPU", by_gpus(total))
     att, share = total.attainment or 0.0, total.oracle_share or 0.0
     targets = [
         (
