@@ -200,6 +200,10 @@ def test_example_snapshot_numbers(data: DashboardData) -> None:
     # throughput: observed fraction x GPUs of running jobs
     assert s.summary.offline_throughput == pytest.approx(0.64 + 0.44 * 2 + 0.19)
     assert s.summary.sla_attainment == pytest.approx(2 / 3)
+    # The same verdicts by job size: the 1-GPU jobs meet one of two, the 2-GPU job its own.
+    running = [j for j in s.jobs if j.phase == "Running" and j.meets_sla is not None]
+    assert sorted((j.gpu_count, j.meets_sla) for j in running) == [(1, False), (1, True), (2, True)]
+    assert s.summary.sla_attainment_by_gpus == {1: pytest.approx(0.5), 2: 1.0}
     assert s.summary.jobs_by_phase == {
         "Evicted": 1,
         "Failed": 1,

@@ -110,6 +110,9 @@ def test_overview_cards_say_which_period_they_cover() -> None:
     html = TestClient(create_app(StaticSource.from_record(example_record()))).get("/").text
     card = re.search(r'id="card-sla-attainment".*?</div>\s*</div>', html, re.S)
     assert card is not None and "mean of the last 23h" in card.group(0) and "now " in card.group(0)
+    # And, with running jobs of more than one size, the attainment of each size now.
+    sizes = re.search(r'id="card-sla-attainment".*?now by job size: ([^<]*)</div>', html, re.S)
+    assert sizes is not None and sizes.group(1) == "1-GPU jobs 50% · 2-GPU jobs 100%"
 
 
 def test_sla_is_a_fraction_everywhere_and_times_do_not_wrap() -> None:

@@ -649,6 +649,16 @@ def current_point(nodes: Sequence[NodeView], jobs: Sequence[JobView]) -> Cluster
         harvested_utilization=measures.harvested_utilization(held, len(gpus)),
         offline_throughput=measures.offline_throughput(credited),
         sla_attainment=measures.sla_attainment(bool(j.meets_sla) for j in judged),
+        sla_attainment_by_gpus={
+            size: attained
+            for size in sorted({j.gpu_count for j in judged})
+            if (
+                attained := measures.sla_attainment(
+                    bool(j.meets_sla) for j in judged if j.gpu_count == size
+                )
+            )
+            is not None
+        },
         jobs=len(jobs),
         jobs_by_phase=dict(sorted(by_phase.items())),
         evictions=sum(j.eviction_count for j in jobs),

@@ -407,6 +407,11 @@ class ClusterSummary(DashModel):
     harvested_utilization: float | None = None
     offline_throughput: float | None = None
     sla_attainment: float | None = None
+    sla_attainment_by_gpus: dict[int, float] = Field(
+        default_factory=dict,
+        description="SLA attainment of the running jobs of each size (GPUs) with a verdict, "
+        "smallest first: what the pooled figure can hide.",
+    )
     jobs: int = 0
     jobs_by_phase: dict[str, int] = Field(default_factory=dict)
     evictions: int = 0
