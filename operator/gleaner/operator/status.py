@@ -45,6 +45,7 @@ from gleaner.api import (
     set_condition,
 )
 from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
+from gleaner.batch.tracking import finished
 from gleaner.scheduler.explain import placed_message
 from gleaner.scheduler.lifecycle import (
     BOUND_PHASES,
@@ -185,6 +186,8 @@ def from_pod_phase(
     """The job's status after its current Pod reports ``pod_phase``; None: nothing changes.
 
     Only the Pod of the current placement counts (an old attempt's Pod never moves the job).
+    A Succeeded Pod also completes a batch job's count (``gleaner.batch.tracking.finished``:
+    its last requests were answered after the runner's last progress tick).
     """
     if status.phase not in BOUND_PHASES or not status.pods or status.pods[-1] != pod_name:
         return None
@@ -195,7 +198,7 @@ def from_pod_phase(
             new = transition(status, P.RUNNING, f"pod {pod_name} is running")
             conds = _cond(new, ConditionType.READY, True, "PodRunning", new.message, now)
         case "Succeeded":
-            new = transition(status, P.SUCCEEDED, f"pod {pod_name} succeeded")
+            new = finished(transition(status, P.SUCCEEDED, f"pod {pod_name} succeeded"))
             conds = _cond(new, ConditionType.READY, False, "PodSucceeded", new.message, now)
         case "Failed":
             message = f"pod {pod_name} failed" + (f": {detail}" if detail else "")

@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gleaner.api import OfflineJobStatus
-from gleaner.batch.tracking import finished
 from gleaner.clients.kube import NotFoundError, pods_path
 from gleaner.operator import status as st
 from gleaner.operator.builders import PodPlacement, placement_of_pod
@@ -93,8 +92,6 @@ def recorded_change(
             new = st.recorded(
                 cur, made.placement, pod_name, made.attempt, phase, now, made.why, detail
             )
-        if new is not None and phase == "Succeeded":
-            new = finished(new)  # a batch job's last requests, answered after its last tick
         return new
 
     return change

@@ -8,7 +8,7 @@ Failed (with the container's termination reason), and a deleted current Pod of a
 job -> Evicted (``PodDeleted``), requeued. Only the job's current Pod (``status.pods[-1]``)
 counts. A Pod that finished or vanished frees GPUs, so the scheduling loop is kicked. A
 ``spec.batch`` job's Pod that succeeded completes its ``status.batch`` count
-(``gleaner.batch.tracking.finished``).
+(``gleaner.batch.tracking.finished``, which ``status.from_pod_phase`` applies).
 Profiling Pods (``LABEL_PROFILING_RUN``, docs/profiling.md) only kick: the pass takes the
 measurement's next step.
 """
@@ -20,7 +20,6 @@ from typing import Any
 
 from gleaner.api import OfflineJobStatus
 from gleaner.api.contract import LABEL_JOB, LABEL_PROFILING_RUN
-from gleaner.batch.tracking import finished
 from gleaner.operator import status as st
 from gleaner.operator.context import OperatorContext
 from gleaner.operator.events import post_event
@@ -59,10 +58,7 @@ async def follow_pod(ctx: OperatorContext, event_type: str | None, pod: dict[str
     detail = failure_detail(pod) if phase == "Failed" else ""
 
     def follow(_: dict[str, Any], cur: OfflineJobStatus) -> OfflineJobStatus | None:
-        new = st.from_pod_phase(cur, name, phase, now, detail)
-        if new is not None and phase == "Succeeded":
-            new = finished(new)  # a batch job's last requests, answered after its last tick
-        return new
+        return st.from_pod_phase(cur, name, phase, now, detail)
 
     if unrecorded_pod(ctx, namespace, job, name):
         # A placement not recorded yet is recorded with this phase, in one write.
