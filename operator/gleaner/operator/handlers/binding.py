@@ -223,17 +223,16 @@ def dropped(ctx: OperatorContext, namespace: str, job: str, pod: str) -> None:
 
 async def adopt(
     ctx: OperatorContext, key: Key, status: OfflineJobStatus, pod: dict[str, Any]
-) -> bool:
+) -> None:
     """A queued job whose current attempt's Pod exists with no held placement (a restart
     between the Pod and the status write): record the Pod's placement, or delete a Pod that
-    cannot be this job's. True when the job is taken care of (not to be placed now)."""
+    cannot be this job's. Either way the job is not to be placed in this pass."""
     meta = object_meta(pod)
     if meta.get("deletionTimestamp"):
-        return True  # going away: the job is placed again once it is gone
+        return  # going away: the job is placed again once it is gone
     made = placement_of_pod(pod)
     if made is None or made.attempt != status.attempt:
         await _delete_pod(ctx, key[0], str(meta.get("name")))
-        return True
+        return
     ctx.binding[key] = made.placement
     await _write(ctx, key, Unrecorded(str(meta.get("name")), made, None, None, 0.0), pod)
-    return True
