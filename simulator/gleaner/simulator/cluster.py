@@ -889,13 +889,13 @@ class Foresight(Forecasts):
     of the hours ahead could buy (``python -m bench sla``). Its means (the prediction the
     error is measured on) stay the time-of-day forecast's."""
 
-    online: OnlineCluster | None = None
-    step: int = 0
+    online: OnlineCluster = field(kw_only=True)
+    step: int = field(kw_only=True)
     """The first step of the horizon (the forecast's refresh)."""
-    eta: GateEfficiency | None = None
+    eta: GateEfficiency = field(kw_only=True)
 
     def admit(self, horizon_s: float) -> dict[str, NodeSummary]:
-        if self.online is None or self.eta is None or not self.means:
+        if not self.means:
             return self.means
         if horizon_s not in self.cache:
             self.cache[horizon_s] = {
