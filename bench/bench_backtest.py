@@ -100,7 +100,13 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--risk-targets",
-        default=f"{DEFAULT_RISK_TARGET:g},0.95,0.99",
+        default=",".join(
+            f"{t:g}"
+            for t in (
+                DEFAULT_RISK_TARGET,
+                *(t for t in (0.9, 0.95, 0.99) if t != DEFAULT_RISK_TARGET),
+            )
+        ),
         help="worst-hours risk targets; the first is the default rule's",
     )
     parser.add_argument(

@@ -260,7 +260,7 @@ def test_rendered_crds_are_the_generated_files(render: Render, chart_dir: Path) 
 
 
 POLICY_ARGS = [
-    "--risk-target", "0.9", "--planned-exit", "--record-delay", "5s", "--move-check-interval", "1h",
+    "--risk-target", "0.95", "--planned-exit", "--record-delay", "5s", "--move-check-interval", "1h",
     "--move-min-stay", "4h", "--move-horizon", "5h", "--sla-violations", "3/5",
     "--sla-grace", "300s", "--eviction-backoff", "30s", "--eviction-backoff-max", "30m",
 ]  # fmt: skip

@@ -347,10 +347,13 @@ def simulate_engine(
             t = t_next
             continue
         waiting_need = _blocks(todo[waiting[0]] + kv[waiting[0]]) if waiting else 0
-        cap = memory.capacity_blocks(t, used, waiting_need)
-        # Decode growth must fit; otherwise preempt the newest request (recompute later).
         dec = [r for r in running if todo[r] == 0]
         grow = sum(1 for r in dec if kv[r] % BLOCK_TOKENS == 0)
+        # What online is short of: the head of its queue and its decode growth. A policy
+        # that frees memory only under pressure must see the growth too, or a request that
+        # outgrows the pool is preempted and readmitted forever with nothing freed.
+        cap = memory.capacity_blocks(t, used, waiting_need + grow)
+        # Decode growth must fit; otherwise preempt the newest request (recompute later).
         while running and used + grow > cap:
             r = running.pop()
             used -= blocks[r]

@@ -226,7 +226,7 @@ class MemoryPolicy(Protocol):
 
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
         """KV blocks online may hold now (it holds ``used_blocks``; the head of its queue
-        needs ``waiting_blocks`` more)."""
+        and the next decode step of its running requests need ``waiting_blocks`` more)."""
         ...
 
     def observe(self, t: float, used_blocks: int, compute: ComputePolicy) -> float:

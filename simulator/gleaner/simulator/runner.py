@@ -5,8 +5,10 @@ the cluster-level part (``gleaner.simulator.cluster.run_cluster``, fed the gate 
 node level measured) of a :class:`~gleaner.simulator.scenario.Scenario` and returns
 :class:`SimulationOutput`: ``results`` is JSON-ready (what ``results.json`` holds and the
 report plots), ``cluster_raw`` keeps the objects behind the dashboard snapshot.
-:func:`check_targets` evaluates docs/simulator.md's node-level targets on ``results`` and says, for
-each, the value, the target and whether it is met — the tests read the same JSON. Each entry
+:func:`scenario_gate` is the gate efficiency the cluster level gets at a seed, for callers
+that run the cluster level alone (``python -m bench sla``). :func:`check_targets`
+evaluates docs/simulator.md's node-level targets on ``results`` and says, for each, the
+value, the target and whether it is met — the tests read the same JSON. Each entry
 says whether it is a ``target`` (about Gleaner) or a ``comparison`` (Gleaner against a
 baseline), and the unit its value and threshold are written in. With a node level that runs
 ``gleaner`` and ``iteration`` the results also hold the preemption-cost break-even
@@ -41,6 +43,32 @@ ProgressFactory = Callable[[str, int], Callable[[int], None]]
 class SimulationOutput:
     results: dict[str, Any]
     cluster_raw: dict[str, Any] | None
+
+
+def measured_gate(node: dict[str, Any]) -> tuple[float, float] | None:
+    """The gate efficiency η a node-level run measured and the online busy share it was
+    measured at: the ``gleaner`` run's offline run time over the online-idle time (None
+    without that run, or when the GPU was never idle)."""
+    gate = node["runs"].get("gleaner")
+    if gate is None or gate["online_busy_fraction"] >= 1.0:
+        return None
+    eta = min(1.0, gate["offline_run_fraction"] / (1.0 - gate["online_busy_fraction"]))
+    return eta, float(gate["online_busy_fraction"])
+
+
+def scenario_gate(scenario: Scenario, seed: int) -> tuple[float, float]:
+    """The (η, reference busy share) :func:`run_scenario` feeds the cluster level at
+    ``seed``, without the rest of the node level: the ``gleaner`` node run alone, whose
+    result does not depend on the other runs (the defaults without a node level)."""
+    default = (DEFAULT_GATE_EFFICIENCY, REFERENCE_BUSY)
+    if scenario.node is None:
+        return default
+    runs = [r for r in scenario.node.runs if r.name == "gleaner"]
+    if not runs:
+        return default
+    alone = scenario.node.model_copy(update={"runs": runs})
+    node = run_node(alone, seed, replay=alone.replay())
+    return measured_gate(node) or default
 
 
 def _no_progress(desc: str, total: int) -> Callable[[int], None]:
@@ -83,10 +111,9 @@ def run_scenario(
                 scenario.node, seed, progress=lambda term: tick(1)
             )
         results["verdict"] = node_verdict(node, seed)
-        gate = node["runs"].get("gleaner")
-        if gate is not None and gate["online_busy_fraction"] < 1.0:
-            eta = min(1.0, gate["offline_run_fraction"] / (1.0 - gate["online_busy_fraction"]))
-            reference_busy = gate["online_busy_fraction"]
+        measured = measured_gate(node)
+        if measured is not None:
+            eta, reference_busy = measured
         results["targets"] = check_targets(results)
     cluster_raw = None
     if scenario.cluster is not None:
