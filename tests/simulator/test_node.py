@@ -68,3 +68,19 @@ def test_offline_work_fills_idle_time(short: dict[str, Any]) -> None:
 def test_static_share_never_reclaims(short: dict[str, Any]) -> None:
     assert short["runs"]["static"]["reclamations"] == 0
     assert short["runs"]["gleaner"]["reclamations"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_that_frees_memory_only_under_pressure_sees_decode_growth() -> None:
+    # On this seed a request outgrows the online share of a prism pool while nothing waits.
+    # When the policy saw only the head of the queue, the request was preempted and
+    # readmitted forever with nothing freed: the run never ended.
+    from gleaner.simulator.scenario import load_scenario, quick
+
+    node = quick(load_scenario("default")).node
+    assert node is not None
+    prism = [r for r in node.runs if r.name == "prism"]
+    online = [r for r in node.runs if r.name == "online-only"]
+    out = run_node(node.model_copy(update={"runs": online + prism}), seed=3)["runs"]
+    assert out["prism"]["requests"] == out["online-only"]["requests"] > 10
+    assert out["prism"]["online_kv_preemptions"] < out["prism"]["requests"]
