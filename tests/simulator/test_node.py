@@ -84,3 +84,20 @@ def test_a_pool_that_frees_memory_only_under_pressure_sees_decode_growth() -> No
     out = run_node(node.model_copy(update={"runs": online + prism}), seed=3)["runs"]
     assert out["prism"]["requests"] == out["online-only"]["requests"] > 10
     assert out["prism"]["online_kv_preemptions"] < out["prism"]["requests"]
+
+
+@pytest.mark.timeout(120)
+def test_a_request_the_pool_can_never_hold_is_refused_not_waited_for() -> None:
+    # On this seed one request outgrows the static policy's fixed share of the pool. Waiting
+    # for room that never comes kept the run going forever; vLLM refuses such a request.
+    from gleaner.simulator.scenario import load_scenario, quick
+
+    node = quick(load_scenario("default")).node
+    assert node is not None
+    runs = [r for r in node.runs if r.name in ("online-only", "static", "gleaner")]
+    out = run_node(node.model_copy(update={"runs": runs}), seed=2)["runs"]
+    assert out["static"]["refused_requests"] == 1
+    assert out["online-only"]["refused_requests"] == out["gleaner"]["refused_requests"] == 0
+    served = out["online-only"]["requests"]
+    assert out["static"]["requests"] + out["static"]["refused_requests"] == served
+    assert out["gleaner"]["requests"] == served

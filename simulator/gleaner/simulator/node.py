@@ -218,6 +218,8 @@ class EngineResult:
     """Seconds online waited or ran longer because of the cost model's terms."""
     offline_cost_s: float = 0.0
     """Offline GPU seconds that produced nothing (re-enable, warm-up, VMM calls)."""
+    refused: int = 0
+    """Requests that needed more KV cache than the policy could ever give online (refused)."""
 
 
 def _blocks(tokens: int) -> int:
@@ -268,6 +270,7 @@ def simulate_engine(
     offline_run = 0.0
     offline_tokens = 0.0
     kv_preempt = 0
+    refused = 0
     gi = 0
     n_gaps = len(gaps)
     series: dict[str, list[float]] = {
@@ -397,6 +400,12 @@ def simulate_engine(
             sum_p += c
             sum_pc += c * (c + ctx)
             sum_tot += c + ctx
+        if not running and waiting and waiting_need > memory.ceiling_blocks():
+            # More than this policy's cache could ever hold: refused, as vLLM ignores a
+            # request its block manager can never allocate (else the run never ends).
+            refused += 1
+            waiting.popleft()
+            continue
         if not dec and not chunks:
             # Blocked on memory with nothing running: wait for capacity or an arrival.
             t_next = t + 0.005
@@ -513,6 +522,7 @@ def simulate_engine(
         offline_tokens=offline_tokens,
         bound_tokens=offline_run * bound_rate,
         kv_preemptions=kv_preempt,
+        refused=refused,
         max_used_blocks=max_used,
         series=series,
         online_cost_s=meter.online_s if meter is not None else 0.0,
@@ -788,6 +798,7 @@ def _summarize(
         "recompute_tokens": recompute,
         "invalidated_blocks": int(extras["invalidated_blocks"]),
         "online_kv_preemptions": sum(r.kv_preemptions for r in results),
+        "refused_requests": sum(r.refused for r in results),
         "online_busy_fraction": sum(r.busy_s for r in results) / horizon if horizon else 0.0,
         "offline_run_fraction": sum(r.offline_run_s for r in results) / horizon if horizon else 0.0,
         "offline_tokens": sum(r.offline_tokens for r in results),

@@ -229,6 +229,11 @@ class MemoryPolicy(Protocol):
         and the next decode step of its running requests need ``waiting_blocks`` more)."""
         ...
 
+    def ceiling_blocks(self) -> int:
+        """The most KV blocks online could ever hold under this policy: what vLLM sizes its
+        cache to. A request that needs more is refused, never admitted."""
+        ...
+
     def observe(self, t: float, used_blocks: int, compute: ComputePolicy) -> float:
         """Online will hold ``used_blocks`` KV blocks in the iteration starting at ``t``.
 
@@ -296,6 +301,9 @@ class NoOffline:
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
         return self.env.online_alone_blocks
 
+    def ceiling_blocks(self) -> int:
+        return self.env.online_alone_blocks
+
     def observe(self, t: float, used_blocks: int, compute: ComputePolicy) -> float:
         return 0.0
 
@@ -339,6 +347,9 @@ class GleanerMemory:
         self.ledger = _OfflineLedger(self.env)
 
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
+        return self.capacity_handles * self.config.handle_bytes // self.env.block_bytes
+
+    def ceiling_blocks(self) -> int:
         return self.capacity_handles * self.config.handle_bytes // self.env.block_bytes
 
     def _used_handles(self, used_blocks: int) -> int:
@@ -439,6 +450,9 @@ class UvmMemory:
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
         return self._kv_pool() // self.env.block_bytes
 
+    def ceiling_blocks(self) -> int:
+        return self._kv_pool() // self.env.block_bytes
+
     def observe(self, t: float, used_blocks: int, compute: ComputePolicy) -> float:
         used = used_blocks * self.env.block_bytes
         if used > self._online_resident:
@@ -498,6 +512,9 @@ class PrismMemory:
         self._blocked = waiting_blocks > 0 and used_blocks + waiting_blocks > cap
         return cap
 
+    def ceiling_blocks(self) -> int:
+        return self._kv_pool() // self.env.block_bytes  # once offline has freed it all
+
     def observe(self, t: float, used_blocks: int, compute: ComputePolicy) -> float:
         self._online_used = used_blocks * self.env.block_bytes
         return 0.0
@@ -532,6 +549,9 @@ class StaticMemory:
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
         pool = self.env.pool_bytes - self.env.offline_weights_bytes - self.offline_kv_bytes
         return max(0, pool // self.env.block_bytes)
+
+    def ceiling_blocks(self) -> int:
+        return self.capacity_blocks(0.0, 0, 0)
 
     def observe(self, t: float, used_blocks: int, compute: ComputePolicy) -> float:
         return 0.0
