@@ -299,7 +299,7 @@ class NoOffline:
     recompute_tokens: int = 0
 
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
-        return self.env.online_alone_blocks
+        return self.ceiling_blocks()
 
     def ceiling_blocks(self) -> int:
         return self.env.online_alone_blocks
@@ -347,7 +347,7 @@ class GleanerMemory:
         self.ledger = _OfflineLedger(self.env)
 
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
-        return self.capacity_handles * self.config.handle_bytes // self.env.block_bytes
+        return self.ceiling_blocks()
 
     def ceiling_blocks(self) -> int:
         return self.capacity_handles * self.config.handle_bytes // self.env.block_bytes
@@ -448,7 +448,7 @@ class UvmMemory:
         return self.env.pool_bytes - self.env.offline_weights_bytes
 
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
-        return self._kv_pool() // self.env.block_bytes
+        return self.ceiling_blocks()
 
     def ceiling_blocks(self) -> int:
         return self._kv_pool() // self.env.block_bytes
@@ -547,11 +547,11 @@ class StaticMemory:
         self.ledger = _OfflineLedger(self.env)
 
     def capacity_blocks(self, t: float, used_blocks: int, waiting_blocks: int) -> int:
-        pool = self.env.pool_bytes - self.env.offline_weights_bytes - self.offline_kv_bytes
-        return max(0, pool // self.env.block_bytes)
+        return self.ceiling_blocks()
 
     def ceiling_blocks(self) -> int:
-        return self.capacity_blocks(0.0, 0, 0)
+        pool = self.env.pool_bytes - self.env.offline_weights_bytes - self.offline_kv_bytes
+        return max(0, pool // self.env.block_bytes)
 
     def observe(self, t: float, used_blocks: int, compute: ComputePolicy) -> float:
         return 0.0
