@@ -100,13 +100,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--risk-targets",
-        default=",".join(
-            f"{t:g}"
-            for t in (
-                DEFAULT_RISK_TARGET,
-                *(t for t in (0.9, 0.95, 0.99) if t != DEFAULT_RISK_TARGET),
-            )
-        ),
+        default=",".join(f"{t:g}" for t in dict.fromkeys((DEFAULT_RISK_TARGET, 0.9, 0.95, 0.99))),
         help="worst-hours risk targets; the first is the default rule's",
     )
     parser.add_argument(
