@@ -144,6 +144,8 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.startswith("error: kubeconfig")
     r = gleaner("dashboard", "--port", "70000")
     assert r.returncode == 2
+    r = gleaner("dashboard", "--kubeconfig", str(tmp_path / "nope.yaml"), "--risk-target", "2")
+    assert r.returncode == 2 and "--risk-target must be between 0 and 1" in r.stderr
 
 
 @pytest.mark.slow
@@ -221,3 +223,66 @@ def test_the_live_dashboard_judges_with_the_operators_sla_monitor(kube: KubeEmul
     )
     assert record_monitor(KubeSource(kube.client()).record()).grace_seconds == 300.0
     assert len(routers(client=kube.client(), sla_monitor=config)) == 1
+
+
+def test_runner_ups_are_judged_with_the_operators_bias_table(kube: KubeEmulator) -> None:
+    """A node the operator has learned under-delivers is not offered as one that fits: the
+    live dashboard reads the operator's ConfigMap gleaner-bias from its state namespace and
+    scores other nodes with it at the operator's risk target, as the scheduler does."""
+    from gleaner.dashboard.model import AdmissionSettings
+    from gleaner.operator.bias import to_configmap
+    from gleaner.scheduler.bias import BiasTable
+    from gleaner.scheduler.risk import AdmissionRisk
+
+    seed(kube)
+    before = KubeSource(kube.client(), state_namespace="default").data()
+    pending = before.job_detail("research", "from-configmap")
+    assert pending is not None
+    fits = [r for r in pending.runner_ups if r.feasible]
+    assert fits, "without corrections some node fits the pending job"
+    node = fits[0].node
+    assert node is not None and "bias" not in fits[0].why
+
+    # The operator observed that node deliver a fifth of what the model said, 40 times.
+    api = KubeApi(kube)
+    observed = [(0.2, 0.9)] * 40
+    table = BiasTable(AdmissionRisk(0.95).bias_config())
+    for seen, said in observed:
+        table.observe(node, "", observed=seen, predicted=said)
+    api.core.create_namespaced_config_map("default", to_configmap(table, "default"))
+    unbiased = fits[0].factors.throughput_fraction if fits[0].factors else None
+    assert unbiased is not None
+
+    for risk in (0.95, None):
+        same = BiasTable(AdmissionRisk(risk).bias_config())  # the operator's, at this target
+        for seen, said in observed:
+            same.observe(node, "", observed=seen, predicted=said)
+        source = KubeSource(
+            kube.client(),
+            state_namespace="default",
+            admission=AdmissionSettings(risk_target=risk),
+        )
+        after = source.data().job_detail("research", "from-configmap")
+        assert after is not None
+        [there] = [r for r in after.runner_ups if r.node == node]
+        assert there.factors is not None
+        assert there.factors.throughput_fraction == pytest.approx(
+            unbiased * same.factor(node), rel=1e-6
+        )
+        assert f"bias {same.factor(node):.2f}" in there.why, there.why
+        if risk is not None:  # the residual quantile takes it below the SLA
+            assert not there.feasible, there.why
+
+    # Not told where the operator keeps it: not read (the other nodes judged as before).
+    blind = KubeSource(kube.client()).data().job_detail("research", "from-configmap")
+    assert blind is not None
+    assert next(r.node for r in blind.runner_ups if r.feasible) == node
+
+
+def test_an_unreadable_bias_table_is_a_warning(kube: KubeEmulator) -> None:
+    seed(kube)
+    KubeApi(kube).core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "gleaner-bias"}, "data": {"bias.json": "{not json"}}
+    )
+    snap = KubeSource(kube.client(), state_namespace="default").data().snapshot
+    assert [w for w in snap.warnings if w.startswith("bias table gleaner-bias: malformed")]

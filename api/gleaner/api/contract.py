@@ -19,6 +19,8 @@ redeclared.
 - Each SLA eviction is stored in a ConfigMap labelled ``LABEL_REPORT`` =
   ``REPORT_SLA_EVICTION`` and ``LABEL_JOB``, the :class:`EvictionReportDocument` as JSON
   under ``REPORT_KEY``; :meth:`EvictionReportDocument.parse` is its one reader.
+- The operator's bias table is the ConfigMap ``BIAS_CONFIGMAP`` in its state namespace, its
+  JSON under ``BIAS_KEY`` (``gleaner.scheduler.bias.from_configmap`` is its one reader).
 
 Pure: pydantic and the standard library only.
 """
@@ -63,6 +65,8 @@ __all__ = [
     "ANNOTATION_PROFILE_IMAGE",
     "ANNOTATION_PROFILE_KV_GIB",
     "ANNOTATION_SLA_WINDOWS",
+    "BIAS_CONFIGMAP",
+    "BIAS_KEY",
     "ENV_GATE_LIBRARY",
     "ENV_JOB",
     "ENV_OPERATOR_BIND_DELAY",
@@ -166,6 +170,12 @@ REPORT_KEY: Final = "report.json"
 EVICTION_REPORT_SELECTOR: Final = f"{LABEL_REPORT}={REPORT_SLA_EVICTION}"
 REPORT_VERSION: Final = 1
 """``version`` of the report documents this code writes."""
+
+# --- The operator's learned prediction corrections (written by the operator) --------------
+BIAS_CONFIGMAP: Final = "gleaner-bias"
+"""The ConfigMap in the operator's state namespace that holds its bias table."""
+BIAS_KEY: Final = "bias.json"
+"""Its data key: the table's JSON (``gleaner.scheduler.bias.BiasTable.to_json``)."""
 
 # --- Profiles (written by `gleaner profile`; docs/profiling.md) ---------------------------
 LABEL_PROFILE: Final = f"{_PREFIX}profile"

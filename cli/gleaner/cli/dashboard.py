@@ -14,7 +14,9 @@ from typing import Any
 
 import click
 
-from gleaner.cli.common import fail
+from gleaner.cli.common import fail, parse_risk_target
+from gleaner.operator.config import DEFAULT_STATE_NAMESPACE
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
 
 
 def serve(source: Any, host: str, port: int, what: str) -> None:
@@ -57,6 +59,19 @@ def serve_snapshot(path: str | Path, host: str = "127.0.0.1", port: int = 8080) 
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
+    "--state-namespace",
+    default=DEFAULT_STATE_NAMESPACE,
+    show_default=True,
+    help="The operator's namespace (its --state-namespace): other nodes a job could run on "
+    "are judged with the corrections it learned (the ConfigMap gleaner-bias there).",
+)
+@click.option(
+    "--risk-target",
+    default=str(DEFAULT_RISK_TARGET),
+    show_default=True,
+    help="The operator's --risk-target ('off': the mean rule).",
+)
+@click.option(
     "--refresh",
     type=click.FloatRange(min=1.0),
     default=15.0,
@@ -70,9 +85,12 @@ def command(
     namespace: str | None,
     port: int,
     host: str,
+    state_namespace: str,
+    risk_target: str,
     refresh: float,
 ) -> None:
     """Serve the cluster dashboard: overview, nodes, jobs, SLA evictions, and /api."""
+    from gleaner.dashboard.model import AdmissionSettings
     from gleaner.dashboard.sources import KubeSource, SourceError
 
     if snapshot is not None and (kubeconfig or context or namespace):
@@ -82,7 +100,12 @@ def command(
         return
     try:
         source = KubeSource.from_kubeconfig(
-            kubeconfig, context, namespace=namespace, ttl_seconds=refresh
+            kubeconfig,
+            context,
+            namespace=namespace,
+            ttl_seconds=refresh,
+            state_namespace=state_namespace,
+            admission=AdmissionSettings(risk_target=parse_risk_target(risk_target)),
         )
         source.data()
     except SourceError as exc:

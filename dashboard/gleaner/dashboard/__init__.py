@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
+
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
@@ -35,13 +37,24 @@ def routers(
     namespace: str | None = None,
     client: SyncKubeClient | None = None,
     sla_monitor: SLAMonitorConfig | None = None,
+    state_namespace: str | None = None,
+    risk_target: float | None = DEFAULT_RISK_TARGET,
 ) -> list[APIRouter]:
     """The dashboard's router over the live cluster, for the operator's HTTP server (through
     ``client``, the operator's own; without one, a client of its own on first use), judging
-    SLA windows with ``sla_monitor`` (the operator's SLA monitor; None: its defaults)."""
+    SLA windows with ``sla_monitor`` (the operator's SLA monitor; None: its defaults) and
+    runner-up nodes with the operator's bias table (in ``state_namespace``; None: none)
+    at its ``risk_target``."""
     from gleaner.dashboard.app import create_router
-    from gleaner.dashboard.model import SlaMonitorSettings
+    from gleaner.dashboard.model import AdmissionSettings, SlaMonitorSettings
     from gleaner.dashboard.sources import KubeSource
 
     settings = None if sla_monitor is None else SlaMonitorSettings.of(sla_monitor)
-    return [create_router(KubeSource(client, namespace=namespace, sla_monitor=settings))]
+    source = KubeSource(
+        client,
+        namespace=namespace,
+        sla_monitor=settings,
+        state_namespace=state_namespace,
+        admission=AdmissionSettings(risk_target=risk_target),
+    )
+    return [create_router(source)]

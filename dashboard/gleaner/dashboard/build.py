@@ -28,7 +28,8 @@ Definitions (docs/dashboard.md repeats them; the measures are computed by
   newest observed sample (else its prediction);
 - *runner-ups* of a job: for every other node, the scheduler's explanation
   (``gleaner.scheduler.explain_nodes``: its filters in their wording, the set it would
-  choose there, else its most promising one, the bias applied), ranked feasible first,
+  choose there, else its most promising one, the bias applied: the operator's table in the
+  record, configured by its risk target, as its scheduler applies it), ranked feasible first,
   then by bias-corrected product; each says why it lost
   (``NodeExplanation.lost_to``), its per-pair admission clauses grouped
   (``group_pair_clauses``: "6 GPU pairs overlap < 0.95 (...)").
@@ -47,10 +48,16 @@ import numpy as np
 from pydantic import ValidationError
 
 from gleaner.api import NodeTrace, OfflineJob, Phase, Profile
-from gleaner.api.contract import ANNOTATION_SLA_WINDOWS, SlaWindows, eviction_report_name
+from gleaner.api.contract import (
+    ANNOTATION_SLA_WINDOWS,
+    BIAS_CONFIGMAP,
+    SlaWindows,
+    eviction_report_name,
+)
 from gleaner.api.nodetrace import without_hours
 from gleaner.batch.deadline import deadline_outlook
 from gleaner.dashboard.model import (
+    AdmissionSettings,
     BatchView,
     ClusterRecord,
     ClusterSeries,
@@ -81,7 +88,9 @@ from gleaner.scheduler import (
     explain_nodes,
     measures,
 )
+from gleaner.scheduler.bias import from_configmap
 from gleaner.scheduler.lifecycle import BOUND_PHASES, leave_type_of
+from gleaner.scheduler.risk import AdmissionRisk
 
 MAX_SETS_PER_NODE = 512
 """GPU sets tried per node when looking for a job's runner-ups."""
@@ -722,6 +731,8 @@ class DashboardData:
     profiles: dict[str, JobProfile] = field(default_factory=dict)
     occupied: dict[str, dict[int, str]] = field(default_factory=dict)
     config: ModelConfig = field(default_factory=ModelConfig)
+    bias: BiasTable = field(default_factory=BiasTable)
+    """The operator's bias table, as its scheduler corrects predictions with it."""
     _details: dict[str, JobView] = field(default_factory=dict)
 
     def job_detail(self, namespace: str, name: str) -> JobView | None:
@@ -754,6 +765,7 @@ class DashboardData:
                 excluded=job.excluded_nodes,
                 config=self.config,
                 job=key,
+                bias=self.bias,
             )
             if job.phase == Phase.FAILED.value:
                 ups = [r.model_copy(update={"why": failed_why(r.why)}) for r in ups]
@@ -891,6 +903,7 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
     """The snapshot of ``record`` (see the module docstring)."""
     warnings: list[str] = []
     summaries = _summaries(record, warnings)
+    bias = record_bias(record, warnings)
     traces = {str((t.get("metadata") or {}).get("name")): t for t in record.node_traces}
     nodes = [with_uninstrumented(node_view(summaries[n]), traces.get(n)) for n in sorted(summaries)]
 
@@ -947,4 +960,20 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
         profiles={j.key: j.profile for j in jobs_in if j.profile is not None},
         occupied=occupied,
         config=config or ModelConfig(),
+        bias=bias,
     )
+
+
+def record_bias(record: ClusterRecord, warnings: list[str]) -> BiasTable:
+    """The operator's bias table in ``record``, configured as its admission rule configures
+    it (an empty table when there is none, or, with a warning, when it does not parse)."""
+    admission = record.admission or AdmissionSettings()
+    config = AdmissionRisk(admission.risk_target).bias_config()
+    try:
+        return from_configmap(record.bias, config)
+    except ValueError as exc:
+        warnings.append(
+            f"bias table {BIAS_CONFIGMAP}: {str(exc).splitlines()[0]}; other nodes are "
+            "judged without the operator's learned corrections"
+        )
+        return BiasTable(config)

@@ -6,8 +6,10 @@ Contract. Two documents, both JSON with camelCase keys, both versioned by ``sche
   API server (or the simulator) holds them — NodeTraces, OfflineJobs, the profiles named by
   ``profileFrom``, SLA eviction reports (the scheduler's ``EvictionReport.to_json()``) —
   plus what no single object holds: each job's observed-throughput series and the
-  cluster's time series. ``gleaner simulate --out DIR`` writes one as ``DIR/dashboard.json``;
-  ``KubeSource`` assembles one from the cluster.
+  cluster's time series, and from a cluster the operator's bias table and admission
+  settings (runner-up nodes are judged with them, as the scheduler judges).
+  ``gleaner simulate --out DIR`` writes one as ``DIR/dashboard.json``; ``KubeSource``
+  assembles one from the cluster.
 - :class:`ClusterSnapshot` (``kind: ClusterSnapshot``) is the *view*, derived from a record
   by the pure :func:`gleaner.dashboard.build.build_snapshot`: per node and GPU the idle
   fraction, the harvestable-memory quantiles and histogram, the busy-overlap matrix and the
@@ -26,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
 
 if TYPE_CHECKING:
     from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -123,6 +127,17 @@ class SlaMonitorSettings(DashModel):
         )
 
 
+class AdmissionSettings(DashModel):
+    """How the operator that produced the record admits jobs (its flags)."""
+
+    risk_target: float | None = Field(
+        default=DEFAULT_RISK_TARGET,
+        gt=0,
+        lt=1,
+        description="The probability a window must meet its SLA with (null: the mean rule).",
+    )
+
+
 class ClusterRecord(DashModel):
     """The dashboard's input (see the module docstring)."""
 
@@ -157,6 +172,14 @@ class ClusterRecord(DashModel):
     sla_monitor: SlaMonitorSettings | None = Field(
         default=None,
         description="The SLA monitor's settings the jobs were judged with (absent: its defaults).",
+    )
+    bias: dict[str, Any] | None = Field(
+        default=None,
+        description="The operator's bias table ConfigMap (gleaner-bias; absent: none learned), "
+        "which runner-up nodes are judged with, as the scheduler does.",
+    )
+    admission: AdmissionSettings | None = Field(
+        default=None, description="The operator's admission settings (absent: its defaults)."
     )
 
 

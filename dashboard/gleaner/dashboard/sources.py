@@ -17,12 +17,16 @@ result until it is stale.
   appends one point per refresh to a bounded in-memory history (the plots of a freshly
   started operator are short). Each job's observed windows are kept the same way
   (``merge_job_series``): the operator clears a job's window annotation when it evicts
-  it, and the job page still shows the evicted placement's throughput. A failed refresh
-  serves the last good data with a warning; with none, it raises :class:`SourceError`.
+  it, and the job page still shows the evicted placement's throughput. With a
+  ``state_namespace`` it also reads the operator's bias table there (``BIAS_CONFIGMAP``)
+  and records its ``admission`` settings, so a job's runner-up nodes are judged as the
+  operator's scheduler judges them. A failed refresh serves the last good data with a
+  warning; with none, it raises :class:`SourceError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -34,7 +38,12 @@ from typing import Any, Protocol, runtime_checkable
 import yaml
 from pydantic import ValidationError
 
-from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
+from gleaner.api.contract import (
+    BIAS_CONFIGMAP,
+    EVICTION_REPORT_SELECTOR,
+    REPORT_KEY,
+    is_eviction_report,
+)
 from gleaner.clients.kube import (
     Credentials,
     KubeConfigError,
@@ -52,6 +61,7 @@ from gleaner.dashboard.build import (
     series_with_point,
 )
 from gleaner.dashboard.model import (
+    AdmissionSettings,
     ClusterRecord,
     ClusterSeries,
     ClusterSnapshot,
@@ -153,6 +163,8 @@ class KubeSource:
         title: str = "",
         clock: Callable[[], float] = time.time,
         sla_monitor: SlaMonitorSettings | None = None,
+        state_namespace: str | None = None,
+        admission: AdmissionSettings | None = None,
     ) -> None:
         self._client_or_factory = client if client is not None else _load_client
         self._client: SyncKubeClient | None = None
@@ -163,6 +175,10 @@ class KubeSource:
         self.clock = clock
         self.sla_monitor = sla_monitor
         """The operator's SLA monitor settings (None: its defaults): windows are judged so."""
+        self.state_namespace = state_namespace
+        """Where the operator keeps its bias table (None: not read, no correction shown)."""
+        self.admission = admission
+        """The operator's admission settings (None: its defaults)."""
         self._lock = threading.Lock()
         self._data: DashboardData | None = None
         self._fetched_at = float("-inf")
@@ -228,6 +244,11 @@ class KubeSource:
                 continue
             if isinstance(parsed, dict):
                 profiles[f"{ns}/{meta.get('name')}"] = parsed
+        bias = None
+        if self.state_namespace:
+            # Unreadable (not granted, say): other nodes are judged without the corrections.
+            with contextlib.suppress(KubeError):
+                bias = client.get(configmaps_path(self.state_namespace, BIAS_CONFIGMAP))
         return ClusterRecord(
             generated_at=datetime.fromtimestamp(self.clock(), tz=UTC),
             source="cluster",
@@ -237,6 +258,8 @@ class KubeSource:
             profiles=profiles,
             eviction_reports=reports,
             sla_monitor=self.sla_monitor,
+            bias=bias,
+            admission=self.admission,
         )
 
     def data(self) -> DashboardData:

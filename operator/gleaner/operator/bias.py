@@ -9,9 +9,10 @@ node and job class (``gleaner.scheduler.bias.BiasTable``). In the operator:
   recorded in ``status.placement``, never the corrected ``throughputFraction``, or the
   correction would chase itself), under the job's class (label ``gleaner.dev/job-class``;
   none: the node-level entry only).
-- **Storage** (:func:`to_configmap`, :func:`from_configmap`): the table lives in one
-  ConfigMap, ``gleaner-bias`` in the operator's namespace, key ``bias.json`` (the table's
-  own ``to_json``). Its only writer is the active operator replica. Bounded: per node at most
+- **Storage** (:func:`to_configmap`, and the scheduler's :func:`from_configmap`, which the
+  dashboard and ``gleaner place`` read it back with too): the table lives in one ConfigMap,
+  ``gleaner-bias`` in the operator's namespace, key ``bias.json`` (the table's own
+  ``to_json``). Its only writer is the active operator replica. Bounded: per node at most
   :data:`PERSISTED_RESIDUALS` residuals are kept (the newest), and when the document would
   still exceed :data:`MAX_BYTES` the per-node residuals are dropped (the ratios and the
   table-wide residuals stay), so it always fits a ConfigMap.
@@ -27,13 +28,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gleaner.api.contract import LABEL_JOB_CLASS
-from gleaner.scheduler.bias import NODE_LEVEL, BiasConfig, BiasTable, feed, raw_prediction
+from gleaner.api.contract import BIAS_CONFIGMAP, BIAS_KEY, LABEL_JOB_CLASS
+from gleaner.scheduler.bias import (
+    NODE_LEVEL,
+    BiasTable,
+    feed,
+    from_configmap,
+    raw_prediction,
+)
 
-BIAS_CONFIGMAP = "gleaner-bias"
-"""Name of the ConfigMap holding the operator's bias table."""
-BIAS_KEY = "bias.json"
-"""Its data key."""
 PERSISTED_RESIDUALS = 64
 """Residuals kept per node in the ConfigMap (the table-wide pool keeps all it holds)."""
 MAX_BYTES = 900 * 1024
@@ -72,25 +75,6 @@ def to_configmap(table: BiasTable, namespace: str) -> dict[str, Any]:
         },
         "data": {BIAS_KEY: document(table)},
     }
-
-
-def from_configmap(body: Mapping[str, Any] | None, config: BiasConfig) -> BiasTable:
-    """The table stored in ``body`` (an empty table when there is none).
-
-    Raises ValueError when the stored document does not parse.
-    """
-    if body is None:
-        return BiasTable(config)
-    text = (body.get("data") or {}).get(BIAS_KEY)
-    if not text:
-        return BiasTable(config)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"malformed bias table: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError("malformed bias table: not an object")
-    return BiasTable.from_json(data, config)
 
 
 @dataclass

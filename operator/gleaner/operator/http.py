@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
+
 if TYPE_CHECKING:
     from gleaner.clients.kube import SyncKubeClient
     from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -112,12 +114,17 @@ def register_router(router: APIRouter) -> None:
 
 
 def extra_routers(
-    kube: SyncKubeClient | None = None, sla_monitor: SLAMonitorConfig | None = None
+    kube: SyncKubeClient | None = None,
+    sla_monitor: SLAMonitorConfig | None = None,
+    state_namespace: str | None = None,
+    risk_target: float | None = DEFAULT_RISK_TARGET,
 ) -> list[APIRouter]:
     """Routers registered with ``register_router``, plus the dashboard's when it provides
-    ``gleaner.dashboard.routers(client=kube, sla_monitor=...) -> list[APIRouter]`` (its
-    pages at ``/`` and ``/api``, reading the cluster through ``kube``, the operator's own
-    client, and judging SLA windows with the operator's SLA monitor settings)."""
+    ``gleaner.dashboard.routers(client=kube, sla_monitor=..., state_namespace=...,
+    risk_target=...) -> list[APIRouter]`` (its pages at ``/`` and ``/api``, reading the
+    cluster through ``kube``, the operator's own client, judging SLA windows with the
+    operator's SLA monitor settings, and other nodes with its bias table, kept in
+    ``state_namespace``, at its ``risk_target``)."""
     import importlib
 
     routers = list(_ROUTERS)
@@ -127,5 +134,12 @@ def extra_routers(
         return routers
     factory = getattr(dashboard, "routers", None)
     if callable(factory):
-        routers.extend(factory(client=kube, sla_monitor=sla_monitor))
+        routers.extend(
+            factory(
+                client=kube,
+                sla_monitor=sla_monitor,
+                state_namespace=state_namespace,
+                risk_target=risk_target,
+            )
+        )
     return routers

@@ -27,12 +27,14 @@ let the operator persist it.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gleaner.api import Placement
+from gleaner.api.contract import BIAS_KEY
 from gleaner.perfmodel.admission import corrected, risk_factor
 
 NODE_LEVEL = ""
@@ -197,6 +199,27 @@ class BiasTable:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed bias table: {exc}") from exc
         return cls(config, entries, residuals)
+
+
+def from_configmap(body: Mapping[str, Any] | None, config: BiasConfig | None = None) -> BiasTable:
+    """The table stored in the operator's ConfigMap ``body`` (its ``BIAS_KEY``; an empty
+    table when there is none): the operator reads its own back with it, the dashboard and
+    ``gleaner place`` the operator's.
+
+    Raises ValueError when the stored document does not parse.
+    """
+    if body is None:
+        return BiasTable(config)
+    text = (body.get("data") or {}).get(BIAS_KEY)
+    if not text:
+        return BiasTable(config)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"malformed bias table: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError("malformed bias table: not an object")
+    return BiasTable.from_json(data, config)
 
 
 def raw_prediction(placement: Placement) -> float:

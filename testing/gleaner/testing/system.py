@@ -447,7 +447,12 @@ class GleanerSystem:
         if self.operator_reads_prometheus:
             argv.append(f"--prometheus-url={self.prom.url}")
         if self.tenant is not None:
-            argv.append(f"--peering={self.tenant.peering}")
+            # State (the bias table) in the tenant's namespace, which its close() empties: in
+            # the default namespace it would outlive the test and bias the next one.
+            argv += [
+                f"--peering={self.tenant.peering}",
+                f"--state-namespace={self.tenant.namespace}",
+            ]
         if self.operator is None:
             self.operator = self.processes.add(
                 ManagedProcess("operator", argv, self.workdir / "logs" / "operator.log")

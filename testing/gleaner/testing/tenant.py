@@ -8,7 +8,9 @@ Contract.
 
 - ``Tenant(plane, workdir).open()`` first removes what an earlier test on the plane left
   behind that a cluster-wide operator would act on: every OfflineJob (its finalizers
-  stripped first: the operator that put them there is gone) and every NodeTrace. Then it
+  stripped first: the operator that put them there is gone), every NodeTrace and every
+  NodeHistory (an agent writes its node's hours there: a test that ran across the hour
+  would hand them to the next test's node of the same name). Then it
   creates its own namespace (``namespace``, waiting for its default ServiceAccount), its
   own kopf peering objects (``peering``: a ClusterKopfPeering and a KopfPeering in each of
   its namespaces, so that no replica of an earlier test, SIGKILLed with a fresh peering
@@ -251,13 +253,14 @@ class Tenant:
 
     def _clear_leftovers(self) -> None:
         self._release_jobs(None)
-        for trace in self.api.custom.list_cluster_custom_object(GROUP, VERSION, "nodetraces").get(
-            "items", []
-        ):
-            with contextlib.suppress(_api_exception()):
-                self.api.custom.delete_cluster_custom_object(
-                    GROUP, VERSION, "nodetraces", trace["metadata"]["name"]
-                )
+        for plural in ("nodetraces", "nodehistories"):
+            for obj in self.api.custom.list_cluster_custom_object(GROUP, VERSION, plural).get(
+                "items", []
+            ):
+                with contextlib.suppress(_api_exception()):
+                    self.api.custom.delete_cluster_custom_object(
+                        GROUP, VERSION, plural, obj["metadata"]["name"]
+                    )
 
     # ---- nodes -----------------------------------------------------------------------
 
