@@ -42,6 +42,16 @@ def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
     )
 
 
+def risk_target_option(help_text: str) -> Callable[[F], F]:
+    """The ``--risk-target`` option (a probability or 'off', read by
+    :func:`parse_risk_target`), defaulting to the operator's."""
+    from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
+
+    return click.option(
+        "--risk-target", default=str(DEFAULT_RISK_TARGET), show_default=True, help=help_text
+    )
+
+
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 

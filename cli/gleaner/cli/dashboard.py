@@ -14,9 +14,8 @@ from typing import Any
 
 import click
 
-from gleaner.cli.common import fail, parse_risk_target
+from gleaner.cli.common import fail, parse_risk_target, risk_target_option
 from gleaner.operator.config import DEFAULT_STATE_NAMESPACE
-from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
 
 
 def serve(source: Any, host: str, port: int, what: str) -> None:
@@ -65,12 +64,7 @@ def serve_snapshot(path: str | Path, host: str = "127.0.0.1", port: int = 8080) 
     help="The operator's namespace (its --state-namespace): other nodes a job could run on "
     "are judged with the corrections it learned (the ConfigMap gleaner-bias there).",
 )
-@click.option(
-    "--risk-target",
-    default=str(DEFAULT_RISK_TARGET),
-    show_default=True,
-    help="The operator's --risk-target ('off': the mean rule).",
-)
+@risk_target_option("The operator's --risk-target ('off': the mean rule).")
 @click.option(
     "--refresh",
     type=click.FloatRange(min=1.0),

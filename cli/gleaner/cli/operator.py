@@ -16,10 +16,9 @@ import click
 
 from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
 from gleaner.api.units import parse_duration
-from gleaner.cli.common import fail, parse_risk_target
+from gleaner.cli.common import fail, parse_risk_target, risk_target_option
 from gleaner.operator.config import (
     DEFAULT_MOVE_HORIZON_H,
-    DEFAULT_RISK_TARGET,
     DEFAULT_STATE_NAMESPACE,
 )
 from gleaner.scheduler.lifecycle import (
@@ -258,13 +257,10 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     show_default=True,
     help="Least time between two writes of the learned prediction correction.",
 )
-@click.option(
-    "--risk-target",
-    default=str(DEFAULT_RISK_TARGET),
-    show_default=True,
-    help="Admit a job only where a window is predicted to meet its SLA with at least this "
+@risk_target_option(
+    "Admit a job only where a window is predicted to meet its SLA with at least this "
     "probability (0 < p < 1); on nodes that report their hours of the day, also the load "
-    "their windows may reach above the forecast; 'off': where the mean prediction meets it.",
+    "their windows may reach above the forecast; 'off': where the mean prediction meets it."
 )
 @click.option(
     "--move-check-interval",

@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gleaner.cli.common import echo_json, echo_table, fail, format_option, parse_risk_target
+from gleaner.cli.common import (
+    echo_json,
+    echo_table,
+    fail,
+    format_option,
+    parse_risk_target,
+    risk_target_option,
+)
 from gleaner.cli.inputs import (
     load_nodes,
     load_yaml,
@@ -49,7 +56,6 @@ from gleaner.cli.inputs import (
     validation_message,
     yaml_error,
 )
-from gleaner.operator.config import DEFAULT_RISK_TARGET
 
 if TYPE_CHECKING:
     from gleaner.api import OfflineJob, Profile
@@ -220,12 +226,7 @@ def load_bias(path: Path, risk_target: float | None) -> BiasTable:
     help="The operator's learned prediction corrections: kubectl get configmap gleaner-bias "
     "-n NAMESPACE -o yaml > FILE.",
 )
-@click.option(
-    "--risk-target",
-    default=str(DEFAULT_RISK_TARGET),
-    show_default=True,
-    help="With --bias: the operator's --risk-target ('off': the mean rule).",
-)
+@risk_target_option("With --bias: the operator's --risk-target ('off': the mean rule).")
 @trace_options
 @format_option("table", "json")
 def command(
