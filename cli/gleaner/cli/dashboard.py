@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from gleaner.api.contract import BIAS_CONFIGMAP
 from gleaner.cli.common import fail, parse_risk_target, risk_target_option
 from gleaner.operator.config import DEFAULT_STATE_NAMESPACE
 
@@ -62,7 +63,7 @@ def serve_snapshot(path: str | Path, host: str = "127.0.0.1", port: int = 8080) 
     default=DEFAULT_STATE_NAMESPACE,
     show_default=True,
     help="The operator's namespace (its --state-namespace): other nodes a job could run on "
-    "are judged with the corrections it learned (the ConfigMap gleaner-bias there).",
+    f"are judged with the corrections it learned (the ConfigMap {BIAS_CONFIGMAP} there).",
 )
 @risk_target_option("The operator's --risk-target ('off': the mean rule).")
 @click.option(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gleaner.api.contract import ENV_OPERATOR_BIND_DELAY
+from gleaner.api.contract import BIAS_CONFIGMAP, ENV_OPERATOR_BIND_DELAY
 from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail, parse_risk_target, risk_target_option
 from gleaner.operator.config import (
@@ -248,7 +248,7 @@ def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPoo
     default=DEFAULT_STATE_NAMESPACE,
     envvar="POD_NAMESPACE",
     show_default=True,
-    help="Namespace of the operator's own state (the ConfigMap gleaner-bias); "
+    help=f"Namespace of the operator's own state (the ConfigMap {BIAS_CONFIGMAP}); "
     "the operator's own namespace when it runs in a Pod.",
 )
 @click.option(

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gleaner.api.contract import BIAS_CONFIGMAP
 from gleaner.cli.common import (
     echo_json,
     echo_table,
@@ -223,8 +224,8 @@ def load_bias(path: Path, risk_target: float | None) -> BiasTable:
     "--bias",
     "bias_path",
     type=click.Path(path_type=Path),
-    help="The operator's learned prediction corrections: kubectl get configmap gleaner-bias "
-    "-n NAMESPACE -o yaml > FILE.",
+    help="The operator's learned prediction corrections: kubectl get configmap "
+    f"{BIAS_CONFIGMAP} -n NAMESPACE -o yaml > FILE.",
 )
 @risk_target_option("With --bias: the operator's --risk-target ('off': the mean rule).")
 @trace_options

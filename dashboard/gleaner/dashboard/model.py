@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from gleaner.api.contract import BIAS_CONFIGMAP
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
 
 if TYPE_CHECKING:
@@ -175,8 +176,8 @@ class ClusterRecord(DashModel):
     )
     bias: dict[str, Any] | None = Field(
         default=None,
-        description="The operator's bias table ConfigMap (gleaner-bias; absent: none learned), "
-        "which runner-up nodes are judged with, as the scheduler does.",
+        description=f"The operator's bias table ConfigMap ({BIAS_CONFIGMAP}; absent: none "
+        "learned), which runner-up nodes are judged with, as the scheduler does.",
     )
     admission: AdmissionSettings | None = Field(
         default=None, description="The operator's admission settings (absent: its defaults)."
