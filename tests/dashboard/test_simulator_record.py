@@ -14,10 +14,11 @@ from fastapi.testclient import TestClient
 
 from gleaner.api import NodeTrace, OfflineJob, Phase
 from gleaner.dashboard.app import create_app
-from gleaner.dashboard.build import build_dashboard
+from gleaner.dashboard.build import build_dashboard, record_bias
 from gleaner.dashboard.model import ClusterRecord
 from gleaner.dashboard.sources import SnapshotSource, StaticSource
 from gleaner.perfmodel import JobProfile
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
 from gleaner.scheduler import EvictionReport, PredictedFactors
 from gleaner.simulator.cluster import SimJob, run_cluster
 from gleaner.simulator.cluster_scenario import ClusterScenario
@@ -268,3 +269,20 @@ def test_a_planned_exit_placement_is_recorded_as_the_operator_writes_it(planned:
     )
     view = build_dashboard(record).snapshot.job("sim", "large")
     assert view is not None and view.planned_exit is planned
+
+
+def test_the_record_carries_the_bias_table_and_risk_target_the_run_admitted_by(
+    sim_record: ClusterRecord,
+) -> None:
+    """The dashboard scores a simulated job's other nodes with the run's own learned table
+    and risk target, as it does the operator's on a cluster."""
+
+    assert sim_record.admission is not None
+    assert sim_record.admission.risk_target == DEFAULT_RISK_TARGET
+    assert sim_record.bias is not None, "a six-hour run learns from its SLA windows"
+    warnings: list[str] = []
+    table = record_bias(sim_record, warnings)
+    assert warnings == [] and len(table) > 0
+    assert table.config.risk_target == DEFAULT_RISK_TARGET
+    data = build_dashboard(sim_record)
+    assert data.bias.to_json() == table.to_json()

@@ -789,6 +789,9 @@ def run_policy(
     out["moves"] = moves + exits
     out["planned_exits"] = exits
     out["_dashboard"] = shown
+    # The dashboard scores a job's other nodes with the table and rule this run admitted by.
+    out["_bias"] = bias
+    out["_risk_target"] = rule.risk_target
     return out
 
 

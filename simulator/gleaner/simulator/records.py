@@ -35,6 +35,7 @@ from gleaner.api import (
 )
 from gleaner.api.offlinejob import MAX_EVICTION_RECORDS
 from gleaner.perfmodel import Prediction
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
 from gleaner.scheduler import EvictionReport, PlacementDecision
 from gleaner.simulator.cluster import SimJob, current_observed
 from gleaner.simulator.cluster_scenario import MonitorConfig
@@ -244,6 +245,8 @@ def snapshot(
         series=series,
         series_notes=events_note(results),
         sla_monitor=MonitorConfig.model_validate(cfg["monitor"]).sla_monitor(),
+        bias=metrics.get("_bias"),
+        risk_target=metrics.get("_risk_target", DEFAULT_RISK_TARGET),
         # The run's own figures (every step, every job-window), as its summary table prints
         # them: the dashboard's cards then agree with it, not just with the plotted points.
         period_means={

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from gleaner.api import NodeTrace, OfflineJob
-from gleaner.api.contract import eviction_report_name
-from gleaner.scheduler import EvictionReport
+from gleaner.api.contract import BIAS_KEY, eviction_report_name
+from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
+from gleaner.scheduler import BiasTable, EvictionReport
 from gleaner.scheduler.monitor import SLAMonitorConfig
 
 SERIES_NAMES = (
@@ -63,9 +64,13 @@ def dashboard_record(
     title: str = "",
     generated_at: datetime | None = None,
     sla_monitor: SLAMonitorConfig | None = None,
+    bias: BiasTable | None = None,
+    risk_target: float | None = DEFAULT_RISK_TARGET,
 ) -> dict[str, Any]:
     """The ``ClusterRecord`` dict (see the module docstring); unknown series keys raise.
-    ``sla_monitor``: the rule the jobs' SLA windows were judged by (the dashboard's too)."""
+    ``sla_monitor``: the rule the jobs' SLA windows were judged by (the dashboard's too);
+    ``bias`` and ``risk_target``: the bias table and risk target the run admitted by (the
+    dashboard scores a job's other nodes with them; None: no table)."""
     unknown = (set(series or {}) | set(series_notes or {}) | set(period_means or {})) - set(
         SERIES_NAMES
     )
@@ -98,6 +103,8 @@ def dashboard_record(
             **({"periodMeans": dict(period_means)} if period_means else {}),
         },
         **({"slaMonitor": _monitor(sla_monitor)} if sla_monitor is not None else {}),
+        **({"bias": {"data": {BIAS_KEY: json.dumps(bias.to_json())}}} if bias else {}),
+        "admission": {"riskTarget": risk_target},
     }
 
 
