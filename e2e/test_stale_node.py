@@ -90,10 +90,16 @@ def test_stale_nodetrace_stops_placements_there(
         timeout=10,
         what="nothing bound to the stale node",
     )
+    # The job page says so too, and does not offer the stale node as one that fits.
     system.wait_dashboard(
         "/api/jobs/batch/needs-a-quiet-gpu",
-        lambda body: body["phase"] == "Unschedulable" and "stale" in body["message"],
-        "the job Unschedulable because of the stale trace",
+        lambda body: (
+            body["phase"] == "Unschedulable"
+            and "stale" in body["message"]
+            and [r["why"] for r in body["runnerUps"] if r["node"] == GONE]
+            == ["node unavailable: stale trace"]
+        ),
+        "the job Unschedulable because of the stale trace, node-a a stale runner-up",
     )
 
     # The agent comes back: fresh reports, and the demanding job goes where it fits. The

@@ -235,7 +235,8 @@ def test_runner_ups_are_judged_with_the_operators_bias_table(kube: KubeEmulator)
     from gleaner.scheduler.risk import AdmissionRisk
 
     seed(kube)
-    before = KubeSource(kube.client(), state_namespace="default").data()
+    taken = example_record().generated_at.timestamp()  # when the agents last reported
+    before = KubeSource(kube.client(), state_namespace="default", clock=lambda: taken).data()
     pending = before.job_detail("research", "from-configmap")
     assert pending is not None
     fits = [r for r in pending.runner_ups if r.feasible]
@@ -261,6 +262,7 @@ def test_runner_ups_are_judged_with_the_operators_bias_table(kube: KubeEmulator)
             kube.client(),
             state_namespace="default",
             admission=AdmissionSettings(risk_target=risk),
+            clock=lambda: taken,
         )
         after = source.data().job_detail("research", "from-configmap")
         assert after is not None
@@ -286,3 +288,66 @@ def test_an_unreadable_bias_table_is_a_warning(kube: KubeEmulator) -> None:
     )
     snap = KubeSource(kube.client(), state_namespace="default").data().snapshot
     assert [w for w in snap.warnings if w.startswith("bias table gleaner-bias: malformed")]
+
+
+def test_runner_ups_say_a_node_is_stale_as_the_operator_does(kube: KubeEmulator) -> None:
+    """A node whose agent stopped reporting is not offered as one that fits: past the
+    operator's --trace-stale-after it is unavailable, in the scheduler's words."""
+    from gleaner.dashboard.model import AdmissionSettings
+
+    seed(kube)
+    taken = example_record().generated_at.timestamp()
+
+    def pending(after_s: float, stale_after_s: float = 600.0) -> dict[str, str]:
+        source = KubeSource(
+            kube.client(),
+            admission=AdmissionSettings(trace_stale_after_seconds=stale_after_s),
+            clock=lambda: taken + after_s,
+        )
+        job = source.data().job_detail("research", "from-configmap")
+        assert job is not None
+        return {str(r.node): r.why for r in job.runner_ups}
+
+    fresh = pending(60.0)
+    assert fresh and not any("stale" in why for why in fresh.values()), fresh
+    assert set(pending(601.0).values()) == {"node unavailable: stale trace"}
+    assert not any("stale" in why for why in pending(601.0, stale_after_s=3600.0).values())
+
+
+def test_runner_ups_use_the_operators_last_scheduling_pass(kube: KubeEmulator) -> None:
+    """In the operator, a job's other nodes are scored on what its last scheduling pass
+    judged them by (on a node with hours, the bound over the coming hours), while that pass
+    is recent; an old pass is not used."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    import numpy as np
+
+    from gleaner.dashboard.sources import JUDGED_MAX_AGE_S
+
+    seed(kube)
+    taken = example_record().generated_at.timestamp()
+    plain = KubeSource(kube.client(), clock=lambda: taken).data()
+    job = plain.job_detail("research", "from-configmap")
+    assert job is not None
+    fits = [r for r in job.runner_ups if r.feasible]
+    assert fits
+    node = str(fits[0].node)
+    latest = plain.summaries[node]
+    # What the pass judged the node by: its GPUs open to offline work a tenth of the time.
+    busy = replace(
+        latest,
+        offline_enabled_seconds=np.full(len(latest.gpus), 0.1 * latest.window_seconds),
+        online_busy_seconds=np.full(len(latest.gpus), 0.9 * latest.window_seconds),
+    )
+
+    def scored(pass_age_s: float) -> str:
+        at = datetime.fromtimestamp(taken - pass_age_s, tz=UTC)
+        source = KubeSource(kube.client(), clock=lambda: taken, judged=lambda: (at, {node: busy}))
+        detail = source.data().job_detail("research", "from-configmap")
+        assert detail is not None
+        [there] = [r for r in detail.runner_ups if r.node == node]
+        return there.why
+
+    assert "compute 0.10" in scored(5.0)
+    assert scored(JUDGED_MAX_AGE_S + 5.0) == fits[0].why

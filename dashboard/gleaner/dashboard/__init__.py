@@ -25,11 +25,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
+from gleaner.scheduler.cluster import DEFAULT_TRACE_STALE_AFTER_S
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fastapi import APIRouter
 
     from gleaner.clients.kube import SyncKubeClient
+    from gleaner.dashboard.sources import JudgedNodes
     from gleaner.scheduler.monitor import SLAMonitorConfig
 
 
@@ -39,12 +43,16 @@ def routers(
     sla_monitor: SLAMonitorConfig | None = None,
     state_namespace: str | None = None,
     risk_target: float | None = DEFAULT_RISK_TARGET,
+    judged: Callable[[], JudgedNodes | None] | None = None,
+    trace_stale_after: float = DEFAULT_TRACE_STALE_AFTER_S,
 ) -> list[APIRouter]:
     """The dashboard's router over the live cluster, for the operator's HTTP server (through
     ``client``, the operator's own; without one, a client of its own on first use), judging
     SLA windows with ``sla_monitor`` (the operator's SLA monitor; None: its defaults) and
     runner-up nodes with the operator's bias table (in ``state_namespace``; None: none)
-    at its ``risk_target``."""
+    at its ``risk_target``, on the node summaries of its last scheduling pass (``judged``;
+    see :class:`~gleaner.dashboard.sources.KubeSource`), a node whose last report is older
+    than ``trace_stale_after`` seconds unavailable."""
     from gleaner.dashboard.app import create_router
     from gleaner.dashboard.model import AdmissionSettings, SlaMonitorSettings
     from gleaner.dashboard.sources import KubeSource
@@ -55,6 +63,9 @@ def routers(
         namespace=namespace,
         sla_monitor=settings,
         state_namespace=state_namespace,
-        admission=AdmissionSettings(risk_target=risk_target),
+        admission=AdmissionSettings(
+            risk_target=risk_target, trace_stale_after_seconds=trace_stale_after
+        ),
+        judged=judged,
     )
     return [create_router(source)]

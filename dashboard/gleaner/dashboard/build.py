@@ -29,7 +29,9 @@ Definitions (docs/dashboard.md repeats them; the measures are computed by
 - *runner-ups* of a job: for every other node, the scheduler's explanation
   (``gleaner.scheduler.explain_nodes``: its filters in their wording, the set it would
   choose there, else its most promising one, the bias applied: the operator's table in the
-  record, configured by its risk target, as its scheduler applies it), ranked feasible first,
+  record, configured by its risk target, as its scheduler applies it; with the record's
+  ``admission``, a node whose last report is older than its stale-after at ``generatedAt``
+  unavailable), ranked feasible first,
   then by bias-corrected product; each says why it lost
   (``NodeExplanation.lost_to``), its per-pair admission clauses grouped
   (``group_pair_clauses``: "6 GPU pairs overlap < 0.95 (...)").
@@ -577,6 +579,8 @@ def runner_ups(
     limit: int = MAX_RUNNER_UPS,
     job: str = "",
     bias: BiasTable | None = None,
+    now: datetime | None = None,
+    stale_after_seconds: float | None = None,
 ) -> list[RunnerUp]:
     """The best other nodes for a job and why each lost (see the module docstring).
 
@@ -594,7 +598,12 @@ def runner_ups(
     )
     held = {node: {int(g): "other" for g in gpus} for node, gpus in occupied.items() if gpus}
     snapshot = SchedulingSnapshot(
-        jobs=[request], nodes=nodes, occupied=held, bias=bias or BiasTable()
+        jobs=[request],
+        nodes=nodes,
+        occupied=held,
+        bias=bias or BiasTable(),
+        now=now,
+        stale_after_seconds=stale_after_seconds,
     )
     skip = () if chosen is None else (chosen[0],)
     scored: list[tuple[float, RunnerUp]] = []
@@ -733,6 +742,11 @@ class DashboardData:
     config: ModelConfig = field(default_factory=ModelConfig)
     bias: BiasTable = field(default_factory=BiasTable)
     """The operator's bias table, as its scheduler corrects predictions with it."""
+    now: datetime | None = None
+    """When the record was taken: a node whose last report is older than
+    ``stale_after_seconds`` then is unavailable."""
+    stale_after_seconds: float | None = None
+    """The operator's ``--trace-stale-after`` (None: no node is judged stale)."""
     _details: dict[str, JobView] = field(default_factory=dict)
 
     def job_detail(self, namespace: str, name: str) -> JobView | None:
@@ -766,6 +780,8 @@ class DashboardData:
                 config=self.config,
                 job=key,
                 bias=self.bias,
+                now=self.now,
+                stale_after_seconds=self.stale_after_seconds,
             )
             if job.phase == Phase.FAILED.value:
                 ups = [r.model_copy(update={"why": failed_why(r.why)}) for r in ups]
@@ -961,6 +977,11 @@ def build_dashboard(record: ClusterRecord, config: ModelConfig | None = None) ->
         occupied=occupied,
         config=config or ModelConfig(),
         bias=bias,
+        # A record that says how its operator admits is judged so, stale nodes included.
+        now=record.generated_at if record.admission is not None else None,
+        stale_after_seconds=(
+            record.admission.trace_stale_after_seconds if record.admission is not None else None
+        ),
     )
 
 

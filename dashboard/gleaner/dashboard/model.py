@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from gleaner.api.contract import BIAS_CONFIGMAP
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
+from gleaner.scheduler.cluster import DEFAULT_TRACE_STALE_AFTER_S
 
 if TYPE_CHECKING:
     from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -136,6 +137,11 @@ class AdmissionSettings(DashModel):
         gt=0,
         lt=1,
         description="The probability a window must meet its SLA with (null: the mean rule).",
+    )
+    trace_stale_after_seconds: float = Field(
+        default=DEFAULT_TRACE_STALE_AFTER_S,
+        gt=0,
+        description="A node whose last report is older than this is unavailable, seconds.",
     )
 
 

@@ -20,8 +20,12 @@ result until it is stale.
   it, and the job page still shows the evicted placement's throughput. With a
   ``state_namespace`` it also reads the operator's bias table there (``BIAS_CONFIGMAP``)
   and records its ``admission`` settings, so a job's runner-up nodes are judged as the
-  operator's scheduler judges them. A failed refresh serves the last good data with a
-  warning; with none, it raises :class:`SourceError`.
+  operator's scheduler judges them. In the operator, ``judged`` also hands it the node
+  summaries of the operator's last scheduling pass: when that pass is at most
+  ``JUDGED_MAX_AGE_S`` old, other nodes are scored on those (on a node that reports its hours
+  of the day, its admission bound over the coming hours, not its latest window). A failed
+  refresh serves the last good data with a warning; with none, it raises
+  :class:`SourceError`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -69,6 +73,13 @@ from gleaner.dashboard.model import (
     RecordedReport,
     SlaMonitorSettings,
 )
+from gleaner.perfmodel.summary import NodeSummary
+
+JudgedNodes = tuple[datetime, Mapping[str, NodeSummary]]
+"""When a scheduling pass ran, and the node summaries it judged placements by."""
+JUDGED_MAX_AGE_S = 120.0
+"""A scheduling pass older than this is not used: no job has waited since, and the nodes'
+latest windows are then the better guide."""
 
 
 class SourceError(Exception):
@@ -165,6 +176,7 @@ class KubeSource:
         sla_monitor: SlaMonitorSettings | None = None,
         state_namespace: str | None = None,
         admission: AdmissionSettings | None = None,
+        judged: Callable[[], JudgedNodes | None] | None = None,
     ) -> None:
         self._client_or_factory = client if client is not None else _load_client
         self._client: SyncKubeClient | None = None
@@ -179,6 +191,8 @@ class KubeSource:
         """Where the operator keeps its bias table (None: not read, no correction shown)."""
         self.admission = admission
         """The operator's admission settings (None: its defaults)."""
+        self.judged = judged
+        """The operator's last scheduling pass (None: no operator in this process)."""
         self._lock = threading.Lock()
         self._data: DashboardData | None = None
         self._fetched_at = float("-inf")
@@ -283,6 +297,7 @@ class KubeSource:
             )
             record.job_series = dict(self._job_series)
             data = build_dashboard(record)
+            data.summaries = self._judged_summaries(data.summaries, now)
             self._series = _bounded(
                 series_with_point(self._series, now, data.snapshot.summary), self.max_points
             )
@@ -291,6 +306,19 @@ class KubeSource:
             self._data = data
             self._fetched_at = now
             return data
+
+    def _judged_summaries(
+        self, latest: dict[str, NodeSummary], now: float
+    ) -> dict[str, NodeSummary]:
+        """``latest`` with each node the operator's last scheduling pass judged replaced by
+        what it judged by, when that pass is recent (the module docstring)."""
+        pass_ = None if self.judged is None else self.judged()
+        if pass_ is None:
+            return latest
+        at, nodes = pass_
+        if now - at.timestamp() > JUDGED_MAX_AGE_S:
+            return latest
+        return {name: nodes.get(name, summary) for name, summary in latest.items()}
 
 
 def _bounded(series: ClusterSeries, n: int) -> ClusterSeries:

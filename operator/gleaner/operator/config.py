@@ -17,6 +17,7 @@ from typing import Any
 # The one value (perfmodel's, also the simulator's default), re-exported for the CLI.
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET as DEFAULT_RISK_TARGET
 from gleaner.scheduler.bias import BiasConfig
+from gleaner.scheduler.cluster import DEFAULT_TRACE_STALE_AFTER_S
 from gleaner.scheduler.lifecycle import DEFAULT_MIN_STAY_SECONDS, PlannedExitRule
 from gleaner.scheduler.lifecycle import DEFAULT_MOVE_HORIZON_H as DEFAULT_MOVE_HORIZON_H
 from gleaner.scheduler.monitor import SLAMonitorConfig
@@ -109,7 +110,7 @@ class OperatorConfig:
     """The SLA monitor's rule (window, k-of-n, grace, tolerance, backoff)."""
     unschedulable_backoff: float = 30.0
     """Seconds before an Unschedulable job is retried even if no NodeTrace changed."""
-    trace_stale_after: float = 600.0
+    trace_stale_after: float = DEFAULT_TRACE_STALE_AFTER_S
     """NodeTraces older than this (by lastReportTime) are not used for placement."""
     watch_timeout: float = 300.0
     """Server-side timeout of kopf's watch requests, seconds (the client adds 30)."""

@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from gleaner.api import Placement
@@ -61,6 +63,7 @@ from gleaner.operator.objectcache import ObjectCache
 from gleaner.operator.tracecache import HistoryCache, TraceCache
 from gleaner.operator.traces import HourProfiles
 from gleaner.operator.unrecorded import Unrecorded
+from gleaner.perfmodel.summary import NodeSummary
 from gleaner.scheduler.bias import BiasTable
 
 logger = logging.getLogger("gleaner.operator")
@@ -100,6 +103,11 @@ class OperatorContext:
     delivered it."""
     hours: HourProfiles = field(default_factory=HourProfiles)
     """Each node's parsed hours of the day, kept until they change."""
+    judged: tuple[datetime, Mapping[str, NodeSummary]] | None = None
+    """When the last scheduling pass ran and the node summaries it judged placements by
+    (on a node with hours, its admission bound): the dashboard scores a job's other nodes
+    with them. Replaced whole by each pass, never changed in place (the dashboard reads it
+    from its own thread)."""
     prometheus: PrometheusClient | None = None
     """The SLA monitor's Prometheus (``--prometheus-url``); None: it reads NodeTraces."""
     bias: BiasTable = field(default_factory=BiasTable)

@@ -26,9 +26,14 @@ from fastapi import APIRouter, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
+from gleaner.scheduler.cluster import DEFAULT_TRACE_STALE_AFTER_S
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from datetime import datetime
+
     from gleaner.clients.kube import SyncKubeClient
+    from gleaner.perfmodel.summary import NodeSummary
     from gleaner.scheduler.monitor import SLAMonitorConfig
 
 
@@ -118,13 +123,17 @@ def extra_routers(
     sla_monitor: SLAMonitorConfig | None = None,
     state_namespace: str | None = None,
     risk_target: float | None = DEFAULT_RISK_TARGET,
+    judged: Callable[[], tuple[datetime, Mapping[str, NodeSummary]] | None] | None = None,
+    trace_stale_after: float = DEFAULT_TRACE_STALE_AFTER_S,
 ) -> list[APIRouter]:
     """Routers registered with ``register_router``, plus the dashboard's when it provides
     ``gleaner.dashboard.routers(client=kube, sla_monitor=..., state_namespace=...,
     risk_target=...) -> list[APIRouter]`` (its pages at ``/`` and ``/api``, reading the
     cluster through ``kube``, the operator's own client, judging SLA windows with the
     operator's SLA monitor settings, and other nodes with its bias table, kept in
-    ``state_namespace``, at its ``risk_target``)."""
+    ``state_namespace``, at its ``risk_target``, on what ``judged`` says its last
+    scheduling pass judged the nodes by, a node unavailable once its last report is older
+    than ``trace_stale_after`` seconds)."""
     import importlib
 
     routers = list(_ROUTERS)
@@ -140,6 +149,8 @@ def extra_routers(
                 sla_monitor=sla_monitor,
                 state_namespace=state_namespace,
                 risk_target=risk_target,
+                judged=judged,
+                trace_stale_after=trace_stale_after,
             )
         )
     return routers

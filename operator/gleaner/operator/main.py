@@ -340,7 +340,14 @@ async def run_async(config: OperatorConfig, stop: asyncio.Event | None = None) -
 
         # The dashboard reads the cluster through the operator's own client (one pool).
         kube = SyncKubeClient.sharing(ctx.client, asyncio.get_running_loop())
-        routers = extra_routers(kube, config.sla, config.state_namespace, config.risk_target)
+        routers = extra_routers(
+            kube,
+            config.sla,
+            config.state_namespace,
+            config.risk_target,
+            lambda: ctx.judged,
+            config.trace_stale_after,
+        )
         app = build_app(health, metrics.registry, routers)
         server = serve_in_thread(app, config.http_host, config.http_port)
     batch_api = start_batch_api(config, ctx.client)

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from gleaner.scheduler.result import PlacementDecision
 
 STALE_REASON = "stale trace"
+DEFAULT_TRACE_STALE_AFTER_S = 600.0
+"""The operator's default ``--trace-stale-after``: a node whose last report is older is
+unavailable."""
 NO_WINDOW_REASON = "no trace window"
 
 

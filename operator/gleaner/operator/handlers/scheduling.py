@@ -384,6 +384,7 @@ async def _pass(ctx: OperatorContext, background: bool = False) -> PassResult:
     nodes = await load_node_summaries(
         ctx.config, with_histories(traces, ctx.histories), now, ctx.hours
     )
+    ctx.judged = (now, dict(nodes))
     await _prime_nodes(ctx)
     run_of = {r.queued.key: r for r in runs}
     batch = queue[: ctx.config.max_batch] + [r.queued for r in runs]
