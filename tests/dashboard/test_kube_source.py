@@ -146,6 +146,8 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2
     r = gleaner("dashboard", "--kubeconfig", str(tmp_path / "nope.yaml"), "--risk-target", "2")
     assert r.returncode == 2 and "--risk-target must be between 0 and 1" in r.stderr
+    r = gleaner("dashboard", "--kubeconfig", "k", "--trace-stale-after", "soon")
+    assert r.returncode == 2 and r.stderr.startswith("error: --trace-stale-after:"), r.stderr
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from gleaner.api.contract import BIAS_CONFIGMAP
+from gleaner.api.units import parse_duration
 from gleaner.cli.common import fail, parse_risk_target, risk_target_option
 from gleaner.operator.config import DEFAULT_STATE_NAMESPACE
 
@@ -44,6 +45,14 @@ def serve_snapshot(path: str | Path, host: str = "127.0.0.1", port: int = 8080) 
     serve(source, host, port, f"snapshot {path}")
 
 
+def _stale_after(text: str) -> float:
+    """``--trace-stale-after`` in seconds (> 0)."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        fail(f"--trace-stale-after: {exc}")
+
+
 @click.command(name="dashboard")
 @click.option(
     "--snapshot",
@@ -67,6 +76,13 @@ def serve_snapshot(path: str | Path, host: str = "127.0.0.1", port: int = 8080) 
 )
 @risk_target_option("The operator's --risk-target ('off': the mean rule).")
 @click.option(
+    "--trace-stale-after",
+    default="10m",
+    show_default=True,
+    help="The operator's --trace-stale-after: a node whose agent has not reported for this "
+    "long is shown as unavailable.",
+)
+@click.option(
     "--refresh",
     type=click.FloatRange(min=1.0),
     default=15.0,
@@ -82,6 +98,7 @@ def command(
     host: str,
     state_namespace: str,
     risk_target: str,
+    trace_stale_after: str,
     refresh: float,
 ) -> None:
     """Serve the cluster dashboard: overview, nodes, jobs, SLA evictions, and /api."""
@@ -100,7 +117,10 @@ def command(
             namespace=namespace,
             ttl_seconds=refresh,
             state_namespace=state_namespace,
-            admission=AdmissionSettings(risk_target=parse_risk_target(risk_target)),
+            admission=AdmissionSettings(
+                risk_target=parse_risk_target(risk_target),
+                trace_stale_after_seconds=_stale_after(trace_stale_after),
+            ),
         )
         source.data()
     except SourceError as exc:
