@@ -32,7 +32,7 @@ import click
 
 from gleaner.api import DEFAULT_SLA_WINDOW
 from gleaner.api.units import parse_duration
-from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.cli.common import echo_json, echo_table, fail, format_option, parse_seconds
 from gleaner.perfmodel.admission import DEFAULT_RISK_TARGET
 
 if TYPE_CHECKING:
@@ -42,15 +42,6 @@ if TYPE_CHECKING:
     from gleaner.perfmodel.diurnal import DiurnalProfile
     from gleaner.scheduler import JobRequest
     from gleaner.scheduler.backtest import BacktestResult
-
-
-def _seconds(text: str, flag: str) -> float:
-    from gleaner.api.units import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        fail(f"{flag}: {exc}")
 
 
 def _summaries(
@@ -328,8 +319,9 @@ def command(
     from gleaner.perfmodel import validate_trace_frame as validate
     from gleaner.scheduler.backtest import by_gpus, rolling_origins, verdict
 
-    every_s, horizon_s = _seconds(every, "--every"), _seconds(horizon, "--horizon")
-    history_s, window_s = _seconds(min_history, "--min-history"), _seconds(window, "--window")
+    every_s, horizon_s = parse_seconds(every, "--every"), parse_seconds(horizon, "--horizon")
+    history_s = parse_seconds(min_history, "--min-history")
+    window_s = parse_seconds(window, "--window")
     requests, profiles = load_queue(list(job_paths))
     try:
         frame = validate(read_trace_frame(trace_path))

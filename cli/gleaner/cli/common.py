@@ -42,6 +42,17 @@ def format_option(*choices: str, default: str = "table") -> Callable[[F], F]:
     )
 
 
+def parse_seconds(text: str, flag: str, *, allow_zero: bool = False) -> float:
+    """A duration flag's seconds (``gleaner.api.units`` grammar; > 0, or >= 0 with
+    ``allow_zero``); a one-line error naming ``flag`` otherwise."""
+    from gleaner.api.units import parse_duration
+
+    try:
+        return parse_duration(text, allow_zero=allow_zero)
+    except ValueError as exc:
+        fail(f"{flag}: {exc}")
+
+
 def risk_target_option(help_text: str) -> Callable[[F], F]:
     """The ``--risk-target`` option (a probability or 'off', read by
     :func:`parse_risk_target`), defaulting to the operator's."""

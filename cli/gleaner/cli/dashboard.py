@@ -15,8 +15,7 @@ from typing import Any
 import click
 
 from gleaner.api.contract import BIAS_CONFIGMAP
-from gleaner.api.units import parse_duration
-from gleaner.cli.common import fail, parse_risk_target, risk_target_option
+from gleaner.cli.common import fail, parse_risk_target, parse_seconds, risk_target_option
 from gleaner.operator.config import DEFAULT_STATE_NAMESPACE
 
 
@@ -43,14 +42,6 @@ def serve_snapshot(path: str | Path, host: str = "127.0.0.1", port: int = 8080) 
     except SourceError as exc:
         fail(str(exc))
     serve(source, host, port, f"snapshot {path}")
-
-
-def _stale_after(text: str) -> float:
-    """``--trace-stale-after`` in seconds (> 0)."""
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        fail(f"--trace-stale-after: {exc}")
 
 
 @click.command(name="dashboard")
@@ -119,7 +110,7 @@ def command(
             state_namespace=state_namespace,
             admission=AdmissionSettings(
                 risk_target=parse_risk_target(risk_target),
-                trace_stale_after_seconds=_stale_after(trace_stale_after),
+                trace_stale_after_seconds=parse_seconds(trace_stale_after, "--trace-stale-after"),
             ),
         )
         source.data()

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gleaner.api.contract import BIAS_CONFIGMAP, ENV_OPERATOR_BIND_DELAY
-from gleaner.api.units import parse_duration
-from gleaner.cli.common import fail, parse_risk_target, risk_target_option
+from gleaner.cli.common import fail, parse_risk_target, parse_seconds, risk_target_option
 from gleaner.operator.config import (
     DEFAULT_MOVE_HORIZON_H,
     DEFAULT_STATE_NAMESPACE,
@@ -34,10 +33,7 @@ if TYPE_CHECKING:
 
 def _seconds(text: str, flag: str) -> float:
     """Seconds >= 0 (0 turns a delay off; flags that need more check it themselves)."""
-    try:
-        return parse_duration(text, allow_zero=True)
-    except ValueError as exc:
-        fail(f"{flag}: {exc}")
+    return parse_seconds(text, flag, allow_zero=True)
 
 
 def _profiling_pool(selector: tuple[str, ...], tolerations: str) -> ProfilingPool | None:

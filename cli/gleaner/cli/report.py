@@ -24,8 +24,7 @@ from typing import Any
 import click
 
 from gleaner.api.contract import EVICTION_REPORT_SELECTOR, REPORT_KEY, is_eviction_report
-from gleaner.api.units import parse_duration
-from gleaner.cli.common import echo_json, echo_table, fail, format_option
+from gleaner.cli.common import echo_json, echo_table, fail, format_option, parse_seconds
 from gleaner.clients.kube import (
     Credentials,
     KubeConfigError,
@@ -74,10 +73,7 @@ class Row:
 
 def parse_since(text: str) -> float:
     """``24h``, ``30m``, ``7d``, ``90s`` or plain seconds -> seconds (``gleaner.api.units``)."""
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        fail(f"--since: {exc}")
+    return parse_seconds(text, "--since")
 
 
 def _rows(
